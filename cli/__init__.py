@@ -1,0 +1,1 @@
+"""The ``rfrs-ref`` command line (installed as ``rfrs_ref.cli``)."""

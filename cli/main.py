@@ -1,0 +1,46 @@
+"""Entry point of ``rfrs-ref``.
+
+Subcommands live in their own modules and are imported only when used, so
+``rfrs-ref --help`` stays fast and one command's heavy imports (Numba, Dask)
+never slow down another.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from rfrs_ref import __version__
+
+# command name -> (module under rfrs_ref.cli, attribute, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "train": ("train", "train", "Train a federated recommender (optionally under attack)."),
+    "data": ("data", "data", "List, fetch and describe datasets."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f"rfrs_ref.cli.{module}"), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rfrs-ref")
+def main() -> None:
+    """rfrs-ref: the reference robust federated recommendation system (Chen et al. 2020)."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

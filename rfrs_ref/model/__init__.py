@@ -1,0 +1,1 @@
+"""rfrs_ref.model"""
