@@ -1,0 +1,102 @@
+"""``rfrs-ref data``: list, fetch, info, through click's CliRunner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+
+
+@pytest.fixture
+def run(monkeypatch):
+    def invoke(*args, env=None):
+        runner = CliRunner()
+        return runner.invoke(main, ["data", *args], env=env, catch_exceptions=False)
+    return invoke
+
+
+def test_list(run, data_dir, monkeypatch):
+    monkeypatch.setenv("RFRS_DATA_DIR", str(data_dir))
+    r = run("list")
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line for line in r.output.splitlines()[1:]}
+    assert list(rows) == ["lastfm", "ml100k", "citeulike-a", "citeulike-t", "synthetic"]
+    assert "1,892" in rows["lastfm"] and "17,632" in rows["lastfm"] and "92,834" in rows["lastfm"]
+    assert "7,947" in rows["citeulike-t"] and "134,860" in rows["citeulike-t"]
+    assert "generated" in rows["synthetic"] and "600" in rows["synthetic"]
+    if (data_dir / "ml-100k" / "u.data").is_file():
+        assert str(data_dir / "ml-100k") in rows["ml100k"]
+
+
+def test_list_not_present(run, monkeypatch, tmp_path):
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    r = run("list", "--data-dir", str(tmp_path))
+    assert r.exit_code == 0
+    assert r.output.count("not present") == 4
+
+
+def test_info_real(run, real, data_dir):
+    real("ml100k")
+    r = run("info", "ml100k", "--data-dir", str(data_dir))
+    assert r.exit_code == 0, r.output
+    for part in ("943", "1,682", "100,000", "6.3047%", "median 65", "min 20", "max 737"):
+        assert part in r.output, part
+
+
+def test_info_synthetic_json(run):
+    r = run("info", "synthetic", "--synthetic-users", "50", "--synthetic-items", "80", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["n_users"] == 50 and d["n_items"] == 80 and d["per_user_quantiles"]["0"] >= 2
+
+
+def test_info_errors(run, monkeypatch, tmp_path):
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    r = run("info", "citeulike-a", "--data-dir", str(tmp_path))
+    assert r.exit_code == 1 and "was not found" in r.output and "data fetch citeulike-a" in r.output
+    r = run("info", "ml100k", "--synthetic-users", "3")
+    assert r.exit_code == 2 and "synthetic" in r.output
+    r = run("info", "nope")
+    assert r.exit_code == 2 and "choose one of" in r.output
+
+
+def test_info_damaged_file(run, tmp_path, make_dataset):
+    path = make_dataset(tmp_path, "citeulike-a", "1 0\n3 5 7\n")
+    r = run("info", "citeulike-a", "--data-dir", str(tmp_path))
+    assert r.exit_code == 1 and f"{path}:2: expected 3 item ids" in r.output
+
+
+def test_fetch(run, real, local_mirror, tmp_path, monkeypatch):
+    real("citeulike-t")
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    cache = tmp_path / "cache"
+    r = run("fetch", "citeulike-t", "--cache-dir", str(cache), "--mirror", local_mirror.base_url)
+    assert r.exit_code == 0, r.output
+    assert f"verified users.dat (sha256) into {cache / 'citeulike-t'}" in r.output
+    assert (cache / "citeulike-t" / "users.dat").is_file()
+    r = run("fetch", "citeulike-t", "--cache-dir", str(cache), "--mirror", local_mirror.base_url)
+    assert r.exit_code == 0 and "already present and verified" in r.output
+    assert local_mirror.served == ["citeulike-t/users.dat"]
+
+
+def test_fetch_bad_checksum(run, real, serve_mirror, tmp_path, monkeypatch):
+    folder = real("citeulike-a")
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    bad = b"0 " + (folder / "users.dat").read_bytes()
+    with serve_mirror({("citeulike-a", "users.dat"): bad}) as mirror:
+        r = run("fetch", "citeulike-a", "--data-dir", str(tmp_path / "d"), "--mirror",
+                mirror.base_url)
+    assert r.exit_code == 1
+    assert hashlib.sha256(bad).hexdigest() in r.output and "expected" in r.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_fetch_generated_and_unknown(run):
+    r = run("fetch", "synthetic")
+    assert r.exit_code == 0 and "nothing to fetch" in r.output
+    r = run("fetch", "nope")
+    assert r.exit_code == 2 and "choose one of" in r.output
