@@ -1,1 +1,54 @@
-"""rfrs_ref.attack"""
+"""Byzantine attacks (SPEC §7).
+
+``ATTACKS`` maps the command line's names to the attack classes (frozen
+dataclasses whose fields are their hyperparameters). The round loop calls
+``attack.apply_inplace(AttackContext(...))`` after the honest uploads are
+written; the attack rewrites the Byzantine rows and returns diagnostics for
+the round record. ``attack.check_optimizer(optimizer)`` tells, before a run,
+whether the attack can run with that optimiser. See docs/attacks.md.
+
+| name | Byzantine upload |
+|---|---|
+| ``none`` | honest |
+| ``ascent`` | rule(−g) |
+| ``noise`` | honest, θ + N(0, σ²) (breaks the rule) |
+| ``camouflage`` | θ honest, m and v from g̃ of Eq. 6 (Adam only) |
+| ``alie`` | rule(μ − z·σ) of the Byzantine clients' gradients |
+| ``ipm`` | rule(−ϵ · mean) of the Byzantine clients' gradients |
+"""
+
+from __future__ import annotations
+
+from rfrs_ref.attack.base import Attack, AttackContext, optimizer_name
+from rfrs_ref.attack.basic import Ascent, NoAttack, Noise
+from rfrs_ref.attack.camouflage import (
+    Camouflage,
+    adam_direction,
+    camouflage_gradient,
+    eq6_denominator,
+)
+from rfrs_ref.attack.colluding import ALIE, IPM, alie_gradient, alie_z, ipm_gradient
+from rfrs_ref.registry import Registry
+
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+for _cls in (NoAttack, Ascent, Noise, Camouflage, ALIE, IPM):
+    ATTACKS.register(_cls.name, _cls)
+
+__all__ = [
+    "ALIE",
+    "ATTACKS",
+    "IPM",
+    "Ascent",
+    "Attack",
+    "AttackContext",
+    "Camouflage",
+    "NoAttack",
+    "Noise",
+    "adam_direction",
+    "alie_gradient",
+    "alie_z",
+    "camouflage_gradient",
+    "eq6_denominator",
+    "ipm_gradient",
+    "optimizer_name",
+]

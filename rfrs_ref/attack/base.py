@@ -1,0 +1,128 @@
+"""Attacks of Byzantine clients (SPEC §7): the interface.
+
+An attack is a frozen dataclass whose ``apply_inplace`` rewrites the Byzantine
+rows of the round's uploads. Byzantine clients hold real data and have already
+computed their real gradient and their honest upload (SPEC §4); the attack sees
+the round's context and returns JSON-serialisable diagnostics.
+
+Threat model (docs/attacks.md): the Byzantine clients of a round know the
+server state, the optimiser and its hyperparameters, the round number and their
+own honest gradients; they collude (they know which sampled clients are
+Byzantine). Omniscient variants also read the honest gradients of every sampled
+client. They may upload anything, but an upload that breaks the optimiser's
+update rule is caught by verification (the paper's footnote 1), so the
+gradient-space attacks craft a gradient and push it through the rule.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class AttackContext:
+    """What a Byzantine client (or a coalition of them) knows in round t.
+
+    Attributes:
+        t: the round (from 1).
+        optimizer: the federated optimiser every client runs.
+        state: the server state after round t − 1 (read-only).
+        grads: (n, D) honest gradients of the round's sampled clients (read-only).
+        uploads: name -> (n, D) uploads of the round; rewrite only Byzantine rows.
+        byzantine: (n,) bool, which rows are Byzantine.
+        clients: (n,) client ids of the rows.
+        n_samples: (n,) training-set sizes.
+        f: the number of Byzantine clients the server assumes this round.
+        rng: the round's attack generator (stream ``attack``, key t).
+        backend: kernel backend of the run.
+        workspace: optional dict owned by the caller and kept across rounds;
+            attacks keep their scratch buffers in it (allocated once per run
+            instead of once per round). None: scratch is allocated per call.
+    """
+
+    t: int
+    optimizer: object
+    state: Mapping[str, np.ndarray]
+    grads: np.ndarray
+    uploads: Mapping[str, np.ndarray]
+    byzantine: np.ndarray
+    clients: np.ndarray
+    n_samples: np.ndarray
+    f: int
+    rng: np.random.Generator
+    backend: str = "numba"
+    workspace: dict | None = None
+
+    # -- helpers shared by the attacks ----------------------------------------------
+    def byzantine_rows(self) -> np.ndarray:
+        """int64 indices of the Byzantine rows, ascending."""
+        byz = np.asarray(self.byzantine)
+        n = self.grads.shape[0]
+        if byz.shape != (n,) or byz.dtype != np.bool_:
+            raise ValueError(f"byzantine must be a bool array of shape ({n},) (one flag per "
+                             f"gradient row), got dtype {byz.dtype} shape {byz.shape}")
+        return np.flatnonzero(byz).astype(np.int64)
+
+    def scratch(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An uninitialised buffer of ``shape`` and ``dtype``.
+
+        With a workspace, the buffer is kept under ``name`` and reused while a
+        request fits in it (the first dimension may shrink; a larger request or
+        another dtype or row length replaces it).
+        """
+        dtype = np.dtype(dtype)
+        if self.workspace is None:
+            return np.empty(shape, dtype)
+        buf = self.workspace.get(name)
+        if (buf is None or buf.dtype != dtype or buf.ndim != len(shape)
+                or buf.shape[1:] != tuple(shape[1:]) or buf.shape[0] < shape[0]):
+            buf = np.empty(shape, dtype)
+            self.workspace[name] = buf
+        return buf[: shape[0]]
+
+    def kernel_backend(self) -> str:
+        """``numpy`` for the float64 oracles, ``numba`` for every other backend (the
+        attack's buffers live in host memory)."""
+        return "numpy" if self.backend == "numpy" else "numba"
+
+
+def optimizer_name(optimizer: Any) -> str:
+    """The registry name of an optimiser given as an instance, a class or a name."""
+    if isinstance(optimizer, str):
+        return optimizer
+    name = getattr(optimizer, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"expected an optimiser (instance, class or name), got {optimizer!r}")
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack(abc.ABC):
+    name: ClassVar[str] = ""
+    #: the attack keeps the update rule, so its uploads pass verification
+    obeys_rule: ClassVar[bool] = True
+    #: optimiser names the attack applies to (None: every optimiser)
+    optimizers: ClassVar[tuple[str, ...] | None] = None
+
+    def check_optimizer(self, optimizer: Any) -> None:
+        """Raise ValueError if the attack cannot run with ``optimizer`` (an
+        instance, class or registry name). Call it when a run is configured, so
+        that an impossible combination fails before training starts."""
+        if self.optimizers is None:
+            return
+        name = optimizer_name(optimizer)
+        if name not in self.optimizers:
+            raise ValueError(
+                f"attack {self.name!r} applies to optimiser(s) {', '.join(self.optimizers)} only, "
+                f"got optimiser {name!r}{self._optimizer_reason()}")
+
+    def _optimizer_reason(self) -> str:
+        return ""
+
+    @abc.abstractmethod
+    def apply_inplace(self, ctx: AttackContext) -> dict:
+        """Rewrite ``ctx.uploads`` at the Byzantine rows; return diagnostics."""
