@@ -17,6 +17,12 @@ from rfrs_ref import __version__
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("train", "train", "Train a federated recommender (optionally under attack)."),
     "data": ("data", "data", "List, fetch and describe datasets."),
+    "reproduce": ("experiments", "reproduce", "Reproduce one of the paper's figures."),
+    "sweep": ("experiments", "sweep", "Run a grid of training runs described in a TOML file."),
+    "plot": ("experiments", "plot", "Plot a results table like the paper's figures."),
+    "golden": ("golden", "golden", "Export or check language-neutral golden test vectors."),
+    "trace": ("trace", "trace", "Compare per-round traces of two implementations."),
+    "conformance": ("conformance", "conformance", "Check a third-party rule against the laws of SPEC §9."),
 }
 
 

@@ -1,0 +1,144 @@
+"""The full configuration of a training run, and how it resolves into objects.
+
+A :class:`TrainConfig` is plain data (JSON round-trip): names of registry
+entries plus their hyperparameters. ``resolve()`` fills every default, so the
+``config.json`` of a run states every value the run used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+#: default number of rounds per dataset. Chosen so that a default run of each
+#: real dataset beats the popularity ranking clearly and finishes within
+#: minutes on a 2-core machine (see docs/training.md for the measurements).
+DEFAULT_ROUNDS = {
+    "synthetic": 300,
+    "ml100k": 600,
+    "lastfm": 600,
+    "citeulike-a": 600,
+    "citeulike-t": 600,
+}
+FALLBACK_ROUNDS = 300
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything that determines a run (SPEC §1–8).
+
+    Attributes:
+        dataset: dataset name (``rfrs_ref.data.DATASETS``).
+        data_dir: explicit dataset directory (else RFRS_DATA_DIR, cache, download).
+        dataset_params: generator parameters (synthetic only).
+        test_fraction: per-client test share of the split (SPEC §1: 0.2).
+        model: ``fism`` or ``fmf``; model_params: its hyperparameters (dim, gamma, lam, negatives).
+        optimizer: optimiser name; optimizer_params: lr, beta1, ...
+        defense: aggregation rule name (``none`` is the plain weighted mean, Option I).
+        detect: ``gradient`` or ``parameter``: what the rule compares.
+        defense_params: the rule's hyperparameters.
+        attack: attack name; attack_params: its hyperparameters.
+        byzantine_fraction: α, the fixed Byzantine share of all clients.
+        assumed_byzantine: α_assumed (None: α); f = floor(α_assumed · |sampled|).
+        rounds: T (None: the dataset's default, DEFAULT_ROUNDS).
+        client_fraction: e, clients sampled per round.
+        init_scale: θ̄⁰ ~ N(0, init_scale²).
+        dtype: ``float32`` or ``float64`` for parameters and uploads.
+        seed: the trial seed (every random stream derives from it).
+        eval_every: evaluate every this many rounds (None: rounds // 10), and at the end.
+        ks: the K of Precision@K / Recall@K.
+        verify: update-rule verification (None: on for stateful optimisers).
+        resilience: record the Definition 1–4 sums.
+        checkpoint_every: write a checkpoint every this many rounds (None: eval_every).
+        backend: ``numpy`` (oracle), ``numba`` or ``cuda``.
+        trace: also record per-client gradient norms and state checksums per round.
+    """
+
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    dataset_params: dict = dataclasses.field(default_factory=dict)
+    test_fraction: float = 0.2
+    model: str = "fism"
+    model_params: dict = dataclasses.field(default_factory=dict)
+    optimizer: str = "adam"
+    optimizer_params: dict = dataclasses.field(default_factory=dict)
+    defense: str = "none"
+    detect: str = "gradient"
+    defense_params: dict = dataclasses.field(default_factory=dict)
+    attack: str = "none"
+    attack_params: dict = dataclasses.field(default_factory=dict)
+    byzantine_fraction: float = 0.0
+    assumed_byzantine: float | None = None
+    rounds: int | None = None
+    client_fraction: float = 0.01
+    init_scale: float = 0.1
+    dtype: str = "float32"
+    seed: int = 0
+    eval_every: int | None = None
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5)
+    verify: bool | None = None
+    resilience: bool = False
+    checkpoint_every: int | None = None
+    backend: str = "numba"
+    trace: bool = False
+
+    # -- resolution -----------------------------------------------------------------
+    def resolved(self) -> "TrainConfig":
+        """A copy with every default filled in (rounds, eval interval, hyperparameters...)."""
+        from rfrs_ref.aggregate import RULES
+        from rfrs_ref.attack import ATTACKS
+        from rfrs_ref.model import MODELS
+        from rfrs_ref.optim import OPTIMIZERS
+        from rfrs_ref.params import values
+
+        c = dataclasses.replace(self)
+        if c.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be float32 or float64, got {c.dtype!r}")
+        if c.backend not in ("numpy", "numba", "cuda"):
+            raise ValueError(f"backend must be numpy, numba or cuda, got {c.backend!r}")
+        if c.rounds is None:
+            c.rounds = DEFAULT_ROUNDS.get(c.dataset, FALLBACK_ROUNDS)
+        if c.rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {c.rounds}")
+        if c.eval_every is None:
+            c.eval_every = max(1, c.rounds // 10)
+        if c.checkpoint_every is None:
+            c.checkpoint_every = c.eval_every
+        if c.assumed_byzantine is None:
+            c.assumed_byzantine = c.byzantine_fraction
+        c.ks = tuple(int(k) for k in c.ks)
+        opt_cls = OPTIMIZERS.get(c.optimizer)
+        c.optimizer_params = values(opt_cls(**c.optimizer_params))
+        if c.verify is None:
+            c.verify = opt_cls.arrays != ("theta",)
+        c.defense_params = values(RULES.get(_rule_name(c.defense))(**c.defense_params))
+        attack = ATTACKS.get(c.attack)(**c.attack_params)
+        attack.check_optimizer(c.optimizer)
+        c.attack_params = values(attack)
+        model_cls = MODELS.get(c.model)
+        c.model_params = values(model_cls(n_items=1, **c.model_params))
+        return c
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ks"] = list(self.ks)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown configuration keys: {sorted(unknown)}")
+        d = dict(d)
+        if "ks" in d:
+            d["ks"] = tuple(d["ks"])
+        return cls(**d)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True)
+
+
+def _rule_name(defense: str) -> str:
+    return "mean" if defense == "none" else defense

@@ -1,0 +1,287 @@
+"""One federated round (SPEC §4, the paper's Algorithms 1 and 2).
+
+Round t (from 1), on the server state after round t − 1:
+
+1. the server samples ``max(1, floor(e · n_clients))`` clients (stream
+   ``sampling``, key t);
+2. every sampled client computes its gradient gᵢ = ∇ℓᵢ(θ̄ᵗ⁻¹) on its training
+   set (one gradient, no local epochs) and applies its optimiser's rule to the
+   server state, producing its upload;
+3. Byzantine clients rewrite their uploads (the attack);
+4. the server recovers ĝᵢ from every upload when it needs it (gradient-space
+   detection, verification or the resilience monitor), excludes uploads that
+   fail update-rule verification, builds the detection features (ĝᵢ, or
+   θᵢ − θ̄ᵗ⁻¹ in parameter space), and lets the aggregation rule combine the
+   uploads into the new state.
+
+Each uploaded client that fails verification is provably not honest (honest
+uploads always pass), so the server's assumed Byzantine count for the rule is
+reduced by one per exclusion: f_rule = max(0, f − excluded), with
+f = floor(α_assumed · |sampled|).
+
+Everything of size n × D lives in :class:`RoundBuffers`, allocated once per
+run: writing into fresh memory every round costs more than the arithmetic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from rfrs_ref.attack.base import AttackContext
+from rfrs_ref.federated.population import assumed_byzantine, sample_clients
+from rfrs_ref.seeding import generator
+
+DETECT_SPACES = ("gradient", "parameter")
+
+
+@dataclasses.dataclass
+class Federation:
+    """The fixed ingredients of a run.
+
+    Attributes:
+        model: the recommender (``rfrs_ref.model``).
+        optimizer: the federated optimiser (``rfrs_ref.optim``).
+        rule: the aggregation rule (``rfrs_ref.aggregate``).
+        detect: ``"gradient"`` (recovered ĝ, the paper's proposal) or
+            ``"parameter"`` (uploaded θ − θ̄, the existing defences).
+        attack: what Byzantine clients do (``rfrs_ref.attack``).
+        train: the clients' training sets.
+        byzantine: (n_clients,) bool, the fixed Byzantine set.
+        client_fraction: e, the fraction of clients sampled per round.
+        assumed_fraction: α_assumed; f = floor(α_assumed · |sampled|).
+        seed: the trial seed.
+        verify: check every upload against the update rule.
+        resilience: record the Definition 1–4 sums every round.
+        backend: kernel backend (``numpy``, ``numba``, ``cuda``).
+        trace: record per-client gradient norms and state checksums.
+    """
+
+    model: Any
+    optimizer: Any
+    rule: Any
+    detect: str
+    attack: Any
+    train: Any
+    byzantine: np.ndarray
+    client_fraction: float
+    assumed_fraction: float
+    seed: int
+    verify: bool = True
+    resilience: bool = False
+    backend: str = "numba"
+    trace: bool = False
+
+    def __post_init__(self) -> None:
+        if self.detect not in DETECT_SPACES:
+            raise ValueError(f"detect must be one of {DETECT_SPACES}, got {self.detect!r}")
+        self.n_samples = self.train.counts().astype(np.int64)
+
+    @property
+    def n_clients(self) -> int:
+        return self.train.n_users
+
+    @property
+    def needs_recovery(self) -> bool:
+        return self.detect == "gradient" or self.verify or self.resilience
+
+
+class RoundBuffers:
+    """Per-run scratch: gradients, uploads and features, each (n_max, D).
+
+    ``grads`` holds the clients' honest gradients, ``uploads[name]`` what they
+    send, ``features`` what the rule compares (recovered gradients or θ − θ̄).
+    """
+
+    def __init__(self, n_max: int, n_params: int, dtype, names: tuple[str, ...],
+                 private_dim: int = 0) -> None:
+        dtype = np.dtype(dtype)
+        # np.ones touches every page now rather than during the first round
+        self.grads = np.ones((n_max, n_params), dtype)
+        self.uploads = {k: np.ones((n_max, n_params), dtype) for k in names}
+        self.features = np.ones((n_max, n_params), dtype)
+        self.private_grads = np.zeros((n_max, private_dim), dtype) if private_dim else None
+        #: scratch arrays an attack keeps from round to round
+        self.attack_workspace: dict = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.grads.nbytes * (2 + len(self.uploads))
+
+
+def _compact_rows_inplace(ok: np.ndarray, arrays: list[np.ndarray]) -> None:
+    """Move the rows where ``ok`` is True to the front, in order (each array in place)."""
+    dst = 0
+    for src in range(ok.size):
+        if ok[src]:
+            if src != dst:
+                for a in arrays:
+                    a[dst] = a[src]
+            dst += 1
+
+
+def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: RoundBuffers,
+              private: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Run round ``t`` on ``state`` (the server state after round t − 1).
+
+    Returns the new server state (fresh arrays; ``state`` is not modified) and
+    the round's record (JSON-serialisable). ``private`` (models with private
+    client state, e.g. FMF) is updated in place for the sampled clients.
+    """
+    timing: dict[str, float] = {}
+    tick = time.perf_counter()
+    opt, model = fed.optimizer, fed.model
+    names = opt.arrays
+    theta_bar = state["theta"]
+
+    clients = sample_clients(fed.seed, t, fed.n_clients, fed.client_fraction)
+    n = clients.size
+    byz = fed.byzantine[clients]
+    n_samples = fed.n_samples[clients]
+    f = assumed_byzantine(fed.assumed_fraction, n)
+
+    # -- clients: gradient, then the optimiser's rule --------------------------------
+    G = buf.grads[:n]
+    negatives = None
+    if model.negatives:
+        negatives = [
+            model.sample_negatives(fed.train.items_of(c), generator(fed.seed, "negatives", t, c))
+            for c in clients
+        ]
+    kw = {}
+    if model.has_private:
+        kw = dict(private=private["theta"], private_out=buf.private_grads[:n])
+    losses = model.grads_batch(theta_bar, fed.train, clients, G, negatives=negatives,
+                               backend=fed.backend, **kw)
+    if model.has_private:
+        _update_private_inplace(opt, private, clients, buf.private_grads[:n])
+    timing["gradients"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
+    U = {k: buf.uploads[k][:n] for k in names}
+    opt.client_rule_batch(state, G, t, U, backend=fed.backend)
+    timing["client_rule"] = time.perf_counter() - tick
+
+    # -- Byzantine clients -------------------------------------------------------------
+    attack_diag: dict = {}
+    if byz.any() and fed.attack.name != "none":
+        tick = time.perf_counter()
+        G.flags.writeable = False
+        try:
+            attack_diag = fed.attack.apply_inplace(AttackContext(
+                t=t, optimizer=opt, state=state, grads=G, uploads=U, byzantine=byz,
+                clients=clients, n_samples=n_samples, f=f,
+                rng=generator(fed.seed, "attack", t), backend=fed.backend,
+                workspace=buf.attack_workspace))
+        finally:
+            G.flags.writeable = True
+        timing["attack"] = time.perf_counter() - tick
+
+    # -- server: recovery, verification, features --------------------------------------
+    tick = time.perf_counter()
+    X = buf.features[:n]
+    if fed.needs_recovery:
+        opt.recover_batch(state, U, t, X, backend=fed.backend)
+    excluded: list[dict] = []
+    ok = np.ones(n, dtype=bool)
+    if fed.verify:
+        ok, checks, violation = opt.verify_batch(state, U, t, recovered=X, backend=fed.backend)
+        ok = np.asarray(ok, dtype=bool)
+        for r in np.flatnonzero(~ok):
+            excluded.append({"client": int(clients[r]), "byzantine": bool(byz[r]),
+                             "check": checks[r], "violation": float(violation[r])})
+    timing["recovery_verification"] = time.perf_counter() - tick
+
+    grad_norms = None
+    if fed.trace and fed.needs_recovery:
+        grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(n)]
+
+    # rows that failed verification leave every buffer; the rest stay in order
+    rows = np.flatnonzero(ok)
+    m = rows.size
+    if m < n:
+        extra = [buf.private_grads[:n]] if buf.private_grads is not None else []
+        _compact_rows_inplace(ok, [G, X, *U.values(), *extra])
+    Gk, Xk = G[:m], X[:m]
+    Uk = {k: v[:m] for k, v in U.items()}
+    f_rule = max(0, f - (n - m))
+
+    if m == 0:
+        # nothing trustworthy arrived: the state carries over unchanged
+        new_state = {k: np.array(state[k], copy=True) for k in names}
+        weights, kept_m, rule_diag = None, np.zeros(0), {"skipped": "no upload passed verification"}
+    else:
+        tick = time.perf_counter()
+        if fed.detect == "parameter":
+            np.subtract(Uk["theta"], theta_bar, out=Xk)
+        result = fed.rule.aggregate(Xk, Uk, n_samples[rows], f_rule, backend=fed.backend)
+        new_state = {k: result.arrays[k] for k in names}
+        weights, kept_m, rule_diag = result.weights, np.asarray(result.kept, float), result.diagnostics
+        timing["aggregation"] = time.perf_counter() - tick
+
+    kept = np.zeros(n)
+    kept[rows] = kept_m
+    record: dict[str, Any] = {
+        "round": t,
+        "clients": clients.tolist(),
+        "byzantine": byz.tolist(),
+        "n_samples": n_samples.tolist(),
+        "f": f,
+        "f_rule": f_rule,
+        "loss": float(np.mean(losses[~byz])) if (~byz).any() else None,
+        "excluded": excluded,
+        "kept": kept.tolist(),
+        "weights": None if weights is None else _expand(weights, rows, n).tolist(),
+        "n_byzantine_sampled": int(byz.sum()),
+        "n_byzantine_kept": int((kept[byz] > 0).sum()),
+        "byzantine_share_sampled": float(byz.mean()),
+        "byzantine_share_kept": float(kept[byz].sum() / kept.sum()) if kept.sum() > 0 else 0.0,
+        "rule": rule_diag,
+        "attack": attack_diag,
+        "state_norms": {k: float(np.linalg.norm(new_state[k].astype(np.float64))) for k in names},
+    }
+    if grad_norms is not None:
+        record["grad_norms"] = grad_norms
+    if fed.resilience and m > 0:
+        tick = time.perf_counter()
+        record["resilience"] = _resilience(fed, Gk, Xk if fed.detect == "gradient" else None,
+                                           Uk, state, t, kept_m > 0, ~byz[rows])
+        timing["resilience"] = time.perf_counter() - tick
+    record["timing"] = timing
+    return new_state, record
+
+
+def _expand(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n)
+    out[rows] = values
+    return out
+
+
+def _resilience(fed, G, X, U, state, t, kept, benign) -> dict:
+    """Definition 1–4 sums for this round over kept × benign client pairs."""
+    from rfrs_ref.optim.resilience import resilience_round
+
+    if X is None:  # parameter-space detection left the recovered gradients behind
+        X = np.empty_like(G)
+        fed.optimizer.recover_batch(state, U, t, X, backend=fed.backend)
+    return resilience_round(fed.optimizer, recovered=X, honest=G, uploads=U,
+                            kept=kept, benign=benign, backend=fed.backend)
+
+
+def _update_private_inplace(opt, private: dict, clients: np.ndarray, grads: np.ndarray) -> None:
+    """Each sampled client applies the run's optimiser to its own private vector.
+
+    The private vector has private moments and its own step count (the number
+    of rounds the client has taken part in), so bias corrections follow the
+    client's history, not the global round.
+    """
+    for r, c in enumerate(clients):
+        steps = int(private["steps"][c]) + 1
+        st = {k: private[k][c] for k in opt.arrays}
+        up = opt.client_rule(st, grads[r].astype(np.float64), steps)
+        for k in opt.arrays:
+            private[k][c] = up[k]
+        private["steps"][c] = steps

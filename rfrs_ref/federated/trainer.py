@@ -1,0 +1,383 @@
+"""Training runs: set-up, the loop over rounds, evaluation, run records, resume.
+
+A run directory holds:
+
+- ``config.json``: the resolved configuration, the dataset's provenance and
+  counts, the software versions and the machine;
+- ``metrics.csv``: one row per evaluation and K (model and popularity);
+- ``rounds.jsonl``: one JSON record per round (sampled clients, Byzantine
+  flags, exclusions, kept clients and weights, rule and attack diagnostics,
+  resilience sums, timings);
+- ``final_metrics.json``: the final evaluation, the popularity baseline, the
+  selection statistics and the resilience totals;
+- ``state.npz``: the final server state (``allow_pickle=False``);
+- ``checkpoint.npz``: the latest checkpoint, from which ``resume`` continues.
+
+Every random choice is drawn from a stream keyed by (seed, name, round), so a
+resumed run draws exactly what the uninterrupted run drew and ends with the
+same result, bit for bit, on the same machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from rfrs_ref.federated.config import TrainConfig, _rule_name
+from rfrs_ref.federated.population import byzantine_mask, clients_per_round
+from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
+from rfrs_ref.seeding import generator
+
+METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall"]
+
+
+@dataclasses.dataclass
+class TrainResult:
+    config: TrainConfig
+    final: dict
+    history: list[dict]
+    state: dict[str, np.ndarray]
+    run_dir: pathlib.Path | None
+
+
+def software_versions() -> dict:
+    """Versions of Python and of every package a run's numbers depend on."""
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for dist in ("rfrs-ref", "numpy", "numba", "llvmlite", "scipy", "pandas", "click"):
+        try:
+            out[dist.replace("-", "_")] = metadata.version(dist)
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            out[dist.replace("-", "_")] = None
+    return out
+
+
+def machine_info() -> dict:
+    import numba
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpus": os.cpu_count(),
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+    }
+
+
+class Trainer:
+    """A configured run: data, model, optimiser, rule, attack and the federation.
+
+    ``Trainer(config)`` resolves the configuration and loads the data; ``run()``
+    trains. The pieces are attributes so that experiments and tools can reuse
+    them (``trainer.split``, ``trainer.federation``, ``trainer.evaluate``).
+    """
+
+    def __init__(self, config: TrainConfig) -> None:
+        from rfrs_ref.aggregate import RULES
+        from rfrs_ref.attack import ATTACKS
+        from rfrs_ref.data import load_dataset, split_interactions
+        from rfrs_ref.model import MODELS
+        from rfrs_ref.optim import OPTIMIZERS
+
+        self.config = c = config.resolved()
+        self.data = load_dataset(c.dataset, c.data_dir, **c.dataset_params)
+        self.split = split_interactions(self.data, c.seed, c.test_fraction)
+        self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
+        self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
+        self.rule = RULES.get(_rule_name(c.defense))(**c.defense_params)
+        self.attack = ATTACKS.get(c.attack)(**c.attack_params)
+        self.byzantine = byzantine_mask(c.seed, self.data.n_users, c.byzantine_fraction)
+        self.federation = Federation(
+            model=self.model, optimizer=self.optimizer, rule=self.rule, detect=c.detect,
+            attack=self.attack, train=self.split.train, byzantine=self.byzantine,
+            client_fraction=c.client_fraction, assumed_fraction=c.assumed_byzantine,
+            seed=c.seed, verify=c.verify, resilience=c.resilience, backend=c.backend,
+            trace=c.trace)
+        self.dtype = np.dtype(c.dtype)
+        from rfrs_ref.metrics import eval_users
+
+        self.eval_users = eval_users(self.split.test, exclude=self.byzantine)
+
+    # -- state ----------------------------------------------------------------------
+    def initial_state(self) -> tuple[dict[str, np.ndarray], dict | None]:
+        """θ̄⁰ ~ N(0, init_scale²) (stream ``init``), moments 0; private client state."""
+        c = self.config
+        theta0 = self.model.init_params(generator(c.seed, "init"), c.init_scale, self.dtype)
+        state = self.optimizer.init(theta0)
+        private = None
+        if self.model.has_private:
+            u0 = self.model.private_init(self.data.n_users, generator(c.seed, "init", 1),
+                                         c.init_scale, self.dtype)
+            private = self.optimizer.init(u0.ravel())
+            private = {k: v.reshape(u0.shape) for k, v in private.items()}
+            private["steps"] = np.zeros(self.data.n_users, dtype=np.int64)
+        return state, private
+
+    def buffers(self) -> RoundBuffers:
+        n = clients_per_round(self.data.n_users, self.config.client_fraction)
+        return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
+                            private_dim=self.model.dim if self.model.has_private else 0)
+
+    # -- evaluation -----------------------------------------------------------------
+    def evaluate(self, state, private=None):
+        """Precision@K / Recall@K of the model on the benign clients' test items."""
+        from rfrs_ref.metrics import rank_metrics
+
+        backend = "numpy" if self.config.backend == "numpy" else "numba"
+        priv = None if private is None else private["theta"]
+        return rank_metrics(
+            lambda u: self.model.scores(state["theta"], self.split.train, u, private=priv,
+                                        backend=backend),
+            self.split.train, self.split.test, self.eval_users, self.config.ks, backend=backend)
+
+    def popularity(self):
+        from rfrs_ref.metrics import popularity_metrics
+
+        return popularity_metrics(self.split.train, self.split.test, self.eval_users, self.config.ks)
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self, run_dir: str | os.PathLike | None = None, *, resume: bool = False,
+            progress: Callable[[int, dict, dict | None], None] | None = None) -> TrainResult:
+        """Train for ``config.rounds`` rounds, evaluating every ``eval_every`` rounds.
+
+        ``progress(t, record, latest_metrics)`` is called after every round.
+        With ``resume``, continue from ``run_dir``'s checkpoint.
+        """
+        c = self.config
+        out = RunDirectory(run_dir) if run_dir is not None else None
+        pop = self.popularity()
+        t0, acc = 0, _Accumulators()
+        if resume:
+            if out is None:
+                raise ValueError("resume needs the run directory")
+            state, private, t0, acc = out.load_checkpoint(self)
+            out.truncate_after(t0)
+        else:
+            state, private = self.initial_state()
+            if out is not None:
+                out.start(self)
+        history = out.read_history() if (resume and out is not None) else []
+        if not resume:
+            history.append(self._evaluation_row(0, state, private, pop, out))
+        buf = self.buffers()
+        started = time.perf_counter()
+        for t in range(t0 + 1, c.rounds + 1):
+            state, record = run_round(self.federation, state, t, buf, private)
+            if c.trace:
+                record["state_checksums"] = state_checksums(state)
+            acc.add(record)
+            latest = None
+            if t % c.eval_every == 0 or t == c.rounds:
+                latest = self._evaluation_row(t, state, private, pop, out)
+                history.append(latest)
+            if out is not None:
+                out.append_round(record)
+                if t % c.checkpoint_every == 0 or t == c.rounds:
+                    out.save_checkpoint(state, private, t, acc)
+            if progress is not None:
+                progress(t, record, latest)
+        final = self._final(history[-1], pop, acc, time.perf_counter() - started)
+        if out is not None:
+            out.finish(final, state, private, c.rounds)
+        return TrainResult(c, final, history, state, out.path if out else None)
+
+    def _evaluation_row(self, t, state, private, pop, out) -> dict:
+        m = self.evaluate(state, private)
+        row = {"round": t, **m.as_dict()}
+        if out is not None:
+            out.append_metrics(t, m, pop)
+        return row
+
+    def _final(self, last: dict, pop, acc: "_Accumulators", seconds: float) -> dict:
+        ks = self.config.ks
+        model = {k: v for k, v in last.items() if k != "round"}
+        popd = pop.as_dict()
+        kmax = max(ks)
+        return {
+            "round": last["round"],
+            "model": model,
+            "popularity": popd,
+            "beats_popularity": model[f"precision@{kmax}"] > popd[f"precision@{kmax}"],
+            "selection": acc.selection(),
+            "exclusions": acc.exclusions,
+            "resilience": acc.resilience or None,
+            "seconds": seconds,
+        }
+
+
+def state_checksums(state: dict[str, np.ndarray]) -> dict[str, str]:
+    import hashlib
+
+    return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in state.items()}
+
+
+@dataclasses.dataclass
+class _Accumulators:
+    """Sums over the rounds so far, kept in checkpoints."""
+
+    byz_sampled: int = 0
+    byz_kept: float = 0.0
+    sampled: int = 0
+    kept: float = 0.0
+    exclusions: int = 0
+    excluded_byzantine: int = 0
+    excluded_honest: int = 0
+    resilience: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, rec: dict) -> None:
+        kept = np.asarray(rec["kept"])
+        byz = np.asarray(rec["byzantine"], dtype=bool)
+        self.sampled += len(byz)
+        self.byz_sampled += int(byz.sum())
+        self.kept += float(kept.sum())
+        self.byz_kept += float(kept[byz].sum())
+        self.exclusions += len(rec["excluded"])
+        self.excluded_byzantine += sum(e["byzantine"] for e in rec["excluded"])
+        self.excluded_honest += sum(not e["byzantine"] for e in rec["excluded"])
+        for k, v in (rec.get("resilience") or {}).items():
+            self.resilience[k] = self.resilience.get(k, 0.0) + float(v)
+
+    def selection(self) -> dict:
+        return {
+            "byzantine_share_sampled": self.byz_sampled / self.sampled if self.sampled else 0.0,
+            "byzantine_share_kept": self.byz_kept / self.kept if self.kept else 0.0,
+            "excluded_byzantine": self.excluded_byzantine,
+            # honest uploads always pass verification: anything but 0 is a bug
+            "excluded_honest": self.excluded_honest,
+        }
+
+
+def _atomic_write(path: pathlib.Path, write: Callable) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        write(fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class RunDirectory:
+    """The files of one run (see the module docstring)."""
+
+    def __init__(self, path) -> None:
+        self.path = pathlib.Path(path)
+
+    def start(self, trainer: Trainer) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        c = trainer.config
+        record = {
+            "config": c.to_json(),
+            "dataset": {"name": trainer.data.name, "source": trainer.data.source,
+                        "users": trainer.data.n_users, "items": trainer.data.n_items,
+                        "interactions": trainer.data.n_interactions},
+            "derived": {
+                "n_params": trainer.model.n_params(),
+                "clients_per_round": clients_per_round(trainer.data.n_users, c.client_fraction),
+                "byzantine_clients": int(trainer.byzantine.sum()),
+                "evaluated_clients": int(trainer.eval_users.size),
+                "random_streams": ["split", "init", "sampling[t]", "byzantine",
+                                   "negatives[t, client]", "attack[t]"],
+            },
+            "versions": software_versions(),
+            "machine": machine_info(),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        (self.path / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+        with open(self.path / "metrics.csv", "w", newline="") as fh:
+            csv.writer(fh).writerow(METRICS_FIELDS)
+        (self.path / "rounds.jsonl").write_text("")
+
+    def append_metrics(self, t: int, m, pop) -> None:
+        with open(self.path / "metrics.csv", "a", newline="") as fh:
+            w = csv.writer(fh)
+            for i, k in enumerate(m.ks):
+                w.writerow([t, k, repr(m.precision[i]), repr(m.recall[i]),
+                            repr(pop.precision[i]), repr(pop.recall[i])])
+
+    def append_round(self, record: dict) -> None:
+        with open(self.path / "rounds.jsonl", "a") as fh:
+            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def read_history(self) -> list[dict]:
+        rows: dict[int, dict] = {}
+        with open(self.path / "metrics.csv", newline="") as fh:
+            for r in csv.DictReader(fh):
+                t, k = int(r["round"]), int(r["k"])
+                row = rows.setdefault(t, {"round": t})
+                row[f"precision@{k}"] = float(r["precision"])
+                row[f"recall@{k}"] = float(r["recall"])
+        return [rows[t] for t in sorted(rows)]
+
+    # -- checkpoints ---------------------------------------------------------------
+    def save_checkpoint(self, state, private, t: int, acc: _Accumulators) -> None:
+        arrays = {f"state_{k}": v for k, v in state.items()}
+        if private is not None:
+            arrays.update({f"private_{k}": v for k, v in private.items()})
+        arrays["round"] = np.array(t)
+        arrays["accumulators"] = np.array(json.dumps(dataclasses.asdict(acc)))
+        _atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
+
+    def load_checkpoint(self, trainer: Trainer):
+        path = self.path / "checkpoint.npz"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no checkpoint to resume from")
+        with np.load(path, allow_pickle=False) as z:
+            state = {k[6:]: z[k] for k in z.files if k.startswith("state_")}
+            private = {k[8:]: z[k] for k in z.files if k.startswith("private_")} or None
+            t = int(z["round"])
+            acc = _Accumulators(**json.loads(str(z["accumulators"])))
+        return state, private, t, acc
+
+    def truncate_after(self, t: int) -> None:
+        """Drop what was written after round t (metrics rows, round records)."""
+        rows = []
+        with open(self.path / "metrics.csv", newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader)
+            rows = [r for r in reader if int(r[0]) <= t]
+        with open(self.path / "metrics.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(header)
+            w.writerows(rows)
+        kept = []
+        with open(self.path / "rounds.jsonl") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    if json.loads(line)["round"] <= t:
+                        kept.append(line if line.endswith("\n") else line + "\n")
+                except json.JSONDecodeError:
+                    break  # a record cut short by the interruption
+        (self.path / "rounds.jsonl").write_text("".join(kept))
+
+    def finish(self, final: dict, state, private, t: int) -> None:
+        (self.path / "final_metrics.json").write_text(json.dumps(final, indent=2) + "\n")
+        arrays = dict(state)
+        if private is not None:
+            arrays.update({f"private_{k}": v for k, v in private.items()})
+        arrays["round"] = np.array(t)
+        _atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
+
+
+def load_config(run_dir) -> TrainConfig:
+    """The configuration recorded in ``run_dir/config.json``."""
+    record = json.loads((pathlib.Path(run_dir) / "config.json").read_text())
+    return TrainConfig.from_json(record["config"])
+
+
+def train(config: TrainConfig, run_dir=None, *, resume: bool = False, progress=None) -> TrainResult:
+    """Configure and run; see :class:`Trainer`."""
+    if resume:
+        config = load_config(run_dir)
+    return Trainer(config).run(run_dir, resume=resume, progress=progress)
