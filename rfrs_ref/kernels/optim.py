@@ -1,0 +1,411 @@
+"""Fused Numba kernels of the optimiser family (SPEC §5).
+
+One kernel per optimiser and direction (client rule, recovery, verification),
+each a single pass over D per client row: the gradient (or upload) row and the
+server state are read once, every output array is written once, and nothing
+the size of θ is allocated per client. Arithmetic is float64 in registers
+whatever the arrays' dtype (float32 or float64); results are rounded once, when
+stored. Scalars (ηₜ, 1 − β) are computed in float64 by the caller.
+
+Layout of the work:
+
+- Work items are (column chunk, row) pairs, chunk-major, spread over the
+  threads by ``prange``: a thread walks every row of a chunk before the next
+  chunk, so the state's chunk comes from memory once and from cache for the
+  other rows.
+- Inner loops index 1-D views of the chunk (``row[lo:hi]``): with 2-D indexing
+  inside the loop Numba keeps per-access index arithmetic that stops LLVM from
+  vectorising, which costs a factor of about four.
+- Verification loops are branch-free so that they vectorise: structural
+  failures (non-finite values, negative moments) are counted as integers, and
+  the largest residual/tolerance ratio of a chunk is taken over the ratios'
+  IEEE bit patterns read as int64 (order-preserving for non-negative floats; a
+  NaN ratio, which only an overflow produces, sorts above +inf and fails). A
+  float max reduction would not vectorise without fast-math, and fast-math
+  (which assumes no NaN or inf) would break the very checks that look for them.
+
+No ``fastmath`` anywhere: the kernels are bound by memory traffic (rule,
+recovery) or by division (verification), and fast-math division, square root
+or contraction would change the roundings that the verification tolerances
+(:mod:`rfrs_ref.optim.tolerance`) count.
+
+``rows`` maps gradient row i to output row ``rows[i]`` (rule), or lists the
+rows to process (recovery).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from rfrs_ref.optim import tolerance as _tol
+
+#: columns per work item: the state's chunk (up to 3 arrays × 8192 × 8 B) stays
+#: in L2 while every row is processed over it
+CHUNK = 8192
+
+_sgd_recovery_bound = njit(inline="always")(_tol.sgd_recovery_bound)
+_momentum_theta_bound = njit(inline="always")(_tol.momentum_theta_bound)
+_adam_recovery_bound = njit(inline="always")(_tol.adam_recovery_bound)
+_adam_theta_bound = njit(inline="always")(_tol.adam_theta_bound)
+_root_recovery_bound = njit(inline="always")(_tol.root_recovery_bound)
+_second_moment_bound = njit(inline="always")(_tol.second_moment_bound)
+
+
+#: below this many elements a call runs on one thread: waking the second thread
+#: costs more than the work, and on a busy machine it can stall for milliseconds
+SERIAL_BELOW = 1 << 16
+
+
+@contextlib.contextmanager
+def threads_for(n_elements: int):
+    """Run the enclosed kernel calls on one thread when the work is small."""
+    if n_elements >= SERIAL_BELOW:
+        yield
+        return
+    previous = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
+
+@njit(inline="always")
+def _n_chunks(D):
+    return (D + CHUNK - 1) // CHUNK
+
+
+# -- client rules ----------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def sgd_rule(theta_bar, grads, rows, lr, out_theta):
+    """out_theta[rows[i]] = θ̄ − η·grads[i]."""
+    n, D = grads.shape
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        i = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        tb, g, ot = theta_bar[lo:hi], grads[i, lo:hi], out_theta[rows[i], lo:hi]
+        for k in range(hi - lo):
+            ot[k] = np.float64(tb[k]) - lr * np.float64(g[k])
+
+
+@njit(cache=True, parallel=True)
+def momentum_rule(m_bar, theta_bar, grads, rows, beta3, lr, out_m, out_theta):
+    """m = β₃m̄ + g; θ = θ̄ − η·m (θ from the float64 m)."""
+    n, D = grads.shape
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        i = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        r = rows[i]
+        mb, tb, g = m_bar[lo:hi], theta_bar[lo:hi], grads[i, lo:hi]
+        om, ot = out_m[r, lo:hi], out_theta[r, lo:hi]
+        for k in range(hi - lo):
+            m = beta3 * np.float64(mb[k]) + np.float64(g[k])
+            om[k] = m
+            ot[k] = np.float64(tb[k]) - lr * m
+
+
+@njit(cache=True, parallel=True)
+def adam_rule(m_bar, v_bar, theta_bar, grads, rows, beta1, c1, beta2, c2, lr_t, eps,
+              out_m, out_v, out_theta):
+    """m = β₁m̄ + c₁g; v = β₂v̄ + c₂g²; θ = θ̄ − ηₜ·m/(√v + ε) (θ from float64 m, v)."""
+    n, D = grads.shape
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        i = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        r = rows[i]
+        mb, vb, tb, gr = m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi], grads[i, lo:hi]
+        om, ov, ot = out_m[r, lo:hi], out_v[r, lo:hi], out_theta[r, lo:hi]
+        for k in range(hi - lo):
+            g = np.float64(gr[k])
+            m = beta1 * np.float64(mb[k]) + c1 * g
+            v = beta2 * np.float64(vb[k]) + c2 * (g * g)
+            om[k] = m
+            ov[k] = v
+            ot[k] = np.float64(tb[k]) - lr_t * m / (np.sqrt(v) + eps)
+
+
+@njit(cache=True, parallel=True)
+def root_rule(r_bar, theta_bar, grads, rows, decay, coef, lr, eps, out_r, out_theta):
+    """r = decay·r̄ + coef·g²; θ = θ̄ − η·g/(√r + ε) (AdaGrad: (1, 1); RMSProp: (β₄, 1 − β₄))."""
+    n, D = grads.shape
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        i = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        row = rows[i]
+        rb, tb, gr = r_bar[lo:hi], theta_bar[lo:hi], grads[i, lo:hi]
+        orr, ot = out_r[row, lo:hi], out_theta[row, lo:hi]
+        for k in range(hi - lo):
+            g = np.float64(gr[k])
+            r = decay * np.float64(rb[k]) + coef * (g * g)
+            orr[k] = r
+            ot[k] = np.float64(tb[k]) - lr * g / (np.sqrt(r) + eps)
+
+
+# -- recovery --------------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def sgd_recover(theta_bar, theta, rows, lr, out):
+    """ĝ = (θ̄ − θ)/η."""
+    n = rows.shape[0]
+    D = theta.shape[1]
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = rows[idx - c * n]
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        tb, th, o = theta_bar[lo:hi], theta[r, lo:hi], out[r, lo:hi]
+        for k in range(hi - lo):
+            o[k] = (np.float64(tb[k]) - np.float64(th[k])) / lr
+
+
+@njit(cache=True, parallel=True)
+def momentum_recover(m_bar, m, rows, beta3, out):
+    """ĝ = m − β₃m̄."""
+    n = rows.shape[0]
+    D = m.shape[1]
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = rows[idx - c * n]
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        mb, mr, o = m_bar[lo:hi], m[r, lo:hi], out[r, lo:hi]
+        for k in range(hi - lo):
+            o[k] = np.float64(mr[k]) - beta3 * np.float64(mb[k])
+
+
+@njit(cache=True, parallel=True)
+def adam_recover(m_bar, m, rows, beta1, c1, out):
+    """ĝ = (m − β₁m̄)/(1 − β₁)."""
+    n = rows.shape[0]
+    D = m.shape[1]
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = rows[idx - c * n]
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        mb, mr, o = m_bar[lo:hi], m[r, lo:hi], out[r, lo:hi]
+        for k in range(hi - lo):
+            o[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) / c1
+
+
+@njit(cache=True, parallel=True)
+def root_recover(theta_bar, r_up, theta, rows, lr, eps, out):
+    """ĝ = (θ̄ − θ)(√r + ε)/η."""
+    n = rows.shape[0]
+    D = theta.shape[1]
+    nch = _n_chunks(D)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = rows[idx - c * n]
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        tb, rr, th, o = theta_bar[lo:hi], r_up[r, lo:hi], theta[r, lo:hi], out[r, lo:hi]
+        for k in range(hi - lo):
+            d = np.float64(tb[k]) - np.float64(th[k])
+            o[k] = d * (np.sqrt(np.float64(rr[k])) + eps) / lr
+
+
+# -- verification ----------------------------------------------------------------------
+# Each kernel returns float64 (n, n_checks): per row and check, inf for a structural
+# failure (the count of failing coordinates is > 0), else the largest
+# residual/(safety·bound). Check order = the optimiser's ``checks``.
+
+@njit(inline="always")
+def _ratio(residual, bound, safety):
+    # the outer abs clears the sign of a NaN, so that its bit pattern sorts above +inf
+    return abs(abs(residual) / (safety * bound))
+
+
+@njit(inline="always")
+def _bits_max(q):
+    """Largest bit pattern of the non-negative float64 values (or NaN) in q."""
+    qi = q.view(np.int64)
+    best = np.int64(0)
+    for k in range(qi.shape[0]):
+        if qi[k] > best:
+            best = qi[k]
+    return best
+
+
+@njit(cache=True)
+def _finish(counts, bits, n_struct):
+    """(n, n_struct + n_rule) ratios from per-chunk structural counts and ratio bits."""
+    n, nch, n_rule = bits.shape
+    out = np.zeros((n, n_struct + n_rule))
+    for r in range(n):
+        for j in range(n_struct):
+            if counts[r, :, j].sum() > 0:
+                out[r, j] = np.inf
+        for j in range(n_rule):
+            best = np.int64(0)
+            for c in range(nch):
+                if bits[r, c, j] > best:
+                    best = bits[r, c, j]
+            q = np.array([best]).view(np.float64)[0]
+            out[r, n_struct + j] = np.inf if q != q else q
+    return out
+
+
+@njit(cache=True, parallel=True)
+def sgd_verify(theta):
+    """checks: (nonfinite,)."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch, 1), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        th = theta[r, lo:min(D, lo + CHUNK)]
+        bad = 0
+        for k in range(th.shape[0]):
+            bad += 1 - np.int64(np.isfinite(th[k]))
+        counts[r, c, 0] = bad
+    return _finish(counts, np.zeros((n, nch, 0), dtype=np.int64), 1)
+
+
+@njit(cache=True, parallel=True)
+def momentum_verify(theta_bar, m, theta, lr, u, tiny, safety):
+    """checks: (nonfinite, theta-rule): θ = θ̄ − η·m."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch, 1), dtype=np.int64)
+    bits = np.zeros((n, nch, 1), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        tb, mr, tr = theta_bar[lo:hi], m[r, lo:hi], theta[r, lo:hi]
+        q = np.empty(hi - lo)
+        bad = 0
+        for k in range(hi - lo):
+            mk = np.float64(mr[k])
+            th = np.float64(tr[k])
+            tbk = np.float64(tb[k])
+            bad += 1 - np.int64(np.isfinite(mk) & np.isfinite(th))
+            q[k] = _ratio(th - (tbk - lr * mk), _momentum_theta_bound(tbk, mk, lr, u, tiny), safety)
+        counts[r, c, 0] = bad
+        bits[r, c, 0] = _bits_max(q)
+    return _finish(counts, bits, 1)
+
+
+@njit(cache=True, parallel=True)
+def adam_verify(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
+                beta1, c1, beta2, c2, lr_t, eps, u, tiny, safety):
+    """checks: (nonfinite, negative-v, v-rule, theta-rule)."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch, 2), dtype=np.int64)
+    bits = np.zeros((n, nch, 2), dtype=np.int64)
+    # a division by a loop-invariant value stays a division without fast-math:
+    # multiply by the reciprocal instead (one more rounding, counted)
+    inv_c1 = 1.0 / c1
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        L = hi - lo
+        mb, vb, tb = m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi]
+        mr, vr, tr = m[r, lo:hi], v[r, lo:hi], theta[r, lo:hi]
+        gs = np.empty(L)
+        if has_recovered:
+            rec = recovered[r, lo:hi]
+            for k in range(L):
+                gs[k] = rec[k]
+        else:
+            for k in range(L):
+                gs[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
+        qv = np.empty(L)
+        qt = np.empty(L)
+        bad = 0
+        neg = 0
+        for k in range(L):
+            mk = np.float64(mr[k])
+            vk = np.float64(vr[k])
+            th = np.float64(tr[k])
+            mbk = np.float64(mb[k])
+            vbk = np.float64(vb[k])
+            tbk = np.float64(tb[k])
+            g = gs[k]
+            bad += 1 - np.int64(np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th))
+            neg += np.int64(vk < 0.0)
+            b = _adam_recovery_bound(mbk, g, beta1, u, tiny)
+            qv[k] = _ratio(vk - beta2 * vbk - c2 * (g * g),
+                           _second_moment_bound(vk, vbk, g, b, beta2, c2, u, tiny), safety)
+            # the same 1/(√v + ε) as in the bound, which the compiler computes once
+            inv_s = 1.0 / (np.sqrt(vk) + eps)
+            qt[k] = _ratio(th - (tbk - lr_t * mk * inv_s),
+                           _adam_theta_bound(tbk, mk, vk, lr_t, eps, u, tiny), safety)
+        counts[r, c, 0] = bad
+        counts[r, c, 1] = neg
+        bits[r, c, 0] = _bits_max(qv)
+        bits[r, c, 1] = _bits_max(qt)
+    return _finish(counts, bits, 2)
+
+
+@njit(cache=True, parallel=True)
+def root_verify(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
+                decay, coef, lr, eps, u, tiny, safety):
+    """checks: (nonfinite, negative-r, r-rule)."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch, 2), dtype=np.int64)
+    bits = np.zeros((n, nch, 1), dtype=np.int64)
+    inv_lr = 1.0 / lr
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        L = hi - lo
+        rb, tb = r_bar[lo:hi], theta_bar[lo:hi]
+        rr, tr = r_up[r, lo:hi], theta[r, lo:hi]
+        gs = np.empty(L)
+        if has_recovered:
+            rec = recovered[r, lo:hi]
+            for k in range(L):
+                gs[k] = rec[k]
+        else:
+            for k in range(L):
+                d = np.float64(tb[k]) - np.float64(tr[k])
+                gs[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
+        q = np.empty(L)
+        bad = 0
+        neg = 0
+        for k in range(L):
+            rk = np.float64(rr[k])
+            th = np.float64(tr[k])
+            rbk = np.float64(rb[k])
+            tbk = np.float64(tb[k])
+            g = gs[k]
+            bad += 1 - np.int64(np.isfinite(rk) & np.isfinite(th))
+            neg += np.int64(rk < 0.0)
+            b = _root_recovery_bound(tbk, rk, g, lr, eps, u, tiny)
+            q[k] = _ratio(rk - decay * rbk - coef * (g * g),
+                          _second_moment_bound(rk, rbk, g, b, decay, coef, u, tiny), safety)
+        counts[r, c, 0] = bad
+        counts[r, c, 1] = neg
+        bits[r, c, 0] = _bits_max(q)
+    return _finish(counts, bits, 2)
