@@ -14,6 +14,12 @@ import pathlib
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not pathlib.Path("/dev/nvidiactl").exists():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    # pyproject's warning filter names a Numba class, so pytest has imported
+    # numba.core.config (which reads the environment once) before this file runs
+    import sys
+
+    if "numba.core.config" in sys.modules:
+        sys.modules["numba.core.config"].reload_config()
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

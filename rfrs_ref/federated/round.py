@@ -86,7 +86,10 @@ class Federation:
 
     @property
     def needs_recovery(self) -> bool:
-        return self.detect == "gradient" or self.verify or self.resilience
+        """Whether the server materialises ĝ for every upload (verification
+        recovers it on the fly when nothing else needs it)."""
+        gradient_features = self.detect == "gradient" and getattr(self.rule, "uses_features", True)
+        return gradient_features or self.resilience or self.trace
 
 
 class RoundBuffers:
@@ -188,7 +191,8 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     excluded: list[dict] = []
     ok = np.ones(n, dtype=bool)
     if fed.verify:
-        ok, checks, violation = opt.verify_batch(state, U, t, recovered=X, backend=fed.backend)
+        ok, checks, violation = opt.verify_batch(
+            state, U, t, recovered=X if fed.needs_recovery else None, backend=fed.backend)
         ok = np.asarray(ok, dtype=bool)
         for r in np.flatnonzero(~ok):
             excluded.append({"client": int(clients[r]), "byzantine": bool(byz[r]),
@@ -215,7 +219,7 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
         weights, kept_m, rule_diag = None, np.zeros(0), {"skipped": "no upload passed verification"}
     else:
         tick = time.perf_counter()
-        if fed.detect == "parameter":
+        if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
             np.subtract(Uk["theta"], theta_bar, out=Xk)
         result = fed.rule.aggregate(Xk, Uk, n_samples[rows], f_rule, backend=fed.backend)
         new_state = {k: result.arrays[k] for k in names}
@@ -247,7 +251,8 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
         record["grad_norms"] = grad_norms
     if fed.resilience and m > 0:
         tick = time.perf_counter()
-        record["resilience"] = _resilience(fed, Gk, Xk if fed.detect == "gradient" else None,
+        gradients_in_x = fed.detect == "gradient" or not getattr(fed.rule, "uses_features", True)
+        record["resilience"] = _resilience(fed, Gk, Xk if gradients_in_x else None,
                                            Uk, state, t, kept_m > 0, ~byz[rows])
         timing["resilience"] = time.perf_counter() - tick
     record["timing"] = timing

@@ -1,0 +1,288 @@
+"""Aggregation rules: our kernels against plain NumPy, Flower and ByzFL.
+
+For every rule and every (n, D) of the grid (default n ∈ {20, 55, 100},
+D ∈ {100,000, 2,173,440}, float32; D = 2,173,440 is FISM on citeulike-a), one
+run times on the same matrix X (n × D, the detection features, also the one
+uploaded array, as the other libraries aggregate the vectors they rank):
+
+- ours: ``rule.aggregate(X, {"theta": X}, n_samples, f)`` (``backend="numba"``);
+- NumPy: what one writes without kernels, with one OpenBLAS thread
+  (Gram-matrix distances ‖a‖² + ‖b‖² − 2a·b in float32 for krum and bulyan,
+  ``np.median``, ``np.partition``, one Weiszfeld step as a matrix-vector
+  product plus ``np.linalg.norm(X − z, axis=1)``);
+- Flower (``flwr.server.strategy.aggregate``) and ByzFL (``byzfl`` aggregators)
+  when importable;
+- the machine's one-pass read of X (a parallel finiteness check of every
+  value): the floor for any rule that reads X once.
+
+f is ⌊0.4 n⌋ (the paper's largest Byzantine fraction), ⌊(n − 3)/4⌋ for Bulyan
+(n ≥ 4f + 3: 24 at n = 100). RFA is timed per Weiszfeld step: ours runs 10
+steps (tolerance 0), NumPy and ByzFL run 10 steps of the same map. Every
+figure is the minimum over ``--repeat`` runs (``--repeat-slow`` for Flower
+and ByzFL), the median beside it; speedups are ratios within this run.
+
+    python benchmarks/bench_aggregate.py                       # the full grid (long)
+    python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --rules krum median
+    python benchmarks/bench_aggregate.py --n 20 --dim 100000 --no-flower
+    python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --threads 1   # one core each
+
+On a shared machine the figures of the parallel kernels suffer most (a
+parallel region waits for its slowest thread); compare ratios from one run on a
+quiet machine, or one core against one core with ``--threads 1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# one BLAS thread for the NumPy baselines: set before NumPy is imported
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import types  # noqa: E402
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rfrs_ref.aggregate import RFA, RULES  # noqa: E402
+from rfrs_ref.kernels.weiszfeld import rows_finite, weiszfeld_pass  # noqa: E402
+
+ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan"]
+RFA_STEPS = 10
+
+
+def timed(fn, repeat: int) -> tuple[float, float, object]:
+    ts = []
+    out = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts), statistics.median(ts), out
+
+
+def f_for(rule: str, n: int) -> int:
+    if rule == "bulyan":
+        return (n - 3) // 4
+    return min(int(0.4 * n), (n - 3) // 2)
+
+
+# ------------------------------------------------------------------ plain NumPy baselines
+
+def np_gram_sq_dists(X):
+    sq = np.einsum("ij,ij->i", X, X)
+    return sq[:, None] + sq[None, :] - 2 * (X @ X.T)
+
+
+def np_krum_select(D2, f, candidates):
+    R = np.asarray(candidates)
+    sub = D2[np.ix_(R, R)].astype(np.float64)
+    np.fill_diagonal(sub, np.inf)
+    m = min(R.size - 1, max(1, R.size - f - 2))
+    return np.sort(sub, axis=1)[:, :m].sum(axis=1)
+
+
+def np_mean(X, ns, f):
+    return (ns / ns.sum()) @ X
+
+
+def np_krum(X, ns, f):
+    n = X.shape[0]
+    scores = np_krum_select(np_gram_sq_dists(X), f, np.arange(n))
+    kept = np.argsort(scores, kind="stable")[: n - f]
+    w = ns[kept] / ns[kept].sum()
+    return w @ X[kept]
+
+
+def np_median(X, ns, f):
+    return np.median(X, axis=0)
+
+
+def np_trmean(X, ns, f):
+    n = X.shape[0]
+    return np.partition(X, (f, n - f - 1), axis=0)[f: n - f].mean(axis=0)
+
+
+def np_weiszfeld_step(X, alpha):
+    z = (alpha @ X) / alpha.sum()
+    d = np.linalg.norm(X - z.astype(X.dtype), axis=1)
+    return z, d
+
+
+def np_rfa(X, ns, f):
+    alpha = ns.astype(np.float64)
+    for _ in range(RFA_STEPS):
+        z, d = np_weiszfeld_step(X, alpha)
+        alpha = ns / np.maximum(1e-6, d)
+    return z
+
+
+def np_bulyan(X, ns, f):
+    n = X.shape[0]
+    D2 = np_gram_sq_dists(X)
+    remaining = list(range(n))
+    selected = []
+    for _ in range(n - 2 * f):
+        scores = np_krum_select(D2, f, remaining)
+        best = remaining[int(np.argmin(scores))]
+        selected.append(best)
+        remaining.remove(best)
+    S = X[np.sort(selected)]
+    med = np.median(S, axis=0)
+    beta = S.shape[0] - 2 * f
+    idx = np.argpartition(np.abs(S - med), beta - 1, axis=0)[:beta]
+    return np.take_along_axis(S, idx, axis=0).mean(axis=0)
+
+
+NUMPY = {"mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
+         "rfa": np_rfa, "bulyan": np_bulyan}
+
+
+# ------------------------------------------------------------------ other libraries
+
+def load_flower():
+    try:
+        return importlib.import_module("flwr.server.strategy.aggregate")
+    except Exception:
+        return None
+
+
+def load_byzfl():
+    """ByzFL's aggregators without running ``byzfl/__init__`` (which imports
+    torchvision): a bare package module with the real ``__path__``."""
+    try:
+        import torch  # noqa: F401
+    except Exception:
+        return None
+    spec = importlib.util.find_spec("byzfl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    if "byzfl" not in sys.modules:
+        pkg = types.ModuleType("byzfl")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        pkg.__spec__ = spec
+        sys.modules["byzfl"] = pkg
+    return importlib.import_module("byzfl.aggregators.aggregators")
+
+
+def flower_call(fl, rule, X, ns, f, slow):
+    results = [([X[i]], int(ns[i])) for i in range(X.shape[0])]
+    n = X.shape[0]
+    if rule == "mean":
+        return lambda: fl.aggregate(results)
+    if rule == "krum":
+        return lambda: fl.aggregate_krum(results, num_malicious=f, to_keep=n - f)
+    if rule == "median":
+        return lambda: fl.aggregate_median(results)
+    if rule == "trmean":
+        return lambda: fl.aggregate_trimmed_avg(results, proportiontocut=(f + 0.5) / n)
+    if rule == "bulyan" and slow:
+        return lambda: fl.aggregate_bulyan(list(results), num_malicious=f,
+                                           aggregation_rule=fl.aggregate_krum, to_keep=0)
+    return None
+
+
+def byzfl_call(bz, rule, X, ns, f):
+    if rule == "mean":
+        return bz.Average()
+    if rule == "krum":
+        return bz.MultiKrum(f)
+    if rule == "median":
+        return bz.Median()
+    if rule == "trmean":
+        return bz.TrMean(f)
+    if rule == "rfa":
+        return bz.GeometricMedian(nu=1e-6, T=RFA_STEPS)
+    return None
+
+
+# ------------------------------------------------------------------ main
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[20, 55, 100])
+    ap.add_argument("--dim", type=int, nargs="+", default=[100_000, 2_173_440])
+    ap.add_argument("--rules", nargs="+", default=ALL_RULES, choices=ALL_RULES)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat-slow", type=int, default=1, help="repeats for Flower and ByzFL")
+    ap.add_argument("--no-flower", action="store_true")
+    ap.add_argument("--no-byzfl", action="store_true")
+    ap.add_argument("--slow", action="store_true",
+                    help="also run Flower's Bulyan (minutes at full size)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="Numba threads for our kernels (default: all; 1 compares one core with one core)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        numba.set_num_threads(args.threads)
+
+    fl = None if args.no_flower else load_flower()
+    bz = None if args.no_byzfl else load_byzfl()
+    rows_finite(np.zeros((1, 1), np.float32))  # starts Numba's thread pool
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"numba {numba.__version__} ({numba.get_num_threads()} threads, "
+          f"{numba.threading_layer()} layer), numpy {np.__version__}, "
+          f"OpenBLAS threads 1; Flower: {'yes' if fl else 'no'}, ByzFL: {'yes' if bz else 'no'}")
+    print("# times in seconds: min (median) over repeats; 'x' = speedup of ours over that column")
+    header = (f"{'rule':8} {'n':>4} {'D':>9} {'f':>3} | {'read X':>7} | {'ours':>15} | "
+              f"{'numpy':>15} {'x':>6} | {'flower':>15} {'x':>6} | {'byzfl':>15} {'x':>6} | {'dev':>8}")
+    print(header)
+    print("-" * len(header))
+
+    def cell(t):
+        return f"{t[0]:7.3f} ({t[1]:5.3f})" if t else f"{'-':>15}"
+
+    def ratio(base, ours):
+        return f"{base[0] / ours[0]:6.1f}" if base else f"{'-':>6}"
+
+    for D in args.dim:
+        for n in args.n:
+            rng = np.random.default_rng(0)
+            X = rng.standard_normal((n, D), dtype=np.float32)
+            ns = rng.integers(20, 60, size=n).astype(np.float64)
+            rows_finite(X)  # compile and touch
+            read = timed(lambda: rows_finite(X), max(3, args.repeat))
+            for rule in args.rules:
+                f = f_for(rule, n)
+                ns_rule = np.full(n, 40.0) if rule != "mean" else ns  # the libraries ignore nᵢ
+                if rule == "rfa":
+                    ours_rule = RFA(tol=0.0, max_iter=RFA_STEPS)
+                else:
+                    ours_rule = RULES.get(rule)()
+                ours_rule.aggregate(X[:, :1000].copy(), {"theta": X[:, :1000].copy()}, ns_rule, f)  # compile
+                ours = timed(lambda: ours_rule.aggregate(X, {"theta": X}, ns_rule, f), args.repeat)
+                base = timed(lambda: NUMPY[rule](X, ns_rule, f), args.repeat)
+                dev = np.max(np.abs(ours[2].arrays["theta"] - base[2])) / max(1e-30, np.max(np.abs(base[2])))
+                flw = None
+                if fl is not None:
+                    call = flower_call(fl, rule, X, ns_rule, f, args.slow)
+                    if call is not None:
+                        flw = timed(call, args.repeat_slow)
+                byz = None
+                if bz is not None:
+                    agg = byzfl_call(bz, rule, X, ns_rule, f)
+                    if agg is not None:
+                        byz = timed(lambda: agg(X), args.repeat_slow)
+                print(f"{rule:8} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | {cell(ours)} | {cell(base)} "
+                      f"{ratio(base, ours)} | {cell(flw)} {ratio(flw, ours)} | {cell(byz)} "
+                      f"{ratio(byz, ours)} | {dev:8.1e}", flush=True)
+                if rule == "rfa":
+                    # per Weiszfeld step: our fused pass against one NumPy step
+                    alpha = ns_rule / ns_rule.sum()
+                    step = timed(lambda: weiszfeld_pass(X, alpha), args.repeat)
+                    npstep = timed(lambda: np_weiszfeld_step(X, alpha), args.repeat)
+                    print(f"{'  1 step':8} {n:4d} {D:9d} {'':3} | {'':7} | {cell(step)} | {cell(npstep)} "
+                          f"{ratio(npstep, step)} |", flush=True)
+            del X
+    print("# dev: max |ours − NumPy| / max |NumPy| on the aggregate (krum/bulyan: the float32 Gram "
+          "baseline may rank clients differently; rfa: 10 steps from different starts)")
+
+
+if __name__ == "__main__":
+    main()

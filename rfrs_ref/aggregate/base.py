@@ -1,0 +1,283 @@
+"""The interface of aggregation rules (SPEC §4 step 4 and §6).
+
+A rule sees the round's detection features ``X`` (n × D): the recovered
+gradients (``detect = gradient``) or the uploaded parameters minus the server's
+(``detect = parameter``, see :func:`parameter_features`); the uploaded arrays
+(θ, m, v, r), the clients' training-set sizes nᵢ and the assumed number of
+Byzantine clients f. It decides on the features, and applies the same decision
+to every uploaded array:
+
+- per-client rules (mean, krum, rfa) give weights wᵢ ≥ 0, Σ wᵢ = 1, and every
+  array is aggregated as ``Σᵢ wᵢ · A[i]``;
+- coordinate-wise rules (median, trmean, bulyan) choose at every coordinate a
+  set of kept clients on the features, and every array is aggregated at that
+  coordinate over those clients with weights ∝ nᵢ.
+
+So with equal weights per client at every coordinate the aggregated second
+moment stays a convex combination of non-negative uploads.
+
+Hostile input: a client whose feature row, or any of whose uploaded rows,
+holds a NaN or ±inf is treated as infinitely far by the per-client robust rules
+(it gets weight 0), and its value at such a coordinate is ranked as an extreme
+by the coordinate-wise rules. Only ``mean`` (no defence) lets it through.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from rfrs_ref.params import hyper, values
+
+BACKENDS = ("numpy", "numba", "cuda")
+
+#: What a rule does when n and f violate its precondition.
+FALLBACKS = ("error", "reduce-f", "mean")
+
+#: Detection spaces (SPEC §6): what the rows of ``features`` are.
+DETECT = ("gradient", "parameter")
+
+
+class PreconditionError(ValueError):
+    """A rule's precondition on the number of clients n and the assumed number of
+    Byzantine clients f does not hold (the message names n, f and the condition)."""
+
+    def __init__(self, rule: str, n: int, f: int, condition: str, detail: str = "") -> None:
+        self.rule, self.n, self.f, self.condition = rule, n, f, condition
+        msg = f"{rule} needs {condition}, but n={n} and f={f}"
+        if detail:
+            msg += f" ({detail})"
+        msg += (
+            "; lower the assumed Byzantine fraction, sample more clients per round, or set "
+            "the rule's fallback to 'reduce-f' or 'mean'"
+        )
+        super().__init__(msg)
+
+
+@dataclasses.dataclass
+class AggregationResult:
+    """What a rule returns.
+
+    Attributes:
+        arrays: name -> aggregated (D,) array, one per uploaded array, in the
+            upload's dtype (sums are float64 internally).
+        weights: (n,) float64 per-client weights (≥ 0, sum 1) for per-client rules;
+            None for coordinate-wise rules, whose weights vary by coordinate.
+        kept: (n,) float64 in [0, 1]: the fraction of coordinates at which the
+            client's value takes part in the aggregate (1 or 0 for per-client
+            rules: 1 iff its weight is positive).
+        diagnostics: strict-JSON facts about the decision (lists, not arrays;
+            ``None`` where a score or distance is infinite): the rule, n, f, the
+            f actually used, scores, selected ids, iterations, convergence,
+            fallback...
+    """
+
+    arrays: dict[str, np.ndarray]
+    weights: np.ndarray | None
+    kept: np.ndarray
+    diagnostics: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule(abc.ABC):
+    """An aggregation rule: a frozen dataclass whose fields are hyperparameters.
+
+    Subclasses set ``name`` and ``coordinatewise``, implement ``_condition`` (the
+    precondition on n and f, or None) and ``_aggregate`` (the rule proper, called
+    with validated inputs and the f to use).
+    """
+
+    name: ClassVar[str] = ""
+    coordinatewise: ClassVar[bool] = False
+    #: False for rules that never read the features (the round loop may skip building them)
+    uses_features: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        fb = getattr(self, "fallback", "error")
+        if fb not in FALLBACKS:
+            raise ValueError(f"{self.name} fallback must be one of {', '.join(FALLBACKS)}, got {fb!r}")
+
+    # -- precondition -------------------------------------------------------------
+    def _condition(self, n: int, f: int) -> str | None:
+        """The violated precondition as text (e.g. "n > 2f + 2"), or None if it holds."""
+        return None
+
+    def check(self, n: int, f: int) -> None:
+        """Raise :class:`PreconditionError` unless the rule can run with n clients
+        of which at most f are Byzantine (ignores the fallback)."""
+        _check_counts(n, f)
+        cond = self._condition(n, f)
+        if cond is not None:
+            raise PreconditionError(self.name, n, f, cond)
+
+    def _resolve_f(self, n: int, f: int) -> tuple[int | None, dict | None]:
+        """The f to run with (None: run the mean), and the fallback record if any."""
+        cond = self._condition(n, f)
+        if cond is None:
+            return f, None
+        action = getattr(self, "fallback", "error")
+        if action == "error":
+            raise PreconditionError(self.name, n, f, cond)
+        record = {"reason": f"{self.name} needs {cond}, but n={n} and f={f}", "action": action}
+        if action == "reduce-f":
+            for f2 in range(f - 1, -1, -1):
+                if self._condition(n, f2) is None:
+                    record["f_used"] = f2
+                    return f2, record
+            record["action"] = "mean"
+            record["reason"] += f"; no f ≥ 0 satisfies it with n={n}, so the mean is used"
+        record["f_used"] = None
+        return None, record
+
+    # -- the rule -----------------------------------------------------------------
+    def aggregate(
+        self,
+        features: np.ndarray,
+        arrays: Mapping[str, np.ndarray],
+        n_samples: np.ndarray,
+        f: int,
+        *,
+        backend: str = "numba",
+    ) -> AggregationResult:
+        """Aggregate the round's uploads.
+
+        Args:
+            features: (n, D) detection features (float32 or float64).
+            arrays: name -> (n, D) uploaded arrays (θ, m, v, r), same n and D.
+            n_samples: (n,) the clients' training-set sizes nᵢ (> 0).
+            f: the assumed number of Byzantine clients (0 ≤ f).
+            backend: ``"numpy"`` (float64 oracle), ``"numba"`` or ``"cuda"``.
+
+        Inputs are never modified. Raises :class:`PreconditionError` when n and f
+        violate the rule's precondition and its fallback is ``"error"``.
+        """
+        X, mats, w = validate_inputs(features, arrays, n_samples, f, backend)
+        n = X.shape[0]
+        f_used, record = self._resolve_f(n, f)
+        if f_used is None:
+            from rfrs_ref.aggregate.mean import Mean
+
+            res = Mean()._aggregate(X, mats, w, 0, backend)
+        else:
+            res = self._aggregate(X, mats, w, f_used, backend)
+        diag = {"rule": self.name, "n": n, "f": int(f), "f_used": f_used,
+                "hyperparameters": values(self), "backend": backend}
+        diag.update(res.diagnostics)
+        diag["fallback"] = record
+        res.diagnostics = jsonable(diag)
+        return res
+
+    @abc.abstractmethod
+    def _aggregate(self, X: np.ndarray, arrays: dict[str, np.ndarray], n_samples: np.ndarray,
+                   f: int, backend: str) -> AggregationResult:
+        """The rule on validated inputs (``X`` 2-D float, ``n_samples`` float64 > 0)."""
+
+
+def fallback_field():
+    return hyper("error", "when n and f violate the rule's precondition: error, reduce-f "
+                 "(largest f that satisfies it) or mean (no defence this round); recorded "
+                 "in the diagnostics", cli="fallback", choices=FALLBACKS)
+
+
+def _check_counts(n: int, f: int) -> None:
+    if isinstance(f, (bool, np.bool_)) or not isinstance(f, (int, np.integer)) or f < 0:
+        raise ValueError(f"f (the assumed number of Byzantine clients) must be an integer ≥ 0, got {f!r}")
+    if n < 1:
+        raise ValueError(f"aggregation needs at least one client, got n={n}")
+
+
+def validate_inputs(features, arrays, n_samples, f, backend):
+    """Check shapes, dtypes and values; return (features, arrays, n_samples float64).
+
+    Nothing is copied unless a dtype conversion is needed; nothing is modified.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    X = np.asarray(features)
+    if X.ndim != 2:
+        raise ValueError(f"features must be a 2-D (n clients × D) array, got shape {X.shape}")
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    n, D = X.shape
+    _check_counts(n, f)
+    if D < 1:
+        raise ValueError(f"features must have at least one coordinate, got shape {X.shape}")
+    mats: dict[str, np.ndarray] = {}
+    for name, A in arrays.items():
+        A = np.asarray(A)
+        if A.shape != (n, D):
+            raise ValueError(
+                f"uploaded array {name!r} has shape {A.shape}, but the features are {X.shape}: "
+                "every upload must have one row per client and the features' length"
+            )
+        if not np.issubdtype(A.dtype, np.floating):
+            raise TypeError(f"uploaded array {name!r} must be floating point, got dtype {A.dtype}")
+        mats[name] = A
+    w = np.asarray(n_samples, dtype=np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"n_samples must have one entry per client, shape ({n},), got {w.shape}")
+    if not (np.isfinite(w).all() and (w > 0).all()):
+        bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)))
+        raise ValueError(
+            f"n_samples must be finite and > 0 (every client trains on at least one item); "
+            f"clients {bad.tolist()[:10]} have {w[bad].tolist()[:10]}"
+        )
+    return X, mats, w
+
+
+def parameter_features(
+    theta_uploads: np.ndarray, theta_bar: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Parameter-space detection features θᵢ − θ̄ (SPEC §6), row by row.
+
+    Every rule is translation-equivariant, so comparing θᵢ − θ̄ chooses what
+    comparing θᵢ would, but keeps the values near 0, where float32 has its
+    precision (the differences of nearby floats are exact).
+
+    Args:
+        theta_uploads: (n, D) uploaded θ. theta_bar: (D,) the server's θ̄ᵗ⁻¹.
+        out: optional (n, D) buffer to write into (may not alias the inputs).
+
+    Returns:
+        (n, D) array in the uploads' dtype (``out`` when given).
+    """
+    T = np.asarray(theta_uploads)
+    tb = np.asarray(theta_bar)
+    if T.ndim != 2 or tb.shape != (T.shape[1],):
+        raise ValueError(
+            f"parameter_features needs θ uploads (n, D) and θ̄ (D,), got {T.shape} and {tb.shape}"
+        )
+    if out is None:
+        out = np.empty_like(T)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.subtract(T, tb.astype(T.dtype, copy=False), out=out)
+    return out
+
+
+def combine(arrays: Mapping[str, np.ndarray], weights: np.ndarray, backend: str) -> dict[str, np.ndarray]:
+    """Σᵢ wᵢ · A[i] for every array, float64 sums, rows with wᵢ = 0 skipped (so a
+    NaN in a row with zero weight cannot reach the result)."""
+    from rfrs_ref.aggregate.combine import combine_rows
+
+    return {name: combine_rows(A, weights, backend=backend) for name, A in arrays.items()}
+
+
+def jsonable(x: Any) -> Any:
+    """Lists and Python scalars for strict JSON: NumPy values converted, and a
+    non-finite float (an infinitely far client's score or distance) as None."""
+    if isinstance(x, np.ndarray):
+        return [jsonable(v) for v in x.tolist()] if x.ndim else jsonable(x.item())
+    if isinstance(x, (float, np.floating)):
+        return float(x) if np.isfinite(x) else None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    return x

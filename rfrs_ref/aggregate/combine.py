@@ -1,0 +1,108 @@
+"""Weighted combination of uploaded rows, and the finiteness of clients.
+
+``combine_rows(A, w) = Σᵢ wᵢ · A[i]`` with float64 sums, over the rows with
+wᵢ ≠ 0 only: a row that a rule gave weight 0 takes no part, even if it holds
+NaN (0 · NaN would be NaN). The result has A's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+from numba import njit, prange
+
+from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
+from rfrs_ref.kernels.weiszfeld import rows_finite
+
+BLOCK = 1024
+
+
+def combine_rows_numpy(A: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Oracle of :func:`combine_rows`."""
+    A = np.asarray(A)
+    w = np.asarray(w, dtype=np.float64)
+    use = w != 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = (w[use, None] * np.asarray(A[use], dtype=np.float64)).sum(axis=0)
+    return out.astype(A.dtype)
+
+
+@njit(cache=True, parallel=True)
+def _combine_rows_numba(A, w, out, block, nchunks):
+    n, D = A.shape
+    nblocks = (D + block - 1) // block
+    live = np.empty(n, dtype=np.int64)
+    nl = 0
+    for i in range(n):
+        if w[i] != 0:
+            live[nl] = i
+            nl += 1
+    for c in prange(nchunks):
+        acc = np.empty(block)
+        for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            k0 = b * block
+            bw = min(D, k0 + block) - k0
+            acc[:bw] = 0.0
+            # four rows per sweep: one load and store of the running sum feeds four
+            r = 0
+            while r + 4 <= nl:
+                i0, i1, i2, i3 = live[r], live[r + 1], live[r + 2], live[r + 3]
+                w0, w1, w2, w3 = w[i0], w[i1], w[i2], w[i3]
+                a0 = A[i0, k0:k0 + bw]
+                a1 = A[i1, k0:k0 + bw]
+                a2 = A[i2, k0:k0 + bw]
+                a3 = A[i3, k0:k0 + bw]
+                for k in range(bw):
+                    acc[k] += w0 * a0[k] + w1 * a1[k] + w2 * a2[k] + w3 * a3[k]
+                r += 4
+            while r < nl:
+                i = live[r]
+                wi = w[i]
+                a = A[i, k0:k0 + bw]
+                for k in range(bw):
+                    acc[k] += wi * a[k]
+                r += 1
+            o = out[k0:k0 + bw]
+            for k in range(bw):
+                o[k] = acc[k]
+
+
+def combine_rows(A: np.ndarray, w: np.ndarray, *, backend: str = "numba") -> np.ndarray:
+    """Σᵢ wᵢ · A[i] over the rows with wᵢ ≠ 0, float64 sums, in A's dtype.
+
+    Args:
+        A: (n, D) array. w: (n,) weights. backend: numpy, numba or cuda.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    if backend == "numpy":
+        return combine_rows_numpy(A, w)
+    M = np.asarray(A)
+    dtype = M.dtype
+    M = as_float_matrix(M, "A")
+    if backend == "cuda":
+        from rfrs_ref.kernels import cuda as _cuda
+
+        return _cuda.combine_rows_cuda(M, w).astype(dtype, copy=False)
+    out = np.empty(M.shape[1], dtype=M.dtype)
+    _combine_rows_numba(M, w, out, BLOCK, n_chunks(M.shape[1], BLOCK))
+    return out.astype(dtype, copy=False)
+
+
+def finite_clients(X: np.ndarray, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> np.ndarray:
+    """(n,) bool: the clients whose feature row and every uploaded row are finite.
+
+    An array that is the features themselves (the same object) is not read twice.
+    """
+    def check(M):
+        if backend == "numpy":
+            with np.errstate(invalid="ignore"):
+                return np.isfinite(np.asarray(M)).all(axis=1)
+        return rows_finite(as_float_matrix(M, "array"))
+
+    ok = check(X)
+    for A in arrays.values():
+        if A is X:
+            continue
+        ok &= check(A)
+    return ok

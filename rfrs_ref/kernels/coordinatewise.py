@@ -1,0 +1,401 @@
+"""Coordinate-wise selection (median, trimmed mean, Bulyan's second step), fused
+with applying the selection to every uploaded array.
+
+At every coordinate k the s candidate rows ``rows`` are ranked by their
+feature value ``F[i, k]``; a window of ranks is kept; every uploaded array is
+combined over the kept rows with weights proportional to ``weights[i]``:
+
+    out_q[k] = Σ_{i kept at k} wᵢ · A_q[i, k] / Σ_{i kept at k} wᵢ
+
+Two windows:
+
+- ``"trim"`` (trimmed mean, median): ranks ``t .. s − 1 − t``, i.e. the t
+  largest and t smallest values are removed (Yin et al. 2018). The median is
+  ``t = (s − 1) // 2``: one value for odd s, the two middle values for even s.
+- ``"closest"`` (Bulyan, El Mhamdi et al. 2018): the ``s − 2t`` values closest
+  to the median of the s values (for even s, the mean of the two middle
+  values). They form a window of consecutive ranks, found by removing, 2t
+  times, whichever end of the current window is farther from the median (the
+  upper end on a tie).
+
+Ranking (the same in every backend):
+
+- **Total order.** Values are ordered by value, ties by row index (a stable
+  sort). Every non-finite value (NaN, +inf, −inf) ranks as +inf, above every
+  finite value: it is an extreme, trimmed first, and can only be kept when
+  more than t values at that coordinate are extreme (beyond the rule's
+  assumption).
+- **Uploads are checked too.** A row whose value in any uploaded array is NaN
+  or ±inf at coordinate k is ranked at k as if its feature were +inf, so a
+  non-finite upload cannot be selected where the feature looked harmless.
+- ``kept[i]`` counts the coordinates at which row i is in the window.
+
+Backends: ``"numpy"`` (float64 oracle with a stable argsort), ``"numba"``
+(parallel over column blocks; a pruned Batcher sorting network vectorised across
+a block of coordinates, then one pass over every array: the data are read once),
+``"cuda"`` (:mod:`rfrs_ref.kernels.cuda`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Mapping
+
+import numpy as np
+from numba import njit, prange
+
+from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
+
+MODES = {"trim": 0, "closest": 1}
+
+#: Columns processed together by one sorting network pass (the SIMD lanes).
+BLOCK = 128
+
+
+@functools.lru_cache(maxsize=None)
+def sorting_network(s: int, needed: tuple[int, ...] | None = None) -> np.ndarray:
+    """Comparators ``(a, b)``, a < b, of a network that sorts s values ascending.
+
+    Batcher's odd-even merge sort for the next power of two N ≥ s, with the
+    comparators that touch a position ≥ s removed (padding the input with +inf
+    makes them no-ops, so what remains sorts any s values). With ``needed``,
+    only the comparators on which those output positions depend are kept (a
+    selection network).
+
+    Returns:
+        int64 array of shape (C, 2).
+    """
+    if s <= 0:
+        raise ValueError(f"a sorting network needs at least one value, got s={s}")
+    N = 1
+    while N < s:
+        N *= 2
+    pairs = []
+    p = 1
+    while p < N:
+        k = p
+        while k >= 1:
+            for j in range(k % p, N - k, 2 * k):
+                for i in range(min(k, N - j - k)):
+                    if (i + j) // (2 * p) == (i + j + k) // (2 * p):
+                        a, b = i + j, i + j + k
+                        if b < s:
+                            pairs.append((a, b))
+            k //= 2
+        p *= 2
+    if needed is not None:
+        live = set(needed)
+        kept = []
+        for a, b in reversed(pairs):
+            if a in live or b in live:
+                kept.append((a, b))
+                live.update((a, b))
+        pairs = kept[::-1]
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def _window_sizes(mode: str, s: int, t: int) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown window {mode!r}; choose one of: {', '.join(MODES)}")
+    if t < 0 or s - 2 * t < 1:
+        raise ValueError(
+            f"a coordinate-wise window needs s − 2t ≥ 1 kept values, got s={s}, t={t}"
+        )
+
+
+def coordinatewise_numpy(
+    features: np.ndarray,
+    arrays: Mapping[str, np.ndarray],
+    weights: np.ndarray,
+    *,
+    mode: str,
+    t: int,
+    rows: np.ndarray | None = None,
+) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """Oracle: float64, a stable argsort per coordinate (see the module docstring).
+
+    Returns:
+        (aggregated arrays in their own dtypes, kept counts (n,) int64, number of
+        coordinates at which a non-finite key was kept).
+    """
+    F = np.asarray(features, dtype=np.float64)
+    n, D = F.shape
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    s = rows.size
+    _window_sizes(mode, s, t)
+    with np.errstate(invalid="ignore"):
+        keys = F[rows].copy()
+        keys[~np.isfinite(keys)] = np.inf
+        for A in arrays.values():
+            keys[~np.isfinite(np.asarray(A)[rows])] = np.inf
+    order = np.argsort(keys, axis=0, kind="stable")  # (s, D): sorted position -> row
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(s)[:, None].repeat(D, axis=1), axis=0)
+    sorted_keys = np.take_along_axis(keys, order, axis=0)
+    if mode == "trim":
+        lo = np.full(D, t)
+        hi = np.full(D, s - 1 - t)
+    else:
+        if s % 2:
+            med = sorted_keys[(s - 1) // 2]
+        else:
+            with np.errstate(invalid="ignore"):
+                med = 0.5 * (sorted_keys[s // 2 - 1] + sorted_keys[s // 2])
+        lo = np.zeros(D, dtype=np.int64)
+        hi = np.full(D, s - 1)
+        cols = np.arange(D)
+        with np.errstate(invalid="ignore"):
+            for _ in range(2 * t):
+                drop_low = (med - sorted_keys[lo, cols]) > (sorted_keys[hi, cols] - med)
+                lo = lo + drop_low
+                hi = hi - ~drop_low
+    keep = (rank >= lo) & (rank <= hi)  # (s, D)
+    w = np.asarray(weights, dtype=np.float64)[rows][:, None]
+    wk = np.where(keep, w, 0.0)
+    den = wk.sum(axis=0)
+    out = {}
+    for name, A in arrays.items():
+        A = np.asarray(A)
+        vals = np.asarray(A[rows], dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            num = np.where(keep, wk * vals, 0.0).sum(axis=0)
+            out[name] = (num / den).astype(A.dtype)
+    kept = np.zeros(n, dtype=np.int64)
+    kept[rows] = keep.sum(axis=1)
+    bad_kept = int((~np.isfinite(np.where(keep, keys, 0.0))).any(axis=0).sum())
+    return out, kept, bad_kept
+
+
+@njit(cache=True, parallel=True, fastmath={"contract"})
+def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t, block, nchunks):
+    """The fused kernel. ``arrays``/``outs``: tuples of (n, D) inputs and (D,) outputs.
+
+    ``check[q]`` says whether array q must be checked for non-finite values (not
+    when it is the features themselves).
+
+    Per column block: keys (non-finite features and uploads -> +inf), a copy sorted by
+    the comparator network across the block's lanes, the per-lane window of
+    ranks, then one pass over the candidate rows that decides, by stable rank,
+    which are kept and accumulates every array. Returns the per-chunk kept
+    counts and the per-chunk count of coordinates where a non-finite key is kept.
+    """
+    n, D = F.shape
+    s = rows.shape[0]
+    nq = len(arrays)
+    nblocks = (D + block - 1) // block
+    kept = np.zeros((nchunks, n), dtype=np.int64)
+    bad = np.zeros(nchunks, dtype=np.int64)
+    inf = F.dtype.type(np.inf)
+    for c in prange(nchunks):
+        keys = np.empty((s, block), dtype=F.dtype)
+        srt = np.empty((s, block), dtype=F.dtype)
+        # int32 counters: as wide as float32 lanes, so the passes vectorise
+        lo_pos = np.empty(block, dtype=np.int32)
+        hi_pos = np.empty(block, dtype=np.int32)
+        lo_v = np.empty(block, dtype=F.dtype)
+        hi_v = np.empty(block, dtype=F.dtype)
+        cl_lo = np.empty(block, dtype=np.int32)
+        cl_hi = np.empty(block, dtype=np.int32)
+        le_hi = np.empty(block, dtype=np.int32)
+        seen_lo = np.empty(block, dtype=np.int32)
+        seen_hi = np.empty(block, dtype=np.int32)
+        keep = np.empty(block, dtype=np.bool_)
+        med_v = np.empty(block)
+        den = np.empty(block)
+        num = np.empty((nq, block))
+        for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            k0 = b * block
+            bw = min(D, k0 + block) - k0
+            for r in range(s):
+                i = rows[r]
+                x = F[i, k0:k0 + bw]
+                kr = keys[r]
+                for k in range(bw):
+                    v = x[k]
+                    kr[k] = v if v - v == 0 else inf
+                for q in range(nq):
+                    if not check[q]:
+                        continue
+                    a = arrays[q][i, k0:k0 + bw]
+                    for k in range(bw):
+                        kr[k] = kr[k] if a[k] - a[k] == 0 else inf
+                sr = srt[r]
+                for k in range(bw):
+                    sr[k] = kr[k]
+            for e in range(comps.shape[0]):
+                ra = srt[comps[e, 0]]
+                rb = srt[comps[e, 1]]
+                for k in range(bw):
+                    x = ra[k]
+                    y = rb[k]
+                    ra[k] = x if x < y else y
+                    rb[k] = y if x < y else x
+            if mode == 0:
+                for k in range(bw):
+                    lo_pos[k] = np.int32(t)
+                    hi_pos[k] = np.int32(s - 1 - t)
+            else:
+                # the window start is the number of j < 2t whose left end s[j] is
+                # farther from the median than the right end s[j + β] of the
+                # window starting at j (a monotone predicate); equal to removing
+                # the farther end 2t times, upper end on a tie, and vectorisable
+                beta = s - 2 * t
+                for k in range(bw):
+                    if s % 2 == 1:
+                        med_v[k] = np.float64(srt[(s - 1) // 2, k])
+                    else:
+                        med_v[k] = 0.5 * (np.float64(srt[s // 2 - 1, k]) + np.float64(srt[s // 2, k]))
+                    lo_pos[k] = 0
+                for j in range(2 * t):
+                    left = srt[j]
+                    right = srt[j + beta]
+                    for k in range(bw):
+                        lo_pos[k] += np.int32((med_v[k] - left[k]) > (right[k] - med_v[k]))
+                for k in range(bw):
+                    hi_pos[k] = lo_pos[k] + np.int32(beta - 1)
+            for k in range(bw):
+                lo_v[k] = srt[lo_pos[k], k]
+                hi_v[k] = srt[hi_pos[k], k]
+                cl_lo[k] = 0
+                cl_hi[k] = 0
+                le_hi[k] = 0
+                seen_lo[k] = 0
+                seen_hi[k] = 0
+                den[k] = 0.0
+                if not (lo_v[k] - lo_v[k] == 0 and hi_v[k] - hi_v[k] == 0):
+                    bad[c] += 1
+            num[:, :bw] = 0.0
+            for r in range(s):
+                kr = keys[r]
+                for k in range(bw):
+                    cl_lo[k] += np.int32(kr[k] < lo_v[k])
+                    cl_hi[k] += np.int32(kr[k] < hi_v[k])
+                    le_hi[k] += np.int32(kr[k] <= hi_v[k])
+            # Without ties at the window's ends (exactly lo_pos values below lo,
+            # and exactly hi_pos + 1 values up to hi), the kept rows are those with
+            # lo ≤ value ≤ hi; otherwise the stable ranks of the tied values decide.
+            ties = False
+            for k in range(bw):
+                ties |= (cl_lo[k] != lo_pos[k]) | (le_hi[k] != hi_pos[k] + 1)
+            for r in range(s):
+                i = rows[r]
+                kr = keys[r]
+                w = weights[i]
+                cnt = np.int32(0)
+                if not ties:
+                    for k in range(bw):
+                        v = kr[k]
+                        kk = (v >= lo_v[k]) & (v <= hi_v[k])
+                        keep[k] = kk
+                        cnt += np.int32(kk)
+                        den[k] += w if kk else 0.0
+                else:
+                    for k in range(bw):
+                        v = kr[k]
+                        eq_lo = v == lo_v[k]
+                        eq_hi = v == hi_v[k]
+                        rl = cl_lo[k] + seen_lo[k]
+                        rh = cl_hi[k] + seen_hi[k]
+                        kk = ((v > lo_v[k]) & (v < hi_v[k])) | (
+                            eq_lo & (rl >= lo_pos[k]) & (rl <= hi_pos[k])) | (
+                            eq_hi & (rh >= lo_pos[k]) & (rh <= hi_pos[k]))
+                        seen_lo[k] += np.int32(eq_lo)
+                        seen_hi[k] += np.int32(eq_hi)
+                        keep[k] = kk
+                        cnt += np.int32(kk)
+                        den[k] += w if kk else 0.0
+                kept[c, i] += cnt
+                if cnt == 0:
+                    continue
+                for q in range(nq):
+                    a = arrays[q][i, k0:k0 + bw]
+                    nm = num[q]
+                    for k in range(bw):
+                        # a select, not a product with 0: 0 · NaN would be NaN
+                        nm[k] += w * np.float64(a[k]) if keep[k] else 0.0
+            for q in range(nq):
+                o = outs[q]
+                nm = num[q]
+                for k in range(bw):
+                    o[k0 + k] = nm[k] / den[k]
+    return kept.sum(axis=0), bad.sum()
+
+
+def coordinatewise_combine(
+    features: np.ndarray,
+    arrays: Mapping[str, np.ndarray],
+    weights: np.ndarray,
+    *,
+    mode: str,
+    t: int,
+    rows: np.ndarray | None = None,
+    backend: str = "numba",
+) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """Rank the candidate rows per coordinate on ``features``, keep a window of
+    ranks, and combine every array over the kept rows (module docstring).
+
+    Args:
+        features: (n, D) detection features.
+        arrays: name -> (n, D) uploaded arrays (the same rows as ``features``).
+        weights: (n,) non-negative combination weights (the clients' nᵢ).
+        mode: ``"trim"`` (ranks t .. s−1−t) or ``"closest"`` (the s − 2t values
+            closest to the median).
+        t: trim parameter; needs s − 2t ≥ 1.
+        rows: candidate row indices (default: all n rows), e.g. Bulyan's selection.
+        backend: ``"numpy"``, ``"numba"`` or ``"cuda"``.
+
+    Returns:
+        ``(out, kept, nonfinite_kept)``: aggregated arrays (D,) in each array's
+        dtype; int64 (n,) number of coordinates at which each row was kept; the
+        number of coordinates at which a non-finite value was kept (0 unless more
+        than t values at a coordinate are non-finite).
+    """
+    if backend == "numpy":
+        return coordinatewise_numpy(features, arrays, weights, mode=mode, t=t, rows=rows)
+    F = as_float_matrix(features, "features")
+    n, D = F.shape
+    rows_ = np.arange(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    s = rows_.size
+    _window_sizes(mode, s, t)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    if backend == "cuda":
+        from rfrs_ref.kernels import cuda as _cuda
+
+        return _cuda.coordinatewise_cuda(F, arrays, w, MODES[mode], t, rows_)
+    if backend != "numba":
+        raise ValueError(f"unknown backend {backend!r}; choose one of: numpy, numba, cuda")
+    needed = (t, s - 1 - t) if mode == "trim" else None
+    comps = sorting_network(s, needed)
+    # one kernel call per dtype of uploads: the tuple of arrays must be homogeneous
+    groups: dict[np.dtype, list[str]] = {}
+    mats = {}
+    for name, A in arrays.items():
+        M = as_float_matrix(A, name)
+        if M.shape != F.shape:
+            raise ValueError(f"array {name!r} has shape {M.shape}, features have {F.shape}")
+        mats[name] = M
+        groups.setdefault(M.dtype, []).append(name)
+    out: dict[str, np.ndarray] = {}
+    kept = np.zeros(n, dtype=np.int64)
+    bad = 0
+    if not groups:
+        groups[F.dtype] = []
+    for g, (dt, names) in enumerate(groups.items()):
+        # the ranking sees every array, whatever its group: pass the others as a
+        # finiteness mask folded into the features
+        Fg = F
+        others = [mats[o] for o in mats if o not in names]
+        if others:
+            Fg = F.copy()
+            for M in others:
+                Fg[~np.isfinite(M)] = np.nan
+        ins = tuple(mats[nm] for nm in names) or (F,)
+        check = np.array([M is not F for M in ins], dtype=np.bool_)
+        outs = tuple(np.empty(D, dtype=dt) for _ in ins)
+        k, bcount = _coordinatewise_numba(Fg, ins, check, outs, w, rows_, comps, MODES[mode], t, BLOCK,
+                                          n_chunks(D, BLOCK))
+        for nm, o in zip(names, outs):
+            out[nm] = o
+        if g == 0:
+            kept, bad = k, int(bcount)
+    return out, kept, bad

@@ -1,0 +1,271 @@
+"""Aggregation rules: known answers, registry, preconditions, invariants, backends."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from rfrs_ref.aggregate import (
+    PRESETS,
+    RULES,
+    AggregationResult,
+    Bulyan,
+    Krum,
+    Mean,
+    Median,
+    PreconditionError,
+    RFA,
+    TrimmedMean,
+    parameter_features,
+)
+from rfrs_ref.params import hyperparameters
+
+HOSTILE = [np.nan, np.inf, -np.inf, 1e38, -1e38, 3.4e38]
+
+
+def largest_f(name: str, n: int) -> int:
+    """The largest f each rule accepts with n clients."""
+    if name == "mean":
+        return n
+    if name == "krum":
+        return max(0, (n - 3) // 2)
+    if name == "bulyan":
+        return max(0, (n - 3) // 4)
+    return (n - 1) // 2
+
+
+def test_registry_and_presets():
+    assert RULES.names() == ["mean", "krum", "median", "trmean", "rfa", "bulyan"]
+    for name, cls in RULES.items():
+        assert cls.name == name
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+        cls()  # defaults are valid
+        for h in hyperparameters(cls):
+            assert h.help
+    assert [RULES.get(n).coordinatewise for n in RULES] == [False, False, True, True, False, True]
+    assert PRESETS == {
+        "no-defense": ("mean", "parameter"), "a-rfrs": ("krum", "gradient"),
+        "krum": ("krum", "parameter"), "rfa": ("rfa", "parameter"), "trmean": ("trmean", "parameter"),
+    }
+    assert all(rule in RULES for rule, _ in PRESETS.values())
+
+
+def test_mean_weights_by_n_samples():
+    X = np.array([[0.0, 0.0], [1.0, 1.0], [np.nan, 0.0]])
+    A = {"theta": np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])}
+    res = Mean().aggregate(X, A, [1, 1, 2], 5)
+    np.testing.assert_allclose(res.weights, [0.25, 0.25, 0.5])
+    np.testing.assert_allclose(res.arrays["theta"], [3.5, 4.5])
+    np.testing.assert_array_equal(res.kept, [1, 1, 1])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_krum_known_answer(backend):
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [100.0]])
+    A = {"x": X, "id": np.arange(5.0)[:, None]}
+    ns = np.array([1, 2, 3, 4, 5])
+    # m = n − f − 2 = 2 neighbours: scores 5, 2, 2, 5, 97² + 98²
+    res = Krum().aggregate(X, A, ns, 1, backend=backend)
+    assert res.diagnostics["scores"] == [5.0, 2.0, 2.0, 5.0, 97.0**2 + 98.0**2]
+    assert res.diagnostics["selected"] == [1, 2, 0, 3]
+    np.testing.assert_allclose(res.weights, [0.1, 0.2, 0.3, 0.4, 0.0])
+    np.testing.assert_allclose(res.arrays["x"], [(2 + 6 + 12) / 10])
+    np.testing.assert_array_equal(res.kept, [1, 1, 1, 1, 0])
+    classic = Krum(k=1).aggregate(X, A, ns, 1, backend=backend)
+    np.testing.assert_array_equal(classic.arrays["id"], [1.0])  # tie 1 vs 2 -> smaller index
+
+
+def test_median_and_trmean_match_numpy_and_scipy_with_equal_weights():
+    rng = np.random.default_rng(0)
+    for n in (7, 8):
+        X = rng.normal(size=(n, 50))
+        ones = np.ones(n)
+        np.testing.assert_allclose(Median().aggregate(X, {"x": X}, ones, 2).arrays["x"],
+                                   np.median(X, axis=0), rtol=1e-12)
+        for f in range(0, (n - 1) // 2 + 1):
+            ref = stats.trim_mean(X, (f + 0.5) / n, axis=0)
+            np.testing.assert_allclose(TrimmedMean().aggregate(X, {"x": X}, ones, f).arrays["x"], ref,
+                                       rtol=1e-12)
+
+
+def test_median_even_n_weights_the_two_middle_values_by_n_samples():
+    X = np.array([[1.0], [2.0], [3.0], [4.0]])
+    res = Median().aggregate(X, {"x": X}, [1, 1, 3, 1], 0)
+    np.testing.assert_allclose(res.arrays["x"], [(2 + 3 * 3) / 4])
+    np.testing.assert_allclose(res.kept, [0, 1, 1, 0])
+    assert res.weights is None
+
+
+def test_rfa_known_answer_is_the_median_in_one_dimension():
+    X = np.array([[0.0], [1.0], [10.0]])
+    res = RFA(tol=1e-12, max_iter=1000).aggregate(X, {"x": X}, [1, 1, 1], 1)
+    np.testing.assert_allclose(res.arrays["x"], [1.0], atol=1e-5)
+    assert res.diagnostics["converged"]
+    assert res.weights[1] > 0.99
+
+
+def test_bulyan_known_answer():
+    # n = 7, f = 1: θ = 5 selected by iterated Krum, β = 3 closest to their median
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [50.0], [-60.0]])
+    res = Bulyan().aggregate(X, {"x": X}, np.ones(7), 1)
+    assert sorted(res.diagnostics["selected"]) == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(res.arrays["x"], [2.0])  # 1, 2, 3 around the median 2
+    np.testing.assert_allclose(res.kept, [0, 1, 1, 1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("rule, n, f, condition", [
+    (Krum(), 4, 1, "n > 2f + 2"), (Krum(k=6), 7, 2, "k ≤ n − f (k=6)"),
+    (Median(), 4, 2, "f < n/2 (n > 2f)"), (TrimmedMean(), 4, 2, "n > 2f"),
+    (RFA(), 6, 3, "n > 2f"), (Bulyan(), 6, 1, "n ≥ 4f + 3"),
+])
+def test_precondition_errors_name_n_f_and_the_condition(rule, n, f, condition):
+    X = np.zeros((n, 3))
+    with pytest.raises(PreconditionError) as e:
+        rule.aggregate(X, {"x": X}, np.ones(n), f)
+    msg = str(e.value)
+    assert f"n={n}" in msg and f"f={f}" in msg and condition in msg and rule.name in msg
+    assert (e.value.n, e.value.f) == (n, f)
+    with pytest.raises(PreconditionError):
+        rule.check(n, f)
+
+
+def test_fallbacks_are_recorded():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(6, 4))
+    A = {"x": X}
+    res = Bulyan(fallback="reduce-f").aggregate(X, A, np.ones(6), 1)
+    assert res.diagnostics["fallback"]["action"] == "reduce-f"
+    assert res.diagnostics["fallback"]["f_used"] == 0 and res.diagnostics["f_used"] == 0
+    assert "n ≥ 4f + 3" in res.diagnostics["fallback"]["reason"]
+    res = Krum(fallback="mean").aggregate(X, A, np.ones(6), 2)
+    np.testing.assert_allclose(res.arrays["x"], X.mean(axis=0))
+    assert res.diagnostics["fallback"]["action"] == "mean"
+    # no f satisfies krum with two clients: reduce-f falls back to the mean, and says so
+    res = Krum(fallback="reduce-f").aggregate(X[:2], {"x": X[:2]}, np.ones(2), 0)
+    assert res.diagnostics["fallback"]["action"] == "mean"
+    assert Krum().aggregate(X, A, np.ones(6), 1).diagnostics["fallback"] is None
+
+
+def test_bad_inputs_are_named():
+    X = np.zeros((3, 2))
+    with pytest.raises(ValueError, match="shape"):
+        Mean().aggregate(X, {"theta": np.zeros((3, 3))}, np.ones(3), 0)
+    with pytest.raises(ValueError, match="n_samples"):
+        Mean().aggregate(X, {"theta": X}, [1, 0, 1], 0)
+    with pytest.raises(ValueError, match="f "):
+        Mean().aggregate(X, {"theta": X}, [1, 1, 1], -1)
+    with pytest.raises(ValueError, match="backend"):
+        Mean().aggregate(X, {"theta": X}, [1, 1, 1], 0, backend="tpu")
+    with pytest.raises(ValueError, match="k must be"):
+        Krum(k=-1)
+    with pytest.raises(ValueError, match="nu"):
+        RFA(nu=0.0)
+    with pytest.raises(ValueError, match="fallback"):
+        Median(fallback="ignore")
+    with pytest.raises(ValueError, match="fallback"):
+        Krum(fallback="skip")
+
+
+def test_parameter_features():
+    T = np.array([[1.0, 2.0], [3.0, 5.0]], dtype=np.float32)
+    tb = np.array([1.0, 1.0])
+    np.testing.assert_array_equal(parameter_features(T, tb), [[0, 1], [2, 4]])
+    out = np.empty_like(T)
+    assert parameter_features(T, tb, out=out) is out
+    assert out.dtype == np.float32
+    with pytest.raises(ValueError, match="θ̄"):
+        parameter_features(T, np.zeros(3))
+
+
+@st.composite
+def rounds(draw, name):
+    """A round: n clients, f of which hostile rows, uploads and nᵢ."""
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n = draw(st.integers(3 if name != "bulyan" else 3, 12))
+    f = draw(st.integers(0, largest_f(name, n)))
+    D = draw(st.integers(1, 40))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    X = rng.normal(size=(n, D)).astype(dtype)
+    bad = rng.choice(n, size=draw(st.integers(0, min(f, n))), replace=False)
+    for i in bad:
+        kind = draw(st.sampled_from(["row", "coord", "scaled", "upload"]))
+        v = draw(st.sampled_from(HOSTILE))
+        if kind == "row":
+            X[i] = v
+        elif kind == "coord":
+            X[i, rng.integers(D)] = v
+        elif kind == "scaled":
+            X[i] *= 1e30
+    A = {"theta": (X + dtype(3)).astype(dtype), "m": rng.normal(size=(n, D)).astype(dtype),
+         "v": np.abs(rng.normal(size=(n, D))).astype(dtype)}
+    for i in bad:
+        if draw(st.booleans()):
+            A["v"][i, rng.integers(D)] = np.nan  # a hostile upload behind a harmless feature
+    ns = rng.integers(1, 50, size=n)
+    return X, A, ns, f
+
+
+def _rule(name):
+    return RFA(tol=1e-9, max_iter=300) if name == "rfa" else RULES.get(name)()
+
+
+@pytest.mark.parametrize("name", RULES.names())
+@settings(max_examples=15)
+@given(data=st.data())
+def test_backends_agree_and_invariants_hold(name, data):
+    X, A, ns, f = data.draw(rounds(name))
+    before = (X.copy(), {k: v.copy() for k, v in A.items()}, ns.copy())
+    rule = _rule(name)
+    a = rule.aggregate(X, A, ns, f, backend="numpy")
+    b = rule.aggregate(X, A, ns, f, backend="numba")
+    for res in (a, b):
+        assert isinstance(res, AggregationResult)
+        assert set(res.arrays) == set(A)
+        for k in A:
+            assert res.arrays[k].dtype == A[k].dtype and res.arrays[k].shape == (X.shape[1],)
+        assert res.kept.shape == (X.shape[0],) and ((res.kept >= 0) & (res.kept <= 1)).all()
+        if rule.coordinatewise:
+            assert res.weights is None
+        else:
+            assert res.weights.dtype == np.float64 and (res.weights >= 0).all()
+            assert res.weights.sum() == pytest.approx(1.0, abs=1e-12)
+            np.testing.assert_array_equal(res.kept, (res.weights > 0).astype(float))
+        json.dumps(res.diagnostics, allow_nan=False)
+        if name != "mean":  # a robust rule keeps hostile values out of every array
+            for k in A:
+                assert np.isfinite(res.arrays[k]).all()
+    for k in A:
+        # rfa: the two backends may stop one Weiszfeld step apart
+        atol = 1e-6 * (1 + np.abs(a.arrays[k])).max() if name == "rfa" else 0
+        np.testing.assert_allclose(b.arrays[k], a.arrays[k], rtol=1e-5, atol=atol, equal_nan=True)
+    np.testing.assert_allclose(b.kept, a.kept, atol=1e-9 if name != "rfa" else 0)
+    np.testing.assert_array_equal(X, before[0])
+    for k in A:
+        np.testing.assert_array_equal(A[k], before[1][k])
+    np.testing.assert_array_equal(ns, before[2])
+
+
+@pytest.mark.parametrize("name", RULES.names())
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(3, 11), D=st.integers(1, 30))
+def test_invariant_to_permuting_clients(name, seed, n, D):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D))  # continuous values: no ties, so no index tie-breaks
+    A = {"x": X, "m": rng.normal(size=(n, D))}
+    ns = rng.integers(1, 9, size=n)
+    f = largest_f(name, n) // 2
+    perm = rng.permutation(n)
+    rule = _rule(name)
+    a = rule.aggregate(X, A, ns, f)
+    b = rule.aggregate(X[perm], {k: v[perm] for k, v in A.items()}, ns[perm], f)
+    for k in A:
+        np.testing.assert_allclose(b.arrays[k], a.arrays[k], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(b.kept, a.kept[perm], atol=1e-7)
+    if a.weights is not None:
+        np.testing.assert_allclose(b.weights, a.weights[perm], atol=1e-9)

@@ -1,0 +1,139 @@
+"""Coordinate-wise selection kernels: sorting networks, oracle, Numba agreement."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rfrs_ref.kernels.coordinatewise import BLOCK, coordinatewise_combine, sorting_network
+
+HOSTILE = [np.nan, np.inf, -np.inf, 1e38, -1e38, 3.4e38]
+
+
+def _apply(net, x):
+    y = np.array(x, dtype=np.float64)
+    for a, b in net:
+        if y[a] > y[b]:
+            y[a], y[b] = y[b], y[a]
+    return y
+
+
+@pytest.mark.parametrize("s", range(1, 13))
+def test_network_sorts_every_zero_one_input(s):
+    # the 0-1 principle: a comparator network that sorts all 0/1 inputs sorts everything
+    net = sorting_network(s)
+    assert (net[:, 0] < net[:, 1]).all() and (net < s).all()
+    for bits in itertools.product((0, 1), repeat=s):
+        assert (np.diff(_apply(net, bits)) >= 0).all(), bits
+
+
+@pytest.mark.parametrize("s", [13, 31, 52, 55, 100, 129])
+def test_network_and_selection_network(s):
+    rng = np.random.default_rng(s)
+    full = sorting_network(s)
+    t = s // 3
+    sel = sorting_network(s, (t, s - 1 - t))
+    assert len(sel) <= len(full)
+    for _ in range(50):
+        x = rng.integers(-5, 5, size=s)
+        np.testing.assert_array_equal(_apply(full, x), np.sort(x))
+        y = _apply(sel, x)
+        assert y[t] == np.sort(x)[t] and y[s - 1 - t] == np.sort(x)[s - 1 - t]
+
+
+def test_known_answers():
+    F = np.array([[1.0, 5.0], [2.0, np.nan], [3.0, 1.0], [4.0, 2.0], [100.0, 3.0]])
+    A = {"x": F, "y": np.arange(10.0).reshape(5, 2)}
+    w = np.array([1.0, 1.0, 2.0, 1.0, 1.0])
+    for backend in ("numpy", "numba"):
+        # trimmed mean, t = 1: coordinate 0 keeps rows 1, 2, 3; coordinate 1 ranks
+        # 1.0 (row 2) < 2.0 (row 3) < 3.0 (row 4) < 5.0 (row 0) < NaN (row 1) and keeps 3, 4, 0
+        out, kept, bad = coordinatewise_combine(F, A, w, mode="trim", t=1, backend=backend)
+        np.testing.assert_allclose(out["x"], [(2 + 2 * 3 + 4) / 4, (2 + 3 + 5) / 3])
+        np.testing.assert_allclose(out["y"], [(2 + 2 * 4 + 6) / 4, (7 + 9 + 1) / 3])
+        np.testing.assert_array_equal(kept, [1, 1, 1, 2, 1])
+        assert bad == 0
+        # median of 4 rows (even): the two middle ones, weighted by w
+        out, kept, _ = coordinatewise_combine(F[:4], {"x": F[:4]}, w[:4], mode="trim", t=1, backend=backend)
+        np.testing.assert_allclose(out["x"][0], (2 + 2 * 3) / 3)
+        # Bulyan window: s = 5, t = 1 -> the 3 values closest to the median (3.0) at coordinate 0
+        out, kept, _ = coordinatewise_combine(F, {"x": F}, np.ones(5), mode="closest", t=1, backend=backend)
+        np.testing.assert_allclose(out["x"][0], 3.0)  # 2, 3, 4
+        np.testing.assert_allclose(out["x"][1], 2.0)  # median 3.0: 2, 3 and 1 (tie 1 vs 5: upper end dropped)
+
+
+def test_ties_are_broken_by_row_index():
+    F = np.zeros((4, 3))
+    A = {"x": F, "id": np.repeat(np.arange(4.0)[:, None], 3, axis=1)}
+    for backend in ("numpy", "numba"):
+        out, kept, _ = coordinatewise_combine(F, A, np.ones(4), mode="trim", t=1, backend=backend)
+        np.testing.assert_array_equal(out["id"], [1.5, 1.5, 1.5])  # rows 1 and 2 (stable ranks 1, 2)
+        np.testing.assert_array_equal(kept, [0, 3, 3, 0])
+
+
+def test_nonfinite_upload_ranks_as_extreme_even_with_a_harmless_feature():
+    F = np.array([[0.0], [1.0], [2.0]])
+    A = {"x": F, "m": np.array([[1.0], [np.nan], [3.0]])}
+    for backend in ("numpy", "numba"):
+        out, kept, bad = coordinatewise_combine(F, A, np.ones(3), mode="trim", t=1, backend=backend)
+        assert np.isfinite(out["m"]).all() and kept[1] == 0 and bad == 0
+
+
+@st.composite
+def problems(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n = draw(st.integers(1, 12))
+    D = draw(st.integers(1, BLOCK + 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    # few distinct values: plenty of ties
+    F = rng.integers(-3, 4, size=(n, D)).astype(dtype)
+    for _ in range(draw(st.integers(0, 6))):
+        F[rng.integers(n), rng.integers(D)] = draw(st.sampled_from(HOSTILE))
+    A = {"theta": F + dtype(1), "m": rng.normal(size=(n, D)).astype(dtype)}
+    if draw(st.booleans()):
+        A["m"][rng.integers(n), rng.integers(D)] = np.nan
+    w = rng.integers(1, 6, size=n).astype(np.float64)
+    mode = draw(st.sampled_from(["trim", "closest"]))
+    rows = None
+    if draw(st.booleans()):
+        rows = np.sort(rng.choice(n, size=draw(st.integers(1, n)), replace=False))
+    s = n if rows is None else len(rows)
+    t = draw(st.integers(0, (s - 1) // 2))
+    return F, A, w, mode, t, rows
+
+
+@given(problems())
+def test_numba_agrees_with_oracle(p):
+    F, A, w, mode, t, rows = p
+    before = {k: v.copy() for k, v in A.items()}
+    o1, k1, b1 = coordinatewise_combine(F, A, w, mode=mode, t=t, rows=rows, backend="numpy")
+    o2, k2, b2 = coordinatewise_combine(F, A, w, mode=mode, t=t, rows=rows, backend="numba")
+    for name in A:
+        assert o2[name].dtype == A[name].dtype
+        np.testing.assert_allclose(o2[name], o1[name], rtol=1e-6, equal_nan=True)
+        np.testing.assert_array_equal(A[name], before[name])
+    np.testing.assert_array_equal(k1, k2)
+    assert b1 == b2
+
+
+def test_window_errors_name_s_and_t():
+    with pytest.raises(ValueError, match="s=3, t=2"):
+        coordinatewise_combine(np.zeros((3, 2)), {}, np.ones(3), mode="trim", t=2)
+    with pytest.raises(ValueError, match="unknown window"):
+        coordinatewise_combine(np.zeros((3, 2)), {}, np.ones(3), mode="middle", t=0)
+
+
+@settings(max_examples=5)
+@given(st.integers(50, 130))
+def test_large_row_counts_agree(n):
+    rng = np.random.default_rng(n)
+    F = rng.normal(size=(n, 70)).astype(np.float32)
+    t = n // 4
+    o1, k1, _ = coordinatewise_combine(F, {"x": F}, np.ones(n), mode="trim", t=t, backend="numpy")
+    o2, k2, _ = coordinatewise_combine(F, {"x": F}, np.ones(n), mode="trim", t=t, backend="numba")
+    np.testing.assert_allclose(o1["x"], o2["x"], rtol=1e-6)
+    np.testing.assert_array_equal(k1, k2)
