@@ -44,6 +44,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--no-verify", action="store_true",
+                    help="the paper's A-FRS exactly: no update-rule verification")
     ap.add_argument("--skip-cli", action="store_true", help="skip the peak-memory run of the CLI")
     args = ap.parse_args(argv)
 
@@ -51,7 +53,8 @@ def main(argv=None) -> None:
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.federated.round import run_round
 
-    trainer = Trainer(TrainConfig(dataset=args.dataset, dtype=args.dtype, rounds=args.rounds + args.warmup))
+    trainer = Trainer(TrainConfig(dataset=args.dataset, dtype=args.dtype, rounds=args.rounds + args.warmup,
+                                  verify=False if args.no_verify else None))
     fed = trainer.federation
     state, private = trainer.initial_state()
     buf = trainer.buffers()
@@ -76,7 +79,8 @@ def main(argv=None) -> None:
     med = float(np.median(times))
     peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
 
-    print(f"dataset {args.dataset}: {trainer.data.n_users} clients, {n} per round, D = {D:,}, {args.dtype}")
+    print(f"dataset {args.dataset}: {trainer.data.n_users} clients, {n} per round, D = {D:,}, {args.dtype}, "
+          f"verification {'on' if trainer.config.verify else 'off'}")
     print(f"{'quantity':<44} {'value':>12}")
     print(f"{'copy bandwidth (read + write), GB/s':<44} {bw / 1e9:>12.2f}")
     print(f"{'minimal traffic per round, GB':<44} {minimal_bytes / 1e9:>12.3f}")

@@ -72,10 +72,12 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               help="Run directory [default: runs/<time>-<dataset>].")
 @click.option("--resume", "resume", type=click.Path(file_okay=False, exists=True), default=None,
               help="Continue the run in this directory from its last checkpoint (other options ignored).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write a per-round trace to this file (JSON Lines, docs/traces.md).")
 @apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _attack_opts)
 def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_scale, dtype, seed,
           eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
-          resilience, backend, checkpoint_every, out, resume, **hyper):
+          resilience, backend, checkpoint_every, out, resume, trace_path, **hyper):
     """Train a federated recommender and evaluate Precision@K and Recall@K.
 
     With no options: FISM with federated Adam (the paper's A-FRS) on the
@@ -119,10 +121,19 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         if (run_dir / "config.json").exists():
             raise click.UsageError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
 
+    if trace_path:  # --trace: records carry gradient norms and state checksums
+        config.trace = True
     try:
         trainer = Trainer(config)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
+    tracer = None
+    if trace_path:  # --trace
+        from rfrs_ref.federated.trainer import RunDirectory
+        from rfrs_ref.trace import TraceWriter
+
+        tracer = TraceWriter(trace_path, trainer,
+                             resume_after=_checkpoint_round(RunDirectory(run_dir)) if resume else None)
     c = trainer.config
     click.echo(f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
                f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
@@ -150,11 +161,16 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             if latest is not None:
                 status["metric"] = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}"
             bar.update(1)
+            if tracer is not None:  # --trace
+                tracer.write_round(record, latest)
 
         try:
             result = trainer.run(run_dir, resume=bool(resume), progress=progress)
         except (ValueError, FileNotFoundError) as exc:
             raise click.ClickException(str(exc)) from exc
+        finally:
+            if tracer is not None:  # --trace
+                tracer.close()
 
     _print_summary(result)
 

@@ -15,11 +15,11 @@ from typing import Any
 #: real dataset beats the popularity ranking clearly and finishes within
 #: minutes on a 2-core machine (see docs/training.md for the measurements).
 DEFAULT_ROUNDS = {
-    "synthetic": 300,
-    "ml100k": 600,
+    "synthetic": 1500,
+    "ml100k": 1000,
     "lastfm": 600,
-    "citeulike-a": 600,
-    "citeulike-t": 600,
+    "citeulike-a": 1000,
+    "citeulike-t": 1500,
 }
 FALLBACK_ROUNDS = 300
 

@@ -85,6 +85,11 @@ class Federation:
         return self.train.n_users
 
     @property
+    def needs_features(self) -> bool:
+        """Whether rounds need the (n × D) feature buffer."""
+        return self.needs_recovery or getattr(self.rule, "uses_features", True)
+
+    @property
     def needs_recovery(self) -> bool:
         """Whether the server materialises ĝ for every upload (verification
         recovers it on the fly when nothing else needs it)."""
@@ -100,19 +105,21 @@ class RoundBuffers:
     """
 
     def __init__(self, n_max: int, n_params: int, dtype, names: tuple[str, ...],
-                 private_dim: int = 0) -> None:
+                 private_dim: int = 0, features: bool = True) -> None:
         dtype = np.dtype(dtype)
         # np.ones touches every page now rather than during the first round
         self.grads = np.ones((n_max, n_params), dtype)
         self.uploads = {k: np.ones((n_max, n_params), dtype) for k in names}
-        self.features = np.ones((n_max, n_params), dtype)
+        #: None when the run never needs features (a rule that ignores them, and
+        #: no recovered gradients wanted): one n × D array less
+        self.features = np.ones((n_max, n_params), dtype) if features else None
         self.private_grads = np.zeros((n_max, private_dim), dtype) if private_dim else None
         #: scratch arrays an attack keeps from round to round
         self.attack_workspace: dict = {}
 
     @property
     def nbytes(self) -> int:
-        return self.grads.nbytes * (2 + len(self.uploads))
+        return self.grads.nbytes * (1 + len(self.uploads) + (self.features is not None))
 
 
 def _compact_rows_inplace(ok: np.ndarray, arrays: list[np.ndarray]) -> None:
@@ -185,7 +192,7 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
 
     # -- server: recovery, verification, features --------------------------------------
     tick = time.perf_counter()
-    X = buf.features[:n]
+    X = buf.features[:n] if buf.features is not None else None
     if fed.needs_recovery:
         opt.recover_batch(state, U, t, X, backend=fed.backend)
     excluded: list[dict] = []
@@ -208,8 +215,10 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     m = rows.size
     if m < n:
         extra = [buf.private_grads[:n]] if buf.private_grads is not None else []
-        _compact_rows_inplace(ok, [G, X, *U.values(), *extra])
-    Gk, Xk = G[:m], X[:m]
+        _compact_rows_inplace(ok, [G, *U.values(), *extra] + ([X] if X is not None else []))
+    Gk = G[:m]
+    # a rule that ignores the features is handed the θ uploads in their place
+    Xk = X[:m] if X is not None else U["theta"][:m]
     Uk = {k: v[:m] for k, v in U.items()}
     f_rule = max(0, f - (n - m))
 

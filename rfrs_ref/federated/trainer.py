@@ -90,6 +90,10 @@ class Trainer:
         from rfrs_ref.optim import OPTIMIZERS
 
         self.config = c = config.resolved()
+        if c.backend == "cuda":
+            from rfrs_ref.kernels.cuda import require_cuda
+
+            require_cuda()  # fail before loading anything, with the reason
         self.data = load_dataset(c.dataset, c.data_dir, **c.dataset_params)
         self.split = split_interactions(self.data, c.seed, c.test_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
@@ -126,7 +130,8 @@ class Trainer:
     def buffers(self) -> RoundBuffers:
         n = clients_per_round(self.data.n_users, self.config.client_fraction)
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
-                            private_dim=self.model.dim if self.model.has_private else 0)
+                            private_dim=self.model.dim if self.model.has_private else 0,
+                            features=self.federation.needs_features)
 
     # -- evaluation -----------------------------------------------------------------
     def evaluate(self, state, private=None):
@@ -176,6 +181,8 @@ class Trainer:
             if c.trace:
                 record["state_checksums"] = state_checksums(state)
             acc.add(record)
+            if acc.resilience:
+                record["resilience_cumulative"] = dict(acc.resilience)
             latest = None
             if t % c.eval_every == 0 or t == c.rounds:
                 latest = self._evaluation_row(t, state, private, pop, out)
@@ -200,7 +207,8 @@ class Trainer:
 
     def _final(self, last: dict, pop, acc: "_Accumulators", seconds: float) -> dict:
         ks = self.config.ks
-        model = {k: v for k, v in last.items() if k != "round"}
+        model = {"n_users": int(self.eval_users.size),
+                 **{k: v for k, v in last.items() if k not in ("round", "n_users")}}
         popd = pop.as_dict()
         kmax = max(ks)
         return {

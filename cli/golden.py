@@ -1,0 +1,75 @@
+"""``rfrs-ref golden``: export or check language-neutral golden test vectors."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+
+@click.group("golden")
+def golden() -> None:
+    """Golden test vectors of every family (docs/golden-vectors.md).
+
+    \b
+    Examples:
+      rfrs-ref golden export vectors/
+      rfrs-ref golden check vectors/ --backend all
+    """
+
+
+@golden.command("export")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--only", multiple=True, metavar="PATTERN",
+              help="Export only the cases matching this glob or family folder (repeatable), "
+                   "e.g. 'aggregate/krum-*' or 'optim'.")
+def export_cmd(directory, only):
+    """Write every case into DIRECTORY: case.json and .npy arrays per case, and index.json.
+
+    The export is deterministic: exporting again on the same machine writes the
+    same bytes.
+    """
+    from rfrs_ref import golden as G
+
+    started = time.perf_counter()
+    names = G.export(directory, only or None)
+    if not names:
+        raise click.ClickException(f"no case matches {', '.join(only)}")
+    families = {}
+    for n in names:
+        families[n.split("/")[0]] = families.get(n.split("/")[0], 0) + 1
+    click.echo(f"wrote {len(names)} cases to {directory} "
+               f"({', '.join(f'{k} {v}' for k, v in families.items())}) "
+               f"in {time.perf_counter() - started:.1f} s")
+
+
+@golden.command("check")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.option("--backend", type=click.Choice(["numpy", "numba", "all"]), default="numpy", show_default=True,
+              help="Recompute with the NumPy oracles, the Numba fast paths, or both.")
+@click.option("--only", multiple=True, metavar="PATTERN", help="Check only the matching cases (repeatable).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the failures and the summary.")
+def check_cmd(directory, backend, only, quiet):
+    """Recompute every case in DIRECTORY with the current code and compare.
+
+    Prints one line per case and backend: ok, or FAIL with the first
+    location (output, index, expected, got, tolerance). Exit status 1 when a
+    case fails.
+    """
+    from rfrs_ref import golden as G
+
+    backends = ("numpy", "numba") if backend == "all" else (backend,)
+    try:
+        results = G.check(directory, backends, only or None)
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not results:
+        raise click.ClickException("no case to check" + (f" matches {', '.join(only)}" if only else ""))
+    failed = [r for r in results if not r.ok]
+    for r in results:
+        if not (quiet and r.ok):
+            click.echo(r.line())
+    cases = len({r.name for r in results})
+    click.echo(f"{cases} cases, {len(results)} checks: {len(results) - len(failed)} ok, {len(failed)} FAIL")
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,1222 @@
+"""Golden vectors: deterministic, language-neutral test vectors of every family.
+
+``export(directory)`` writes one folder per case with a ``case.json`` (what
+the case is, its formula and conventions, its parameters, every input and
+expected output by file name, dtype, shape and tolerance) and the arrays as
+``.npy`` files (NumPy's format version 1.0, little-endian, never pickled);
+``directory/index.json`` lists the cases. ``check(directory)`` recomputes
+every case with the current code and compares each output with the
+tolerance the case states. The layout, the naming and how to read the files
+from PyTorch, JAX or C++ are in docs/golden-vectors.md.
+
+Cases (families as folders):
+
+- ``model/``: FISM evaluation scores; BPR loss and gradient of FISM and FMF,
+  exact and with sampled negatives (the sampled item ids are inputs), a client
+  with one item; float32 and float64.
+- ``optim/``: every optimiser's client rule, the server's recovery from the
+  honest upload, the step size, and the verification verdicts of the honest
+  upload and of tampered ones (one per check of the optimiser).
+- ``aggregate/``: every rule in both detection spaces (features, uploads, nᵢ, f
+  → aggregated arrays, weights, kept fractions, Krum scores and selections),
+  ties in Krum scores, non-finite and huge Byzantine rows.
+- ``attack/``: every attack on a mid-run Adam state (inputs, the generator's
+  seed and, for ``noise``, the standard normals it draws, so that no NumPy
+  generator is needed to reproduce it).
+- ``federated/``: complete three-round runs on a tiny dataset with Byzantine
+  clients: per round the sampled clients, honest gradients, honest and attacked
+  uploads, recovered gradients, verification, the features and nᵢ given to the
+  rule, its weights and kept fractions, and the new server state.
+
+Expected values are computed by the NumPy float64 oracles (``backend =
+"numpy"``) from inputs stored in the case's dtype: a float32 case holds
+float32 inputs and the exact (float64) result for them, with tolerances that
+a float32 implementation meets. Tolerances are ``|got − expected| ≤ atol +
+rtol·|expected|`` elementwise, derived per output from the dtype's unit
+roundoff u and the magnitudes involved (the ``tolerance`` text of each case
+says how); integers, booleans and names compare exactly; NaN matches NaN and
+an infinity matches the same infinity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import io
+import json
+import math
+import pathlib
+import shutil
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from rfrs_ref.seeding import generator
+
+FORMAT = "rfrs-golden"
+VERSION = 1
+#: the trial seed of every case's input generator (stream ``golden``, key crc32(case name))
+SEED = 20200101
+
+#: roundings a kernel may accumulate per output entry (times u and the output's scale)
+C_ELEMENTWISE = 64
+C_REDUCTION = 256
+C_RUN = 1024
+
+
+# -- the case description ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Expected:
+    """One expected output.
+
+    Attributes:
+        value: an array (written to ``<name>.npy``) or a JSON scalar, string or
+            list (written into ``case.json``).
+        rtol, atol: the tolerance of a float output.
+        exact: compare exactly (integers, booleans, names, selections).
+        role: ``required`` (an implementation must match it) or
+            ``informational`` (depends on implementation choices the SPEC leaves
+            open, e.g. an iteration count; checked exactly against rfrs-ref).
+        note: why the output is what it is, when that is not obvious.
+    """
+
+    value: Any
+    rtol: float = 0.0
+    atol: float = 0.0
+    exact: bool = False
+    role: str = "required"
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    kind: str
+    description: str
+    formula: str
+    convention: str
+    reference: str
+    dtype: str
+    params: dict
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, Expected]
+    tolerance: str
+
+
+# -- numbers -----------------------------------------------------------------------------------
+
+def unit_roundoff(dtype) -> float:
+    """u = eps/2 of a float dtype."""
+    return float(np.finfo(np.dtype(dtype)).eps) / 2.0
+
+
+def _scale(value) -> float:
+    a = np.asarray(value, dtype=np.float64)
+    fin = np.abs(a[np.isfinite(a)])
+    return float(fin.max(initial=0.0))
+
+
+def _close(value, dtype, c: float, scale: float | None = None, note: str = "",
+           role: str = "required") -> Expected:
+    """A float output with rtol = c·u and atol = c·u·scale (scale: max |value| by default)."""
+    u = unit_roundoff(dtype)
+    s = _scale(value) if scale is None else scale
+    return Expected(value, rtol=c * u, atol=c * u * s, note=note, role=role)
+
+
+def _exact(value, note: str = "", role: str = "required") -> Expected:
+    return Expected(value, exact=True, note=note, role=role)
+
+
+def _rng(name: str) -> np.random.Generator:
+    return generator(SEED, "golden", zlib.crc32(name.encode()))
+
+
+def _dt(dtype: str) -> np.dtype:
+    return np.dtype(dtype)
+
+
+def _suffix(dtype: str) -> str:
+    return {"float32": "f32", "float64": "f64"}[dtype]
+
+
+def _interactions(indptr, indices, n_items: int):
+    from rfrs_ref.data import Interactions
+
+    return Interactions("golden", int(len(indptr) - 1), int(n_items),
+                        np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int32),
+                        "golden vectors")
+
+
+# ======================================================================================= model
+
+def _model(params):
+    from rfrs_ref.model import MODELS
+
+    return MODELS.get(params["model"])(n_items=int(params["n_items"]), **params["hyperparameters"])
+
+
+def compute_fism_scores(inp, params, backend):
+    model = _model(params)
+    train = _interactions(inp["indptr"], inp["indices"], params["n_items"])
+    S = model.scores(inp["theta"], train, inp["users"], backend=backend)
+    return {"scores": np.asarray(S, dtype=np.float64)}
+
+
+def compute_bpr(inp, params, backend):
+    model = _model(params)
+    items = np.asarray(inp["items"], dtype=np.int64)
+    negs = inp.get("negatives")
+    priv = inp.get("private")
+    out: dict[str, Any] = {}
+    if backend == "numpy":
+        res = model.loss_grad(inp["theta"], items, negs, priv)
+        out["loss"], out["grad"] = res[0], res[1]
+        if model.has_private:
+            out["private_grad"] = res[2]
+        return out
+    train = _interactions(np.array([0, items.size]), items, params["n_items"])
+    theta = inp["theta"]
+    G = np.empty((1, theta.size), dtype=theta.dtype)
+    kw = {}
+    if model.has_private:
+        kw = dict(private=priv[None, :], private_out=np.empty((1, model.dim), dtype=theta.dtype))
+    losses = model.grads_batch(theta, train, np.array([0]), G,
+                               negatives=None if negs is None else [negs], backend=backend, **kw)
+    out["loss"], out["grad"] = float(losses[0]), G[0]
+    if model.has_private:
+        out["private_grad"] = kw["private_out"][0]
+    return out
+
+
+def _user_lists(rng, n_users, n_items, sizes):
+    return [np.sort(rng.choice(n_items, size=s, replace=False)) for s in sizes[:n_users]]
+
+
+def _csr(lists):
+    indptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in lists], out=indptr[1:])
+    indices = np.concatenate(lists).astype(np.int32)
+    return indptr, indices
+
+
+_FISM_FORMULA = ("ŷ_j = p_j · |S \\ {j}|^(−γ) Σ_{k ∈ S \\ {j}} q_k; BPR ℓ = −Σ_{j∈S⁺} Σ_{k∈S⁻} "
+                 "log σ(ŷ_j − ŷ_k) + λ‖θ‖²")
+_FISM_CONV = ("θ = concat(P.ravel(), Q.ravel()), P and Q (n_items, d) row-major; a rated item's own "
+              "q is excluded from its score, an unrated item uses all of S⁺; the score is 0 when "
+              "S \\ {j} is empty; the regulariser is the squared norm (gradient 2λθ).")
+_FMF_FORMULA = ("ŷ_j = u · p_j; ℓ = −Σ_{j∈S⁺} Σ_{k∈S⁻} log σ(ŷ_j − ŷ_k) + λ‖θ‖² + λ‖u‖²")
+_FMF_CONV = "θ = P.ravel(), P (n_items, d) row-major; u is the client's private vector."
+_SAMPLED = ("sampled mode: row j of `negatives` holds the N items drawn for the j-th smallest "
+            "positive (uniformly with replacement from S⁻); a negative drawn twice counts twice; "
+            "the sum is not rescaled")
+
+
+def model_cases() -> list[Case]:
+    cases = []
+    n_items, d = 11, 3
+    for dtype in ("float64", "float32"):
+        sfx = _suffix(dtype)
+        # -- FISM evaluation scores
+        name = f"model/fism-scores-{sfx}"
+        rng = _rng(name)
+        lists = _user_lists(rng, 5, n_items, [1, 2, 4, 6, 10])
+        indptr, indices = _csr(lists)
+        theta = rng.normal(size=2 * n_items * d).astype(dtype)
+        params = {"model": "fism", "n_items": n_items, "hyperparameters": {"dim": d, "gamma": 0.7,
+                                                                            "lam": 1e-4, "negatives": 0}}
+        inp = {"theta": theta, "indptr": indptr, "indices": indices, "users": np.arange(5, dtype=np.int64)}
+        out = compute_fism_scores(inp, params, "numpy")
+        cases.append(Case(
+            name, "fism_scores", "FISM evaluation scores of every item for five users (one with a single item)",
+            "score(u, k) = p_k · |S_u|^(−γ) Σ_{l ∈ S_u} q_l", _FISM_CONV +
+            " At evaluation every item is scored with all training items (SPEC §2).", "SPEC §2, paper Eq. 1",
+            dtype, params, inp, {"scores": _close(out["scores"], dtype, C_REDUCTION)},
+            f"rtol = {C_REDUCTION}u, atol = {C_REDUCTION}u·max|scores|: dot products of d terms and sums "
+            "of |S| vectors, in the case's dtype"))
+
+        # -- BPR, FISM and FMF, exact and sampled, and a one-item client
+        variants = [("fism", "exact", 4), ("fism", "sampled", 4), ("fism", "exact", 1),
+                    ("fmf", "exact", 4), ("fmf", "sampled", 4)]
+        for model_name, mode, n_pos in variants:
+            extra = "-one-item" if n_pos == 1 else ""
+            name = f"model/{model_name}-bpr-{mode}{extra}-{sfx}"
+            rng = _rng(name)
+            hyper = {"dim": d, "lam": 0.05, "negatives": 3 if mode == "sampled" else 0}
+            if model_name == "fism":
+                hyper["gamma"] = 0.8
+            params = {"model": model_name, "n_items": n_items, "hyperparameters": hyper}
+            model = _model(params)
+            items = np.sort(rng.choice(n_items, size=n_pos, replace=False)).astype(np.int64)
+            theta = (rng.normal(size=model.n_params()) * 0.7).astype(dtype)
+            inp = {"theta": theta, "items": items}
+            if mode == "sampled":
+                t, client = 3, 17
+                inp["negatives"] = model.sample_negatives(items, generator(SEED, "negatives", t, client))
+                params["negatives_drawn_with"] = {"seed": SEED, "stream": "negatives", "keys": [t, client],
+                                                  "how": "rfrs_ref.seeding.generator(seed, stream, *keys), "
+                                                         "then Model.sample_negatives"}
+            if model.has_private:
+                inp["private"] = rng.normal(size=d).astype(dtype)
+            out = compute_bpr(inp, params, "numpy")
+            outs = {"loss": _close(out["loss"], dtype, C_REDUCTION),
+                    "grad": _close(out["grad"], dtype, C_REDUCTION)}
+            if model.has_private:
+                outs["private_grad"] = _close(out["private_grad"], dtype, C_REDUCTION)
+            conv = (_FISM_CONV if model_name == "fism" else _FMF_CONV) + (" " + _SAMPLED if mode == "sampled" else "")
+            desc = f"{model_name.upper()} BPR loss and gradient of one client, {mode} negatives"
+            if n_pos == 1:
+                desc += "; the client has one item, so its positive scores 0 ((n − 1)^(−γ) has no set)"
+            cases.append(Case(
+                name, "bpr", desc, _FISM_FORMULA if model_name == "fism" else _FMF_FORMULA, conv,
+                "SPEC §2–3, paper Eqs. 1 and 7", dtype, params, inp, outs,
+                f"rtol = {C_REDUCTION}u, atol = {C_REDUCTION}u·max|output|: sums over every "
+                "(positive, negative) pair, log σ and σ evaluated stably"))
+    return cases
+
+
+# ====================================================================================== optim
+
+def _optimizer(params):
+    from rfrs_ref.optim import OPTIMIZERS
+
+    return OPTIMIZERS.get(params["optimizer"])(**params["hyperparameters"])
+
+
+def _state(inp, opt):
+    return {k: inp[f"state_{k}"] for k in opt.arrays}
+
+
+def compute_optimizer(inp, params, backend):
+    opt = _optimizer(params)
+    t = int(params["t"])
+    state = _state(inp, opt)
+    g = inp["g"]
+    dtype = g.dtype
+    out: dict[str, Any] = {"step_size": opt.step_size(t)}
+    if backend == "numpy":
+        up = opt.client_rule(state, g, t)
+        stored = {k: np.asarray(up[k]).astype(dtype) for k in opt.arrays}
+        rec = opt.recover(state, stored, t)
+        verdict = opt.verify(state, stored, t)
+        ok, check = verdict.ok, verdict.check
+        for k in opt.arrays:
+            out[f"upload_{k}"] = np.asarray(up[k], dtype=np.float64)
+        out["recovered"] = rec
+        tampered = {}
+        for v in params["tampered"]:
+            vd = opt.verify(state, {k: inp[f"tampered_{v}_{k}"] for k in opt.arrays}, t)
+            tampered[v] = (vd.ok, vd.check)
+    else:
+        U = {k: np.empty((1, g.size), dtype=dtype) for k in opt.arrays}
+        opt.client_rule_batch(state, g[None, :], t, U, backend=backend)
+        R = np.empty((1, g.size), dtype=dtype)
+        opt.recover_batch(state, U, t, R, backend=backend)
+        okv, checks, _ = opt.verify_batch(state, U, t, recovered=R, backend=backend)
+        ok, check = bool(okv[0]), checks[0]
+        for k in opt.arrays:
+            out[f"upload_{k}"] = U[k][0]
+        out["recovered"] = R[0]
+        tampered = {}
+        for v in params["tampered"]:
+            T = {k: inp[f"tampered_{v}_{k}"][None, :] for k in opt.arrays}
+            okv, checks, _ = opt.verify_batch(state, T, t, backend=backend)
+            tampered[v] = (bool(okv[0]), checks[0])
+    out["verdict_honest_ok"] = bool(ok)
+    out["verdict_honest_check"] = check
+    for v, (vok, vcheck) in tampered.items():
+        out[f"verdict_{v}_ok"] = bool(vok)
+        out[f"verdict_{v}_check"] = vcheck
+    return out
+
+
+def _tamperings(opt, state, upload, t, rng) -> dict[str, tuple[str, dict]]:
+    """name -> (the check it must trip first, tampered upload) for every check of ``opt``."""
+    D = upload["theta"].size
+    out = {}
+    bad = {k: upload[k].copy() for k in opt.arrays}
+    bad["theta"][rng.integers(D)] = np.nan
+    out["nan-theta"] = ("nonfinite", bad)
+    step = float(np.abs(upload["theta"] - state["theta"]).max())
+    for check in opt.checks:
+        bad = {k: upload[k].copy() for k in opt.arrays}
+        j = int(rng.integers(D))
+        if check.startswith("negative-"):
+            bad[check.split("-", 1)[1]][j] = -1.0
+        elif check in ("v-rule", "r-rule"):
+            key = check[0]
+            bad[key][j] = bad[key][j] * 1.5 + 1.0
+        elif check == "theta-rule":
+            bad["theta"][j] += 100.0 * step + 1e-3
+        else:
+            continue
+        out[check] = (check, bad)
+    return out
+
+
+def optim_cases() -> list[Case]:
+    from rfrs_ref.optim import OPTIMIZERS, VERIFY_SAFETY
+
+    cases = []
+    D = 9
+    formulas = {
+        "sgd": "θ = θ̄ − η g; ĝ = (θ̄ − θ)/η",
+        "momentum": "m = β₃ m̄ + g; θ = θ̄ − η m; ĝ = m − β₃ m̄",
+        "adam": ("m = β₁m̄ + (1−β₁)g; v = β₂v̄ + (1−β₂)g²; ηₜ = η√(1−β₂ᵗ)/(1−β₁ᵗ); "
+                 "θ = θ̄ − ηₜ m/(√v + ε); ĝ = (m − β₁m̄)/(1−β₁)"),
+        "adagrad": "r = r̄ + g²; θ = θ̄ − η g/(√r + ε); ĝ = (θ̄ − θ)(√r + ε)/η",
+        "rmsprop": "r = β₄ r̄ + (1−β₄) g²; θ = θ̄ − η g/(√r + ε); ĝ = (θ̄ − θ)(√r + ε)/η",
+    }
+    hyper = {"sgd": {"lr": 0.05}, "momentum": {"lr": 0.05, "beta3": 0.9},
+             "adam": {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
+             "adagrad": {"lr": 0.05, "eps": 1e-8}, "rmsprop": {"lr": 0.01, "beta4": 0.99, "eps": 1e-8}}
+    plan = [(name, dtype, 7, "") for name in OPTIMIZERS for dtype in ("float64", "float32")]
+    plan.append(("adam", "float64", 1, "-first-round"))
+    for opt_name, dtype, t, extra in plan:
+        name = f"optim/{opt_name}{extra}-{_suffix(dtype)}"
+        rng = _rng(name)
+        params = {"optimizer": opt_name, "hyperparameters": hyper[opt_name], "t": t}
+        opt = _optimizer(params)
+        if t == 1:
+            state = {k: np.zeros(D, dtype=dtype) for k in opt.arrays}
+            state["theta"] = rng.normal(size=D).astype(dtype)
+        else:
+            state = {"theta": rng.normal(size=D).astype(dtype)}
+            for k in opt.arrays:
+                if k in ("m",):
+                    state[k] = (rng.normal(size=D) * 0.1).astype(dtype)
+                elif k in ("v", "r"):
+                    state[k] = (rng.random(size=D) * 0.02 + 1e-4).astype(dtype)
+        g = (rng.normal(size=D) * 0.3).astype(dtype)
+        inp = {f"state_{k}": state[k] for k in opt.arrays}
+        inp["g"] = g
+        honest = opt.client_rule(state, g, t)
+        stored = {k: honest[k].astype(dtype) for k in opt.arrays}
+        tamper = _tamperings(opt, state, stored, t, rng)
+        for v, (_, bad) in tamper.items():
+            for k in opt.arrays:
+                inp[f"tampered_{v}_{k}"] = bad[k].astype(dtype)
+        params["tampered"] = list(tamper)
+        out = compute_optimizer(inp, params, "numpy")
+        for v, (check, _) in tamper.items():
+            if out[f"verdict_{v}_check"] != check:
+                raise AssertionError(f"{name}: tampering {v!r} tripped {out[f'verdict_{v}_check']!r}, "
+                                     f"not {check!r}")
+        if not out["verdict_honest_ok"]:
+            raise AssertionError(f"{name}: the honest upload fails verification")
+        u = unit_roundoff(dtype)
+        outs: dict[str, Expected] = {"step_size": _close(out["step_size"], "float64", C_ELEMENTWISE)}
+        for k in opt.arrays:
+            scale = _scale(out[f"upload_{k}"]) + _scale(state[k])
+            outs[f"upload_{k}"] = _close(out[f"upload_{k}"], dtype, C_ELEMENTWISE, scale)
+        bound = opt.recovery_bound(state, stored, t)
+        outs["recovered"] = Expected(out["recovered"], rtol=0.0, atol=float(VERIFY_SAFETY * bound.max()),
+                                     note="recovered from the upload stored in the case's dtype; equals g "
+                                          "to the rounding bound of SPEC §5's recovery")
+        if not np.all(np.abs(out["recovered"] - g.astype(np.float64)) <= VERIFY_SAFETY * bound):
+            raise AssertionError(f"{name}: recovery is not exact within its bound")
+        outs["verdict_honest_ok"] = _exact(True)
+        outs["verdict_honest_check"] = _exact(None)
+        for v, (check, _) in tamper.items():
+            outs[f"verdict_{v}_ok"] = _exact(False)
+            outs[f"verdict_{v}_check"] = _exact(check, note="the first failed check, in the optimiser's "
+                                                            f"order {list(opt.checks)}")
+        cases.append(Case(
+            name, "optimizer",
+            f"{opt_name} client rule at round {t}, the recovery of g from the stored upload, and "
+            "update-rule verification of the honest upload and of tampered ones"
+            + (" (first round: zero moments, ηₜ at t = 1)" if t == 1 else ""),
+            formulas[opt_name],
+            "t is the global round, from 1; ε is added outside the square root and not rescaled by "
+            "the bias correction; the upload is stored in the case's dtype before recovery and "
+            "verification; a tampered upload fails with the first failed check in the order "
+            f"{list(opt.checks)} ('nonfinite' for any NaN or ±inf).",
+            "SPEC §5", dtype, params, inp, outs,
+            f"uploads: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·(max|upload| + max|state|) with "
+            f"u = {u:.3g}; recovered: atol = {VERIFY_SAFETY:g} × the largest per-coordinate rounding "
+            "bound of the recovery (rfrs_ref.optim.tolerance) for uploads stored in this dtype; "
+            "verdicts exact"))
+    return cases
+
+
+# ================================================================================== aggregate
+
+_RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fallback": "error"},
+               "trmean": {"fallback": "error"}, "rfa": {"nu": 1e-6, "tol": 1e-6, "max_iter": 100,
+                                                        "fallback": "error"},
+               "bulyan": {"fallback": "error"}}
+
+_RULE_FORMULA = {
+    "mean": "Ā = Σᵢ nᵢ A[i] / Σᵢ nᵢ",
+    "krum": ("score(i) = Σ of the n − f − 2 smallest ‖xᵢ − xⱼ‖² (j ≠ i); keep the k lowest scores "
+             "(k = n − f by default; ties to the smaller index); Ā = Σ_{kept} nᵢ A[i] / Σ_{kept} nᵢ"),
+    "median": ("per coordinate, keep the middle client (odd n) or the two middle clients (even n) "
+               "ranked by feature; Āₖ = Σ_{kept at k} nᵢ A[i,k] / Σ nᵢ"),
+    "trmean": ("per coordinate, drop the f largest and f smallest features; Āₖ = Σ_{kept at k} nᵢ "
+               "A[i,k] / Σ nᵢ"),
+    "rfa": ("smoothed Weiszfeld from the nᵢ-weighted mean: z ← Σ αᵢxᵢ/Σ αᵢ, αᵢ = nᵢ/max(ν, ‖z − xᵢ‖), "
+            "until a step ≤ tol × the weighted median distance; wᵢ = αᵢ/Σα; Ā = Σ wᵢ A[i]"),
+    "bulyan": ("select n − 2f clients by iterated Krum (neighbours |R| − f − 2 clipped to [1, |R| − 1]); "
+               "per coordinate keep the n − 4f selected closest to their median; Āₖ weighted by nᵢ"),
+}
+
+_RULE_CONV = ("A non-finite feature or upload value makes its client infinitely far (per-client rules) "
+              "or ranks as +inf (coordinate-wise rules); ties go to the smaller client index. "
+              "Parameter-space features are θᵢ − θ̄ (SPEC §6). The same decision (weights, or the "
+              "per-coordinate kept set) applies to every uploaded array.")
+
+
+def compute_aggregate(inp, params, backend):
+    from rfrs_ref.aggregate import RULES
+
+    rule = RULES.get(params["rule"])(**params["hyperparameters"])
+    arrays = {k[len("upload_"):]: v for k, v in inp.items() if k.startswith("upload_")}
+    res = rule.aggregate(inp["features"], arrays, inp["n_samples"], int(params["f"]), backend=backend)
+    out: dict[str, Any] = {f"aggregate_{k}": np.asarray(v, dtype=np.float64) for k, v in res.arrays.items()}
+    if res.weights is not None:
+        out["weights"] = np.asarray(res.weights, dtype=np.float64)
+    out["kept"] = np.asarray(res.kept, dtype=np.float64)
+    diag = res.diagnostics
+    out["f_used"] = diag.get("f_used")
+    if params["rule"] == "krum":
+        out["krum_scores"] = np.array([np.inf if s is None else s for s in diag["scores"]], dtype=np.float64)
+        out["krum_selected"] = np.asarray(diag["selected"], dtype=np.int64)
+        out["krum_neighbours"] = int(diag["neighbours"])
+    elif params["rule"] == "bulyan":
+        out["bulyan_selected"] = np.asarray(diag["selected"], dtype=np.int64)
+    elif params["rule"] == "rfa":
+        out["rfa_iterations"] = int(diag["iterations"])
+        out["rfa_converged"] = bool(diag["converged"])
+    return out
+
+
+def _round_inputs(rng, n, D, dtype, detect, hostile=None, ties=False):
+    """A round of Adam uploads: honest clients near a common gradient, and Byzantine
+    rows (ascent, or ``hostile`` values) at the end; features for ``detect``."""
+    from rfrs_ref.optim import Adam
+
+    opt = Adam(lr=0.01)
+    t = 5
+    state = {"theta": rng.normal(size=D), "m": rng.normal(size=D) * 0.05,
+             "v": rng.random(size=D) * 0.01 + 1e-4}
+    state = {k: v.astype(dtype) for k, v in state.items()}
+    if ties:
+        # integer gradients on a line: Krum scores tie exactly in any summation order
+        G = np.zeros((n, D))
+        G[:, 0] = [0, 1, 2, 3, 4, 5, 6][:n]
+        G[:, 1:] = 1.0
+    else:
+        G = rng.normal(size=D) * 0.5 + rng.normal(size=(n, D)) * 0.2
+    nb = 2
+    if not ties:
+        G[n - nb:] = -3.0 * G[n - nb:]  # gradient ascent, scaled
+    G = G.astype(dtype)
+    ups = {k: np.empty((n, D), dtype=dtype) for k in opt.arrays}
+    for i in range(n):
+        u = opt.client_rule(state, G[i], t)
+        for k in opt.arrays:
+            ups[k][i] = u[k]
+    if hostile is not None:
+        with np.errstate(all="ignore"):
+            for j, val in enumerate(hostile):
+                r = n - 1 - j
+                for k in opt.arrays:
+                    ups[k][r] = val
+                G[r] = val
+    if ties:
+        X = G.copy()  # the integer gradients themselves: recovery would round the ties away
+    elif detect == "gradient":
+        X = np.empty((n, D), dtype=dtype)
+        for i in range(n):
+            with np.errstate(all="ignore"):
+                X[i] = opt.recover(state, {k: ups[k][i] for k in opt.arrays}, t)
+    else:
+        from rfrs_ref.aggregate import parameter_features
+
+        X = parameter_features(ups["theta"], state["theta"])
+    return state, ups, X
+
+
+def aggregate_cases() -> list[Case]:
+    from rfrs_ref.aggregate import RULES
+
+    cases = []
+    n, D, f = 11, 6, 2
+    plan = []
+    for rule in RULES:
+        for detect in ("gradient", "parameter"):
+            for dtype in ("float64", "float32"):
+                plan.append((rule, detect, dtype, None, False, n, f))
+        plan.append((rule, "gradient", "float64", [np.nan, np.inf], False, n, f))
+        plan.append((rule, "gradient", "float64", [1e38, -np.inf], False, n, f))
+    plan.append(("krum", "gradient", "float64", None, True, 7, 1))
+    for rule, detect, dtype, hostile, ties, n_, f_ in plan:
+        tag = detect
+        if hostile is not None:
+            tag += "-nonfinite" if np.isnan(hostile[0]) else "-huge"
+        if ties:
+            tag += "-ties"
+        name = f"aggregate/{rule}-{tag}-{_suffix(dtype)}"
+        rng = _rng(name)
+        state, ups, X = _round_inputs(rng, n_, D, dtype, detect, hostile, ties)
+        hyper = dict(_RULE_HYPER[rule])
+        if ties:
+            hyper["k"] = 1
+        params = {"rule": rule, "hyperparameters": hyper, "f": f_, "detect": detect}
+        inp = {"features": X, "n_samples": (np.full(n_, 5) if ties else rng.integers(1, 30, size=n_)).astype(np.int64)}
+        for k, v in ups.items():
+            inp[f"upload_{k}"] = v
+        if detect == "parameter":
+            inp["theta_bar"] = state["theta"]
+        out = compute_aggregate(inp, params, "numpy")
+        outs: dict[str, Expected] = {}
+        for k in ups:
+            scale = _scale(ups[k][np.isfinite(ups[k]).all(axis=1)]) if np.isfinite(ups[k]).any() else 0.0
+            outs[f"aggregate_{k}"] = _close(out[f"aggregate_{k}"], dtype, C_ELEMENTWISE, scale)
+        if "weights" in out:
+            outs["weights"] = _close(out["weights"], "float64", C_ELEMENTWISE, 1.0,
+                                     role="informational" if rule == "rfa" else "required",
+                                     note="RFA's weights depend on where its iteration stops" if rule == "rfa" else "")
+        outs["kept"] = _close(out["kept"], "float64", 4, 1.0,
+                              note="fraction of coordinates at which the client takes part (1 or 0 "
+                                   "for per-client rules)")
+        outs["f_used"] = _exact(out["f_used"])
+        if rule == "krum":
+            finite = X[np.isfinite(X).all(axis=1)].astype(np.float64)
+            diam = float(np.abs(finite).max(initial=0.0))
+            outs["krum_scores"] = _close(out["krum_scores"], dtype, C_REDUCTION, diam * diam * D,
+                                         note="+inf for a client with a non-finite feature or upload")
+            outs["krum_selected"] = _exact(out["krum_selected"], note="kept clients, lowest score first, "
+                                                                      "ties to the smaller index")
+            outs["krum_neighbours"] = _exact(out["krum_neighbours"])
+        elif rule == "bulyan":
+            outs["bulyan_selected"] = _exact(out["bulyan_selected"], note="in the order of selection")
+        elif rule == "rfa":
+            outs["rfa_iterations"] = _exact(out["rfa_iterations"], role="informational")
+            outs["rfa_converged"] = _exact(out["rfa_converged"], role="informational")
+        desc = f"{rule} on {detect}-space features of {n_} Adam uploads, f = {f_}"
+        if hostile is not None:
+            desc += (f"; the last {len(hostile)} clients upload {', '.join(str(h) for h in hostile)} in every "
+                     "array (and feature)")
+        elif not ties:
+            desc += "; the last 2 clients upload gradient ascent (−3g through the rule)"
+        if ties:
+            desc = ("classic Krum (k = 1) on integer gradients on a line: several clients tie on the "
+                    "lowest score; the smaller index wins")
+        tol = (f"aggregated arrays: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·max|finite upload|; "
+               f"weights: {C_ELEMENTWISE}u absolute; kept: 4u; Krum scores: {C_REDUCTION}u relative "
+               f"and {C_REDUCTION}u·D·max|x|² absolute; selections exact")
+        cases.append(Case(name, "aggregate", desc, _RULE_FORMULA[rule], _RULE_CONV, "SPEC §6", dtype, params,
+                          inp, outs, tol))
+    return cases
+
+
+# ===================================================================================== attack
+
+def compute_attack(inp, params, backend):
+    from rfrs_ref.attack import ATTACKS, AttackContext
+
+    opt = _optimizer(params)
+    attack = ATTACKS.get(params["attack"])(**params["attack_hyperparameters"])
+    t = int(params["t"])
+    state = _state(inp, opt)
+    uploads = {k: np.array(inp[f"honest_{k}"], copy=True) for k in opt.arrays}
+    grads = np.array(inp["grads"], copy=True)
+    grads.flags.writeable = False
+    ctx = AttackContext(t=t, optimizer=opt, state=state, grads=grads, uploads=uploads,
+                        byzantine=np.asarray(inp["byzantine"], dtype=bool),
+                        clients=np.asarray(inp["clients"], dtype=np.int64),
+                        n_samples=np.asarray(inp["n_samples"], dtype=np.int64), f=int(params["f"]),
+                        rng=generator(int(params["seed"]), "attack", t), backend=backend)
+    diag = attack.apply_inplace(ctx)
+    out: dict[str, Any] = {f"upload_{k}": np.asarray(v, dtype=np.float64) for k, v in uploads.items()}
+    if params["attack"] == "noise":
+        k = int(np.sum(inp["byzantine"]))
+        out["noise"] = generator(int(params["seed"]), "attack", t).standard_normal((k, grads.shape[1]))
+        out["noise_norm"] = np.asarray(diag["noise_norm"], dtype=np.float64)
+    elif params["attack"] == "alie":
+        out["alie_z"] = diag["z"]
+    elif params["attack"] == "camouflage":
+        out["camouflaged_fraction"] = diag["camouflaged_fraction"]
+    return out
+
+
+def attack_cases() -> list[Case]:
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.optim import Adam
+
+    cases = []
+    n, D, t = 7, 8, 6
+    descriptions = {
+        "none": "Byzantine clients upload honestly",
+        "ascent": "each Byzantine client uploads rule(state, −g, t)",
+        "noise": ("the honest upload with θ + σz, z ~ N(0, I): D float64 standard normals per "
+                  "Byzantine client in increasing row order, from the generator of stream 'attack', key t"),
+        "camouflage": ("θ honest, m and v from g̃ of paper Eq. 6 (with ε) where it gives the same update, "
+                       "else g, coordinate by coordinate"),
+        "alie": "every Byzantine client uploads rule(μ − z·σ) of the Byzantine clients' gradients",
+        "ipm": "every Byzantine client uploads rule(−ϵ · mean of the Byzantine clients' gradients)",
+    }
+    for attack_name in ATTACKS:
+        for dtype in ("float64", "float32"):
+            name = f"attack/{attack_name}-adam-{_suffix(dtype)}"
+            rng = _rng(name)
+            opt = Adam(lr=0.01)
+            params = {"optimizer": "adam", "hyperparameters": {"lr": 0.01, "beta1": 0.9, "beta2": 0.999,
+                                                               "eps": 1e-8},
+                      "attack": attack_name, "attack_hyperparameters": {}, "t": t, "f": 2, "seed": SEED}
+            from rfrs_ref.params import values
+
+            params["attack_hyperparameters"] = values(ATTACKS.get(attack_name)())
+            # a mid-run state where |m̄|/√v̄ is large on many coordinates, so camouflage bites
+            m_bar = rng.normal(size=D) * 0.2
+            state = {"theta": rng.normal(size=D), "m": m_bar,
+                     "v": (0.1 * m_bar) ** 2 + 1e-8}
+            state = {k: v.astype(dtype) for k, v in state.items()}
+            G = (rng.normal(size=D) * 0.05 + rng.normal(size=(n, D)) * 0.05).astype(dtype)
+            byz = np.zeros(n, dtype=bool)
+            byz[[1, 4, 5]] = True
+            honest = {k: np.empty((n, D), dtype=dtype) for k in opt.arrays}
+            opt.client_rule_batch(state, G, t, honest, backend="numpy")
+            inp = {f"state_{k}": state[k] for k in opt.arrays}
+            inp.update({"grads": G, "byzantine": byz, "clients": np.arange(10, 10 + n, dtype=np.int64),
+                        "n_samples": rng.integers(1, 20, size=n).astype(np.int64)})
+            for k in opt.arrays:
+                inp[f"honest_{k}"] = honest[k]
+            out = compute_attack(inp, params, "numpy")
+            if attack_name == "noise":
+                inp["noise"] = out["noise"]
+            if attack_name == "camouflage" and not out["camouflaged_fraction"] > 0.2:
+                raise AssertionError(f"{name}: only {out['camouflaged_fraction']} of the coordinates "
+                                     "are camouflaged; the case would not test the attack")
+            outs: dict[str, Expected] = {}
+            for k in opt.arrays:
+                outs[f"upload_{k}"] = _close(out[f"upload_{k}"], dtype, C_ELEMENTWISE,
+                                             _scale(out[f"upload_{k}"]) + _scale(state[k]))
+            if attack_name == "noise":
+                outs["noise"] = _exact(out["noise"], note="what NumPy's PCG64 generator draws: equal to "
+                                                          "the input 'noise'")
+                outs["noise_norm"] = _close(out["noise_norm"], "float64", C_REDUCTION)
+            elif attack_name == "alie":
+                outs["alie_z"] = _close(out["alie_z"], "float64", C_ELEMENTWISE)
+            elif attack_name == "camouflage":
+                outs["camouflaged_fraction"] = _exact(
+                    out["camouflaged_fraction"], role="informational",
+                    note="coordinates at the edge of the test on the step may fall either way in "
+                         "another implementation's rounding")
+            cases.append(Case(
+                name, "attack", descriptions[attack_name] + f"; Adam, round {t}, Byzantine rows 1, 4, 5",
+                descriptions[attack_name], "The attack rewrites only the Byzantine rows; gradient-space "
+                "attacks push their gradient through the optimiser's rule (SPEC §7). Inputs 'honest_*' "
+                "are the honest uploads before the attack.", "SPEC §7", dtype, params, inp, outs,
+                f"uploads: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·(max|upload| + max|state|)"))
+    return cases
+
+
+# ================================================================================== federated
+
+class _RecordingOptimizer:
+    """Forwards to an optimiser and keeps what the round loop passes through it."""
+
+    def __init__(self, opt) -> None:
+        self._opt = opt
+        self.rounds: list[dict] = []
+
+    def __getattr__(self, name):
+        return getattr(self._opt, name)
+
+    def new_round(self) -> None:
+        self.rounds.append({})
+
+    def client_rule_batch(self, state, grads, t, out, backend="numba", *, rows=None):
+        self._opt.client_rule_batch(state, grads, t, out, backend, rows=rows)
+        cur = self.rounds[-1]
+        if rows is None and "grads" not in cur:
+            n = grads.shape[0]
+            cur["grads"] = np.array(grads, copy=True)
+            cur["honest"] = {k: np.array(out[k][:n], copy=True) for k in self._opt.arrays}
+
+    def recover_batch(self, state, uploads, t, out, backend="numba", *, rows=None):
+        cur = self.rounds[-1]
+        if "uploads" not in cur:
+            cur["uploads"] = {k: np.array(uploads[k], copy=True) for k in self._opt.arrays}
+        self._opt.recover_batch(state, uploads, t, out, backend, rows=rows)
+        if "recovered" not in cur:
+            cur["recovered"] = np.array(out[: uploads["theta"].shape[0]], copy=True)
+
+    def verify_batch(self, state, uploads, t, recovered=None, backend="numba", **kw):
+        cur = self.rounds[-1]
+        if "uploads" not in cur:
+            cur["uploads"] = {k: np.array(uploads[k], copy=True) for k in self._opt.arrays}
+        res = self._opt.verify_batch(state, uploads, t, recovered=recovered, backend=backend, **kw)
+        self.rounds[-1]["verified"] = np.asarray(res[0], dtype=bool).copy()
+        return res
+
+
+class _RecordingRule:
+    def __init__(self, rule) -> None:
+        self._rule = rule
+        self.calls: list[dict] = []
+
+    def __getattr__(self, name):
+        return getattr(self._rule, name)
+
+    def aggregate(self, features, arrays, n_samples, f, *, backend="numba"):
+        res = self._rule.aggregate(features, arrays, n_samples, f, backend=backend)
+        self.calls.append({"features": np.array(features, copy=True), "n_samples": np.array(n_samples),
+                           "f": int(f), "result": res})
+        return res
+
+
+def compute_federated(inp, params, backend):
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+
+    train = _interactions(inp["indptr"], inp["indices"], params["n_items"])
+    model = MODELS.get(params["model"])(n_items=int(params["n_items"]), **params["model_hyperparameters"])
+    opt = _RecordingOptimizer(OPTIMIZERS.get(params["optimizer"])(**params["optimizer_hyperparameters"]))
+    rule = _RecordingRule(RULES.get(params["rule"])(**params["rule_hyperparameters"]))
+    attack = ATTACKS.get(params["attack"])(**params["attack_hyperparameters"])
+    fed = Federation(model=model, optimizer=opt, rule=rule, detect=params["detect"], attack=attack,
+                     train=train, byzantine=np.asarray(inp["byzantine"], dtype=bool),
+                     client_fraction=float(params["client_fraction"]),
+                     assumed_fraction=float(params["assumed_fraction"]), seed=int(params["seed"]),
+                     verify=bool(params["verify"]), backend=backend,
+                     # trace: the server materialises every recovered gradient
+                     trace=True)
+    theta0 = inp["theta0"]
+    state = opt._opt.init(theta0)
+    from rfrs_ref.federated.population import clients_per_round
+
+    buf = RoundBuffers(clients_per_round(train.n_users, fed.client_fraction), model.n_params(),
+                       theta0.dtype, opt.arrays)
+    out: dict[str, Any] = {}
+    for t in range(1, int(params["rounds"]) + 1):
+        opt.new_round()
+        n_calls = len(rule.calls)
+        state, record = run_round(fed, state, t, buf)
+        cur = opt.rounds[-1]
+        p = f"r{t}_"
+        clients = np.asarray(record["clients"], dtype=np.int64)
+        byz = np.asarray(record["byzantine"], dtype=bool)
+        out[p + "clients"] = clients
+        out[p + "byzantine"] = byz
+        out[p + "n_samples"] = np.asarray(record["n_samples"], dtype=np.int64)
+        out[p + "f"] = int(record["f"])
+        out[p + "f_rule"] = int(record["f_rule"])
+        out[p + "grads"] = cur["grads"].astype(np.float64)
+        for k in opt.arrays:
+            out[p + f"honest_{k}"] = cur["honest"][k].astype(np.float64)
+            out[p + f"uploads_{k}"] = cur["uploads"][k].astype(np.float64)
+        if "recovered" in cur:
+            out[p + "recovered"] = cur["recovered"].astype(np.float64)
+        out[p + "verified"] = cur.get("verified", np.ones(clients.size, dtype=bool))
+        if params["attack"] == "noise":
+            k = int(byz.sum())
+            out[p + "attack_noise"] = generator(int(params["seed"]), "attack", t).standard_normal(
+                (k, model.n_params()))
+        if len(rule.calls) > n_calls:
+            call = rule.calls[-1]
+            out[p + "rule_rows"] = np.flatnonzero(out[p + "verified"]).astype(np.int64)
+            out[p + "features"] = call["features"].astype(np.float64)
+            if params["rule"] == "krum":
+                diag = call["result"].diagnostics
+                out[p + "krum_scores"] = np.array([np.inf if s is None else s for s in diag["scores"]])
+        if record["weights"] is not None:  # per-client rules; coordinate-wise rules have none
+            out[p + "weights"] = np.asarray(record["weights"], dtype=np.float64)
+        out[p + "kept"] = np.asarray(record["kept"], dtype=np.float64)
+        for k in opt.arrays:
+            out[p + f"state_{k}"] = np.asarray(state[k], dtype=np.float64)
+    return out
+
+
+def federated_cases() -> list[Case]:
+    from rfrs_ref.model import FISM
+    from rfrs_ref.params import values
+
+    cases = []
+    scenarios = [
+        ("krum", "gradient", "ascent", "float64"),
+        ("krum", "gradient", "ascent", "float32"),
+        ("trmean", "parameter", "noise", "float64"),
+    ]
+    for rule, detect, attack, dtype in scenarios:
+        name = f"federated/adam-{rule}-{detect}-{attack}-{_suffix(dtype)}"
+        rng = _rng(name)
+        n_users, n_items, d = 16, 12, 3
+        sizes = [1] + list(rng.integers(2, 7, size=n_users - 1))
+        lists = _user_lists(rng, n_users, n_items, sizes)
+        indptr, indices = _csr(lists)
+        byz = np.zeros(n_users, dtype=bool)
+        byz[rng.choice(np.arange(1, n_users), size=4, replace=False)] = True
+        model = FISM(n_items=n_items, dim=d, lam=1e-3, gamma=1.0)
+        theta0 = (rng.normal(size=model.n_params()) * 0.3).astype(dtype)
+        from rfrs_ref.aggregate import RULES
+        from rfrs_ref.attack import ATTACKS
+
+        attack_hyper = values(ATTACKS.get(attack)())
+        if attack == "noise":
+            attack_hyper["sigma"] = 0.05
+        params = {"n_items": n_items, "model": "fism", "model_hyperparameters": values(model),
+                  "optimizer": "adam", "optimizer_hyperparameters": {"lr": 0.05, "beta1": 0.9,
+                                                                     "beta2": 0.999, "eps": 1e-8},
+                  "rule": rule, "rule_hyperparameters": values(RULES.get(rule)()), "detect": detect,
+                  "attack": attack, "attack_hyperparameters": attack_hyper,
+                  "client_fraction": 0.5, "assumed_fraction": 0.25, "seed": SEED, "rounds": 3,
+                  "verify": True}
+        inp = {"indptr": indptr, "indices": indices, "theta0": theta0, "byzantine": byz}
+        out = compute_federated(inp, params, "numpy")
+        c = C_RUN if dtype == "float32" else C_REDUCTION
+        outs: dict[str, Expected] = {}
+        for key, value in out.items():
+            base = key.split("_", 1)[1]
+            if isinstance(value, np.ndarray) and value.dtype.kind in "iub":
+                outs[key] = _exact(value)
+            elif isinstance(value, (int, bool)):
+                outs[key] = _exact(value)
+            elif base == "attack_noise":
+                outs[key] = _exact(value, note="the standard normals of the 'attack' stream, key t")
+            elif base in ("weights", "kept"):
+                outs[key] = _close(value, "float64", C_ELEMENTWISE, 1.0)
+            elif base == "krum_scores":
+                feats = out[key.replace("krum_scores", "features")]
+                outs[key] = _close(value, dtype, c, _scale(feats) ** 2 * feats.shape[1])
+            elif base in ("recovered", "features") and dtype == "float32":
+                # recovery from float32 uploads cancels: its error is relative to the moments
+                mscale = _scale(out[key[:3] + "uploads_m"]) / (1 - 0.9)
+                outs[key] = _close(value, dtype, c, max(_scale(value), mscale))
+            else:
+                outs[key] = _close(value, dtype, c)
+        desc = (f"three rounds of FISM (d = {d}) with Adam on {n_users} users and {n_items} items "
+                f"(user 0 holds one item), e = 0.5, 4 Byzantine clients attacking with {attack}, "
+                f"{rule} on {detect}-space features, f = floor(0.25 · 8) = 2, verification on")
+        cases.append(Case(
+            name, "federated", desc,
+            "SPEC §4: sample, gradients on θ̄ᵗ⁻¹, client rule, attack, recovery, verification, "
+            "features, rule, weighted combination",
+            "Rounds are numbered from 1. Another implementation that cannot reproduce NumPy's "
+            "generator takes r<t>_clients (and, for noise, r<t>_attack_noise) as given. Arrays "
+            "r<t>_* with one row per sampled client follow r<t>_clients; r<t>_features are the rows "
+            "that passed verification (r<t>_rule_rows), in that order; r<t>_weights (per-client rules "
+            "only) and r<t>_kept are 0 for excluded clients; f_rule = max(0, f − excluded).",
+            "SPEC §4–7", dtype, params, inp, outs,
+            f"values: rtol = {c}u, atol = {c}u·max|value| (u of the case's dtype; a run accumulates "
+            "roundings over rounds); recovered gradients and features in float32: atol scaled by "
+            "max|m|/(1 − β₁), the magnitude recovery cancels; weights and kept: 64u of float64; "
+            "clients, flags, selections exact"))
+    return cases
+
+
+# ===================================================================================== I/O
+
+#: kind -> function(inputs, params, backend) -> outputs
+KINDS: dict[str, Callable[[dict, dict, str], dict]] = {
+    "fism_scores": compute_fism_scores,
+    "bpr": compute_bpr,
+    "optimizer": compute_optimizer,
+    "aggregate": compute_aggregate,
+    "attack": compute_attack,
+    "federated": compute_federated,
+}
+
+#: case families, in export order
+FAMILIES: dict[str, Callable[[], list[Case]]] = {
+    "model": model_cases,
+    "optim": optim_cases,
+    "aggregate": aggregate_cases,
+    "attack": attack_cases,
+    "federated": federated_cases,
+}
+
+
+def _matches(name: str, patterns) -> bool:
+    """``name`` matches a glob pattern, or lies under a pattern naming a folder."""
+    return any(fnmatch.fnmatch(name, p) or name.startswith(p.rstrip("/") + "/") for p in patterns)
+
+
+def all_cases(only: Iterable[str] | None = None) -> list[Case]:
+    """Every case, or those whose name matches one of the patterns in ``only``
+    (globs such as ``aggregate/krum-*``, or a family folder such as ``optim``)."""
+    pats = list(only) if only else None
+    out = []
+    for family, make in FAMILIES.items():
+        if pats and not any(fnmatch.fnmatch(family, p.split("/")[0]) for p in pats):
+            continue
+        out.extend(c for c in make() if pats is None or _matches(c.name, pats))
+    return out
+
+
+def _npy_bytes(a: np.ndarray) -> bytes:
+    a = np.asarray(a)
+    if a.dtype.kind == "f":
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    elif a.dtype.kind in "iu":
+        a = a.astype(np.dtype(f"<{a.dtype.kind}8"), copy=False)
+    elif a.dtype.kind == "b":
+        a = a.astype(np.bool_, copy=False)
+    else:
+        raise TypeError(f"golden arrays must be float, integer or bool, got dtype {a.dtype}")
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(a), version=(1, 0), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _json_value(v):
+    if isinstance(v, (np.floating, float)):
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError(f"a JSON value must be finite (store non-finite values in an array), got {v}")
+        return v
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _json_value(x) for k, x in v.items()}
+    return v
+
+
+def _array_meta(a: np.ndarray, file: str) -> dict:
+    dt = np.dtype(a.dtype)
+    name = {"f": str(dt), "i": "int64", "u": "int64", "b": "bool"}[dt.kind]
+    return {"file": file, "dtype": name, "shape": list(a.shape)}
+
+
+def write_case(root: pathlib.Path, case: Case) -> None:
+    folder = root / case.name
+    folder.mkdir(parents=True, exist_ok=True)
+    meta_in = {}
+    for k, a in sorted(case.inputs.items()):
+        a = np.asarray(a)
+        fname = f"in.{k}.npy"
+        (folder / fname).write_bytes(_npy_bytes(a))
+        meta_in[k] = _array_meta(a, fname)
+    meta_out = {}
+    for k, e in sorted(case.outputs.items()):
+        entry: dict[str, Any] = {}
+        if isinstance(e.value, np.ndarray):
+            fname = f"out.{k}.npy"
+            (folder / fname).write_bytes(_npy_bytes(e.value))
+            entry.update(_array_meta(e.value, fname))
+        else:
+            entry["value"] = _json_value(e.value)
+        if e.exact:
+            entry["compare"] = "exact"
+        else:
+            entry.update({"compare": "close", "rtol": e.rtol, "atol": e.atol})
+        entry["role"] = e.role
+        if e.note:
+            entry["note"] = e.note
+        meta_out[k] = entry
+    doc = {"format": FORMAT, "version": VERSION, "name": case.name, "kind": case.kind,
+           "description": case.description, "formula": case.formula, "convention": case.convention,
+           "reference": case.reference, "dtype": case.dtype, "params": _json_value(case.params),
+           "inputs": meta_in, "outputs": meta_out, "tolerance": case.tolerance}
+    (folder / "case.json").write_text(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False,
+                                                 allow_nan=False) + "\n", encoding="utf-8")
+
+
+def export(directory, only: Iterable[str] | None = None) -> list[str]:
+    """Write every case under ``directory`` (created; case folders replaced) and
+    ``index.json``. Returns the case names. Same bytes on every export on one machine."""
+    from rfrs_ref import __version__
+
+    root = pathlib.Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    cases = all_cases(only)
+    for case in cases:
+        folder = root / case.name
+        if folder.exists():
+            shutil.rmtree(folder)
+        write_case(root, case)
+    index = {"format": FORMAT, "version": VERSION,
+             "producer": {"name": "rfrs-ref", "version": __version__, "numpy": np.__version__},
+             "seed": SEED,
+             "cases": [{"name": c.name, "kind": c.kind, "dtype": c.dtype, "path": f"{c.name}/case.json"}
+                       for c in cases]}
+    if only:
+        old = root / "index.json"
+        if old.exists():
+            prev = json.loads(old.read_text(encoding="utf-8"))
+            names = {c["name"] for c in index["cases"]}
+            index["cases"] = sorted([c for c in prev.get("cases", []) if c["name"] not in names]
+                                    + index["cases"], key=lambda c: c["name"])
+    (root / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True, ensure_ascii=False,
+                                                allow_nan=False) + "\n", encoding="utf-8")
+    return [c.name for c in cases]
+
+
+# ===================================================================================== check
+
+@dataclasses.dataclass
+class Mismatch:
+    """Where a recomputed output differs from the expected one."""
+
+    output: str
+    index: tuple | None
+    expected: Any
+    got: Any
+    tolerance: float | None
+    count: int = 1
+    size: int = 1
+    message: str = ""
+
+    def __str__(self) -> str:
+        if self.message:
+            return f"output {self.output!r}: {self.message}"
+        where = "" if self.index is None else f" index {self.index}"
+        tol = "" if self.tolerance is None else f" (|Δ| > tol {self.tolerance:.3g})"
+        many = f"; {self.count} of {self.size} elements differ" if self.size > 1 else ""
+        return f"output {self.output!r}{where}: expected {self.expected!r}, got {self.got!r}{tol}{many}"
+
+
+@dataclasses.dataclass
+class CaseResult:
+    name: str
+    backend: str
+    ok: bool
+    mismatches: list[Mismatch]
+    error: str = ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"ok    {self.name} [{self.backend}]"
+        if self.error:
+            return f"FAIL  {self.name} [{self.backend}]: {self.error}"
+        return f"FAIL  {self.name} [{self.backend}]: " + "; ".join(str(m) for m in self.mismatches[:3])
+
+
+def _py(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
+    """Compare one recomputed output with its expected value under ``spec``'s rule."""
+    if got is None and expected is None:
+        return None
+    if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
+        e = np.asarray(expected)
+        g = np.asarray(got)
+        if e.shape != g.shape:
+            return Mismatch(name, None, None, None, None, message=f"shape {g.shape}, expected {e.shape}")
+        if spec["compare"] == "exact" or e.dtype.kind in "iub":
+            if e.dtype.kind == "f":
+                bad = ~((e == g) | (np.isnan(e) & np.isnan(g.astype(np.float64))))
+            else:
+                bad = e != g
+            tol = None
+        else:
+            e64, g64 = e.astype(np.float64), g.astype(np.float64)
+            tolv = spec["atol"] + spec["rtol"] * np.abs(np.where(np.isfinite(e64), e64, 0.0))
+            with np.errstate(invalid="ignore"):
+                close = np.abs(g64 - e64) <= tolv
+            same_special = (np.isnan(e64) & np.isnan(g64)) | (np.isinf(e64) & (e64 == g64))
+            bad = ~(np.where(np.isfinite(e64), close & np.isfinite(g64), same_special))
+            tol = tolv
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+            tv = None if tol is None else float(np.asarray(tol)[idx] if np.ndim(tol) else tol)
+            return Mismatch(name, idx, _py(e[idx]), _py(g[idx]), tv, int(bad.sum()), int(bad.size))
+        return None
+    if spec["compare"] == "exact" or isinstance(expected, (bool, str, int)) or expected is None:
+        if isinstance(expected, float) and isinstance(got, float) and math.isnan(expected) and math.isnan(got):
+            return None
+        if expected != got or type(expected) is bool and not isinstance(got, (bool, np.bool_)):
+            return Mismatch(name, None, expected, _py(got), None)
+        return None
+    e, g = float(expected), float(got)
+    tol = spec["atol"] + spec["rtol"] * abs(e)
+    if not abs(g - e) <= tol:
+        return Mismatch(name, None, e, g, tol)
+    return None
+
+
+def load_case(folder) -> tuple[dict, dict, dict]:
+    """(case.json, inputs, expected outputs) of one case folder."""
+    folder = pathlib.Path(folder)
+    meta = json.loads((folder / "case.json").read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise ValueError(f"{folder / 'case.json'}: not a {FORMAT} version {VERSION} case "
+                         f"(format {meta.get('format')!r}, version {meta.get('version')!r})")
+    inputs = {k: np.load(folder / m["file"], allow_pickle=False) for k, m in meta["inputs"].items()}
+    expected = {}
+    for k, m in meta["outputs"].items():
+        expected[k] = np.load(folder / m["file"], allow_pickle=False) if "file" in m else m["value"]
+    return meta, inputs, expected
+
+
+def check_case(folder, backend: str = "numpy") -> CaseResult:
+    """Recompute one case with ``backend`` and compare every output."""
+    folder = pathlib.Path(folder)
+    name = str(folder)
+    try:
+        meta, inputs, expected = load_case(folder)
+        name = meta["name"]
+        fn = KINDS[meta["kind"]]
+    except Exception as exc:  # unreadable case: report, do not stop the other cases
+        return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
+    try:
+        got = fn(inputs, meta["params"], backend)
+    except Exception as exc:
+        return CaseResult(name, backend, False, [], f"recomputation raised {type(exc).__name__}: {exc}")
+    mismatches = []
+    for k, spec in meta["outputs"].items():
+        if k not in got:
+            mismatches.append(Mismatch(k, None, None, None, None, message="not produced by the current code"))
+            continue
+        m = compare_output(k, spec, expected[k], got[k])
+        if m is not None:
+            mismatches.append(m)
+    if meta["kind"] == "attack" and "noise" in inputs and "noise" in got:
+        m = compare_output("noise (input)", {"compare": "exact"}, inputs["noise"], got["noise"])
+        if m is not None:
+            mismatches.append(m)
+    return CaseResult(name, backend, not mismatches, mismatches)
+
+
+def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> list[CaseResult]:
+    """Check every case listed in ``directory/index.json`` with each backend."""
+    root = pathlib.Path(directory)
+    index_path = root / "index.json"
+    if not index_path.exists():
+        raise FileNotFoundError(f"{index_path}: no index of golden vectors (run `rfrs-ref golden export`)")
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    if index.get("format") != FORMAT or index.get("version") != VERSION:
+        raise ValueError(f"{index_path}: not a {FORMAT} version {VERSION} index")
+    pats = list(only) if only else None
+    out = []
+    for entry in index["cases"]:
+        if pats and not _matches(entry["name"], pats):
+            continue
+        folder = (root / entry["path"]).parent
+        for b in backends:
+            out.append(check_case(folder, b))
+    return out
+
+
+__all__ = [
+    "FORMAT",
+    "KINDS",
+    "VERSION",
+    "Case",
+    "CaseResult",
+    "Expected",
+    "Mismatch",
+    "all_cases",
+    "check",
+    "check_case",
+    "compare_output",
+    "export",
+    "load_case",
+    "write_case",
+]

@@ -1,0 +1,368 @@
+"""Adapters: other libraries' aggregation functions in rfrs-ref's convention.
+
+The law checkers of :mod:`rfrs_ref.testing.laws` call a rule as
+
+    rule(features, n_samples, f) -> Outcome(vector, weights)
+
+with ``features`` the (n, D) detection features (one row per client),
+``n_samples`` the (n,) training-set sizes nᵢ (positive integers), ``f`` the
+assumed number of Byzantine clients, and the result the aggregated feature
+vector (D,) and, when the rule exposes them, the per-client weights (n,)
+(SPEC §6). An adapter turns a third-party callable into that form:
+
+==========  ==================================================================
+name        what the callable is
+==========  ==================================================================
+``vector``  ``fn(features, n_samples, f) -> (D,)`` aggregated vector
+``weights`` ``fn(features, n_samples, f) -> (n,)`` weights (the vector is
+            ``Σ wᵢ xᵢ`` over the rows with wᵢ > 0)
+``result``  ``fn(features, n_samples, f) ->`` an object or mapping with
+            ``weights`` and/or ``vector`` (or ``arrays['x']``), e.g. an
+            rfrs-ref :class:`~rfrs_ref.aggregate.AggregationResult`
+``rfrs``    an rfrs-ref rule instance or class (``rfrs_ref.aggregate``)
+``flower``  a function of ``flwr.server.strategy.aggregate`` taking
+            ``[(list_of_layer_arrays, num_examples), ...]``
+``byzfl``   a ByzFL aggregator class or instance (``byzfl.aggregators``),
+            called on the (n, D) matrix
+==========  ==================================================================
+
+Flower: every client's features are one layer (a 1-D array) with
+``num_examples = nᵢ``; ``f`` is passed as ``num_malicious`` (Krum, Bulyan),
+and as ``proportiontocut = (f + ¼)/n`` to ``aggregate_trimmed_avg``, which cuts
+``int(proportiontocut · n)`` = f values per side (and stays below ½ as SciPy
+requires, since n > 2f). ``aggregate_krum`` keeps
+``to_keep = 0`` (classic Krum) unless the adapter option says otherwise
+(``to_keep=n-f`` gives multi-Krum with rfrs-ref's default k). Bulyan's inner
+rule is the module's ``aggregate_krum``.
+
+ByzFL: a class is instantiated for every call with ``f`` when its constructor
+takes an ``f`` argument (plus the adapter options, e.g. ``nu``, ``T``); an
+instance is called as it is. ByzFL ignores nᵢ.
+
+ByzFL 0.0.11 imports its training framework, and with it torchvision, from
+the package's ``__init__``; :func:`load_byzfl_aggregators` imports the
+aggregators module without running that ``__init__``, so a CPU-only torch
+without torchvision suffices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import sys
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a rule under test returned, in rfrs-ref's convention.
+
+    Attributes:
+        vector: (D,) float64 aggregated feature vector.
+        weights: (n,) float64 per-client weights, or None when the rule does not
+            expose them (coordinate-wise rules, vector-only libraries).
+    """
+
+    vector: np.ndarray
+    weights: np.ndarray | None = None
+
+
+RuleFn = Callable[[np.ndarray, np.ndarray, int], Outcome]
+
+
+class AdapterError(ValueError):
+    """A callable cannot be adapted, or returned something of the wrong shape."""
+
+
+def weighted_vector(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Σᵢ wᵢ xᵢ over the rows with wᵢ ≠ 0, in float64 (a NaN row with weight 0
+    cannot reach the result)."""
+    X = np.asarray(features, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    rows = np.flatnonzero(w != 0)
+    if rows.size == 0:
+        return np.zeros(X.shape[1])
+    with np.errstate(all="ignore"):
+        return w[rows] @ X[rows]
+
+
+def _as_vector(value, D: int, what: str) -> np.ndarray:
+    v = _to_numpy(value)
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    if v.shape != (D,):
+        raise AdapterError(f"{what} returned an array of shape {np.shape(value)}, expected ({D},): "
+                           "the aggregated feature vector")
+    return v
+
+
+def _to_numpy(value):
+    """NumPy view of an array-like, including torch tensors (without importing torch)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+# -- our own rules --------------------------------------------------------------------------
+
+def rfrs(rule, **options) -> RuleFn:
+    """An rfrs-ref rule (instance, class or registry name) as a rule under test.
+
+    ``options`` are the rule's hyperparameters when a class or name is given;
+    ``backend`` (default ``"numpy"``, the oracle) selects the kernels.
+    """
+    from rfrs_ref.aggregate import RULES
+
+    backend = options.pop("backend", "numpy")
+    if isinstance(rule, str):
+        rule = RULES.get(rule)
+    if isinstance(rule, type):
+        rule = rule(**options)
+    elif options:
+        raise AdapterError(f"options {sorted(options)} given for a rule instance {rule!r}")
+
+    def call(features, n_samples, f):
+        res = rule.aggregate(features, {"x": features}, n_samples, f, backend=backend)
+        w = None if res.weights is None else np.asarray(res.weights, dtype=np.float64)
+        return Outcome(np.asarray(res.arrays["x"], dtype=np.float64), w)
+
+    call.__name__ = f"rfrs:{rule.name}"
+    return call
+
+
+# -- generic conventions -----------------------------------------------------------------------
+
+def vector(fn, **options) -> RuleFn:
+    """``fn(features, n_samples, f, **options) -> (D,)``."""
+
+    def call(features, n_samples, f):
+        return Outcome(_as_vector(fn(features, n_samples, f, **options), features.shape[1],
+                                  _name(fn)))
+
+    call.__name__ = _name(fn)
+    return call
+
+
+def weights(fn, **options) -> RuleFn:
+    """``fn(features, n_samples, f, **options) -> (n,)`` weights."""
+
+    def call(features, n_samples, f):
+        w = np.asarray(_to_numpy(fn(features, n_samples, f, **options)), dtype=np.float64).reshape(-1)
+        if w.shape != (features.shape[0],):
+            raise AdapterError(f"{_name(fn)} returned weights of shape {w.shape}, expected "
+                               f"({features.shape[0]},): one per client")
+        return Outcome(weighted_vector(features, w), w)
+
+    call.__name__ = _name(fn)
+    return call
+
+
+def result(fn, **options) -> RuleFn:
+    """``fn(...)`` returning an object or mapping with ``weights`` and/or ``vector``
+    (or ``arrays['x']``, as rfrs-ref's :class:`AggregationResult`)."""
+
+    def get(obj, key):
+        if isinstance(obj, Mapping):
+            return obj.get(key)
+        return getattr(obj, key, None)
+
+    def call(features, n_samples, f):
+        out = fn(features, n_samples, f, **options)
+        w = get(out, "weights")
+        v = get(out, "vector")
+        if v is None:
+            arrays = get(out, "arrays")
+            if isinstance(arrays, Mapping) and "x" in arrays:
+                v = arrays["x"]
+        if w is not None:
+            w = np.asarray(_to_numpy(w), dtype=np.float64).reshape(-1)
+            if w.shape != (features.shape[0],):
+                raise AdapterError(f"{_name(fn)} returned weights of shape {w.shape}, expected "
+                                   f"({features.shape[0]},)")
+        if v is None:
+            if w is None:
+                raise AdapterError(f"{_name(fn)} returned neither 'vector' nor 'weights' "
+                                   f"(got {type(out).__name__})")
+            v = weighted_vector(features, w)
+        return Outcome(_as_vector(v, features.shape[1], _name(fn)), w)
+
+    call.__name__ = _name(fn)
+    return call
+
+
+# -- Flower ------------------------------------------------------------------------------------
+
+def _parse_to_keep(value, n: int, f: int) -> int:
+    if isinstance(value, str):
+        v = value.replace(" ", "")
+        if v in ("n-f", "n−f"):
+            return n - f
+        return int(v)
+    return int(value)
+
+
+def flower(fn, **options) -> RuleFn:
+    """A ``flwr.server.strategy.aggregate`` function in rfrs-ref's convention.
+
+    Options: ``to_keep`` for ``aggregate_krum`` and ``aggregate_bulyan``'s
+    inner Krum (an integer, or ``"n-f"``); ``proportiontocut`` for
+    ``aggregate_trimmed_avg`` (default (f + ¼)/n, which cuts exactly f per side and is
+    below ½ whenever n > 2f).
+    """
+    name = getattr(fn, "__name__", "")
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    params = set(inspect.signature(fn).parameters)
+
+    def call(features, n_samples, f):
+        n = features.shape[0]
+        ns = np.asarray(n_samples)
+        results = [([np.array(features[i], copy=True)], int(ns[i])) for i in range(n)]
+        kw: dict[str, Any] = {}
+        if name == "aggregate_bulyan":
+            inner = options.get("aggregation_rule") or module.aggregate_krum
+            kw = {"num_malicious": f, "aggregation_rule": inner,
+                  "to_keep": _parse_to_keep(options.get("to_keep", 0), n, f)}
+        elif name == "aggregate_krum":
+            kw = {"num_malicious": f, "to_keep": _parse_to_keep(options.get("to_keep", 0), n, f)}
+        elif name == "aggregate_trimmed_avg":
+            kw = {"proportiontocut": float(options.get("proportiontocut", (f + 0.25) / n))}
+        else:
+            if "num_malicious" in params:
+                kw["num_malicious"] = f
+            kw.update({k: v for k, v in options.items() if k in params})
+        with np.errstate(all="ignore"):
+            layers = fn(results, **kw)
+        if len(layers) != 1:
+            raise AdapterError(f"flower {name} returned {len(layers)} layers for one-layer inputs")
+        return Outcome(_as_vector(layers[0], features.shape[1], f"flower {name}"))
+
+    call.__name__ = f"flower:{name}"
+    return call
+
+
+# -- ByzFL -------------------------------------------------------------------------------------
+
+def load_byzfl_aggregators():
+    """ByzFL's ``byzfl.aggregators.aggregators`` module, imported without
+    running ``byzfl/__init__.py`` (which needs torchvision).
+
+    The package is registered in ``sys.modules`` as a bare package module (its
+    installed directory as ``__path__``) and the aggregators submodule is then
+    imported normally; it needs NumPy, SciPy and torch.
+
+    Raises:
+        ModuleNotFoundError: byzfl (or torch) is not installed.
+    """
+    if "byzfl.aggregators.aggregators" in sys.modules:
+        return sys.modules["byzfl.aggregators.aggregators"]
+    spec = importlib.util.find_spec("byzfl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "byzfl is not installed; install it with `pip install byzfl==0.0.11 --no-deps` "
+            "after torch (see docs/conformance.md)", name="byzfl")
+    if "byzfl" not in sys.modules:
+        pkg = types.ModuleType("byzfl")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        pkg.__spec__ = spec
+        pkg.__file__ = spec.origin
+        sys.modules["byzfl"] = pkg
+    return importlib.import_module("byzfl.aggregators.aggregators")
+
+
+def byzfl(obj, **options) -> RuleFn:
+    """A ByzFL aggregator (class or instance) in rfrs-ref's convention.
+
+    A class is instantiated for every call, with ``f=f`` when its constructor
+    takes ``f``, and with ``options`` (``nu``, ``T``...). The features are
+    passed as a float64 NumPy matrix; nᵢ is not used (ByzFL has none).
+    """
+    if isinstance(obj, type):
+        params = set(inspect.signature(obj.__init__).parameters)
+
+        def make(f):
+            kw = dict(options)
+            if "f" in params:
+                kw["f"] = f
+            return obj(**kw)
+
+        label = obj.__name__
+    else:
+        if options:
+            raise AdapterError(f"options {sorted(options)} given for a ByzFL instance; pass the class")
+
+        def make(f):
+            return obj
+
+        label = type(obj).__name__
+
+    def call(features, n_samples, f):
+        agg = make(f)
+        with np.errstate(all="ignore"):
+            out = agg(np.array(features, dtype=np.float64, copy=True))
+        return Outcome(_as_vector(out, features.shape[1], f"byzfl {label}"))
+
+    call.__name__ = f"byzfl:{label}"
+    return call
+
+
+#: adapter name -> factory(callable, **options) -> RuleFn
+ADAPTERS: dict[str, Callable[..., RuleFn]] = {
+    "vector": vector,
+    "weights": weights,
+    "result": result,
+    "rfrs": rfrs,
+    "flower": flower,
+    "byzfl": byzfl,
+}
+
+
+def resolve_callable(spec: str):
+    """The object named by ``"package.module:attribute"`` (attribute may be dotted).
+
+    Modules under ``byzfl`` are imported through :func:`load_byzfl_aggregators`.
+    """
+    if ":" not in spec:
+        raise AdapterError(f"callable {spec!r} must be written package.module:attribute")
+    mod_name, attr = spec.split(":", 1)
+    if mod_name == "byzfl" or mod_name.startswith("byzfl."):
+        load_byzfl_aggregators()
+    try:
+        obj = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AdapterError(f"{mod_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def guess_adapter(spec: str, obj) -> str:
+    """The adapter a callable most likely needs, from where it lives."""
+    mod = spec.split(":", 1)[0]
+    if mod.startswith("flwr"):
+        return "flower"
+    if mod.startswith("byzfl"):
+        return "byzfl"
+    if mod.startswith("rfrs_ref"):
+        return "rfrs"
+    return "vector"
+
+
+def adapt(obj, adapter: str, **options) -> RuleFn:
+    """``ADAPTERS[adapter](obj, **options)`` with a clear error for an unknown name."""
+    try:
+        factory = ADAPTERS[adapter]
+    except KeyError:
+        raise AdapterError(f"unknown adapter {adapter!r}; choose one of: {', '.join(ADAPTERS)}") from None
+    return factory(obj, **options)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)

@@ -1,0 +1,390 @@
+"""The conformance runner: which laws apply to which rule, run on any callable.
+
+``run_rule_conformance("krum", rule_fn)`` draws rounds from
+:func:`~rfrs_ref.testing.strategies.byzantine_rounds` within the rule's
+precondition, runs every law of :data:`RULE_LAWS` that applies to it and to
+what the callable exposes (a vector-only callable skips the laws on weights),
+and returns one :class:`LawResult` per law: ``holds`` after ``max_examples``
+examples, or ``fails`` with the minimal counterexample Hypothesis shrank to.
+``run_optimizer_conformance("adam", obj)`` does the same for the optimiser laws.
+
+The runs are derandomised (the same examples every time) unless a ``seed``
+is given, and never touch Hypothesis's example database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rfrs_ref.testing import laws as L
+from rfrs_ref.testing import strategies as S
+from rfrs_ref.testing.adapters import Outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class LawSpec:
+    """A law as the runner uses it.
+
+    Attributes:
+        name: the checker's name in :mod:`rfrs_ref.testing.laws`.
+        statement: one line for reports.
+        category: ``theory`` (SPEC §9) or ``convention`` (a definition of SPEC §4–6).
+        needs_weights: the law reads per-client weights.
+        options: keyword arguments of the checker (tolerances); a callable value
+            is called with the example to give the value for that example.
+        strategy: keyword arguments of :func:`byzantine_rounds` overriding the rule's.
+    """
+
+    name: str
+    statement: str
+    category: str = "theory"
+    needs_weights: bool = False
+    options: dict = dataclasses.field(default_factory=dict)
+    strategy: dict = dataclasses.field(default_factory=dict)
+
+
+_WEIGHTS = LawSpec("weights_sum_to_one", "weights are ≥ 0 and sum to 1", "convention", True)
+_FINITE = LawSpec("finite_output", "finite aggregate with ≤ f arbitrary (NaN, ±inf, 1e38) rows")
+_PERM = LawSpec("permutation_invariance", "reordering clients permutes weights, keeps the aggregate",
+                strategy={"distinct": True})
+_TRANS = LawSpec("translation_equivariance", "rule(X + c) = rule(X) + c")
+_UNAN = LawSpec("unanimity", "honest rows all equal x (≤ f others) ⇒ aggregate x")
+
+#: rule -> (largest f for n: the rule's precondition, smallest n, laws)
+RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
+    "mean": (lambda n: n - 1, 1, [
+        _WEIGHTS,
+        LawSpec("weighted_mean", "aggregate = Σ nᵢxᵢ / Σ nᵢ", "convention", strategy={"byzantine": False}),
+        dataclasses.replace(_PERM, strategy={"hostile": False}),
+        dataclasses.replace(_TRANS, strategy={"hostile": False}),
+        dataclasses.replace(_UNAN, strategy={"byzantine": False}),
+    ]),
+    "krum": (lambda n: (n - 3) // 2, 3, [
+        _WEIGHTS, _FINITE,
+        LawSpec("krum_kept_bound", "kept rows within (n−f−2)/(n−2f−2)·diam² of an honest row",
+                needs_weights=True),
+        LawSpec("krum_output_bound", "aggregate within (n−f−2)/(n−2f−2)·diam² of the honest hull"),
+        # with one neighbour (n − f − 2 = 1) mutual nearest neighbours tie and the
+        # index breaks the tie: the law holds from two neighbours on
+        dataclasses.replace(_PERM, statement=_PERM.statement + " (n − f − 2 ≥ 2)",
+                            strategy={"distinct": True, "min_n": 4,
+                                      "max_f": lambda n: min((n - 3) // 2, n - 4)}),
+        _TRANS, _UNAN,
+    ]),
+    "median": (lambda n: (n - 1) // 2, 1, [
+        _FINITE, LawSpec("coordinate_range", "every coordinate within the honest range"),
+        _PERM, _TRANS, _UNAN,
+    ]),
+    "trmean": (lambda n: (n - 1) // 2, 1, [
+        _FINITE, LawSpec("coordinate_range", "every coordinate within the honest range"),
+        _PERM, _TRANS, _UNAN,
+    ]),
+    "rfa": (lambda n: (n - 1) // 2, 1, [
+        _WEIGHTS, _FINITE,
+        # Weiszfeld stops at a relative tolerance: equal inputs in another order or
+        # place stop at a point as close to the median as the tolerance, not the same point
+        dataclasses.replace(_PERM, options={"rtol": 1e-5}),
+        dataclasses.replace(_TRANS, options={"rtol": 1e-5}),
+        # the nᵢ-weighted geometric median breaks down at half the weight, not half
+        # the clients: with equal nᵢ the honest majority is a weight majority. And
+        # smoothing: weights nᵢ/max(ν, ‖z − xᵢ‖) stop pulling once z is within ν of
+        # the honest x, so the fixed point sits up to ν·Σn_Byzantine/Σn_honest away
+        dataclasses.replace(_UNAN, statement=_UNAN.statement + " (equal nᵢ; within the smoothing ν)",
+                            options={"rtol": 1e-5, "atol": lambda c: _rfa_allowance(c)},
+                            strategy={"equal_weights": True}),
+    ]),
+    # Bulyan's iterated Krum selection reaches one neighbour (|R| − f − 2 ≤ 1) for
+    # f ≤ 2, where mutual nearest neighbours tie and the index decides: it is not
+    # permutation invariant (docs/conformance.md)
+    "bulyan": (lambda n: (n - 3) // 4, 3, [
+        _FINITE, LawSpec("bulyan_range", "every coordinate within [lo − w, hi + w], w the honest width"),
+        _TRANS, _UNAN,
+    ]),
+}
+
+#: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance
+RFA_NU = 1e-6
+
+
+def _rfa_allowance(case) -> float:
+    ns = case.n_samples.astype(np.float64)
+    return 2.0 * RFA_NU * (ns.sum() / ns[case.honest].sum())
+
+
+#: optimiser -> laws (name, statement)
+OPTIMIZER_LAWS: dict[str, list[LawSpec]] = {
+    "sgd": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding")],
+    "momentum": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+                 LawSpec("lemma2", "‖m‖ ≤ g_max/(1 − β₃) under convex aggregation"),
+                 LawSpec("theorem2", "‖m̂ − m‖ = ‖Δg‖, ‖θ̂ − θ‖ = η‖Δg‖")],
+    "adam": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+             LawSpec("lemma2", "‖m‖ ≤ g_max under convex aggregation (Lemma 2)"),
+             LawSpec("theorem1", "Theorem 1 chain: Δm, Δv, Δ√v, Δ1/(√v+ε), Δθ with ηₜ and ε"),
+             LawSpec("camouflage_same_theta", "camouflaged θ = honest θ, recovered g differs")],
+    "adagrad": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+                LawSpec("theorem3", "Theorem 3 chain: Δr, Δ√r, Δ1/(√r+ε), Δθ")],
+    "rmsprop": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+                LawSpec("theorem4", "Theorem 4 chain: Δr, Δ√r, Δ1/(√r+ε), Δθ")],
+}
+
+
+@dataclasses.dataclass
+class LawResult:
+    """The outcome of one law on one callable.
+
+    Attributes:
+        law: the law's name; statement: its one-line statement; category.
+        status: ``holds``, ``fails``, or ``skipped`` (with ``message`` saying why).
+        examples: how many examples ran.
+        message: the violation (or why it was skipped).
+        counterexample: the minimal failing example, strict-JSON friendly (a
+            non-finite number appears as the string "nan", "inf" or "-inf"),
+            None otherwise.
+        seconds: wall time.
+    """
+
+    law: str
+    statement: str
+    category: str
+    status: str
+    examples: int = 0
+    message: str = ""
+    counterexample: dict | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _settings(max_examples: int, seed: int | None):
+    from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+    return settings(max_examples=max_examples, derandomize=seed is None, database=None,
+                    deadline=None, report_multiple_bugs=False, verbosity=Verbosity.quiet,
+                    suppress_health_check=list(HealthCheck), print_blob=False,
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
+
+
+def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Callable[[Any], dict],
+             max_examples: int, seed: int | None) -> LawResult:
+    """Run ``check`` on examples of ``strategy``; keep the last (= shrunk) failure."""
+    from hypothesis import given
+    from hypothesis import seed as hseed
+
+    failures: list[tuple[Any, BaseException]] = []
+    count = [0]
+
+    @_settings(max_examples, seed)
+    @given(strategy)
+    def prop(example):
+        count[0] += 1
+        try:
+            check(example)
+        except Exception as exc:  # the callable may crash on hostile input: that fails the law
+            failures.append((example, exc))
+            raise
+
+    if seed is not None:
+        prop = hseed(seed)(prop)
+    started = time.perf_counter()
+    try:
+        prop()
+    except Exception as exc:
+        example, err = failures[-1] if failures else (None, exc)
+        msg = err.message if isinstance(err, L.LawViolation) else f"{type(err).__name__}: {err}"
+        ce = _jsonable(describe(example)) if example is not None else None
+        if ce is not None and isinstance(err, L.LawViolation) and err.details:
+            ce["violation"] = _jsonable(err.details)
+        return LawResult(spec.name, spec.statement, spec.category, "fails", count[0], msg, ce,
+                         time.perf_counter() - started)
+    return LawResult(spec.name, spec.statement, spec.category, "holds", count[0], "", None,
+                     time.perf_counter() - started)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return float(x) if np.isfinite(x) else str(float(x))
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
+    """Whether the callable returns weights, probed on a small honest round."""
+    n = max(min_n, 5)
+    X = np.random.default_rng(0).normal(size=(n, 3))
+    try:
+        out = rule_fn(X, np.ones(n, dtype=np.int64), max(0, min(1, f_bound(n))))
+    except Exception:
+        return False
+    return isinstance(out, Outcome) and out.weights is not None
+
+
+def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, int], Outcome], *,
+                         max_examples: int = 50, seed: int | None = None,
+                         laws: list[str] | None = None, max_n: int = 13, max_D: int = 12,
+                         dtypes=(np.float32, np.float64)) -> list[LawResult]:
+    """Run the laws of ``rule`` (a key of :data:`RULE_LAWS`) on ``rule_fn``.
+
+    Args:
+        rule: which rule the callable implements (chooses the laws and the
+            precondition on n and f the examples respect).
+        rule_fn: ``rule_fn(features, n_samples, f) -> Outcome`` (an adapter's output).
+        max_examples: examples per law (before shrinking).
+        seed: None for derandomised runs (the same examples every time), else
+            Hypothesis's seed.
+        laws: run only these laws (names), default all that apply.
+        max_n, max_D, dtypes: the size of the drawn rounds.
+
+    Returns:
+        One :class:`LawResult` per law, in :data:`RULE_LAWS` order.
+    """
+    if rule not in RULE_LAWS:
+        raise ValueError(f"no laws are defined for rule {rule!r}; choose one of: {', '.join(RULE_LAWS)}")
+    f_bound, min_n, specs = RULE_LAWS[rule]
+    has_weights = _exposes_weights(rule_fn, f_bound, min_n)
+    out = []
+    for spec in specs:
+        if laws is not None and spec.name not in laws:
+            continue
+        if spec.needs_weights and not has_weights:
+            out.append(LawResult(spec.name, spec.statement, spec.category, "skipped",
+                                 message="the callable exposes no per-client weights"))
+            continue
+        kw = dict(min_n=min_n, max_n=max(max_n, min_n), max_f=f_bound, max_D=max_D, dtypes=dtypes)
+        kw.update(spec.strategy)
+        checker = getattr(L, spec.name)
+        opts = spec.options
+
+        def check(case, checker=checker, opts=opts):
+            checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
+
+        out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
+                            max_examples, seed))
+    return out
+
+
+# -- optimisers ---------------------------------------------------------------------------------
+
+def _factory_takes(factory, names) -> bool:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind == p.VAR_KEYWORD for p in params.values()) or all(n in params for n in names)
+
+
+def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: int | None = None,
+                              laws: list[str] | None = None,
+                              camouflage: Callable | None = None) -> list[LawResult]:
+    """Run the optimiser laws of ``kind`` on ``obj``.
+
+    ``obj`` is an optimiser object (``client_rule(state, g, t)``, ``recover(state,
+    upload, t)``, hyperparameter attributes named as in SPEC §5) or a factory
+    (a class) that builds one from those hyperparameters as keyword arguments;
+    with a factory, hyperparameters are drawn, else the object's are used.
+    ``camouflage(state, g, t, optimizer) -> g̃`` is the attack under test for
+    ``camouflage_same_theta`` (default: rfrs-ref's).
+    """
+    from rfrs_ref.optim import OPTIMIZERS
+    from rfrs_ref.params import hyperparameters, values
+
+    if kind not in OPTIMIZER_LAWS:
+        raise ValueError(f"no laws are defined for optimiser {kind!r}; choose one of: "
+                         f"{', '.join(OPTIMIZER_LAWS)}")
+    ref_cls = OPTIMIZERS.get(kind)
+    names = [h.name for h in hyperparameters(ref_cls)]
+    is_factory = isinstance(obj, type) or (callable(obj) and not hasattr(obj, "client_rule"))
+    drawn = is_factory and _factory_takes(obj, names)
+    if drawn:
+        fixed = None
+
+        def under_test(case):
+            return obj(**values(case.optimizer))
+    else:
+        inst = obj() if is_factory else obj
+        fixed = ref_cls(**{n: getattr(inst, n) for n in names if hasattr(inst, n)})
+
+        def under_test(case):
+            return inst
+    if camouflage is None:
+        from rfrs_ref.attack.camouflage import camouflage_gradient
+
+        def camouflage(state, g, t, opt):
+            return camouflage_gradient(state["m"], state["v"], state["theta"], g, beta1=opt.beta1,
+                                       beta2=opt.beta2, lr_t=L.adam_lr_t(opt, t), eps=opt.eps)[0]
+
+    results = []
+    for spec in OPTIMIZER_LAWS[kind]:
+        if laws is not None and spec.name not in laws:
+            continue
+        if spec.name == "lemma2":
+            strat = S.gradient_sequences()
+            base = fixed if fixed is not None else ref_cls()
+
+            def check(seq, base=base):
+                L.lemma2(obj(**values(base)) if drawn else under_test(None), seq, kind)
+
+            def describe(seq):
+                return seq.describe()
+        else:
+            strat = S.pair_cases(kind, optimizer=fixed)
+            name = spec.name
+
+            def check(case, name=name):
+                target = under_test(case)
+                if name == "recovery_exact":
+                    L.recovery_exact(target, case, reference=kind)
+                elif name == "camouflage_same_theta":
+                    L.camouflage_same_theta(lambda s, g, t, o: camouflage(s, g, t, target), case)
+                else:
+                    getattr(L, name)(target, case)
+
+            def describe(case):
+                return case.describe()
+        results.append(_run_law(spec, strat, check, describe, max_examples, seed))
+    return results
+
+
+def format_results(results: list[LawResult], title: str) -> str:
+    """A plain-text report: one line per law, and the counterexample of each failure."""
+    import json
+
+    lines = [title]
+    width = max((len(r.law) for r in results), default=10)
+    for r in results:
+        mark = {"holds": "holds", "fails": "FAILS", "skipped": "skipped"}[r.status]
+        extra = f"({r.examples} examples)" if r.status == "holds" else r.message
+        lines.append(f"  {r.law:<{width}}  {mark:<7}  {r.statement}  {extra}".rstrip())
+    for r in results:
+        if r.status == "fails" and r.counterexample is not None:
+            lines.append("")
+            lines.append(f"counterexample for {r.law} (shrunk by Hypothesis):")
+            lines.append("  " + r.message)
+            lines.append("  " + json.dumps(r.counterexample, ensure_ascii=False, allow_nan=False))
+    return "\n".join(lines)
+
+
+__all__ = [
+    "OPTIMIZER_LAWS",
+    "RULE_LAWS",
+    "LawResult",
+    "LawSpec",
+    "format_results",
+    "run_optimizer_conformance",
+    "run_rule_conformance",
+]

@@ -1,0 +1,574 @@
+"""Law checkers for SPEC §9, usable on any implementation.
+
+A checker is a plain function that returns None when the law holds on one
+example and raises :class:`LawViolation` (an ``AssertionError``) naming the
+values when it does not. The conformance runner
+(:mod:`rfrs_ref.testing.conformance`) feeds checkers with the strategies of
+:mod:`rfrs_ref.testing.strategies`; a test suite can call them directly.
+
+Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
+:mod:`rfrs_ref.testing.adapters`) and a :class:`RoundCase`:
+
+- ``weights_sum_to_one``: wᵢ ≥ 0 and Σ wᵢ = 1 (SPEC §4 step 4, convex combination).
+- ``finite_output``: with at most f arbitrary rows the aggregate is finite.
+- ``krum_kept_bound``: every kept feature is within (n − f − 2)/(n − 2f − 2)·diam²
+  (squared distance) of some honest feature, diam the honest diameter (SPEC §9).
+- ``krum_output_bound``: the aggregate is within that squared distance of the
+  convex hull of the honest features (implied by the previous law for any
+  convex combination of kept features; checkable on vector-only outputs).
+- ``coordinate_range``: every output coordinate lies in the honest values'
+  range at that coordinate (trimmed mean, median; SPEC §9).
+- ``bulyan_range``: [lo − w, hi + w] with w = hi − lo, Bulyan's guarantee.
+- ``permutation_invariance``: reordering the clients permutes the weights and
+  leaves the aggregate unchanged (rows in general position: no ties).
+- ``translation_equivariance``: rule(X + c) = rule(X) + c (float64 features).
+- ``unanimity``: when every honest row is the same x, the aggregate is x.
+- ``weighted_mean``: the mean is Σ nᵢxᵢ / Σ nᵢ (SPEC §4, the convention of
+  ``mean``; a library that averages without nᵢ breaks it).
+
+Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
+and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
+SPEC §5 (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
+``recovery_exact``, ``lemma2``, ``theorem1`` (Adam), ``theorem2`` (momentum),
+``theorem3`` (AdaGrad), ``theorem4`` (RMSProp), ``camouflage_same_theta``.
+
+Tolerances: each comparison allows the rounding of the quantities it
+involves (a few units in the last place of the largest magnitude, scaled by
+the dtype's unit roundoff u); inequalities of real numbers are checked with
+that slack, never with a loose relative factor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rfrs_ref.testing.adapters import Outcome
+from rfrs_ref.testing.strategies import GradientSequence, PairCase, RoundCase, unanimous
+
+U64 = 2.0**-53
+TINY = float(np.finfo(np.float64).smallest_subnormal)
+
+
+class LawViolation(AssertionError):
+    """A law failed on one example.
+
+    Attributes:
+        law: the law's name.
+        message: what failed, with the values.
+        details: JSON-friendly values (indices, both sides, the bound).
+    """
+
+    def __init__(self, law: str, message: str, **details: Any) -> None:
+        self.law = law
+        self.message = message
+        self.details = details
+        super().__init__(f"{law}: {message}")
+
+
+def _r(x) -> str:
+    """A number as Python writes a float (no NumPy scalar wrapper)."""
+    return repr(float(x))
+
+
+def _u(dtype) -> float:
+    dt = np.dtype(dtype)
+    return float(np.finfo(dt if np.issubdtype(dt, np.floating) else np.float64).eps) / 2.0
+
+
+def nrm(x) -> float:
+    """Euclidean norm, scaled like BLAS nrm2 so that squares neither underflow nor overflow."""
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    s = float(a.max(initial=0.0))
+    if s == 0.0 or not np.isfinite(s):
+        return s
+    return s * float(np.sqrt(np.sum((a / s) ** 2)))
+
+
+def _outcome(rule, X, ns, f, law) -> Outcome:
+    out = rule(X, ns, f)
+    if not isinstance(out, Outcome):
+        raise LawViolation(law, f"the adapted rule returned {type(out).__name__}, not an Outcome")
+    return out
+
+
+def _honest_scale(case: RoundCase) -> float:
+    H = case.features[case.honest].astype(np.float64)
+    return float(np.abs(H).max(initial=0.0))
+
+
+# -- aggregation laws -----------------------------------------------------------------------------
+
+def weights_sum_to_one(rule, case: RoundCase) -> None:
+    """wᵢ ≥ 0, finite, Σ wᵢ = 1 within n·64·u (float64 weights)."""
+    out = _outcome(rule, case.features, case.n_samples, case.f, "weights_sum_to_one")
+    w = out.weights
+    if w is None:
+        raise LawViolation("weights_sum_to_one", "the rule exposes no weights")
+    if not np.isfinite(w).all():
+        i = int(np.flatnonzero(~np.isfinite(w))[0])
+        raise LawViolation("weights_sum_to_one", f"weight {i} is {w[i]}", index=i, weight=float(w[i]))
+    if (w < 0).any():
+        i = int(np.argmin(w))
+        raise LawViolation("weights_sum_to_one", f"weight {i} is negative: {_r(w[i])}", index=i,
+                           weight=float(w[i]))
+    s = float(np.sum(w))
+    if abs(s - 1.0) > 64 * U64 * max(1, w.size):
+        raise LawViolation("weights_sum_to_one", f"the weights sum to {_r(s)}, not 1", sum=s)
+
+
+def finite_output(rule, case: RoundCase) -> None:
+    """With at most f arbitrary rows (some non-finite or 1e38), the aggregate is finite."""
+    out = _outcome(rule, case.features, case.n_samples, case.f, "finite_output")
+    bad = np.flatnonzero(~np.isfinite(out.vector))
+    if bad.size:
+        raise LawViolation("finite_output",
+                           f"aggregate coordinate {int(bad[0])} is {out.vector[bad[0]]} with "
+                           f"{int((~case.honest).sum())} Byzantine rows and f={case.f}",
+                           coordinate=int(bad[0]), value=str(out.vector[bad[0]]))
+
+
+def _krum_bound(case: RoundCase) -> tuple[float, np.ndarray]:
+    n, f = case.n, case.f
+    H = case.features[case.honest].astype(np.float64)
+    diff = H[:, None, :] - H[None, :, :]
+    diam2 = float(np.einsum("ijk,ijk->ij", diff, diff).max(initial=0.0))
+    return (n - f - 2) / (n - 2 * f - 2) * diam2, H
+
+
+def _rounding_radius(case: RoundCase) -> float:
+    """How far rounding may move a point, in Euclidean norm: 4u of the dtype per coordinate
+    of the honest magnitude (a weighted mean stored in the features' dtype)."""
+    return 4 * _u(case.features.dtype) * _honest_scale(case) * math.sqrt(case.D)
+
+
+def krum_kept_bound(rule, case: RoundCase) -> None:
+    """Every kept row (wᵢ > 0) is within (n − f − 2)/(n − 2f − 2)·diam² of some honest row."""
+    law = "krum_kept_bound"
+    if not case.n > 2 * case.f + 2:
+        return
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    if out.weights is None:
+        raise LawViolation(law, "the rule exposes no weights (use krum_output_bound)")
+    bound, H = _krum_bound(case)
+    X = case.features.astype(np.float64)
+    for i in np.flatnonzero(out.weights > 0):
+        if not np.isfinite(X[i]).all():
+            raise LawViolation(law, f"client {int(i)} holds a non-finite feature and has weight "
+                               f"{_r(out.weights[i])}", client=int(i))
+        with np.errstate(over="ignore"):
+            d2 = float(np.min(np.sum((H - X[i]) ** 2, axis=1)))
+        if not d2 <= bound * (1 + 1e-9) + TINY:
+            raise LawViolation(law, f"kept client {int(i)} is at squared distance {_r(d2)} from the "
+                               f"nearest honest feature; the bound is {_r(bound)} "
+                               f"((n − f − 2)/(n − 2f − 2)·diam², n={case.n}, f={case.f})",
+                               client=int(i), distance2=d2, bound=bound)
+
+
+def hull_distance(z: np.ndarray, H: np.ndarray) -> float:
+    """Euclidean distance from z to the convex hull of the rows of H (an upper
+    bound within ~1e-10 relative: non-negative least squares with the sum-to-one
+    constraint as a heavily weighted row)."""
+    from scipy.optimize import nnls
+
+    z = np.asarray(z, dtype=np.float64)
+    H = np.asarray(H, dtype=np.float64)
+    c = H.mean(axis=0)
+    A, b = (H - c).T, z - c
+    scale = max(float(np.abs(A).max(initial=0.0)), float(np.abs(b).max(initial=0.0)), 1e-300)
+    M = 1e6 * scale
+    lam, _ = nnls(np.vstack([A, M * np.ones((1, H.shape[0]))]), np.concatenate([b, [M]]),
+                  maxiter=50 * H.shape[0])
+    s = lam.sum()
+    lam = lam / s if s > 0 else np.full(H.shape[0], 1.0 / H.shape[0])
+    return float(np.linalg.norm(lam @ H - z))
+
+
+def krum_output_bound(rule, case: RoundCase) -> None:
+    """The aggregate is within squared distance (n − f − 2)/(n − 2f − 2)·diam² of the
+    honest features' convex hull (each kept row is, and the distance to a convex set
+    is convex)."""
+    law = "krum_output_bound"
+    if not case.n > 2 * case.f + 2:
+        return
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    z = out.vector
+    if not np.isfinite(z).all():
+        raise LawViolation(law, f"the aggregate is not finite: {z.tolist()}")
+    bound, H = _krum_bound(case)
+    slack = _rounding_radius(case)
+    d_point = float(np.sqrt(np.min(np.sum((H - z) ** 2, axis=1))))
+    if d_point <= math.sqrt(bound) * (1 + 1e-9) + slack:
+        return
+    d = hull_distance(z, H)
+    if not d <= math.sqrt(bound) * (1 + 1e-6) + slack:
+        raise LawViolation(law, f"the aggregate is at distance {_r(d)} from the honest features' "
+                           f"convex hull; the bound is √{_r(bound)} = {_r(math.sqrt(bound))} "
+                           f"(n={case.n}, f={case.f})", distance=d, bound=math.sqrt(bound))
+
+
+def _range_check(law, case: RoundCase, widen: bool, rule) -> None:
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    H = case.features[case.honest].astype(np.float64)
+    lo, hi = H.min(axis=0), H.max(axis=0)
+    w = (hi - lo) if widen else 0.0
+    slack = 4 * _u(case.features.dtype) * np.maximum(np.abs(lo), np.abs(hi)) + TINY
+    z = out.vector
+    ok = (z >= lo - w - slack) & (z <= hi + w + slack)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        where = "[lo − w, hi + w]" if widen else "[lo, hi]"
+        lo_k = float(lo[k] - (w[k] if widen else 0.0))
+        hi_k = float(hi[k] + (w[k] if widen else 0.0))
+        raise LawViolation(law, f"coordinate {k} is {_r(z[k])}, outside the honest range {where} = "
+                           f"[{_r(lo_k)}, {_r(hi_k)}]", coordinate=k, value=float(z[k]), lo=lo_k, hi=hi_k)
+
+
+def coordinate_range(rule, case: RoundCase) -> None:
+    """Every aggregated coordinate lies within the honest values' range there."""
+    _range_check("coordinate_range", case, False, rule)
+
+
+def bulyan_range(rule, case: RoundCase) -> None:
+    """Every aggregated coordinate lies in [lo − w, hi + w], w = hi − lo (Bulyan keeps
+    the values closest to its selection's median, which lies in the honest range)."""
+    _range_check("bulyan_range", case, True, rule)
+
+
+def _vectors_close(a, b, scale, u, rtol_extra=0.0, atol=0.0) -> np.ndarray:
+    tol = 64 * u * scale + rtol_extra * scale + atol + TINY
+    both_nan = np.isnan(a) & np.isnan(b)
+    same_inf = np.isinf(a) & (a == b)
+    with np.errstate(invalid="ignore"):
+        return both_nan | same_inf | (np.abs(a - b) <= tol)
+
+
+def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0) -> None:
+    """rule(X[π], n[π], f) = rule(X, n, f), and its weights are the permuted weights."""
+    law = "permutation_invariance"
+    a = _outcome(rule, case.features, case.n_samples, case.f, law)
+    p = case.perm
+    b = _outcome(rule, case.features[p], case.n_samples[p], case.f, law)
+    scale = max(_honest_scale(case), float(np.abs(a.vector[np.isfinite(a.vector)]).max(initial=0.0)))
+    ok = _vectors_close(a.vector, b.vector, scale, _u(case.features.dtype), rtol)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        raise LawViolation(law, f"coordinate {k}: {_r(a.vector[k])} in the original order, "
+                           f"{_r(b.vector[k])} with the rows permuted by {p.tolist()}",
+                           coordinate=k, original=float(a.vector[k]), permuted=float(b.vector[k]),
+                           permutation=p.tolist())
+    if a.weights is not None and b.weights is not None:
+        ok = _vectors_close(a.weights[p], b.weights, 1.0, U64, rtol)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise LawViolation(law, f"client {int(p[i])} has weight {_r(a.weights[p[i]])} in the "
+                               f"original order and {_r(b.weights[i])} when permuted",
+                               client=int(p[i]))
+
+
+def translation_equivariance(rule, case: RoundCase, rtol: float = 0.0) -> None:
+    """rule(X + c) = rule(X) + c, on float64 features (a float32 shift would round
+    the rows differently and may reorder near-ties)."""
+    law = "translation_equivariance"
+    X = case.features.astype(np.float64)
+    c = case.shift
+    with np.errstate(all="ignore"):
+        Xc = X + c
+    a = _outcome(rule, X, case.n_samples, case.f, law)
+    b = _outcome(rule, Xc, case.n_samples, case.f, law)
+    scale = _honest_scale(case) + float(np.abs(c).max(initial=0.0))
+    with np.errstate(all="ignore"):
+        expected = a.vector + c
+    ok = _vectors_close(expected, b.vector, scale, U64, rtol)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        raise LawViolation(law, f"coordinate {k}: rule(X) + c = {_r(expected[k])} but rule(X + c) = "
+                           f"{_r(b.vector[k])} (c = {_r(c[k])})", coordinate=k,
+                           expected=float(expected[k]), got=float(b.vector[k]))
+
+
+def unanimity(rule, case: RoundCase, rtol: float = 0.0, atol: float = 0.0) -> None:
+    """With every honest row equal to x (and at most f other rows), the aggregate is x
+    (within 64u·|x| + rtol·|x| + atol)."""
+    law = "unanimity"
+    u_case = unanimous(case)
+    x = u_case.features[np.flatnonzero(u_case.honest)[0]].astype(np.float64)
+    out = _outcome(rule, u_case.features, u_case.n_samples, u_case.f, law)
+    ok = _vectors_close(x, out.vector, float(np.abs(x).max(initial=0.0)), _u(case.features.dtype), rtol,
+                        atol)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        raise LawViolation(law, f"every honest client sends x, but coordinate {k} of the aggregate "
+                           f"is {_r(out.vector[k])}, not {_r(x[k])}", coordinate=k,
+                           expected=float(x[k]), got=float(out.vector[k]))
+
+
+def weighted_mean(rule, case: RoundCase) -> None:
+    """The aggregate is Σ nᵢxᵢ / Σ nᵢ (the ``mean`` rule's convention, SPEC §4)."""
+    law = "weighted_mean"
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    X = case.features.astype(np.float64)
+    w = case.n_samples.astype(np.float64)
+    expected = (w @ X) / w.sum()
+    ok = _vectors_close(expected, out.vector, float(np.abs(X).max(initial=0.0)), _u(case.features.dtype))
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        raise LawViolation(law, f"coordinate {k} is {_r(out.vector[k])}; Σ nᵢxᵢ/Σ nᵢ = {_r(expected[k])} "
+                           f"(nᵢ = {case.n_samples.tolist()})", coordinate=k,
+                           expected=float(expected[k]), got=float(out.vector[k]))
+
+
+# -- optimiser laws ------------------------------------------------------------------------------
+
+def _h(opt, name: str, default=None) -> float:
+    v = getattr(opt, name, default)
+    if v is None:
+        raise LawViolation("hyperparameters", f"the optimiser under test has no attribute {_r(name)}")
+    return float(v)
+
+
+def adam_lr_t(opt, t: int) -> float:
+    """ηₜ = η·√(1 − β₂ᵗ)/(1 − β₁ᵗ) (SPEC §5), from the object's hyperparameters."""
+    from rfrs_ref.optim.base import one_minus_pow
+
+    return _h(opt, "lr") * math.sqrt(one_minus_pow(_h(opt, "beta2"), t)) / one_minus_pow(_h(opt, "beta1"), t)
+
+
+def _slack(*mags, amp=1.0) -> float:
+    """32u times the magnitudes' norms, plus underflow (amplified by ``amp`` where a later
+    division by √v + ε ≥ ε scales it up)."""
+    return 32 * U64 * sum(nrm(np.atleast_1d(m)) for m in mags) + 64 * TINY * (1.0 + amp)
+
+
+def _close(law, what, a, b, *mags, amp=1.0):
+    if not abs(a - b) <= _slack(a, b, *mags, amp=amp):
+        raise LawViolation(law, f"{what}: {_r(a)} ≠ {_r(b)}", lhs=a, rhs=b)
+
+
+def _leq(law, what, a, b, *mags, amp=1.0):
+    if not a <= b + _slack(a, b, *mags, amp=amp):
+        raise LawViolation(law, f"{what}: {_r(a)} > {_r(b)}", lhs=a, rhs=b)
+
+
+def _up(opt, state, g, t) -> dict:
+    up = opt.client_rule(state, g, t)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in up.items()}
+
+
+def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
+    """recover(state, client_rule(state, g, t), t) = g within the rounding bound of
+    SPEC §5's recovery (rfrs-ref's derived per-coordinate bound, times the
+    verification safety factor).
+
+    ``reference`` names the rfrs-ref optimiser whose bound applies (default
+    ``opt.name``); the bound is computed with the object's hyperparameters.
+    """
+    from rfrs_ref.optim import OPTIMIZERS, VERIFY_SAFETY
+    from rfrs_ref.params import hyperparameters
+
+    law = "recovery_exact"
+    kind = reference or getattr(opt, "name", None)
+    cls = OPTIMIZERS.get(kind)
+    ref = cls(**{h.name: getattr(opt, h.name) for h in hyperparameters(cls) if hasattr(opt, h.name)})
+    state = {k: case.state[k] for k in ref.arrays}
+    up = opt.client_rule(state, case.g, case.t)
+    g_hat = np.asarray(opt.recover(state, up, case.t), dtype=np.float64)
+    if not np.all(np.isfinite([np.asarray(v, dtype=np.float64) for v in up.values()])):
+        return  # the rule overflowed: nothing to recover (verification rejects such uploads)
+    bound = VERIFY_SAFETY * ref.recovery_bound(state, up, case.t, recovered=g_hat)
+    err = np.abs(g_hat - case.g)
+    bad = np.flatnonzero(~(err <= bound))
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"coordinate {k}: recovered {_r(g_hat[k])} from an honest upload of "
+                           f"g = {_r(case.g[k])} (error {_r(err[k])}, rounding bound {_r(bound[k])})",
+                           coordinate=k, g=float(case.g[k]), recovered=float(g_hat[k]),
+                           bound=float(bound[k]))
+
+
+def _run_sequence(opt, seq: GradientSequence):
+    state = {k: np.zeros(seq.D) for k in ("theta", "m", "v", "r")}
+    for t, (G, w) in enumerate(seq.rounds, start=1):
+        ups = [_up(opt, state, g, t) for g in G]
+        yield t, ups
+        state = {k: sum(wi * up[k] for wi, up in zip(w, ups, strict=True)) for k in ups[0]}
+
+
+def lemma2(opt, seq: GradientSequence, kind: str = "adam") -> None:
+    """‖g‖ ≤ g_max for every gradient and convex aggregation: Adam's ‖m‖ ≤ g_max
+    every round (the paper's Lemma 2); momentum's ‖m‖ ≤ g_max/(1 − β₃)."""
+    law = "lemma2"
+    if kind == "adam":
+        limit = seq.g_max
+    elif kind == "momentum":
+        limit = seq.g_max / (1.0 - _h(opt, "beta3"))
+    else:
+        raise ValueError(f"lemma2 applies to adam and momentum, not {_r(kind)}")
+    for t, ups in _run_sequence(opt, seq):
+        for i, up in enumerate(ups):
+            m = nrm(up["m"])
+            if not m <= limit * (1 + 1e-12):
+                raise LawViolation(law, f"round {t}, client {i}: ‖m‖ = {_r(m)} > {_r(limit)}",
+                                   round=t, client=i, norm=m, limit=limit)
+
+
+def _inv(v, eps):
+    return 1.0 / (np.sqrt(v) + eps)
+
+
+def theorem1(opt, case: PairCase) -> None:
+    """Adam, for uploads built from ĝ and g on the same state (v̄ ≥ v_min):
+    ‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖; ‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖);
+    ‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min)) (v_min > 0);
+    ‖1/(√v̂ + ε) − 1/(√v + ε)‖ ≤ ‖√v̂ − √v‖/(√(β₂v_min) + ε)²;
+    ‖θ̂ − θ‖ ≤ ηₜ(‖m‖‖Δinv‖ + ‖Δm‖/(√(β₂v_min) + ε) + ‖Δm‖‖Δinv‖)."""
+    law = "theorem1"
+    b1, b2, eps = _h(case.optimizer, "beta1"), _h(case.optimizer, "beta2"), _h(case.optimizer, "eps")
+    st, g, gh, t, vmin = case.state, case.g, case.g_hat, case.t, case.floor
+    A, H = _up(opt, st, g, t), _up(opt, st, gh, t)
+    if not all(np.isfinite(x).all() for x in (*A.values(), *H.values())):
+        return
+    c1, c2 = 1 - b1, 1 - b2
+    d = nrm(gh - g)
+    _close(law, "‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖", nrm(H["m"] - A["m"]), c1 * d, b1 * st["m"], c1 * g, c1 * gh)
+    dv = nrm(H["v"] - A["v"])
+    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), A["v"], H["v"])
+    a = math.sqrt(b2 * vmin)
+    droot = nrm(np.sqrt(H["v"]) - np.sqrt(A["v"]))
+    if a > 0:
+        _leq(law, "‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min))", droot, dv / (2 * a), np.sqrt(A["v"]),
+             np.sqrt(H["v"]), (A["v"] + H["v"]) / (2 * a))
+    ia, ih = _inv(A["v"], eps), _inv(H["v"], eps)
+    dinv = nrm(ih - ia)
+    lo = (a + eps) ** 2
+    _leq(law, "‖Δ 1/(√v + ε)‖ ≤ ‖√v̂ − √v‖/(√(β₂v_min) + ε)²", dinv, droot / lo, ih, ia,
+         (np.sqrt(A["v"]) + np.sqrt(H["v"])) / lo, amp=1 / eps)
+    dm = nrm(H["m"] - A["m"])
+    bound_u = nrm(A["m"]) * dinv + dm / (a + eps) + dm * dinv
+    dm_ops = 2 * b1 * np.abs(st["m"]) + c1 * (np.abs(g) + np.abs(gh))
+    mags = [H["m"] * ih, A["m"] * ia, nrm(A["m"]) * (ia + ih), dm_ops * (1 / (a + eps) + nrm(ia + ih))]
+    lr_t = adam_lr_t(case.optimizer, t)
+    _leq(law, "‖θ̂ − θ‖ ≤ ηₜ·(update bound)", nrm(H["theta"] - A["theta"]), lr_t * bound_u,
+         st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps)
+
+
+def theorem2(opt, case: PairCase) -> None:
+    """Momentum: ‖m̂ − m‖ = ‖ĝ − g‖ and ‖θ̂ − θ‖ = η‖ĝ − g‖."""
+    law = "theorem2"
+    b3, lr = _h(case.optimizer, "beta3"), _h(case.optimizer, "lr")
+    st, g, gh, t = case.state, case.g, case.g_hat, case.t
+    A, H = _up(opt, st, g, t), _up(opt, st, gh, t)
+    if not all(np.isfinite(x).all() for x in (*A.values(), *H.values())):
+        return
+    d = nrm(gh - g)
+    _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh)
+    _close(law, "‖θ̂ − θ‖ = η‖ĝ − g‖", nrm(H["theta"] - A["theta"]), lr * d, st["theta"], st["theta"],
+           lr * A["m"], lr * H["m"])
+
+
+def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
+    lr, eps = _h(case.optimizer, "lr"), _h(case.optimizer, "eps")
+    st, g, gh, t, rmin = case.state, case.g, case.g_hat, case.t, case.floor
+    A, H = _up(opt, st, g, t), _up(opt, st, gh, t)
+    if not all(np.isfinite(x).all() for x in (*A.values(), *H.values())):
+        return
+    d = nrm(gh - g)
+    dr = nrm(H["r"] - A["r"])
+    _leq(law, "‖r̂ − r‖ ≤ coef(‖Δg‖² + 2‖Δg‖‖g‖)", dr, coef * (d * d + 2 * d * nrm(g)), A["r"], H["r"],
+         amp=1 / eps)
+    droot = nrm(np.sqrt(H["r"]) - np.sqrt(A["r"]))
+    a = math.sqrt(decay * rmin)
+    if a > 0:
+        _leq(law, "‖√r̂ − √r‖ ≤ ‖r̂ − r‖/(2√(decay·r_min))", droot, dr / (2 * a), np.sqrt(A["r"]),
+             np.sqrt(H["r"]), (A["r"] + H["r"]) / (2 * a), amp=1 / eps)
+    ia, ih = _inv(A["r"], eps), _inv(H["r"], eps)
+    dinv = nrm(ih - ia)
+    _leq(law, "‖Δ 1/(√r + ε)‖ ≤ ‖√r̂ − √r‖/(√(decay·r_min) + ε)²", dinv, droot / (a + eps) ** 2, ia, ih,
+         (np.sqrt(A["r"]) + np.sqrt(H["r"])) / (a + eps) ** 2, amp=1 / eps)
+    lhs_u = nrm(gh * ih - g * ia)
+    mags = [gh * ih, g * ia, nrm(g) * (ia + ih), (np.abs(g) + np.abs(gh)) * (1 / (a + eps) + nrm(ia + ih))]
+    _leq(law, "‖ĝ/(√r̂ + ε) − g/(√r + ε)‖ ≤ ‖g‖‖Δinv‖ + ‖Δg‖/(√(decay·r_min) + ε) + ‖Δg‖‖Δinv‖",
+         lhs_u, nrm(g) * dinv + d / (a + eps) + d * dinv, *mags, amp=1 / eps)
+    steps = lr * (np.abs(g) * ia + np.abs(gh) * ih)
+    _close(law, "‖θ̂ − θ‖ = η‖ĝ/(√r̂ + ε) − g/(√r + ε)‖", nrm(H["theta"] - A["theta"]), lr * lhs_u,
+           st["theta"], st["theta"], steps, amp=1 / eps)
+
+
+def theorem3(opt, case: PairCase) -> None:
+    """AdaGrad (r = r̄ + g²): the chain of Theorem 1 with (decay, coef) = (1, 1), and
+    ‖θ̂ − θ‖ = η·‖ĝ/(√r̂ + ε) − g/(√r + ε)‖."""
+    _root_chain("theorem3", opt, case, 1.0, 1.0)
+
+
+def theorem4(opt, case: PairCase) -> None:
+    """RMSProp (r = β₄r̄ + (1 − β₄)g²): the chain with (decay, coef) = (β₄, 1 − β₄)."""
+    b4 = _h(case.optimizer, "beta4")
+    _root_chain("theorem4", opt, case, b4, 1.0 - b4)
+
+
+def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
+    """Where camouflage applies, the camouflaged θ equals the honest θ to rounding
+    while the recovered gradient differs (SPEC §9).
+
+    ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
+    apply). θ is compared with the tolerance the attack promises:
+    (THETA_TOLERANCE + 2)·u·(|θ̄| + |ηₜu(g)|).
+    """
+    from rfrs_ref.attack.camouflage import THETA_TOLERANCE
+
+    law = "camouflage_same_theta"
+    opt, st, g, t = case.optimizer, case.state, case.g, case.t
+    gt = np.asarray(camouflage(st, g, t, opt), dtype=np.float64)
+    where = gt != g
+    if not where.any():
+        return
+    A, B = _up(opt, st, g, t), _up(opt, st, gt, t)
+    step = np.abs(A["theta"] - st["theta"])
+    tol = (THETA_TOLERANCE + 2) * U64 * (np.abs(st["theta"]) + step) + TINY
+    bad = np.flatnonzero(where & ~(np.abs(B["theta"] - A["theta"]) <= tol))
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"coordinate {k}: g̃ = {_r(gt[k])} ≠ g = {_r(g[k])} but θ(g̃) = "
+                           f"{_r(B['theta'][k])} differs from θ(g) = {_r(A['theta'][k])} by more than "
+                           f"{_r(tol[k])}", coordinate=k)
+    g_rec = np.asarray(opt.recover(st, B, t), dtype=np.float64)
+    same = np.flatnonzero(where & (g_rec == g))
+    if same.size:
+        k = int(same[0])
+        raise LawViolation(law, f"coordinate {k}: the recovered gradient equals g although the "
+                           "attack changed it", coordinate=k)
+
+
+# -- federated rounds ---------------------------------------------------------------------------
+
+def round_record_invariants(record: dict) -> None:
+    """Invariants of one round record of the round loop (SPEC §4): weights convex,
+    kept fractions in [0, 1], no honest client excluded by verification (honest
+    uploads always pass), f_rule = max(0, f − excluded)."""
+    law = "round_record"
+    w = record.get("weights")
+    if w is not None:
+        w = np.asarray(w, dtype=np.float64)
+        if (w < 0).any() or abs(w.sum() - 1) > 64 * U64 * max(1, w.size):
+            raise LawViolation(law, f"round {record['round']}: weights {w.tolist()} are not convex")
+    kept = np.asarray(record["kept"], dtype=np.float64)
+    if ((kept < 0) | (kept > 1)).any():
+        raise LawViolation(law, f"round {record['round']}: kept fractions {kept.tolist()} leave [0, 1]")
+    honest_out = [e for e in record["excluded"] if not e["byzantine"]]
+    if honest_out:
+        raise LawViolation(law, f"round {record['round']}: honest client {honest_out[0]['client']} "
+                           f"failed verification ({honest_out[0]['check']})", excluded=honest_out)
+    if record["f_rule"] != max(0, record["f"] - len(record["excluded"])):
+        raise LawViolation(law, f"round {record['round']}: f_rule = {record['f_rule']} but f = "
+                           f"{record['f']} with {len(record['excluded'])} exclusions")
+
+
+__all__ = [
+    "LawViolation", "bulyan_range", "camouflage_same_theta", "coordinate_range", "finite_output",
+    "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "nrm", "permutation_invariance",
+    "recovery_exact", "round_record_invariants", "theorem1", "theorem2", "theorem3", "theorem4",
+    "translation_equivariance", "unanimity", "weighted_mean", "weights_sum_to_one",
+]

@@ -1,0 +1,389 @@
+"""Hypothesis strategies for the laws of SPEC §9.
+
+Every strategy draws inputs in rfrs-ref's conventions, so that a third-party
+implementation can be exercised through an adapter
+(:mod:`rfrs_ref.testing.adapters`):
+
+- :func:`byzantine_rounds`: a round's detection features with up to f
+  Byzantine rows that are arbitrary: NaN, ±inf, 1e38, huge or tiny scalings,
+  copies of an honest row, tight clusters, one poisoned coordinate, points just
+  outside the honest cloud. Honest rows are in general position (drawn from a
+  seeded normal distribution), so ties between different rows have probability
+  zero; Byzantine copies tie on purpose.
+- :func:`optimizers`, :func:`optimizer_states`, :func:`pair_cases`,
+  :func:`gradient_sequences`: optimiser hyperparameters, server states
+  (second moments ≥ a drawn floor), honest and arbitrary gradients, and
+  multi-round runs with ‖g‖ ≤ g_max and convex aggregation weights.
+- :func:`federated_scenarios`: tiny federations (users, items, Byzantine
+  set, optimiser, rule, attack) that run in milliseconds.
+
+The strategies import Hypothesis, a test dependency (extra ``test``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+#: the values a Byzantine client may put in a row or a coordinate
+HOSTILE_VALUES = (math.nan, math.inf, -math.inf, 1e38, -1e38, 3.4e38, -3.4e38)
+
+#: how a Byzantine row is built (see :func:`byzantine_rounds`)
+BYZANTINE_KINDS = ("constant", "scaled", "copy", "cluster", "coordinate", "near")
+#: the kinds whose rows stay finite
+FINITE_KINDS = ("copy", "cluster", "near", "scaled-finite")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundCase:
+    """One round of an aggregation rule with Byzantine rows.
+
+    Attributes:
+        features: (n, D) float32 or float64 detection features.
+        honest: (n,) bool, the honest rows (at least n − f of them).
+        f: the number of Byzantine rows assumed (the number present is at most f).
+        n_samples: (n,) int64 training-set sizes nᵢ ≥ 1.
+        perm: (n,) a permutation of the rows (for the permutation law).
+        shift: (D,) float64 translation (for the translation law).
+        kinds: how each Byzantine row was built, in row order (for reports).
+    """
+
+    features: np.ndarray
+    honest: np.ndarray
+    f: int
+    n_samples: np.ndarray
+    perm: np.ndarray
+    shift: np.ndarray
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def D(self) -> int:
+        return int(self.features.shape[1])
+
+    def describe(self) -> dict:
+        """A JSON-friendly description (for counterexample reports)."""
+        return {
+            "n": self.n, "D": self.D, "f": self.f, "dtype": str(self.features.dtype),
+            "features": self.features.tolist(), "honest": self.honest.tolist(),
+            "n_samples": self.n_samples.tolist(), "byzantine_kinds": list(self.kinds),
+        }
+
+
+def _f_bound(rule_bound: Callable[[int], int] | None):
+    return rule_bound or (lambda n: (n - 1) // 2)
+
+
+@st.composite
+def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
+                     max_f: Callable[[int], int] | None = None, max_D: int = 12,
+                     dtypes=(np.float32, np.float64), hostile: bool = True,
+                     byzantine: bool = True, equal_weights: bool = False,
+                     distinct: bool = False) -> RoundCase:
+    """A round: n clients, of which at most f Byzantine rows, anywhere.
+
+    Args:
+        min_n, max_n: the range of n.
+        max_f: the largest f for a given n (the rule's precondition), default
+            ⌊(n − 1)/2⌋; f is drawn in [0, max_f(n)].
+        max_D: the largest feature dimension.
+        dtypes: the feature dtypes to draw from.
+        hostile: allow non-finite and huge values (False: Byzantine rows are
+            finite and moderate: copies, clusters, points just outside).
+        byzantine: False draws honest rounds only (f is still drawn: the rule
+            assumes it, none is present).
+        equal_weights: every nᵢ equal (otherwise 1..29).
+        distinct: move every finite Byzantine row by its own tiny offset
+            (1e-3 of the spread), so that no two rows are equal: copies and
+            clusters stay close to what they copy but no longer tie. Laws
+            that only hold without ties (permutation invariance of rules that
+            break ties by index) use it.
+    """
+    n = draw(st.integers(min_n, max_n), label="n")
+    fmax = max(0, _f_bound(max_f)(n))
+    f = draw(st.integers(0, fmax), label="f")
+    D = draw(st.integers(1, max_D), label="D")
+    dtype = np.dtype(draw(st.sampled_from(list(dtypes)), label="dtype"))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    centre = rng.normal(size=D) * draw(st.sampled_from([0.0, 1.0, 1e3]), label="centre scale")
+    spread = draw(st.sampled_from([1e-3, 1.0, 10.0]), label="spread")
+    X = (centre + rng.normal(size=(n, D)) * spread).astype(dtype)
+    n_byz = draw(st.integers(0, f), label="Byzantine rows") if byzantine else 0
+    kinds = []
+    allowed = BYZANTINE_KINDS if hostile else ("copy", "cluster", "near")
+    honest_n = n - n_byz
+    with np.errstate(all="ignore"):
+        for i in range(honest_n, n):
+            kind = draw(st.sampled_from(allowed), label="kind")
+            kinds.append(kind)
+            if kind == "constant":
+                X[i] = draw(st.sampled_from(HOSTILE_VALUES), label="value")
+            elif kind == "scaled":
+                X[i] = X[i] * draw(st.sampled_from([1e30, -1e20, 1e-30]), label="scale")
+            elif kind == "copy":
+                X[i] = X[rng.integers(honest_n)]
+            elif kind == "cluster":
+                X[i] = X[honest_n - 1] + 5.0 * spread
+            elif kind == "coordinate":
+                X[i, rng.integers(D)] = draw(st.sampled_from(HOSTILE_VALUES), label="value")
+            else:  # just outside the honest cloud
+                X[i] = X[:honest_n].max(axis=0) + 0.1 * spread
+            if distinct and np.isfinite(X[i]).all():
+                X[i] = X[i] + (rng.normal(size=D) * 1e-3 * spread).astype(dtype)
+    order = rng.permutation(n)  # Byzantine rows anywhere, not only at the end
+    honest = np.zeros(n, dtype=bool)
+    honest[:honest_n] = True
+    ns = np.full(n, 7, dtype=np.int64) if equal_weights else rng.integers(1, 30, size=n)
+    shift = rng.normal(size=D) * draw(st.sampled_from([1.0, 100.0]), label="shift scale")
+    return RoundCase(X[order], honest[order], f, ns.astype(np.int64), rng.permutation(n),
+                     shift, tuple(kinds))
+
+
+def unanimous(case: RoundCase) -> RoundCase:
+    """The same round with every honest row replaced by the first honest one."""
+    X = case.features.copy()
+    h = np.flatnonzero(case.honest)
+    X[h] = X[h[0]]
+    return dataclasses.replace(case, features=X)
+
+
+# -- optimisers ---------------------------------------------------------------------------------
+
+def vectors(D: int, bound: float = 1e6, dtype=np.float64):
+    """1-D arrays of length D with finite entries in [−bound, bound]."""
+    return hnp.arrays(dtype, D, elements=st.floats(-bound, bound, allow_nan=False,
+                                                   width=64 if dtype == np.float64 else 32))
+
+
+#: a decay β: 0 or realistic (β₂ = 1e-300 would make β₂·v_min vanish and every bound vacuous)
+_BETA = st.just(0.0) | st.floats(1e-3, 0.9999)
+
+
+@st.composite
+def optimizers(draw, kind: str):
+    """An rfrs-ref optimiser of ``kind`` (sgd, momentum, adam, adagrad, rmsprop)
+    with drawn hyperparameters."""
+    from rfrs_ref.optim import OPTIMIZERS
+
+    cls = OPTIMIZERS.get(kind)
+    lr = draw(st.floats(1e-5, 1.0), label="lr")
+    eps = draw(st.floats(1e-12, 1e-2), label="eps")
+    if kind == "sgd":
+        return cls(lr=lr)
+    if kind == "momentum":
+        return cls(lr=lr, beta3=min(draw(_BETA, label="beta3"), 0.999))
+    if kind == "adam":
+        return cls(lr=lr, beta1=min(draw(_BETA, label="beta1"), 0.999),
+                   beta2=draw(_BETA, label="beta2"), eps=eps)
+    if kind == "adagrad":
+        return cls(lr=lr, eps=eps)
+    return cls(lr=lr, beta4=draw(_BETA, label="beta4"), eps=eps)
+
+
+@st.composite
+def optimizer_states(draw, D: int, floor: float = 0.0):
+    """A server state with every array of every optimiser: θ̄, m̄ ∈ [−1e6, 1e6],
+    v̄ = r̄ ≥ ``floor`` (the same array, so one state serves every optimiser)."""
+    state = {"theta": draw(vectors(D), label="theta_bar"), "m": draw(vectors(D), label="m_bar"),
+             "v": floor + np.abs(draw(vectors(D, 1e3), label="v_bar"))}
+    state["r"] = state["v"]
+    return state
+
+
+@dataclasses.dataclass(frozen=True)
+class PairCase:
+    """An optimiser, a state, an honest g and an arbitrary ĝ on that state.
+
+    ``floor`` is the lower bound of the second moment's state (v_min or r_min;
+    0 allowed), ``t`` the round.
+    """
+
+    optimizer: object
+    state: dict
+    g: np.ndarray
+    g_hat: np.ndarray
+    t: int
+    floor: float
+
+    def describe(self) -> dict:
+        from rfrs_ref.params import values
+
+        return {"optimizer": getattr(self.optimizer, "name", type(self.optimizer).__name__),
+                "hyperparameters": values(self.optimizer) if dataclasses.is_dataclass(self.optimizer) else {},
+                "t": self.t, "floor": self.floor, "g": self.g.tolist(), "g_hat": self.g_hat.tolist(),
+                "state": {k: v.tolist() for k, v in self.state.items()}}
+
+
+@st.composite
+def pair_cases(draw, kind: str, optimizer=None, max_D: int = 8):
+    """A :class:`PairCase` for ``kind`` (``optimizer`` fixed, or drawn)."""
+    D = draw(st.integers(1, max_D), label="D")
+    floor = draw(st.sampled_from([0.0]) | st.floats(1e-8, 1e3), label="floor")
+    state = draw(optimizer_states(D, floor))
+    g = draw(vectors(D, 1e3), label="g")
+    g_hat = draw(vectors(D, 1e3), label="g_hat")
+    t = draw(st.integers(1, 10**5), label="t")
+    opt = optimizer if optimizer is not None else draw(optimizers(kind))
+    return PairCase(opt, state, g, g_hat, t, floor)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientSequence:
+    """A multi-round run: per round, n client gradients with ‖g‖ ≤ g_max (some on
+    the sphere) and convex aggregation weights over a non-empty subset."""
+
+    g_max: float
+    rounds: tuple  # of (G (n, D), w (n,))
+
+    @property
+    def D(self) -> int:
+        return int(self.rounds[0][0].shape[1])
+
+    def describe(self) -> dict:
+        return {"g_max": self.g_max, "rounds": [{"grads": G.tolist(), "weights": w.tolist()}
+                                                 for G, w in self.rounds]}
+
+
+@st.composite
+def gradient_sequences(draw, max_rounds: int = 25, max_n: int = 5, max_D: int = 8):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    T = draw(st.integers(1, max_rounds), label="rounds")
+    n = draw(st.integers(1, max_n), label="n")
+    D = draw(st.integers(1, max_D), label="D")
+    g_max = draw(st.floats(1e-3, 1e3), label="g_max")
+    rounds = []
+    for _ in range(T):
+        G = rng.standard_normal((n, D))
+        G /= np.maximum(np.linalg.norm(G, axis=1, keepdims=True), 1e-300)
+        radius = np.where(rng.random(n) < 0.5, 1.0, rng.random(n))
+        G *= (g_max * radius)[:, None]
+        keep = rng.random(n) < 0.7
+        keep[rng.integers(n)] = True
+        w = rng.dirichlet(np.ones(n)) * keep
+        rounds.append((G, w / w.sum()))
+    return GradientSequence(g_max, tuple(rounds))
+
+
+# -- federations ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A tiny federation (SPEC §4) that runs a few rounds in milliseconds.
+
+    Attributes:
+        train: the clients' training sets (``rfrs_ref.data.Interactions``).
+        model, optimizer, rule, attack: rfrs-ref family entries.
+        detect: ``gradient`` or ``parameter``.
+        byzantine: (n_users,) bool, the fixed Byzantine set.
+        client_fraction: e; assumed_fraction: α_assumed.
+        seed: trial seed; rounds: T; dtype: ``float32`` or ``float64``;
+        init_scale: θ̄⁰ ~ N(0, init_scale²).
+    """
+
+    train: object
+    model: object
+    optimizer: object
+    rule: object
+    attack: object
+    detect: str
+    byzantine: np.ndarray
+    client_fraction: float
+    assumed_fraction: float
+    seed: int
+    rounds: int
+    dtype: str
+    init_scale: float = 0.1
+
+    def describe(self) -> dict:
+        from rfrs_ref.params import values
+
+        return {"n_users": self.train.n_users, "n_items": self.train.n_items,
+                "items": [self.train.items_of(u).tolist() for u in range(self.train.n_users)],
+                "model": self.model.name, "model_params": values(self.model),
+                "optimizer": self.optimizer.name, "optimizer_params": values(self.optimizer),
+                "rule": self.rule.name, "rule_params": values(self.rule), "detect": self.detect,
+                "attack": self.attack.name, "byzantine": self.byzantine.tolist(),
+                "client_fraction": self.client_fraction, "assumed_fraction": self.assumed_fraction,
+                "seed": self.seed, "rounds": self.rounds, "dtype": self.dtype}
+
+
+#: (rule, its precondition as the largest f for n) used by the scenarios
+_SCENARIO_RULES = {
+    "mean": lambda n: n - 1,
+    "krum": lambda n: (n - 3) // 2,
+    "median": lambda n: (n - 1) // 2,
+    "trmean": lambda n: (n - 1) // 2,
+    "rfa": lambda n: (n - 1) // 2,
+    "bulyan": lambda n: (n - 3) // 4,
+}
+
+
+@st.composite
+def federated_scenarios(draw, *, optimizers_=("sgd", "momentum", "adam", "adagrad", "rmsprop"),
+                        rules=tuple(_SCENARIO_RULES), attacks=("none", "ascent", "noise", "alie", "ipm"),
+                        max_users: int = 24, max_items: int = 20, max_rounds: int = 3) -> Scenario:
+    """A tiny federation whose assumed f satisfies the rule's precondition every round.
+
+    Every user holds 1..min(8, n_items − 1) distinct items; the model is FISM or
+    FMF with d ∈ {2, 3}; camouflage is only drawn with Adam.
+    """
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.data import Interactions
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    n_users = draw(st.integers(4, max_users), label="users")
+    n_items = draw(st.integers(3, max_items), label="items")
+    lists = [rng.choice(n_items, size=int(rng.integers(1, min(8, n_items - 1) + 1)), replace=False)
+             for _ in range(n_users)]
+    train = Interactions.from_lists("scenario", n_items, lists, "rfrs_ref.testing.federated_scenarios")
+    model = MODELS.get(draw(st.sampled_from(["fism", "fmf"]), label="model"))(
+        n_items=n_items, dim=draw(st.sampled_from([2, 3]), label="dim"))
+    opt_name = draw(st.sampled_from(list(optimizers_)), label="optimizer")
+    optimizer = OPTIMIZERS.get(opt_name)(lr=draw(st.sampled_from([1e-3, 1e-2, 0.1]), label="lr"))
+    rule_name = draw(st.sampled_from(list(rules)), label="rule")
+    attack_choices = list(attacks) + (["camouflage"] if opt_name == "adam" else [])
+    attack = ATTACKS.get(draw(st.sampled_from(attack_choices), label="attack"))()
+    fraction = draw(st.sampled_from([0.5, 0.75, 1.0]), label="client fraction")
+    n_round = max(1, math.floor(fraction * n_users))
+    fmax = max(0, _SCENARIO_RULES[rule_name](n_round))
+    alpha = draw(st.integers(0, fmax), label="assumed f") / n_round if n_round else 0.0
+    alpha = min(alpha, 0.99)
+    # the fixed Byzantine set: at most as many as assumed, so the rule's assumption holds
+    n_byz = min(draw(st.integers(0, n_users), label="Byzantine clients"), math.floor(alpha * n_users))
+    byz = np.zeros(n_users, dtype=bool)
+    byz[rng.choice(n_users, size=n_byz, replace=False)] = True
+    return Scenario(train=train, model=model, optimizer=optimizer, rule=RULES.get(rule_name)(),
+                    attack=attack, detect=draw(st.sampled_from(["gradient", "parameter"]), label="detect"),
+                    byzantine=byz, client_fraction=fraction, assumed_fraction=alpha,
+                    seed=draw(st.integers(0, 1000), label="trial seed"),
+                    rounds=draw(st.integers(1, max_rounds), label="rounds"),
+                    dtype=draw(st.sampled_from(["float32", "float64"]), label="dtype"))
+
+
+__all__ = [
+    "BYZANTINE_KINDS",
+    "HOSTILE_VALUES",
+    "GradientSequence",
+    "PairCase",
+    "RoundCase",
+    "Scenario",
+    "byzantine_rounds",
+    "federated_scenarios",
+    "gradient_sequences",
+    "optimizer_states",
+    "optimizers",
+    "pair_cases",
+    "unanimous",
+    "vectors",
+]

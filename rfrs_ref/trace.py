@@ -1,0 +1,498 @@
+"""Run traces: a per-round record of a training run that another implementation can write.
+
+A trace is a JSON Lines file (UTF-8, one JSON object per line, strict JSON:
+non-finite numbers are written as ``null``). The first line is the header,
+every other line one round, in increasing round order. docs/traces.md
+specifies every field, its units and conventions.
+
+Header::
+
+    {"format": "rfrs-trace", "version": 1,
+     "producer": {"name", "version", "backend", "data_dir"},
+     "run": {dataset, model, optimizer, defense, detect, attack, their
+             hyperparameters, byzantine_fraction, assumed_byzantine,
+             client_fraction, init_scale, dtype, seed, rounds, ...},
+     "dataset": {"name", "users", "items", "interactions"},
+     "n_params": D, "state_arrays": ["m", "v", "theta"], "dtype": "float32",
+     "layout": "...", "byte_order": "little", "checksum": "sha256",
+     "initial": {"state_norms": {...}, "state_checksums": {...}}}
+
+Round line::
+
+    {"round": t, "clients": [...], "byzantine": [...], "n_samples": [...],
+     "f": f, "f_rule": f_rule, "excluded": [{"client", "check"}],
+     "grad_norms": [...], "loss": ..., "rule": {...}, "kept": [...],
+     "weights": [...] | null, "attack": {...}, "state_norms": {...},
+     "state_checksums": {...}, "metrics": {...}}   (metrics on evaluated rounds)
+
+``TraceWriter`` writes a trace while :class:`rfrs_ref.federated.trainer.Trainer`
+runs (its ``progress`` callback); ``rfrs-ref train --trace FILE`` uses it.
+``compare(a, b)`` finds the first round and field where two traces diverge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+FORMAT = "rfrs-trace"
+VERSION = 1
+
+#: fields of a round line, in the order a round computes them (and compare reports them)
+ROUND_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded", "grad_norms",
+                "loss", "rule", "kept", "weights", "attack", "state_norms", "state_checksums",
+                "metrics", "resilience")
+#: fields every round line has (others may be absent or null)
+REQUIRED_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded", "kept",
+                   "state_norms")
+#: configuration keys that describe the machine or the code path, not the computation
+PRODUCER_KEYS = ("backend", "data_dir")
+
+LAYOUTS = {
+    "fism": "theta = concat(P.ravel(), Q.ravel()); P, Q of shape (n_items, dim), row-major",
+    "fmf": "theta = P.ravel(); P of shape (n_items, dim), row-major (user vectors are private)",
+}
+
+
+class TraceFormatError(ValueError):
+    """A trace file does not follow the format (the message names file and line)."""
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+def checksum(a: np.ndarray) -> str:
+    """sha256 (hex) of the array's IEEE-754 bytes in C order, in its own dtype and the
+    machine's byte order (the header's ``byte_order``), as the trainer computes them."""
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def state_summary(state) -> dict:
+    """{"state_norms": {name: ‖x‖₂ in float64}, "state_checksums": {name: sha256}}."""
+    return {"state_norms": {k: _finite(float(np.linalg.norm(np.asarray(v, dtype=np.float64))))
+                            for k, v in state.items()},
+            "state_checksums": {k: checksum(v) for k, v in state.items()}}
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _strict(x):
+    """JSON-ready: NumPy values converted, non-finite floats as None."""
+    if isinstance(x, dict):
+        return {str(k): _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _strict(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return _finite(float(x))
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def header(trainer, initial_state: dict | None = None) -> dict:
+    """The header line of a trace of ``trainer``'s run (its initial state is
+    recomputed when not given: it is a pure function of the seed)."""
+    from rfrs_ref import __version__
+
+    c = trainer.config
+    cfg = c.to_json()
+    run = {k: v for k, v in cfg.items() if k not in PRODUCER_KEYS and k != "trace"}
+    if initial_state is None:
+        initial_state, _ = trainer.initial_state()
+    return _strict({
+        "format": FORMAT, "version": VERSION,
+        "producer": {"name": "rfrs-ref", "version": __version__,
+                     **{k: cfg.get(k) for k in PRODUCER_KEYS}},
+        "run": run,
+        "dataset": {"name": trainer.data.name, "users": trainer.data.n_users,
+                    "items": trainer.data.n_items, "interactions": trainer.data.n_interactions},
+        "n_params": int(trainer.model.n_params()),
+        "state_arrays": list(trainer.optimizer.arrays),
+        "dtype": str(np.dtype(c.dtype)),
+        "layout": LAYOUTS.get(c.model, c.model),
+        "byte_order": sys.byteorder,
+        "checksum": "sha256",
+        "initial": state_summary(initial_state),
+    })
+
+
+def round_line(record: dict, metrics: dict | None = None) -> dict:
+    """A round line from a round record of :func:`rfrs_ref.federated.round.run_round`
+    (with the trainer's ``state_checksums``) and the round's evaluation, if any."""
+    missing = [k for k in ("clients", "state_norms") if k not in record]
+    if missing:
+        raise ValueError(f"round record of round {record.get('round')} lacks {missing}")
+    if "state_checksums" not in record:
+        raise ValueError("round records lack state_checksums: run the trainer with "
+                         "TrainConfig(trace=True)")
+    rule = {k: v for k, v in (record.get("rule") or {}).items() if k not in PRODUCER_KEYS}
+    line = {
+        "round": record["round"],
+        "clients": record["clients"],
+        "byzantine": record["byzantine"],
+        "n_samples": record["n_samples"],
+        "f": record["f"],
+        "f_rule": record["f_rule"],
+        "excluded": [{"client": e["client"], "check": e["check"]} for e in record["excluded"]],
+        "grad_norms": record.get("grad_norms"),
+        "loss": record.get("loss"),
+        "rule": rule,
+        "kept": record["kept"],
+        "weights": record.get("weights"),
+        "attack": record.get("attack") or {},
+        "state_norms": record["state_norms"],
+        "state_checksums": record["state_checksums"],
+    }
+    if metrics is not None:
+        line["metrics"] = {k: v for k, v in metrics.items() if k != "round"}
+    if record.get("resilience"):
+        line["resilience"] = record["resilience"]
+    return _strict(line)
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class TraceWriter:
+    """Writes a trace while a :class:`~rfrs_ref.federated.trainer.Trainer` runs.
+
+    >>> with TraceWriter(path, trainer) as w:                      # doctest: +SKIP
+    ...     trainer.run(run_dir, progress=w.progress)
+
+    The trainer's configuration must have ``trace=True`` (records then carry
+    the recovered-gradient norms and the state checksums). Each line is
+    flushed when written, so an interrupted run leaves a valid prefix. With
+    ``resume_after=t0`` an existing trace keeps its header and rounds ≤ t0 and
+    the run's next rounds are appended (``rfrs-ref train --resume``).
+    """
+
+    def __init__(self, path, trainer, *, resume_after: int | None = None) -> None:
+        if not trainer.config.trace:
+            raise ValueError("a trace needs TrainConfig(trace=True): the round records must carry "
+                             "gradient norms and state checksums")
+        self.path = pathlib.Path(path)
+        if resume_after is not None and self.path.exists():
+            kept = _prefix(self.path, resume_after)
+            self.path.write_text("".join(kept), encoding="utf-8")
+            self._fh = open(self.path, "a", encoding="utf-8")
+        else:
+            if self.path.parent and not self.path.parent.exists():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "w", encoding="utf-8")
+            self._write(header(trainer))
+
+    def _write(self, obj) -> None:
+        self._fh.write(_dumps(obj) + "\n")
+        self._fh.flush()
+
+    def write_round(self, record: dict, metrics: dict | None = None) -> None:
+        self._write(round_line(record, metrics))
+
+    def progress(self, t: int, record: dict, latest: dict | None) -> None:
+        """Trainer.run's ``progress`` callback."""
+        self.write_round(record, latest)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _prefix(path: pathlib.Path, t0: int) -> list[str]:
+    """The header and the round lines ≤ t0 of an existing trace."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut short by the interruption
+            if i == 0 or obj.get("round", t0 + 1) <= t0:
+                out.append(line if line.endswith("\n") else line + "\n")
+    return out
+
+
+def run_traced(config, trace_path, run_dir=None, *, progress=None):
+    """Train ``config`` (with ``trace`` switched on) and write its trace to ``trace_path``.
+
+    Returns the :class:`~rfrs_ref.federated.trainer.TrainResult`.
+    """
+    from rfrs_ref.federated.trainer import Trainer
+
+    trainer = Trainer(dataclasses.replace(config, trace=True))
+    with TraceWriter(trace_path, trainer) as w:
+        def both(t, record, latest):
+            w.progress(t, record, latest)
+            if progress is not None:
+                progress(t, record, latest)
+
+        return trainer.run(run_dir, progress=both)
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Trace:
+    header: dict
+    rounds: list[dict]
+    path: str = ""
+
+
+def read_trace(path) -> Trace:
+    """Read and validate a trace file (header, then round lines in increasing order)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such trace file")
+    rounds: list[dict] = []
+    head = None
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise TraceFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            if head is None:
+                if obj.get("format") != FORMAT:
+                    raise TraceFormatError(f"{path}:{lineno}: the first line must be a header with "
+                                           f"\"format\": \"{FORMAT}\", got format {obj.get('format')!r}")
+                if obj.get("version") != VERSION:
+                    raise TraceFormatError(f"{path}:{lineno}: trace format version {obj.get('version')!r} "
+                                           f"is not supported (this is version {VERSION})")
+                head = obj
+                continue
+            missing = [k for k in REQUIRED_FIELDS if k not in obj]
+            if missing:
+                raise TraceFormatError(f"{path}:{lineno}: round line lacks {', '.join(missing)}")
+            t = obj["round"]
+            if not isinstance(t, int) or (rounds and t <= rounds[-1]["round"]) or t < 1:
+                prev = rounds[-1]["round"] if rounds else 0
+                raise TraceFormatError(f"{path}:{lineno}: round {t!r} after round {prev}: rounds are "
+                                       "integers from 1, in increasing order")
+            rounds.append(obj)
+    if head is None:
+        raise TraceFormatError(f"{path}: empty trace (no header line)")
+    return Trace(head, rounds, str(path))
+
+
+# -- comparing ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Divergence:
+    """The first place where two traces differ.
+
+    Attributes:
+        round: the round (0: the header or the initial state).
+        field: the path of the value (``weights[3]``, ``rule.scores[2]``, ``initial.state_norms.theta``).
+        a, b: the two values (None for a missing or non-finite value).
+        reason: why they count as different.
+    """
+
+    round: int
+    field: str
+    a: Any
+    b: Any
+    reason: str
+
+    def __str__(self) -> str:
+        where = "the header" if self.round == 0 else f"round {self.round}"
+        return f"traces diverge at {where}, field {self.field}: A {self.a!r}, B {self.b!r} ({self.reason})"
+
+
+@dataclasses.dataclass
+class TraceComparison:
+    agree: bool
+    rounds_compared: int
+    divergence: Divergence | None
+    notes: list[str]
+    checksums_compared: bool
+
+
+class _Diverged(Exception):
+    def __init__(self, div: Divergence) -> None:
+        self.div = div
+
+
+class _Comparer:
+    def __init__(self, rtol, atol, ignore, checksums: bool, notes: list[str]):
+        self.rtol, self.atol = rtol, atol
+        self.ignore = tuple(ignore)
+        self.checksums = checksums
+        self.notes = notes
+        self._noted: set[str] = set()
+
+    def note(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.notes.append(text)
+
+    def ignored(self, path: str) -> bool:
+        return any(path == p or path.startswith((p + ".", p + "[")) for p in self.ignore)
+
+    def fail(self, t, path, a, b, reason):
+        raise _Diverged(Divergence(t, path, a, b, reason))
+
+    def value(self, t: int, path: str, a, b) -> None:
+        if self.ignored(path):
+            return
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in a:
+                if k in b:
+                    self.value(t, f"{path}.{k}", a[k], b[k])
+            only = sorted(set(a) ^ set(b))
+            if only:
+                self.note(f"{path}: keys present in one trace only, not compared: {', '.join(only)}")
+            return
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                self.fail(t, path, f"{len(a)} entries", f"{len(b)} entries", "different lengths")
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                self.value(t, f"{path}[{i}]", x, y)
+            return
+        if a is None or b is None:
+            if a is None and b is None:
+                return
+            self.fail(t, path, a, b, "one value is missing or not finite")
+        if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str):
+            if a != b or type(a) is not type(b):
+                self.fail(t, path, a, b, "different values")
+            return
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            if isinstance(a, int) and isinstance(b, int):
+                if a != b:
+                    self.fail(t, path, a, b, "different integers")
+                return
+            tol = self.atol + self.rtol * max(abs(a), abs(b))
+            if not abs(a - b) <= tol:
+                self.fail(t, path, a, b, f"|Δ| = {abs(a - b):.3g} > atol + rtol·max(|A|, |B|) = {tol:.3g}")
+            return
+        if type(a) is not type(b) or a != b:
+            self.fail(t, path, a, b, f"different kinds of value ({type(a).__name__}, {type(b).__name__})")
+
+    def state_checksums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
+        if not self.checksums or self.ignored(path) or a is None or b is None:
+            return
+        for k in a:
+            if k in b and a[k] != b[k]:
+                self.fail(t, f"{path}.{k}", a[k], b[k], "checksums differ (same dtype, layout and byte "
+                          "order: the states differ in at least one bit)")
+
+
+def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
+            atol: float = 1e-9, checksums: bool = True, ignore: Iterable[str] = ()) -> TraceComparison:
+    """Find the first round and field where traces ``a`` and ``b`` diverge.
+
+    Rules: integers, booleans and strings (clients, Byzantine flags, nᵢ, f,
+    exclusions and their checks, selections) compare exactly; floats (norms,
+    weights, kept fractions, losses, diagnostics, metrics) with
+    ``|A − B| ≤ atol + rtol·max(|A|, |B|)``; null matches only null; lists must
+    have the same length; dictionaries compare on the keys both have (keys of
+    one side only are listed in ``notes``). Checksums compare exactly, and
+    only when both headers state the same dtype, layout and byte order (and
+    ``checksums`` is true). Fields are visited in the order a round computes
+    them (:data:`ROUND_FIELDS`), so the reported field is the earliest
+    difference of the earliest round. ``ignore`` lists field paths to skip
+    (``rule.objective``, ``metrics``...).
+
+    Differences between the headers' ``run`` configurations are notes, not
+    divergences: two runs with different settings can still compute the same
+    rounds. A different parameter count or set of state arrays is a
+    divergence at round 0, so is a different initial state.
+    """
+    ta = a if isinstance(a, Trace) else read_trace(a)
+    tb = b if isinstance(b, Trace) else read_trace(b)
+    ha, hb = ta.header, tb.header
+    notes: list[str] = []
+    same_repr = all(ha.get(k) == hb.get(k) for k in ("dtype", "layout", "byte_order", "checksum"))
+    use_checksums = checksums and same_repr
+    if checksums and not same_repr:
+        diff = [f"{k} ({ha.get(k)!r} vs {hb.get(k)!r})" for k in ("dtype", "layout", "byte_order", "checksum")
+                if ha.get(k) != hb.get(k)]
+        notes.append("checksums not compared: the traces differ in " + ", ".join(diff))
+    cmp = _Comparer(rtol, atol, ignore, use_checksums, notes)
+    run_a, run_b = ha.get("run", {}), hb.get("run", {})
+    differing = [k for k in run_a if k in run_b and run_a[k] != run_b[k]]
+    if differing:
+        notes.append("the run configurations differ in " + ", ".join(
+            f"{k} ({run_a[k]!r} vs {run_b[k]!r})" for k in differing))
+    done = 0
+    try:
+        for k in ("n_params", "state_arrays"):
+            cmp.value(0, k, ha.get(k), hb.get(k))
+        ia, ib = ha.get("initial") or {}, hb.get("initial") or {}
+        cmp.value(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
+        cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
+        for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
+            t = ra["round"]
+            if ra["round"] != rb["round"]:
+                cmp.fail(min(ra["round"], rb["round"]), "round", ra["round"], rb["round"],
+                         "the traces record different rounds")
+            for field in ROUND_FIELDS:
+                va, vb = ra.get(field), rb.get(field)
+                if field == "state_checksums":
+                    cmp.state_checksums(t, field, va, vb)
+                    continue
+                if (field in ra) != (field in rb) and field not in REQUIRED_FIELDS:
+                    if field != "metrics":
+                        cmp.note(f"{field}: present in one trace only, not compared")
+                    continue
+                if field in ("rule", "attack") and (va is None or vb is None):
+                    continue
+                cmp.value(t, field, va, vb)
+            done += 1
+        if len(ta.rounds) != len(tb.rounds):
+            short, long_ = ("A", "B") if len(ta.rounds) < len(tb.rounds) else ("B", "A")
+            last = min(len(ta.rounds), len(tb.rounds))
+            nxt = (tb.rounds if short == "A" else ta.rounds)[last]["round"]
+            cmp.fail(nxt, "round", None if short == "A" else nxt, nxt if short == "A" else None,
+                     f"trace {short} ends after {last} rounds, trace {long_} continues")
+    except _Diverged as d:
+        return TraceComparison(False, done, d.div, notes, use_checksums)
+    return TraceComparison(True, done, None, notes, use_checksums)
+
+
+__all__ = [
+    "FORMAT",
+    "LAYOUTS",
+    "ROUND_FIELDS",
+    "VERSION",
+    "Divergence",
+    "Trace",
+    "TraceComparison",
+    "TraceFormatError",
+    "TraceWriter",
+    "checksum",
+    "compare",
+    "header",
+    "read_trace",
+    "round_line",
+    "run_traced",
+    "state_summary",
+]

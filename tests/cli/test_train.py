@@ -1,0 +1,92 @@
+"""``rfrs-ref train`` through click's test runner."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+
+SMALL = ["--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
+         "--client-fraction", "0.1"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_train_writes_a_run_and_prints_the_table(tmp_path):
+    res = run("train", *SMALL, "--rounds", "6", "--eval-every", "3", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 0, res.output
+    assert "P@K model" in res.output and "P@K popular" in res.output
+    for k in range(1, 6):
+        assert f"\n  {k} " in res.output
+    assert "popularity ranking on Precision@5" in res.output
+    for name in ("config.json", "metrics.csv", "rounds.jsonl", "final_metrics.json", "state.npz"):
+        assert (tmp_path / "r" / name).exists(), name
+    cfg = json.loads((tmp_path / "r/config.json").read_text())["config"]
+    assert cfg["dataset_params"]["n_users"] == 100
+
+
+def test_options_reach_the_configuration(tmp_path):
+    res = run("train", *SMALL, "--rounds", "2", "--out", str(tmp_path / "r"), "--optimizer", "momentum",
+              "--beta3", "0.5", "--lr", "0.01", "--dim", "8", "--gamma", "0.5", "--negatives", "3",
+              "--dtype", "float64", "--seed", "7", "--preset", "a-rfrs", "--krum-k", "1",
+              "--attack", "noise", "--noise-sigma", "0.5", "--byzantine-fraction", "0.2", "--no-verify")
+    assert res.exit_code == 0, res.output
+    cfg = json.loads((tmp_path / "r/config.json").read_text())["config"]
+    assert cfg["optimizer"] == "momentum" and cfg["optimizer_params"] == {"lr": 0.01, "beta3": 0.5}
+    assert cfg["model_params"]["dim"] == 8 and cfg["model_params"]["gamma"] == 0.5
+    assert cfg["model_params"]["negatives"] == 3 and cfg["dtype"] == "float64" and cfg["seed"] == 7
+    assert (cfg["defense"], cfg["detect"]) == ("krum", "gradient")
+    assert cfg["defense_params"]["k"] == 1
+    assert cfg["attack"] == "noise" and cfg["attack_params"]["sigma"] == 0.5
+    assert cfg["byzantine_fraction"] == 0.2 and cfg["verify"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--krum-k", "1"], "--krum-k does not apply"),
+    (["--optimizer", "sgd", "--beta1", "0.5"], "--beta1 does not apply"),
+    (["--optimizer", "sgd", "--attack", "camouflage", "--byzantine-fraction", "0.2"], "Adam"),
+    (["--ks", "1,x"], "comma-separated"),
+])
+def test_bad_configurations_are_reported(tmp_path, args, message):
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "1", "--out", str(tmp_path / "r"), *args])
+    assert res.exit_code != 0
+    assert message in res.output
+
+
+def test_refuses_to_overwrite_a_run(tmp_path):
+    assert run("train", *SMALL, "--rounds", "1", "--out", str(tmp_path / "r")).exit_code == 0
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "1", "--out", str(tmp_path / "r")])
+    assert res.exit_code != 0 and "--resume" in res.output
+
+
+def test_resume_of_a_finished_run_reprints_the_result(tmp_path):
+    assert run("train", *SMALL, "--rounds", "4", "--eval-every", "2", "--out", str(tmp_path / "r")).exit_code == 0
+    before = (tmp_path / "r/metrics.csv").read_text()
+    res = run("train", "--resume", str(tmp_path / "r"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r/metrics.csv").read_text() == before
+
+
+def test_help_lists_generated_options():
+    res = run("train", "--help")
+    for opt in ("--beta1", "--krum-k", "--rfa-max-iter", "--noise-sigma", "--fallback",
+                "--synthetic-users", "--preset", "--detect"):
+        assert opt in res.output, opt
+
+
+@pytest.mark.parametrize("defense", ["none", "krum", "median", "trmean", "rfa", "bulyan"])
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+def test_every_defense_in_both_spaces_runs_end_to_end(tmp_path, defense, detect):
+    # 12 of 120 clients per round, 20% Byzantine: f = 2, enough for Bulyan (n >= 4f + 3)
+    res = run("train", *SMALL[:-2], "--synthetic-users", "120", "--client-fraction", "0.1",
+              "--rounds", "3", "--eval-every", "3", "--out", str(tmp_path / "r"),
+              "--defense", defense, "--detect", detect, "--attack", "ascent",
+              "--byzantine-fraction", "0.2", "--resilience")
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(x) for x in open(tmp_path / "r/rounds.jsonl")]
+    assert all(r["f"] == 2 and "C_g" in r["resilience"] for r in recs)
+    assert recs[-1]["resilience_cumulative"]["C_theta"] >= recs[-1]["resilience"]["C_theta"]
+    assert "Byzantine share" in res.output and "resilience sums" in res.output

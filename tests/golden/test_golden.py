@@ -1,0 +1,273 @@
+"""Golden vectors: deterministic export, clean re-check, caught perturbations, self-describing files."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref import golden
+from rfrs_ref.aggregate import RULES
+from rfrs_ref.attack import ATTACKS
+from rfrs_ref.optim import OPTIMIZERS
+
+
+def _files(root: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _copy(exported, tmp_path) -> pathlib.Path:
+    dst = tmp_path / "vectors"
+    shutil.copytree(exported, dst)
+    return dst
+
+
+def _index(root) -> list[dict]:
+    return json.loads((root / "index.json").read_text())["cases"]
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+def test_export_is_byte_for_byte_deterministic(exported, tmp_path):
+    again = tmp_path / "again"
+    golden.export(again)
+    a, b = _files(exported), _files(again)
+    assert a.keys() == b.keys()
+    different = [k for k in a if a[k] != b[k]]
+    assert not different
+
+
+def test_every_family_entry_has_cases_in_both_precisions(exported):
+    names = {c["name"] for c in _index(exported)}
+    for rule in RULES:
+        for detect in ("gradient", "parameter"):
+            for sfx in ("f32", "f64"):
+                assert f"aggregate/{rule}-{detect}-{sfx}" in names
+        assert f"aggregate/{rule}-gradient-nonfinite-f64" in names
+        assert f"aggregate/{rule}-gradient-huge-f64" in names
+    for opt in OPTIMIZERS:
+        assert {f"optim/{opt}-f32", f"optim/{opt}-f64"} <= names
+    for attack in ATTACKS:
+        assert {f"attack/{attack}-adam-f32", f"attack/{attack}-adam-f64"} <= names
+    for model in ("fism", "fmf"):
+        for mode in ("exact", "sampled"):
+            assert f"model/{model}-bpr-{mode}-f64" in names
+    assert {"model/fism-scores-f64", "model/fism-bpr-exact-one-item-f64", "aggregate/krum-gradient-ties-f64",
+            "federated/adam-krum-gradient-ascent-f64", "federated/adam-trmean-parameter-noise-f64"} <= names
+
+
+def test_case_files_are_self_describing_strict_json_and_plain_npy(exported):
+    for entry in _index(exported):
+        path = exported / entry["path"]
+        text = path.read_text(encoding="utf-8")
+        meta = json.loads(text, parse_constant=lambda c, p=path: pytest.fail(f"{p}: non-strict JSON {c}"))
+        for key in ("description", "formula", "convention", "reference", "tolerance", "params"):
+            assert meta[key] != "" and meta[key] is not None, (path, key)
+        for group in ("inputs", "outputs"):
+            for name, spec in meta[group].items():
+                if "file" not in spec:
+                    assert group == "outputs" and "value" in spec
+                    continue
+                raw = (path.parent / spec["file"]).read_bytes()
+                assert raw[:8] == b"\x93NUMPY\x01\x00", (path, name)  # format version 1.0
+                arr = np.load(path.parent / spec["file"], allow_pickle=False)
+                assert list(arr.shape) == spec["shape"], (path, name)
+                assert {"float32": "<f4", "float64": "<f8", "int64": "<i8", "bool": "|b1"}[spec["dtype"]] \
+                    == arr.dtype.str, (path, name)
+        for spec in meta["outputs"].values():
+            assert spec["compare"] in ("exact", "close")
+            assert spec["role"] in ("required", "informational")
+            if spec["compare"] == "close":
+                assert 0 <= spec["rtol"] and 0 <= spec["atol"]
+
+
+def test_float_tolerances_are_tight(exported):
+    """Tolerances are a few hundred roundings of the case's dtype, never a loose guess."""
+    for entry in _index(exported):
+        meta = json.loads((exported / entry["path"]).read_text())
+        u = golden.unit_roundoff(meta["dtype"])
+        for name, spec in meta["outputs"].items():
+            if spec["compare"] == "close" and name != "recovered" and not name.endswith(("_recovered", "_features")):
+                assert spec["rtol"] <= golden.C_RUN * u + 1e-300, (entry["name"], name, spec["rtol"])
+
+
+def test_export_only_a_family_keeps_the_other_cases_listed(exported, tmp_path):
+    root = _copy(exported, tmp_path)
+    names = golden.export(root, only=["optim"])
+    assert names and all(n.startswith("optim/") for n in names)
+    assert len(_index(root)) == len(_index(exported))
+
+
+# -- known answers the vectors must encode ---------------------------------------------------------
+
+def test_krum_tie_goes_to_the_smaller_index(exported):
+    folder = exported / "aggregate/krum-gradient-ties-f64"
+    _, inp, out = golden.load_case(folder)
+    scores = out["krum_scores"]
+    tied = np.flatnonzero(scores == scores.min())
+    assert tied.size >= 2
+    assert out["krum_selected"].tolist() == [int(tied[0])]
+    np.testing.assert_array_equal(out["weights"], np.eye(inp["features"].shape[0])[tied[0]])
+
+
+def test_one_item_client_has_no_leave_one_out_term(exported):
+    meta, inp, out = golden.load_case(exported / "model/fism-bpr-exact-one-item-f64")
+    n_items, d = meta["params"]["n_items"], meta["params"]["hyperparameters"]["dim"]
+    lam = meta["params"]["hyperparameters"]["lam"]
+    grad = out["grad"].reshape(2, n_items, d)
+    (item,) = inp["items"]
+    theta = inp["theta"].reshape(2, n_items, d)
+    # its own p gets only the regulariser: the positive's score has no set to average over
+    np.testing.assert_allclose(grad[0, item], 2 * lam * theta[0, item], rtol=1e-15)
+
+
+def test_tampered_uploads_fail_their_own_check(exported):
+    for entry in _index(exported):
+        if entry["kind"] != "optimizer":
+            continue
+        meta, _, out = golden.load_case(exported / pathlib.Path(entry["path"]).parent)
+        assert out["verdict_honest_ok"] is True and out["verdict_honest_check"] is None
+        for v in meta["params"]["tampered"]:
+            assert out[f"verdict_{v}_ok"] is False
+            assert out[f"verdict_{v}_check"] in OPTIMIZERS.get(meta["params"]["optimizer"]).checks
+
+
+def test_nonfinite_byzantine_rows_get_no_weight_from_robust_rules(exported):
+    for rule in ("krum", "rfa"):
+        _, inp, out = golden.load_case(exported / f"aggregate/{rule}-gradient-nonfinite-f64")
+        bad = ~np.isfinite(inp["features"]).all(axis=1)
+        assert bad.sum() == 2 and (out["weights"][bad] == 0).all()
+        assert np.isfinite(out["aggregate_theta"]).all()
+    _, _, out = golden.load_case(exported / "aggregate/mean-gradient-nonfinite-f64")
+    assert np.isnan(out["aggregate_theta"]).all()  # no defence: the NaN goes through
+
+
+def test_federated_trace_excludes_the_noisy_uploads(exported):
+    _, _, out = golden.load_case(exported / "federated/adam-trmean-parameter-noise-f64")
+    for t in (1, 2, 3):
+        byz, ver = out[f"r{t}_byzantine"], out[f"r{t}_verified"]
+        assert (ver == ~byz).all()  # every noisy upload and no honest one is excluded
+        assert out[f"r{t}_f_rule"] == max(0, out[f"r{t}_f"] - int(byz.sum()))
+        assert out[f"r{t}_features"].shape[0] == int(ver.sum())
+
+
+# -- check -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_fresh_export_checks_clean(exported, backend):
+    results = golden.check(exported, (backend,))
+    assert len(results) == len(_index(exported))
+    assert [r.line() for r in results if not r.ok] == []
+
+
+def _check_one(root, name, backend="numpy"):
+    return golden.check_case(root / name, backend)
+
+
+def test_perturbed_float_output_is_caught_with_its_location(exported, tmp_path):
+    root = _copy(exported, tmp_path)
+    name = "aggregate/krum-gradient-f64"
+    path = root / name / "out.weights.npy"
+    w = np.load(path)
+    before = float(w[3])
+    w[3] += 1e-9
+    np.save(path, w)
+    res = _check_one(root, name)
+    assert not res.ok
+    (m,) = res.mismatches
+    assert m.output == "weights" and m.index == (3,)
+    assert m.expected == before + 1e-9 and m.got == before
+    assert "FAIL" in res.line() and "'weights' index (3,)" in res.line()
+
+
+def test_perturbed_input_is_caught_downstream(exported, tmp_path):
+    root = _copy(exported, tmp_path)
+    name = "optim/adam-f64"
+    path = root / name / "in.g.npy"
+    g = np.load(path)
+    g[4] *= 1.0 + 1e-9
+    np.save(path, g)
+    res = _check_one(root, name)
+    assert not res.ok
+    outputs = {m.output for m in res.mismatches}
+    assert {"upload_m", "upload_v", "recovered"} & outputs
+    assert any(m.index == (4,) for m in res.mismatches)
+
+
+def test_perturbed_exact_output_and_json_value_are_caught(exported, tmp_path):
+    root = _copy(exported, tmp_path)
+    name = "aggregate/bulyan-parameter-f64"
+    path = root / name / "out.bulyan_selected.npy"
+    sel = np.load(path)
+    sel[[0, 1]] = sel[[1, 0]]
+    np.save(path, sel)
+    res = _check_one(root, name)
+    assert [m.output for m in res.mismatches] == ["bulyan_selected"]
+    assert res.mismatches[0].index == (0,)
+
+    name = "optim/rmsprop-f32"
+    meta_path = root / name / "case.json"
+    meta = json.loads(meta_path.read_text())
+    meta["outputs"]["verdict_r-rule_check"]["value"] = "theta-rule"
+    meta_path.write_text(json.dumps(meta))
+    res = _check_one(root, name)
+    (m,) = res.mismatches
+    assert m.output == "verdict_r-rule_check" and m.expected == "theta-rule" and m.got == "r-rule"
+
+
+def test_a_missing_output_or_unreadable_case_is_a_failure(exported, tmp_path):
+    root = _copy(exported, tmp_path)
+    name = "attack/alie-adam-f64"
+    meta_path = root / name / "case.json"
+    meta = json.loads(meta_path.read_text())
+    meta["outputs"]["no_such_output"] = {"compare": "exact", "value": 1, "role": "required"}
+    meta_path.write_text(json.dumps(meta))
+    res = _check_one(root, name)
+    assert not res.ok and "not produced" in res.line()
+    (root / "attack/ipm-adam-f64/in.grads.npy").unlink()
+    res = _check_one(root, "attack/ipm-adam-f64")
+    assert not res.ok and "cannot read the case" in res.error
+
+
+def test_compare_output_rules():
+    spec = {"compare": "close", "rtol": 1e-12, "atol": 0.0}
+    nan_inf = np.array([np.nan, np.inf, -np.inf, 1.0])
+    assert golden.compare_output("x", spec, nan_inf, nan_inf.copy()) is None
+    m = golden.compare_output("x", spec, nan_inf, np.array([np.nan, np.inf, np.inf, 1.0]))
+    assert m.index == (2,)
+    m = golden.compare_output("x", spec, np.array([1.0]), np.array([np.nan]))
+    assert m.index == (0,)
+    m = golden.compare_output("x", spec, np.zeros((2, 3)), np.zeros((3, 2)))
+    assert "shape" in str(m)
+    assert golden.compare_output("x", spec, 1.0, 1.0 + 1e-13) is None
+    assert golden.compare_output("x", spec, 1.0, 1.0 + 1e-11) is not None
+    assert golden.compare_output("x", {"compare": "exact"}, True, np.bool_(True)) is None
+    assert golden.compare_output("x", {"compare": "exact"}, None, "nonfinite") is not None
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+def test_cli_export_and_check(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    runner = CliRunner()
+    out = runner.invoke(main, ["golden", "export", str(tmp_path / "v"), "--only", "optim/sgd-*"])
+    assert out.exit_code == 0, out.output
+    assert "wrote 2 cases" in out.output
+    res = runner.invoke(main, ["golden", "check", str(tmp_path / "v"), "--backend", "all"])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("ok    optim/sgd-") == 4
+    path = tmp_path / "v/optim/sgd-f64/out.upload_theta.npy"
+    a = np.load(path)
+    a[0] += 1.0
+    np.save(path, a)
+    res = runner.invoke(main, ["golden", "check", str(tmp_path / "v"), "-q"])
+    assert res.exit_code == 1
+    assert "FAIL  optim/sgd-f64 [numpy]: output 'upload_theta' index (0,)" in res.output
+    assert "1 FAIL" in res.output
+    res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "nothing/*"])
+    assert res.exit_code != 0 and "no case matches" in res.output

@@ -1,0 +1,261 @@
+"""The conformance suite: it passes on rfrs-ref's own code and finds broken implementations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+
+from rfrs_ref.optim import OPTIMIZERS
+from rfrs_ref.testing import adapters, laws, strategies
+from rfrs_ref.testing.conformance import (
+    OPTIMIZER_LAWS,
+    RULE_LAWS,
+    format_results,
+    run_optimizer_conformance,
+    run_rule_conformance,
+)
+
+EXAMPLES = 30
+
+
+def _status(results) -> dict[str, str]:
+    return {r.law: r.status for r in results}
+
+
+# -- rfrs-ref's own code passes ---------------------------------------------------------------
+
+@pytest.mark.parametrize("rule", list(RULE_LAWS))
+def test_our_rules_obey_every_law(rule):
+    results = run_rule_conformance(rule, adapters.rfrs(rule), max_examples=EXAMPLES)
+    assert [r.law for r in results] == [s.name for s in RULE_LAWS[rule][2]]
+    failed = [(r.law, r.message, r.counterexample) for r in results if r.status != "holds"]
+    assert not failed
+
+
+@pytest.mark.parametrize("rule", ["krum", "trmean", "bulyan"])
+def test_our_numba_kernels_obey_the_laws_too(rule):
+    results = run_rule_conformance(rule, adapters.rfrs(rule, backend="numba"), max_examples=15)
+    assert all(r.status == "holds" for r in results), format_results(results, rule)
+
+
+@pytest.mark.parametrize("kind", list(OPTIMIZER_LAWS))
+def test_our_optimizers_obey_every_law(kind):
+    results = run_optimizer_conformance(kind, OPTIMIZERS.get(kind), max_examples=EXAMPLES)
+    assert [r.law for r in results] == [s.name for s in OPTIMIZER_LAWS[kind]]
+    assert all(r.status == "holds" for r in results), format_results(results, kind)
+
+
+def test_a_fixed_optimizer_instance_is_used_as_given():
+    results = run_optimizer_conformance("rmsprop", OPTIMIZERS.get("rmsprop")(lr=0.3, beta4=0.5),
+                                        max_examples=10)
+    assert all(r.status == "holds" for r in results)
+
+
+# -- broken implementations are found, with a shrunk counterexample ----------------------------------
+
+def test_krum_with_n_minus_f_neighbours_breaks_the_kept_set_bound(broken):
+    results = run_rule_conformance("krum", adapters.weights(
+        lambda X, ns, f: broken["krum_n_minus_f"](X, ns, f).weights), max_examples=300)
+    st = _status(results)
+    assert st["krum_kept_bound"] == "fails"
+    assert st["weights_sum_to_one"] == "holds"
+    r = next(r for r in results if r.law == "krum_kept_bound")
+    ce = r.counterexample
+    # shrunk: a handful of clients in one dimension
+    assert ce["n"] <= 7 and ce["D"] == 1
+    assert ce["n"] > 2 * ce["f"] + 2  # within the rule's precondition
+    assert "client" in r.message and "counterexample for krum_kept_bound" in format_results(results, "x")
+
+
+def test_trimmed_mean_by_norm_breaks_the_coordinate_range_law(broken):
+    results = run_rule_conformance("trmean", broken["trmean_by_norm"], max_examples=300)
+    r = next(r for r in results if r.law == "coordinate_range")
+    assert r.status == "fails"
+    ce = r.counterexample
+    X = np.array(ce["features"], dtype=np.float64)
+    honest = np.array(ce["honest"])
+    k = ce["violation"]["coordinate"]
+    out = broken["trmean_by_norm"](X.astype(ce["dtype"]), np.array(ce["n_samples"]), ce["f"]).vector
+    # the counterexample reproduces: the output leaves the honest range at that coordinate
+    assert not (X[honest, k].min() <= out[k] <= X[honest, k].max())
+
+
+def test_an_unweighted_mean_breaks_the_weighted_mean_convention(broken):
+    st = _status(run_rule_conformance("mean", adapters.vector(broken["unweighted_mean"]), max_examples=30))
+    assert st["weighted_mean"] == "fails" and st["permutation_invariance"] == "holds"
+
+
+@pytest.mark.parametrize("name, kind, law", [
+    ("adam_recover_beta1", "adam", "recovery_exact"),
+    ("adam_swapped_m", "adam", "theorem1"),
+    ("momentum_double", "momentum", "theorem2"),
+])
+def test_broken_optimizers_are_found(broken, name, kind, law):
+    results = run_optimizer_conformance(kind, broken[name], max_examples=100)
+    st = _status(results)
+    assert st[law] == "fails", format_results(results, name)
+    r = next(r for r in results if r.law == law)
+    assert r.counterexample is not None and "g" in r.counterexample
+
+
+def test_a_crash_on_hostile_input_fails_the_law():
+    def fragile(X, ns, f):
+        if not np.isfinite(X).all():
+            raise FloatingPointError("cannot handle NaN")
+        return np.median(X.astype(np.float64), axis=0)
+
+    results = run_rule_conformance("median", adapters.vector(fragile), max_examples=60, laws=["finite_output"])
+    (r,) = results
+    assert r.status == "fails" and "FloatingPointError: cannot handle NaN" in r.message
+
+
+def test_laws_selection_and_skipping():
+    krum = adapters.rfrs("krum")
+    results = run_rule_conformance("krum", adapters.vector(lambda X, ns, f: krum(X, ns, f).vector),
+                                   max_examples=5, laws=["weights_sum_to_one", "unanimity"])
+    st = _status(results)
+    assert st == {"weights_sum_to_one": "skipped", "unanimity": "holds"}
+
+
+def test_derandomised_runs_repeat_and_seeds_vary():
+    a = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
+    b = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
+    assert a[0].examples == b[0].examples == 5
+    with pytest.raises(ValueError, match="no laws are defined"):
+        run_rule_conformance("nope", adapters.rfrs("median"))
+
+
+# -- the laws directly ---------------------------------------------------------------------------------
+
+def _case(X, honest, f, ns=None):
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    return strategies.RoundCase(X, np.asarray(honest), f, np.ones(n, np.int64) if ns is None else np.asarray(ns),
+                                np.arange(n)[::-1].copy(), np.ones(X.shape[1]))
+
+
+def test_krum_bound_law_on_a_constructed_violation():
+    # 3 attackers when f = 1 is assumed: the tight cluster wins (no guarantee), and the law says so
+    case = _case([[0.0], [10.0], [20.0], [100.0], [100.0], [100.0]], [True, True, True, False, False, False], 1)
+    with pytest.raises(laws.LawViolation, match="kept client .* squared distance"):
+        laws.krum_kept_bound(adapters.rfrs("krum", k=1), case)
+
+
+def test_hull_distance():
+    H = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    assert laws.hull_distance(np.array([0.2, 0.2]), H) == pytest.approx(0.0, abs=1e-9)
+    assert laws.hull_distance(np.array([1.0, 1.0]), H) == pytest.approx(np.sqrt(0.5), rel=1e-6)
+    assert laws.hull_distance(np.array([-1.0, 0.0]), H) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_weights_law_rejects_negative_or_unnormalised_weights():
+    case = _case([[0.0], [1.0], [2.0]], [True] * 3, 0)
+    with pytest.raises(laws.LawViolation, match="negative"):
+        laws.weights_sum_to_one(adapters.weights(lambda X, ns, f: np.array([1.5, -0.5, 0.0])), case)
+    with pytest.raises(laws.LawViolation, match=r"the weights sum to 0\.(9|899)"):
+        laws.weights_sum_to_one(adapters.weights(lambda X, ns, f: np.array([0.3, 0.3, 0.3])), case)
+
+
+def test_round_record_law_on_real_rounds():
+    """Tiny federations through rfrs-ref's round loop: honest uploads always pass
+    verification and the records are consistent."""
+    from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
+    from rfrs_ref.seeding import generator
+
+    @settings(max_examples=10, deadline=None)
+    @given(strategies.federated_scenarios())
+    def prop(sc):
+        fed = Federation(model=sc.model, optimizer=sc.optimizer, rule=sc.rule, detect=sc.detect,
+                         attack=sc.attack, train=sc.train, byzantine=sc.byzantine,
+                         client_fraction=sc.client_fraction, assumed_fraction=sc.assumed_fraction,
+                         seed=sc.seed, verify=sc.optimizer.arrays != ("theta",), backend="numpy")
+        theta0 = sc.model.init_params(generator(sc.seed, "init"), sc.init_scale, sc.dtype)
+        state = sc.optimizer.init(theta0)
+        private = None
+        if sc.model.has_private:
+            u0 = sc.model.private_init(sc.train.n_users, generator(sc.seed, "init", 1), 0.1, sc.dtype)
+            private = {k: v.reshape(u0.shape) for k, v in sc.optimizer.init(u0.ravel()).items()}
+            private["steps"] = np.zeros(sc.train.n_users, dtype=np.int64)
+        from rfrs_ref.federated.population import clients_per_round
+
+        buf = RoundBuffers(clients_per_round(sc.train.n_users, sc.client_fraction), sc.model.n_params(),
+                           sc.dtype, sc.optimizer.arrays, private_dim=sc.model.dim if sc.model.has_private else 0)
+        for t in range(1, sc.rounds + 1):
+            state, record = run_round(fed, state, t, buf, private)
+            laws.round_record_invariants(record)
+
+    prop()
+
+
+def test_strategies_respect_the_rules_preconditions():
+    @settings(max_examples=40, deadline=None)
+    @given(strategies.byzantine_rounds(min_n=3, max_f=lambda n: (n - 3) // 2))
+    def prop(case):
+        assert case.n > 2 * case.f + 2
+        assert (~case.honest).sum() <= case.f
+        assert sorted(case.perm.tolist()) == list(range(case.n))
+        assert len(case.kinds) == (~case.honest).sum()
+        assert np.isfinite(case.features[case.honest]).all()
+        json.dumps(case.describe(), allow_nan=True)
+
+    prop()
+
+
+# -- adapters and the command line ---------------------------------------------------------------------
+
+def test_result_and_weights_adapters():
+    from rfrs_ref.aggregate import Krum
+
+    X = np.random.default_rng(1).normal(size=(7, 3))
+    ns = np.arange(1, 8)
+    res = adapters.result(lambda X, ns, f: Krum().aggregate(X, {"x": X}, ns, f))(X, ns, 1)
+    ours = adapters.rfrs("krum")(X, ns, 1)
+    np.testing.assert_array_equal(res.vector, ours.vector)
+    np.testing.assert_array_equal(res.weights, ours.weights)
+    w = adapters.weights(lambda X, ns, f: ours.weights)(X, ns, 1)
+    np.testing.assert_allclose(w.vector, ours.vector, rtol=1e-14)
+    with pytest.raises(adapters.AdapterError, match="shape"):
+        adapters.vector(lambda X, ns, f: X)(X, ns, 1)
+    with pytest.raises(adapters.AdapterError, match="neither"):
+        adapters.result(lambda X, ns, f: {})(X, ns, 1)
+
+
+def test_resolve_callable_and_guess_adapter():
+    obj = adapters.resolve_callable("rfrs_ref.aggregate:Krum")
+    from rfrs_ref.aggregate import Krum
+
+    assert obj is Krum and adapters.guess_adapter("rfrs_ref.aggregate:Krum", obj) == "rfrs"
+    assert adapters.guess_adapter("flwr.server.strategy.aggregate:aggregate", None) == "flower"
+    assert adapters.guess_adapter("mylib:rule", None) == "vector"
+    with pytest.raises(adapters.AdapterError, match="package.module:attribute"):
+        adapters.resolve_callable("rfrs_ref.aggregate.Krum")
+    with pytest.raises(adapters.AdapterError, match="no attribute"):
+        adapters.resolve_callable("rfrs_ref.aggregate:Nope")
+    with pytest.raises(adapters.AdapterError, match="cannot import"):
+        adapters.resolve_callable("no_such_module_xyz:f")
+
+
+def test_cli_conformance():
+    from rfrs_ref.cli.main import main
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["conformance", "--rule", "median", "--callable", "rfrs_ref.aggregate:Median",
+                               "--max-examples", "5"])
+    assert res.exit_code == 0, res.output
+    assert "coordinate_range" in res.output and "holds" in res.output
+    res = runner.invoke(main, ["conformance", "--rule", "mean", "--callable", "numpy:median",
+                               "--max-examples", "10", "--json"])
+    assert res.exit_code != 0  # numpy.median(X, ns, f) is not a rule: it fails loudly, not silently
+    res = runner.invoke(main, ["conformance", "--optimizer", "sgd", "--callable", "rfrs_ref.optim:SGD",
+                               "--max-examples", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["optimizer"] == "sgd" and doc["results"][0]["status"] == "holds"
+    res = runner.invoke(main, ["conformance", "--callable", "rfrs_ref.optim:SGD"])
+    assert res.exit_code == 2 and "exactly one of --rule and --optimizer" in res.output
+    res = runner.invoke(main, ["conformance", "--rule", "krum", "--callable", "nowhere_xyz:f"])
+    assert res.exit_code == 1 and "cannot import" in res.output

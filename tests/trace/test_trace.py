@@ -1,0 +1,280 @@
+"""Run traces: the written format, `train --trace`, resume, and finding the first divergence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref import trace as T
+from rfrs_ref.federated.trainer import Trainer
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _rewrite(path, lines) -> None:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+# -- the format ---------------------------------------------------------------------------------
+
+def test_trace_header_and_round_lines(traces):
+    import sys
+
+    from rfrs_ref.data import load_dataset
+
+    lines = _lines(traces["a"])
+    head, rounds = lines[0], lines[1:]
+    assert head["format"] == "rfrs-trace" and head["version"] == 1
+    assert head["state_arrays"] == ["m", "v", "theta"] and head["dtype"] == "float32"
+    assert head["byte_order"] == sys.byteorder and head["checksum"] == "sha256"
+    assert head["run"]["seed"] == 0 and "backend" not in head["run"] and head["producer"]["backend"] == "numba"
+    data = load_dataset("synthetic", **head["run"]["dataset_params"])
+    assert head["dataset"]["users"] == data.n_users
+    assert head["n_params"] == 2 * data.n_items * 8
+    assert [r["round"] for r in rounds] == [1, 2, 3, 4, 5]
+    for r in rounds:
+        n = len(r["clients"])
+        assert n == 10 and r["clients"] == sorted(r["clients"])
+        for k in ("byzantine", "n_samples", "grad_norms", "kept", "weights"):
+            assert len(r[k]) == n, k
+        assert abs(sum(r["weights"]) - 1) < 1e-12
+        assert r["rule"]["rule"] == "krum" and "backend" not in r["rule"]
+        assert set(r["state_checksums"]) == {"m", "v", "theta"}
+        assert all(len(h) == 64 for h in r["state_checksums"].values())
+    assert [("metrics" in r) for r in rounds] == [False, True, False, True, True]
+    assert 0 <= rounds[1]["metrics"]["precision@5"] <= 1
+
+
+def test_header_checksums_are_those_of_the_initial_state(traces):
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.trace import read_trace
+
+    tr = read_trace(traces["a"])
+    cfg = TrainConfig.from_json({**tr.header["run"], "backend": "numba"})
+    state, _ = Trainer(cfg).initial_state()
+    assert tr.header["initial"]["state_checksums"] == {k: T.checksum(v) for k, v in state.items()}
+    assert tr.header["initial"]["state_norms"]["theta"] == pytest.approx(
+        float(np.linalg.norm(state["theta"].astype(np.float64))), rel=1e-15)
+
+
+def test_grad_norms_are_the_norms_of_the_recovered_gradients(traces):
+    """Round 1 by hand: honest clients recover g, ascent clients −g, so ‖ĝᵢ‖ = ‖gᵢ‖
+    to the recovery's float32 rounding."""
+    from rfrs_ref.federated.config import TrainConfig
+
+    tr = T.read_trace(traces["a"])
+    trainer = Trainer(TrainConfig.from_json({**tr.header["run"], "backend": "numba"}))
+    state, _ = trainer.initial_state()
+    r1 = tr.rounds[0]
+    clients = np.array(r1["clients"])
+    G = np.empty((clients.size, tr.header["n_params"]), dtype=np.float32)
+    trainer.model.grads_batch(state["theta"], trainer.split.train, clients, G)
+    expected = np.linalg.norm(G.astype(np.float64), axis=1)
+    np.testing.assert_allclose(r1["grad_norms"], expected, rtol=1e-3)
+    assert r1["byzantine"] == trainer.byzantine[clients].tolist()
+
+
+def test_trace_lines_are_strict_json(traces):
+    for line in traces["a"].read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+# -- comparing ---------------------------------------------------------------------------------------
+
+def test_identical_runs_agree_bit_for_bit(traces):
+    res = T.compare(traces["a"], traces["b"])
+    assert res.agree and res.divergence is None and res.rounds_compared == 5
+    assert res.checksums_compared and res.notes == []
+
+
+def test_another_learning_rate_diverges_in_round_one(traces):
+    res = T.compare(traces["a"], traces["lr"])
+    assert not res.agree
+    d = res.divergence
+    assert d.round == 1
+    # everything the round computes before the update agrees; the new state does not
+    assert d.field.startswith("state_norms.")
+    assert d.a != d.b
+    assert any("optimizer_params" in n for n in res.notes)
+
+
+def test_backends_agree_within_tolerance_but_not_bit_for_bit(traces):
+    res = T.compare(traces["a"], traces["numpy"])
+    if res.agree:  # the two backends happened to round every stored value alike
+        return
+    assert res.divergence.field.startswith("state_checksums")
+    res = T.compare(traces["a"], traces["numpy"], checksums=False, rtol=1e-5)
+    assert res.agree, str(res.divergence)
+
+
+def _perturbed(src, tmp_path, t, edit):
+    lines = _lines(src)
+    edit(lines[t])
+    dst = tmp_path / "perturbed.jsonl"
+    _rewrite(dst, lines)
+    return dst
+
+
+def test_a_changed_weight_is_found_at_its_round_and_index(traces, tmp_path):
+    def edit(r):
+        r["weights"][2] += 1e-3
+
+    b = _perturbed(traces["a"], tmp_path, 3, edit)
+    res = T.compare(traces["a"], b)
+    d = res.divergence
+    assert (d.round, d.field) == (3, "weights[2]")
+    assert d.b == pytest.approx(d.a + 1e-3)
+    assert res.rounds_compared == 2
+    assert T.compare(traces["a"], b, ignore=["weights"]).agree
+
+
+def test_a_changed_checksum_or_client_is_found(traces, tmp_path):
+    def edit_sum(r):
+        r["state_checksums"]["v"] = "0" * 64
+
+    res = T.compare(traces["a"], _perturbed(traces["a"], tmp_path, 4, edit_sum))
+    assert (res.divergence.round, res.divergence.field) == (4, "state_checksums.v")
+
+    def edit_client(r):
+        r["clients"][0] += 1
+
+    res = T.compare(traces["a"], _perturbed(traces["a"], tmp_path, 2, edit_client))
+    assert (res.divergence.round, res.divergence.field) == (2, "clients[0]")
+
+
+def test_checksums_are_not_compared_across_dtypes(traces, tmp_path):
+    lines = _lines(traces["a"])
+    lines[0]["dtype"] = "float64"
+    for r in lines[1:]:
+        r["state_checksums"] = {k: "f" * 64 for k in r["state_checksums"]}
+    b = tmp_path / "f64.jsonl"
+    _rewrite(b, lines)
+    res = T.compare(traces["a"], b)
+    assert res.agree and not res.checksums_compared
+    assert any("checksums not compared" in n and "dtype" in n for n in res.notes)
+
+
+def test_a_shorter_trace_diverges_where_it_ends(traces, tmp_path):
+    b = tmp_path / "short.jsonl"
+    _rewrite(b, _lines(traces["a"])[:3])
+    d = T.compare(traces["a"], b).divergence
+    assert (d.round, d.field) == (3, "round") and "ends after 2 rounds" in d.reason
+
+
+def test_a_different_initial_state_diverges_at_round_zero(traces, tmp_path):
+    lines = _lines(traces["a"])
+    lines[0]["initial"]["state_norms"]["theta"] *= 1.01
+    b = tmp_path / "init.jsonl"
+    _rewrite(b, lines)
+    d = T.compare(traces["a"], b).divergence
+    assert (d.round, d.field) == (0, "initial.state_norms.theta")
+    assert "the header" in str(d)
+
+
+def test_null_matches_only_null(traces, tmp_path):
+    def edit(r):
+        r["loss"] = None
+
+    d = T.compare(traces["a"], _perturbed(traces["a"], tmp_path, 1, edit)).divergence
+    assert (d.round, d.field, d.b) == (1, "loss", None)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty trace"),
+    ('{"format": "other"}\n', "first line must be a header"),
+    ('{"format": "rfrs-trace", "version": 9}\n', "version 9"),
+    ('{"format": "rfrs-trace", "version": 1}\n{"round": 1,\n', ":2: not valid JSON"),
+    ('{"format": "rfrs-trace", "version": 1}\n{"round": 1}\n', ":2: round line lacks clients"),
+])
+def test_malformed_traces_name_file_and_line(tmp_path, content, message):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    with pytest.raises(T.TraceFormatError, match=message):
+        T.read_trace(p)
+
+
+def test_rounds_must_increase(traces, tmp_path):
+    lines = _lines(traces["a"])
+    lines[2], lines[3] = lines[3], lines[2]
+    p = tmp_path / "swapped.jsonl"
+    _rewrite(p, lines)
+    with pytest.raises(T.TraceFormatError, match=r":4: round 2 after round 3"):
+        T.read_trace(p)
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+def test_cli_compare_exit_status(traces, tmp_path):
+    from rfrs_ref.cli.main import main
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["trace", "compare", str(traces["a"]), str(traces["b"])])
+    assert res.exit_code == 0 and "the traces agree: 5 rounds" in res.output
+    res = runner.invoke(main, ["trace", "compare", str(traces["a"]), str(traces["lr"])])
+    assert res.exit_code == 1
+    assert "traces diverge at round 1, field state_norms." in res.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    res = runner.invoke(main, ["trace", "compare", str(traces["a"]), str(bad)])
+    assert res.exit_code == 1 and "bad.jsonl:1" in res.output
+
+
+def _train_args(out, trace, rounds=4):
+    return ["train", "--dataset", "synthetic", "--synthetic-users", "80", "--synthetic-items", "90",
+            "--rounds", str(rounds), "--client-fraction", "0.125", "--dim", "8", "--attack", "ascent",
+            "--byzantine-fraction", "0.2", "--defense", "krum", "--eval-every", "2",
+            "--checkpoint-every", "2", "--out", str(out), "--trace", str(trace)]
+
+
+def test_cli_train_trace_matches_the_python_api_and_survives_resume(tmp_path):
+    """`train --trace` writes what run_traced writes; a run interrupted after round 3
+    (checkpoint at 2) and resumed with --trace ends with the uninterrupted trace."""
+    from rfrs_ref.cli.main import main
+
+    from rfrs_ref.federated.config import TrainConfig
+
+    runner = CliRunner()
+    res = runner.invoke(main, _train_args(tmp_path / "run", tmp_path / "cli.jsonl"))
+    assert res.exit_code == 0, res.output
+    full = T.read_trace(tmp_path / "cli.jsonl")
+    assert len(full.rounds) == 4 and "metrics" in full.rounds[1]
+
+    cfg = TrainConfig(dataset="synthetic", dataset_params={"n_users": 80, "n_items": 90}, rounds=4,
+                      client_fraction=0.125, model_params={"dim": 8}, attack="ascent",
+                      byzantine_fraction=0.2, defense="krum", eval_every=2, checkpoint_every=2)
+    T.run_traced(cfg, tmp_path / "api.jsonl", tmp_path / "api")
+    assert T.compare(full, tmp_path / "api.jsonl").agree
+
+    class Stop(Exception):
+        pass
+
+    trainer = Trainer(TrainConfig(**{**cfg.to_json(), "ks": tuple(cfg.ks), "trace": True}))
+    writer = T.TraceWriter(tmp_path / "cut.jsonl", trainer)
+
+    def progress(t, record, latest):
+        writer.progress(t, record, latest)
+        if t == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        trainer.run(tmp_path / "cut", progress=progress)
+    writer.close()
+    assert len(T.read_trace(tmp_path / "cut.jsonl").rounds) == 3
+    res = runner.invoke(main, ["train", "--resume", str(tmp_path / "cut"), "--trace", str(tmp_path / "cut.jsonl")])
+    assert res.exit_code == 0, res.output
+    resumed = T.compare(full, tmp_path / "cut.jsonl")
+    assert resumed.agree, str(resumed.divergence)
+    assert [r["round"] for r in T.read_trace(tmp_path / "cut.jsonl").rounds] == [1, 2, 3, 4]
+
+
+def test_writer_needs_trace_records(tmp_path, small_config):
+    trainer = Trainer(small_config(rounds=1))
+    with pytest.raises(ValueError, match="trace=True"):
+        T.TraceWriter(tmp_path / "t.jsonl", trainer)
+    with pytest.raises(ValueError, match="state_checksums"):
+        T.round_line({"round": 1, "clients": [0], "state_norms": {}})
