@@ -121,19 +121,18 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         if (run_dir / "config.json").exists():
             raise click.UsageError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
 
-    if trace_path:  # --trace: records carry gradient norms and state checksums
-        config.trace = True
+    if trace_path:
+        config.trace = True  # the records then carry gradient norms and state checksums
     try:
         trainer = Trainer(config)
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
+    done = _checkpoint_round(run_dir) if resume else 0
     tracer = None
-    if trace_path:  # --trace
-        from rfrs_ref.federated.trainer import RunDirectory
+    if trace_path:
         from rfrs_ref.trace import TraceWriter
 
-        tracer = TraceWriter(trace_path, trainer,
-                             resume_after=_checkpoint_round(RunDirectory(run_dir)) if resume else None)
+        tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
     c = trainer.config
     click.echo(f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
                f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
@@ -150,18 +149,14 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
 
     with click.progressbar(length=c.rounds, label="training", item_show_func=show,
                            show_eta=True) as bar:
-        if resume:
-            from rfrs_ref.federated.trainer import RunDirectory
-
-            done = _checkpoint_round(RunDirectory(run_dir))
-            bar.update(done)
+        bar.update(done)
 
         def progress(t, record, latest):
             status["round"] = t
             if latest is not None:
                 status["metric"] = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}"
             bar.update(1)
-            if tracer is not None:  # --trace
+            if tracer is not None:
                 tracer.write_round(record, latest)
 
         try:
@@ -169,16 +164,19 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         except (ValueError, FileNotFoundError) as exc:
             raise click.ClickException(str(exc)) from exc
         finally:
-            if tracer is not None:  # --trace
+            if tracer is not None:
                 tracer.close()
 
     _print_summary(result)
 
 
-def _checkpoint_round(run_dir) -> int:
+def _checkpoint_round(run_dir: pathlib.Path) -> int:
     import numpy as np
 
-    with np.load(run_dir.path / "checkpoint.npz", allow_pickle=False) as z:
+    path = run_dir / "checkpoint.npz"
+    if not path.exists():
+        raise click.ClickException(f"{path}: no checkpoint to resume from")
+    with np.load(path, allow_pickle=False) as z:
         return int(z["round"])
 
 
