@@ -82,7 +82,9 @@ class Trainer:
     them (``trainer.split``, ``trainer.federation``, ``trainer.evaluate``).
     """
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, data=None) -> None:
+        """``data``: the dataset already loaded (an ``Interactions`` of
+        ``config.dataset``), e.g. cached by a sweep worker; None loads it."""
         from rfrs_ref.aggregate import RULES
         from rfrs_ref.attack import ATTACKS
         from rfrs_ref.data import load_dataset, split_interactions
@@ -94,7 +96,8 @@ class Trainer:
             from rfrs_ref.kernels.cuda import require_cuda
 
             require_cuda()  # fail before loading anything, with the reason
-        self.data = load_dataset(c.dataset, c.data_dir, **c.dataset_params)
+        self.data = data if data is not None else load_dataset(c.dataset, c.data_dir,
+                                                               **c.dataset_params)
         self.split = split_interactions(self.data, c.seed, c.test_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
         self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
@@ -172,6 +175,8 @@ class Trainer:
             if out is not None:
                 out.start(self)
         history = out.read_history() if (resume and out is not None) else []
+        for row in history:  # metrics.csv does not repeat the (fixed) evaluated-client count
+            row.setdefault("n_users", int(self.eval_users.size))
         if not resume:
             history.append(self._evaluation_row(0, state, private, pop, out))
         buf = self.buffers()

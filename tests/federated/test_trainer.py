@@ -75,14 +75,21 @@ def test_run_directory_contents(tmp_path):
     np.testing.assert_array_equal(state["theta"], res.state["theta"])
 
 
+def _run(command):
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{command} exited {proc.returncode}:\n{proc.stderr}"
+
+
 def test_resume_after_a_real_kill_ends_where_the_uninterrupted_run_ends(tmp_path):
     rounds = 150
     args = ["--dataset", "synthetic", "--synthetic-users", "120", "--synthetic-items", "150",
             "--rounds", str(rounds), "--eval-every", "25", "--checkpoint-every", "5",
             "--client-fraction", "0.1", "--backend", "numpy"]
-    cli = [sys.executable, "-c", "from rfrs_ref.cli.main import main; main()", "train"]
+    # -P keeps the repository root off sys.path, so the installed package (with its
+    # rfrs_ref.cli) is the one imported, not the source tree's rfrs_ref/
+    cli = [sys.executable, "-P", "-c", "from rfrs_ref.cli.main import main; main()", "train"]
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "interrupted"
-    subprocess.run(cli + args + ["--out", str(ref_dir)], check=True, capture_output=True)
+    _run(cli + args + ["--out", str(ref_dir)])
 
     proc = subprocess.Popen(cli + args + ["--out", str(run_dir)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -104,7 +111,7 @@ def test_resume_after_a_real_kill_ends_where_the_uninterrupted_run_ends(tmp_path
     assert killed_at is not None and proc.returncode == -signal.SIGKILL, "the run was not interrupted"
     assert not (run_dir / "final_metrics.json").exists()
 
-    subprocess.run(cli + ["--resume", str(run_dir)], check=True, capture_output=True)
+    _run(cli + ["--resume", str(run_dir)])
     assert (run_dir / "metrics.csv").read_text() == (ref_dir / "metrics.csv").read_text()
     ref, got = read_state(ref_dir / "state.npz"), read_state(run_dir / "state.npz")
     assert set(ref) == set(got)

@@ -1,0 +1,260 @@
+"""``rfrs-ref reproduce``, ``rfrs-ref sweep`` and ``rfrs-ref plot``: the paper's figures."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import click
+
+_FIGURE_HELP = ("Figure number (1, 2, 3, 4, 7, 8, 10, 11, 12) or name (pca, camouflage, frs, "
+                "defenses, frs-recall, defenses-recall, adam-sgd, momentum, adagrad).")
+
+
+def _execution_options(f):
+    f = click.option("--scheduler", default=None, metavar="ADDRESS",
+                     help="Run on an existing Dask cluster (e.g. tcp://host:8786) instead of an "
+                          "embedded LocalCluster.")(f)
+    f = click.option("--workers", type=click.IntRange(min=0), default=None,
+                     help="LocalCluster worker processes [default: one per core, fewer if memory "
+                          "is short]; 0 runs in this process without Dask.")(f)
+    f = click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="Numba/OpenMP threads per LocalCluster worker "
+                          "[default: cores // workers].")(f)
+    f = click.option("--shared-fs/--no-shared-fs", default=None,
+                     help="Whether the workers see the output directory [default: yes for a "
+                          "LocalCluster, no for --scheduler].")(f)
+    f = click.option("--retry-failed/--no-retry-failed", default=True, show_default=True,
+                     help="Run again the runs recorded as failed.")(f)
+    f = click.option("--keep-state", is_flag=True,
+                     help="Keep each run's final state.npz (large for the big datasets).")(f)
+    return f
+
+
+def _parse_overrides(items) -> dict:
+    import json
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} is not FIELD=VALUE", param_hint="--set")
+        try:
+            out[name.strip()] = json.loads(value)
+        except ValueError:
+            out[name.strip()] = value
+    return out
+
+
+class _Progress:
+    """A click progress bar over runs, fed by run_sweep's events."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.last = ""
+
+    def __call__(self, event, spec, outcome, report) -> None:
+        if event == "plan":
+            todo = report.total - report.skipped
+            where = (f"{report.workers} Dask worker(s)" if report.workers else "this process")
+            click.echo(f"{report.total} runs: {report.skipped} already finished, {todo} to run "
+                       f"on {where}")
+            self.bar = click.progressbar(length=todo, label="runs", show_eta=True, show_pos=True,
+                                         item_show_func=lambda _: self.last)
+            self.bar.__enter__()
+            return
+        label = ", ".join(f"{v}" for v in spec.labels.values())
+        c = spec.config
+        what = f"{c.dataset} {label} seed {c.seed}".strip()
+        if event == "failed":
+            self.last = f"FAILED {what}"
+            click.echo(f"\nrun {spec.key} ({what}) failed: {outcome.get('error')}", err=True)
+        else:
+            self.last = f"{what} {outcome.get('wall_s', 0):.0f}s"
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def _run(go, progress: _Progress):
+    from rfrs_ref.experiments.results import StoreLocked
+
+    try:
+        return go()
+    except KeyboardInterrupt:
+        progress.close()
+        click.echo("\ninterrupted: finished runs are recorded; run the same command again to "
+                   "continue", err=True)
+        raise SystemExit(130) from None
+    except (ValueError, StoreLocked, FileNotFoundError, KeyError) as exc:
+        progress.close()
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        progress.close()
+
+
+def _report(report, started: float) -> None:
+    click.echo(f"{report.total} runs: {report.skipped} skipped (already finished), "
+               f"{report.finished} finished, {report.failed} failed "
+               f"in {time.perf_counter() - started:.0f} s -> {report.out}")
+    for spec, error in report.failures:
+        click.echo(f"  failed: {spec.key} {dict(spec.labels)} seed {spec.config.seed}: {error}",
+                   err=True)
+
+
+@click.command("reproduce")
+@click.argument("figure_name", metavar="FIGURE")
+@click.option("--quick", is_flag=True,
+              help="Reduced version: ML100K only, 2 trials, a third of the default rounds.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Output directory [default: results/<experiment>[-quick]].")
+@click.option("--datasets", default=None, help="Comma-separated datasets (overrides the figure's).")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (seeds 0..N-1).")
+@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of every run.")
+@click.option("--resilience", is_flag=True, help="Record the Definition 1–4 sums in every run.")
+@click.option("--backend", type=click.Choice(["numba", "numpy", "cuda"]), default="numba",
+              show_default=True)
+@click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
+              help="Set a TrainConfig field in every run (VALUE is JSON, else a string), e.g. "
+                   "--set client_fraction=0.05 --set 'dataset_params={\"n_users\": 200}'.")
+@click.option("--no-plot", is_flag=True, help="Run and tabulate only.")
+@_execution_options
+def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, backend, overrides,
+              no_plot, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
+    """Reproduce one of the paper's figures: sweep, tables, plots.
+
+    FIGURE is the paper's figure number or name: 1 (pca), 2 (camouflage),
+    3 (frs), 4 (defenses), 7 (frs-recall), 8 (defenses-recall),
+    10 (adam-sgd), 11 (momentum), 12 (adagrad).
+
+    Runs already finished in the output directory are skipped, so an
+    interrupted reproduction continues where it stopped, and figures that
+    share runs (3 and 7, 4 and 8) reuse them.
+
+    \b
+    Examples:
+      rfrs-ref reproduce 4 --quick
+      rfrs-ref reproduce defenses --scheduler tcp://10.0.0.5:8786
+    """
+    from rfrs_ref.experiments.figures import Scale, figure, reproduce as run_figure
+    from rfrs_ref.experiments.results import summary_markdown
+
+    try:
+        fig = figure(figure_name)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="FIGURE") from None
+    scale = Scale(quick=quick, datasets=tuple(datasets.split(",")) if datasets else None,
+                  trials=trials, rounds=rounds, resilience=resilience, backend=backend,
+                  overrides=_parse_overrides(overrides))
+    out = pathlib.Path(out) if out else fig.default_out(quick)
+    click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{scale.describe()} -> {out}")
+    progress = _Progress()
+    started = time.perf_counter()
+    report, paths = _run(lambda: run_figure(
+        fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
+        shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
+        on_event=progress), progress)
+    _report(report, started)
+    if report.summary is not None and not report.summary.empty:
+        metrics = ("recall",) if fig.metric == "recall" else ("precision",)
+        click.echo("")
+        click.echo(summary_markdown(report.summary, metrics=metrics,
+                                    label_columns=("label_series",)))
+    click.echo(f"tables: {out / 'results.parquet'}, {out / 'results.csv'}, {out / 'summary.md'}")
+    for p in paths:
+        click.echo(f"figure: {p}")
+    if report.failed:
+        raise SystemExit(1)
+
+
+@click.command("sweep")
+@click.argument("spec", type=click.Path(dir_okay=False, exists=True))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Output directory [default: results/<sweep name>].")
+@click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")
+@_execution_options
+def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
+    """Run the grid of training runs described in the TOML file SPEC.
+
+    \b
+    The file has a [base] table (TrainConfig fields), an [axes] table whose
+    lists are crossed, and trials = N (or seeds = [...]); see
+    docs/reproduction.md. Example:
+      trials = 2
+      [base]
+      dataset = "ml100k"
+      attack = "ascent"
+      [axes]
+      byzantine_fraction = [0.2, 0.4]
+      preset = ["no-defense", "a-rfrs"]
+    """
+    from rfrs_ref.experiments.results import Store, summary_markdown
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import estimate_run_memory, run_sweep
+
+    try:
+        sw = load_sweep(spec)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    out = pathlib.Path(out) if out else pathlib.Path("results") / sw.name
+    label_columns = tuple(f"label_{k}" for k in (sw.runs[0].labels if sw.runs else {}))
+    if dry_run:
+        store = Store(out)
+        try:
+            for i, r in enumerate(sw.runs):
+                o = store.read_outcome(r.key)
+                status = o.get("status") if o else "to run"
+                c = r.config
+                click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset} {dict(r.labels)} "
+                           f"seed {c.seed} ~{estimate_run_memory(r) / 1e9:.1f} GB")
+        except (ValueError, KeyError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        return
+    click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")
+    progress = _Progress()
+    started = time.perf_counter()
+    report = _run(lambda: run_sweep(
+        sw.runs, out, scheduler=scheduler, workers=workers, threads=threads, shared_fs=shared_fs,
+        retry_failed=retry_failed, keep_state=keep_state, on_event=progress,
+        label_columns=label_columns), progress)
+    _report(report, started)
+    if report.summary is not None and not report.summary.empty:
+        click.echo("")
+        click.echo(summary_markdown(report.summary, metrics=("precision",),
+                                    label_columns=label_columns))
+    click.echo(f"tables: {out / 'results.parquet'}, {out / 'results.csv'}, {out / 'summary.md'}")
+    if report.failed:
+        raise SystemExit(1)
+
+
+@click.command("plot")
+@click.argument("results", type=click.Path(exists=True))
+@click.option("--figure", "figure_name", required=True, help=_FIGURE_HELP)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Directory for the PNG and PDF files [default: figures/ beside the table].")
+def plot(results, figure_name, out):
+    """Plot a results table (results.parquet / results.csv, or its directory) like a paper figure.
+
+    Draws the figure's panels (K on the x axis, mean ± std over trials), the
+    training curves and, when recorded, the resilience sums, as PNG and PDF.
+    """
+    from rfrs_ref.experiments.figures import figure, plot_figure
+    from rfrs_ref.experiments.results import read_table
+
+    try:
+        fig = figure(figure_name)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="--figure") from None
+    path = pathlib.Path(results)
+    base = path if path.is_dir() else path.parent
+    try:
+        table = read_table(path)
+        paths = plot_figure(fig, table, base, pathlib.Path(out) if out else base / "figures")
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    for p in paths:
+        click.echo(f"figure: {p}")

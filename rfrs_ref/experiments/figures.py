@@ -1,0 +1,362 @@
+"""The paper's figures as experiments: a grid of runs each, and how to plot it.
+
+``FIGURES`` maps a figure's number (as printed in the paper: "1", "2", "3",
+"4", "7", "8", "10", "11", "12") to a :class:`Figure`; ``figure(name)`` also
+accepts the figure's short name (``pca``, ``camouflage``, ``frs``,
+``defenses``, ``frs-recall``, ``defenses-recall``, ``adam-sgd``, ``momentum``,
+``adagrad``) or its LaTeX label (``fig:performance2``). Figures that plot the
+same runs (3 and 7, 4 and 8) share an experiment name, hence an output
+directory, so the second reuses the first's runs.
+
+Decisions where the paper is silent (also in docs/reproduction.md):
+
+- **Fig. 1** uses ML100K with FMF and Adam, no defence, the gradient-ascent
+  attack, and draws the same for FISM (the model of A-FRS) in a second row.
+  The paper shows 90 clients of one round (58 benign, 32 Byzantine):
+  the client fraction is set so that exactly 90 clients are sampled per round
+  (e = 90.5/943, so floor(e·943) = 90), and α = 32/90, so that 335 of the 943
+  clients are Byzantine and a round holds 32 of them on average; the actual
+  count of round 24 depends on the seed and is printed on the figure.
+- **Fig. 2 (right)**: A-FRS (no defence) without attack vs under the
+  camouflage attack with α = 0.4, one panel per dataset.
+- **Fig. 3/7** (A-FRS vs FMF) and **Fig. 10** (Adam vs SGD): no Byzantine clients.
+- **Fig. 4/8**: defences No defense, Krum, RFA, Trmean (parameter space) and
+  A-RFRS (Krum on recovered gradients), gradient-ascent attack, α ∈ {0.2, 0.3,
+  0.4}; panels: rows α, columns datasets.
+- **Fig. 11/12** (momentum, AdaGrad): six panels in the paper, read as two
+  datasets × three fractions; the datasets are Last.fm and ML100K.
+- Rounds: the trainer's per-dataset default (``DEFAULT_ROUNDS``), every other
+  hyperparameter at its default (the paper's appendix G values; init scale
+  from ``TrainConfig``). Five trials (seeds 0–4).
+
+``--quick`` (:class:`Scale` with ``quick=True``) reduces every figure the same
+way: datasets → ML100K only, trials 5 → 2 (seeds 0, 1), rounds → a third of
+the dataset's default rounds; fractions, series and every hyperparameter are
+unchanged. Fig. 1 is the same in both (one run of 24 rounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from typing import Callable, Sequence
+
+from rfrs_ref.experiments.spec import RunSpec, apply_fields
+from rfrs_ref.federated.config import DEFAULT_ROUNDS, FALLBACK_ROUNDS, TrainConfig
+from rfrs_ref.registry import Registry
+
+#: the paper's datasets, in the paper's order
+DATASETS = ("lastfm", "ml100k", "citeulike-a", "citeulike-t")
+QUICK_DATASETS = ("ml100k",)
+FRACTIONS = (0.2, 0.3, 0.4)
+FULL_TRIALS = 5
+QUICK_TRIALS = 2
+#: quick runs train for DEFAULT_ROUNDS[dataset] // QUICK_ROUNDS_DIVISOR rounds
+QUICK_ROUNDS_DIVISOR = 3
+
+#: the paper's defence names (Fig. 4) -> preset of rfrs_ref.aggregate.PRESETS
+DEFENSES = (("No defense", "no-defense"), ("Krum", "krum"), ("RFA", "rfa"), ("Trmean", "trmean"),
+            ("A-RFRS", "a-rfrs"))
+
+#: Fig. 1: round captured, clients per round and Byzantine clients among them
+PCA_ROUND = 24
+PCA_CLIENTS = 90
+PCA_BYZANTINE = 32
+PCA_DATASET = "ml100k"
+#: Fig. 1's models: FMF as in the paper's caption, and FISM (the model of A-FRS) beside it
+PCA_MODELS = (("fmf", "FMF, Adam"), ("fism", "FISM (A-FRS), Adam"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """How big a reproduction is.
+
+    Attributes:
+        quick: the reduced version (see the module docstring).
+        datasets: override the datasets (None: the figure's, reduced when quick).
+        trials: override the number of trials (seeds 0..trials−1).
+        rounds: override the rounds of every run (not Fig. 1's capture round).
+        resilience: record the Definition 1–4 sums in every run.
+        backend: kernel backend of every run.
+        overrides: TrainConfig fields set in every run, after the figure's own
+            (``preset`` allowed; ``*_params`` merged). Overriding a field the
+            figure varies collapses its grid, which is reported as duplicate runs.
+    """
+
+    quick: bool = False
+    datasets: tuple[str, ...] | None = None
+    trials: int | None = None
+    rounds: int | None = None
+    resilience: bool = False
+    backend: str = "numba"
+    overrides: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.overrides, dict):
+            object.__setattr__(self, "overrides", tuple(self.overrides.items()))
+
+    def pick_datasets(self, full: Sequence[str]) -> tuple[str, ...]:
+        if self.datasets:
+            return tuple(self.datasets)
+        if self.quick:
+            return tuple(d for d in full if d in QUICK_DATASETS) or tuple(full[:1])
+        return tuple(full)
+
+    def seeds(self) -> list[int]:
+        n = self.trials or (QUICK_TRIALS if self.quick else FULL_TRIALS)
+        if n < 1:
+            raise ValueError(f"trials must be at least 1, got {n}")
+        return list(range(n))
+
+    def rounds_for(self, dataset: str) -> int:
+        if self.rounds is not None:
+            return int(self.rounds)
+        full = DEFAULT_ROUNDS.get(dataset, FALLBACK_ROUNDS)
+        return max(1, full // QUICK_ROUNDS_DIVISOR) if self.quick else full
+
+    def describe(self) -> str:
+        ds = ", ".join(self.datasets) if self.datasets else ("ML100K" if self.quick else "all four")
+        tr = self.trials or (QUICK_TRIALS if self.quick else FULL_TRIALS)
+        rd = (f"{self.rounds} rounds" if self.rounds is not None else
+              (f"DEFAULT_ROUNDS // {QUICK_ROUNDS_DIVISOR} rounds" if self.quick
+               else "DEFAULT_ROUNDS rounds"))
+        return f"datasets {ds}; {tr} trials; {rd}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One of the paper's figures.
+
+    Attributes:
+        id: the paper's figure number.
+        name: short name (CLI alias).
+        latex_label: the figure's ``\\label`` in the paper's source.
+        title: one line.
+        experiment: output folder name, shared by figures plotting the same runs.
+        build: ``build(scale) -> [RunSpec]``; each run's ``labels["series"]`` is its series.
+        kind: ``k`` (Metric@K panels), ``pca`` (Fig. 1).
+        metric: ``precision`` or ``recall`` for ``k`` figures.
+        rows, cols: panel layout (table columns), None for one.
+        series: legend order.
+        datasets: the datasets of the full figure.
+    """
+
+    id: str
+    name: str
+    latex_label: str
+    title: str
+    experiment: str
+    build: Callable[[Scale], list[RunSpec]]
+    kind: str = "k"
+    metric: str = "precision"
+    rows: str | None = None
+    cols: str | None = "dataset"
+    series: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = DATASETS
+
+    def runs(self, scale: Scale = Scale()) -> list[RunSpec]:
+        return self.build(self, scale)
+
+    def default_out(self, quick: bool) -> pathlib.Path:
+        return pathlib.Path("results") / (f"{self.experiment}-quick" if quick else self.experiment)
+
+
+def _config(scale: Scale, dataset: str, **fields):
+    fields.setdefault("rounds", scale.rounds_for(dataset))
+    merged = apply_fields({"dataset": dataset, "resilience": scale.resilience,
+                           "backend": scale.backend}, fields, "figure: ")
+    merged = apply_fields(merged, dict(scale.overrides), "override: ")
+    return TrainConfig(**merged)
+
+
+def _grid(scale: Scale, cases, *, kind: str = "train") -> list[RunSpec]:
+    """Runs for ``cases`` = [(labels, dataset, fields)], one per seed."""
+    runs = []
+    for labels, dataset, fields in cases:
+        for trial, seed in enumerate(scale.seeds()):
+            runs.append(RunSpec(_config(scale, dataset, seed=seed, **fields), kind=kind,
+                                trial=trial, labels=labels))
+    return runs
+
+
+# -- builders --------------------------------------------------------------------------------
+def _build_pca(fig: Figure, scale: Scale) -> list[RunSpec]:
+    from rfrs_ref.data import manifest
+
+    dataset = (scale.datasets or (PCA_DATASET,))[0]
+    if dataset == "synthetic":
+        from rfrs_ref.data import DATASETS as REGISTRY
+
+        params = dict(dict(scale.overrides).get("dataset_params") or {})
+        n_users = REGISTRY.get("synthetic")(**params).n_users
+    else:
+        n_users = manifest(dataset).n_users
+    if n_users < PCA_CLIENTS:
+        raise ValueError(f"Fig. 1 samples {PCA_CLIENTS} clients per round, but {dataset} has "
+                         f"only {n_users} clients")
+    fraction = (PCA_CLIENTS + 0.5) / n_users
+    if math.floor(fraction * n_users) != PCA_CLIENTS:  # pragma: no cover - arithmetic guard
+        raise ValueError(f"client fraction {fraction} does not sample {PCA_CLIENTS} of {n_users}")
+    runs = []
+    for model, label in PCA_MODELS:
+        cfg = _config(scale, dataset, model=model, optimizer="adam", defense="none",
+                      detect="gradient", attack="ascent",
+                      byzantine_fraction=PCA_BYZANTINE / PCA_CLIENTS, client_fraction=fraction,
+                      rounds=PCA_ROUND, seed=scale.seeds()[0])
+        runs.append(RunSpec(cfg, kind="capture", trial=0, labels={"series": label}))
+    return runs
+
+
+def _build_camouflage(fig: Figure, scale: Scale) -> list[RunSpec]:
+    cases = []
+    for d in scale.pick_datasets(fig.datasets):
+        cases.append(({"series": "No attack"}, d, {"attack": "none", "byzantine_fraction": 0.0}))
+        cases.append(({"series": "Camouflage attack (40%)"}, d,
+                      {"attack": "camouflage", "byzantine_fraction": 0.4}))
+    return _grid(scale, cases)
+
+
+def _build_frs(fig: Figure, scale: Scale) -> list[RunSpec]:
+    cases = []
+    for d in scale.pick_datasets(fig.datasets):
+        cases.append(({"series": "A-FRS"}, d, {"model": "fism"}))
+        cases.append(({"series": "FMF"}, d, {"model": "fmf"}))
+    return _grid(scale, cases)
+
+
+def _build_adam_sgd(fig: Figure, scale: Scale) -> list[RunSpec]:
+    cases = []
+    for d in scale.pick_datasets(fig.datasets):
+        cases.append(({"series": "Adam"}, d, {"optimizer": "adam"}))
+        cases.append(({"series": "SGD"}, d, {"optimizer": "sgd"}))
+    return _grid(scale, cases)
+
+
+def _defense_builder(optimizer: str, robust_name: str):
+    def build(fig: Figure, scale: Scale) -> list[RunSpec]:
+        cases = []
+        for d in scale.pick_datasets(fig.datasets):
+            for alpha in FRACTIONS:
+                for name, preset in DEFENSES:
+                    label = robust_name if preset == "a-rfrs" else name
+                    cases.append(({"series": label}, d,
+                                  {"optimizer": optimizer, "attack": "ascent",
+                                   "byzantine_fraction": alpha, "preset": preset}))
+        return _grid(scale, cases)
+
+    return build
+
+
+def _series(robust: str) -> tuple[str, ...]:
+    return ("No defense", "Krum", "RFA", "Trmean", robust)
+
+
+FIGURES: Registry[Figure] = Registry("figure")
+for _fig in (
+    Figure("1", "pca", "fig:visualization",
+           "Fig. 1: model parameters vs gradients of 90 clients (PCA), FMF with Adam, round 24",
+           "pca", _build_pca, kind="pca", datasets=(PCA_DATASET,)),
+    Figure("2", "camouflage", "fig:camouflage_result",
+           "Fig. 2 (right): camouflage attack (40% Byzantine) vs no attack, A-FRS",
+           "camouflage", _build_camouflage, series=("No attack", "Camouflage attack (40%)")),
+    Figure("3", "frs", "fig:performance1", "Fig. 3: Precision@K of A-FRS and FMF",
+           "frs", _build_frs, series=("A-FRS", "FMF")),
+    Figure("4", "defenses", "fig:performance2",
+           "Fig. 4: Precision@K of the defences under gradient ascent (Adam)",
+           "defenses", _defense_builder("adam", "A-RFRS"), rows="alpha", cols="dataset",
+           series=_series("A-RFRS")),
+    Figure("7", "frs-recall", "fig:recall_performance1", "Fig. 7: Recall@K of A-FRS and FMF",
+           "frs", _build_frs, metric="recall", series=("A-FRS", "FMF")),
+    Figure("8", "defenses-recall", "fig:recall_performance2",
+           "Fig. 8: Recall@K of the defences under gradient ascent (Adam)",
+           "defenses", _defense_builder("adam", "A-RFRS"), metric="recall", rows="alpha",
+           cols="dataset", series=_series("A-RFRS")),
+    Figure("10", "adam-sgd", "fig:adam_sgd", "Fig. 10: Precision@K of FRS based on Adam and SGD",
+           "adam-sgd", _build_adam_sgd, series=("Adam", "SGD")),
+    Figure("11", "momentum", "fig:momentum",
+           "Fig. 11: Precision@K of the defences, SGD with momentum (S-RFRS)",
+           "momentum", _defense_builder("momentum", "S-RFRS"), rows="dataset", cols="alpha",
+           series=_series("S-RFRS"), datasets=("lastfm", "ml100k")),
+    Figure("12", "adagrad", "fig:adagrad",
+           "Fig. 12: Precision@K of the defences, AdaGrad (AG-RFRS)",
+           "adagrad", _defense_builder("adagrad", "AG-RFRS"), rows="dataset", cols="alpha",
+           series=_series("AG-RFRS"), datasets=("lastfm", "ml100k")),
+):
+    FIGURES.register(_fig.id, _fig)
+
+
+def figure(name: str) -> Figure:
+    """A figure by number, short name or LaTeX label (``4``, ``defenses``, ``fig:performance2``)."""
+    name = str(name).strip()
+    if name.lower().startswith("fig") and not name.startswith("fig:"):
+        name = name.lower().removeprefix("figure").removeprefix("fig").strip(". ")
+    if name in FIGURES:
+        return FIGURES.get(name)
+    for _, f in FIGURES.items():
+        if name in (f.name, f.latex_label):
+            return f
+    choices = ", ".join(f"{i} ({f.name})" for i, f in FIGURES.items())
+    raise KeyError(f"unknown figure {name!r}; choose one of: {choices}")
+
+
+# -- plotting a figure -------------------------------------------------------------------------
+def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
+    """Draw ``fig`` from a results table whose run directories are under ``base``.
+
+    Writes ``fig<id>.png/.pdf`` (the paper's panels), ``fig<id>_curves.png/.pdf``
+    (training curves) and, when the runs recorded them, ``fig<id>_resilience``.
+    """
+    import json
+
+    from rfrs_ref.experiments import plots
+
+    out = pathlib.Path(out)
+    base = pathlib.Path(base)
+    stem = out / f"fig{fig.id}"
+    if fig.kind == "pca":
+        runs = table[(table["status"] == "ok") & (table["kind"] == "capture")]
+        if runs.empty:
+            raise ValueError("no finished capture run in the table (Fig. 1 needs one)")
+        runs = runs.drop_duplicates("key")
+        order = [label for _, label in PCA_MODELS]
+        runs = runs.assign(_o=[order.index(x) if x in order else len(order)
+                               for x in runs.get("label_series", runs["method"])]).sort_values("_o")
+        panels = []
+        for _, r in runs.iterrows():
+            capture = json.loads((base / r["run_dir"] / "outcome.json").read_text())["capture"]
+            label = r["label_series"] if "label_series" in runs.columns else r["model"]
+            panels.append((f"{plots.DATASET_NAMES.get(r['dataset'], r['dataset'])}, {label}",
+                           capture))
+        title = f"Round {panels[0][1]['round']}, gradient-ascent Byzantine clients, no defence"
+        return plots.plot_pca(panels, stem, title=title)
+    paths = plots.plot_k_panels(table, stem, metric=fig.metric, rows=fig.rows, cols=fig.cols,
+                                series_order=fig.series, dataset_order=DATASETS,
+                                title=fig.title)
+    paths += plots.plot_curves(table, base, out / f"fig{fig.id}_curves", metric=fig.metric,
+                               rows=fig.rows, cols=fig.cols, series_order=fig.series,
+                               dataset_order=DATASETS, title=f"{fig.title}: training curves")
+    if plots.has_resilience(table, base):
+        panels = [p for p in (fig.rows, fig.cols) if p]
+        paths += plots.plot_resilience(table, base, out / f"fig{fig.id}_resilience",
+                                       panels=panels, series_order=fig.series,
+                                       title=f"{fig.title}: resilience sums")
+    return paths
+
+
+def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | None = None,
+              *, plot: bool = True, **sweep_kwargs):
+    """Run ``fig``'s sweep (skipping finished runs), write its tables and draw it.
+
+    Returns ``(report, paths)``: the :class:`~rfrs_ref.experiments.sweep.SweepReport`
+    and the figure files (``out/figures/``). ``sweep_kwargs`` go to
+    :func:`~rfrs_ref.experiments.sweep.run_sweep` (scheduler, workers, on_event...).
+    """
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    out = pathlib.Path(out) if out is not None else fig.default_out(scale.quick)
+    report = run_sweep(fig.runs(scale), out, label_columns=("label_series",), **sweep_kwargs)
+    paths: list[pathlib.Path] = []
+    if plot and report.table is not None and (report.table["status"] == "ok").any():
+        paths = plot_figure(fig, report.table, out, out / "figures")
+    return report, paths

@@ -1,0 +1,384 @@
+"""Figures like the paper's: Precision/Recall@K panels, training curves, PCA, resilience.
+
+Every function draws with matplotlib's Agg backend (no display needed) and
+writes a PNG and a PDF, returning their paths.
+
+Conventions of the paper's figures that are kept: K = 1..5 on the x axis,
+one panel per dataset (and per Byzantine fraction), mean over trials with the
+standard deviation as error bars, the paper's series names, and the proposed
+method (A-FRS, A-RFRS, S-RFRS, AG-RFRS) in red. In Fig. 1, benign clients are
+blue dots and Byzantine clients orange triangles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+RED = "#d62728"
+BLUE = "#1f77b4"
+ORANGE = "#ff7f0e"
+
+#: colour and marker of every series name the figures use
+SERIES_STYLE = {
+    "A-FRS": (RED, "o"),
+    "A-RFRS": (RED, "o"),
+    "S-RFRS": (RED, "o"),
+    "AG-RFRS": (RED, "o"),
+    "Adam": (RED, "o"),
+    "Camouflage attack (40%)": (RED, "o"),
+    "FMF": (BLUE, "s"),
+    "SGD": (BLUE, "s"),
+    "No attack": (BLUE, "s"),
+    "No defense": ("#555555", "x"),
+    "Krum": (BLUE, "s"),
+    "RFA": ("#2ca02c", "^"),
+    "Trmean": ("#9467bd", "D"),
+}
+_FALLBACK = ["#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+
+METRIC_NAMES = {"precision": "Precision", "recall": "Recall",
+                "popularity_precision": "Popularity precision",
+                "popularity_recall": "Popularity recall"}
+
+DATASET_NAMES = {"lastfm": "Last.fm", "ml100k": "ML100K", "citeulike-a": "Citeulike-a",
+                 "citeulike-t": "Citeulike-t", "synthetic": "Synthetic"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _style(name: str, i: int):
+    if name in SERIES_STYLE:
+        return SERIES_STYLE[name]
+    return _FALLBACK[i % len(_FALLBACK)], "v"
+
+
+def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
+    """Write ``stem.png`` and ``stem.pdf``; close the figure."""
+    plt = _pyplot()
+    stem = pathlib.Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def _panel_title(rows: Sequence[str], cols: Sequence[str], rv, cv) -> str:
+    parts = []
+    for name, v in list(zip(rows, rv)) + list(zip(cols, cv)):
+        if name == "dataset":
+            parts.append(DATASET_NAMES.get(v, str(v)))
+        elif name == "alpha":
+            parts.append(f"{float(v):.0%} Byzantine")
+        else:
+            parts.append(f"{name} {v}")
+    return ", ".join(parts)
+
+
+def _levels(df, col: str | None, order: Sequence | None = None) -> list:
+    if col is None:
+        return [None]
+    vals = list(dict.fromkeys(df[col].tolist()))
+    if order:
+        vals = [v for v in order if v in vals] + [v for v in vals if v not in order]
+    elif col == "alpha":
+        vals = sorted(vals)
+    return vals
+
+
+def _layout(df, rows, cols):
+    """Panel rows and columns; a single column of several rows is laid out as a row."""
+    n_rows = 1 if rows is None else df[rows].nunique()
+    n_cols = 1 if cols is None else df[cols].nunique()
+    if n_cols == 1 and n_rows > 1:
+        return cols, rows
+    return rows, cols
+
+
+def _figsize(n_rows: int, n_cols: int, w: float = 3.2, h: float = 2.7):
+    return max(w * n_cols, 6.0), h * n_rows
+
+
+def series_column(df) -> str:
+    """The column naming a row's series: ``label_series`` if present, else ``method``."""
+    return "label_series" if "label_series" in df.columns else "method"
+
+
+def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = None,
+                  cols: str | None = "dataset", series_order: Sequence[str] = (),
+                  dataset_order: Sequence[str] = (), title: str | None = None,
+                  baseline: bool = False) -> list[pathlib.Path]:
+    """Metric@K panels: x = K, one line per series (mean over trials, ± std error bars).
+
+    Args:
+        table: the tidy results table (finished runs are used).
+        stem: output path without suffix.
+        metric: ``precision`` or ``recall``.
+        rows, cols: columns laid out as panel rows / columns (None: one).
+        series_order: series names in legend order (others follow).
+        dataset_order: dataset order when ``dataset`` is a panel axis.
+        baseline: also draw the popularity ranking (dotted grey).
+    """
+    plt = _pyplot()
+    df = table[(table["status"] == "ok") & (table["metric"].isin([metric, f"popularity_{metric}"]))]
+    if df.empty:
+        raise ValueError(f"no finished run with metric {metric!r} in the table")
+    scol = series_column(df)
+    rows, cols = _layout(df, rows, cols)
+    rlev = _levels(df, rows, dataset_order if rows == "dataset" else None)
+    clev = _levels(df, cols, dataset_order if cols == "dataset" else None)
+    fig, axes = plt.subplots(len(rlev), len(clev), figsize=_figsize(len(rlev), len(clev)),
+                             squeeze=False)
+    names = _levels(df, scol, series_order)
+    handles = {}
+    for i, rv in enumerate(rlev):
+        for j, cv in enumerate(clev):
+            ax = axes[i][j]
+            sub = df
+            if rows is not None:
+                sub = sub[sub[rows] == rv]
+            if cols is not None:
+                sub = sub[sub[cols] == cv]
+            for si, name in enumerate(names):
+                s = sub[(sub[scol] == name) & (sub["metric"] == metric)]
+                if s.empty:
+                    continue
+                g = s.groupby("k")["value"]
+                mean, std = g.mean(), g.std().fillna(0.0)
+                color, marker = _style(name, si)
+                h = ax.errorbar(mean.index.astype(int), mean.values, yerr=std.values, color=color,
+                                marker=marker, markersize=4, capsize=3, linewidth=1.4, label=name)
+                handles[name] = h
+            if baseline:
+                b = sub[sub["metric"] == f"popularity_{metric}"]
+                if not b.empty:
+                    m = b.groupby("k")["value"].mean()
+                    h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
+                                linewidth=1.2, label="Popularity")[0]
+                    handles["Popularity"] = h
+            ax.set_title(_panel_title([rows] if rows else [], [cols] if cols else [],
+                                      [rv] if rows else [], [cv] if cols else []), fontsize=9)
+            ax.set_xlabel("K", fontsize=8)
+            ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
+            ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+    order = [n for n in names if n in handles] + (["Popularity"] if "Popularity" in handles else [])
+    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97 if title else 1))
+    return save(fig, stem)
+
+
+def _history(run_dir: pathlib.Path) -> list[dict]:
+    try:
+        return json.loads((run_dir / "outcome.json").read_text()).get("history") or []
+    except (OSError, ValueError):
+        return []
+
+
+def _rounds(run_dir: pathlib.Path) -> list[dict]:
+    try:
+        return json.loads((run_dir / "outcome.json").read_text()).get("rounds") or []
+    except (OSError, ValueError):
+        return []
+
+
+def _runs(table):
+    """One row per finished run (the tidy table has one per K × metric)."""
+    ok = table[table["status"] == "ok"]
+    return ok.drop_duplicates("key")
+
+
+def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k: int | None = None,
+                rows: str | None = None, cols: str | None = "dataset",
+                series_order: Sequence[str] = (), dataset_order: Sequence[str] = (),
+                title: str | None = None) -> list[pathlib.Path]:
+    """Training curves: metric@K against the round, mean over trials with a ±std band.
+
+    ``base`` is the directory of the results table; each run's history is read
+    from ``base/<run_dir>/outcome.json``.
+    """
+    plt = _pyplot()
+    runs = _runs(table)
+    if runs.empty:
+        raise ValueError("no finished run in the table")
+    k = k or int(table["k"].dropna().max())
+    scol = series_column(runs)
+    rows, cols = _layout(runs, rows, cols)
+    rlev = _levels(runs, rows, dataset_order if rows == "dataset" else None)
+    clev = _levels(runs, cols, dataset_order if cols == "dataset" else None)
+    fig, axes = plt.subplots(len(rlev), len(clev), figsize=_figsize(len(rlev), len(clev)),
+                             squeeze=False)
+    names = _levels(runs, scol, series_order)
+    handles = {}
+    drawn = 0
+    for i, rv in enumerate(rlev):
+        for j, cv in enumerate(clev):
+            ax = axes[i][j]
+            sub = runs
+            if rows is not None:
+                sub = sub[sub[rows] == rv]
+            if cols is not None:
+                sub = sub[sub[cols] == cv]
+            for si, name in enumerate(names):
+                curves = []
+                for _, r in sub[sub[scol] == name].iterrows():
+                    h = _history(base / r["run_dir"])
+                    pts = [(row["round"], row.get(f"{metric}@{k}")) for row in h
+                           if row.get(f"{metric}@{k}") is not None]
+                    if pts:
+                        curves.append(dict(pts))
+                if not curves:
+                    continue
+                ts = sorted(set().union(*curves))
+                vals = np.array([[c.get(t, np.nan) for t in ts] for c in curves], dtype=float)
+                mean = np.nanmean(vals, axis=0)
+                std = np.nanstd(vals, axis=0)
+                color, _ = _style(name, si)
+                h = ax.plot(ts, mean, color=color, linewidth=1.4, label=name)[0]
+                if len(curves) > 1:
+                    ax.fill_between(ts, mean - std, mean + std, color=color, alpha=0.15,
+                                    linewidth=0)
+                handles[name] = h
+                drawn += 1
+            ax.set_title(_panel_title([rows] if rows else [], [cols] if cols else [],
+                                      [rv] if rows else [], [cv] if cols else []), fontsize=9)
+            ax.set_xlabel("round", fontsize=8)
+            ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        raise ValueError(f"no evaluation history found under {base}")
+    order = [n for n in names if n in handles]
+    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97 if title else 1))
+    return save(fig, stem)
+
+
+def has_resilience(table, base: pathlib.Path) -> bool:
+    """Whether the table's runs recorded the Definition 1–4 sums."""
+    runs = _runs(table)
+    if "resilience" in runs.columns and not runs["resilience"].fillna(False).astype(bool).any():
+        return False
+    for _, r in runs.iterrows():
+        if any("resilience" in rec for rec in _rounds(base / r["run_dir"])):
+            return True
+    return False
+
+
+def plot_resilience(table, base: pathlib.Path, stem, *,
+                    panels: Sequence[str] = ("dataset", "alpha"), series_order: Sequence[str] = (),
+                    title: str | None = None) -> list[pathlib.Path]:
+    """Resilience curves: cumulative Σ_t C_x(t) (Definitions 1–4) against the round.
+
+    One row of panels per term (C_g first, then the uploaded arrays' terms), one
+    column per combination of ``panels``; one line per series (mean over
+    trials), log scale.
+    """
+    plt = _pyplot()
+    runs = _runs(table)
+    scol = series_column(runs)
+    panels = [p for p in panels if p in runs.columns and runs[p].nunique() > 0]
+    combos = list(dict.fromkeys(tuple(r[p] for p in panels) for _, r in runs.iterrows()))
+    data: dict = {}
+    terms: list[str] = []
+    for _, r in runs.iterrows():
+        recs = [rec for rec in _rounds(base / r["run_dir"]) if "resilience" in rec]
+        if not recs:
+            continue
+        combo = tuple(r[p] for p in panels)
+        for term in recs[0]["resilience"]:
+            if term not in terms:
+                terms.append(term)
+            ts = [rec["round"] for rec in recs]
+            vals = np.cumsum([rec["resilience"].get(term, np.nan) for rec in recs])
+            data.setdefault((combo, r[scol], term), []).append(dict(zip(ts, vals)))
+    if not data:
+        raise ValueError(f"no resilience sums recorded under {base} (run with --resilience)")
+    terms.sort(key=lambda t: (t != "C_g", t))
+    names = _levels(runs, scol, series_order)
+    fig, axes = plt.subplots(len(terms), len(combos), figsize=(3.2 * len(combos), 2.4 * len(terms)),
+                             squeeze=False)
+    handles = {}
+    for i, term in enumerate(terms):
+        for j, combo in enumerate(combos):
+            ax = axes[i][j]
+            for si, name in enumerate(names):
+                curves = data.get((combo, name, term))
+                if not curves:
+                    continue
+                ts = sorted(set().union(*curves))
+                vals = np.array([[c.get(t, np.nan) for t in ts] for c in curves], dtype=float)
+                color, _ = _style(name, si)
+                handles[name] = ax.plot(ts, np.nanmean(vals, axis=0), color=color, linewidth=1.3,
+                                        label=name)[0]
+            ax.set_yscale("log")
+            ax.set_title(f"{_panel_title(panels, [], combo, [])}: Σ {term}", fontsize=8)
+            ax.set_xlabel("round", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+    order = [n for n in names if n in handles]
+    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97 if title else 1))
+    return save(fig, stem)
+
+
+def plot_pca(captures, stem, *, title: str | None = None) -> list[pathlib.Path]:
+    """Fig. 1: the clients' uploads (left) and recovered gradients (right) on their first
+    two principal components; benign clients blue dots, Byzantine orange triangles.
+
+    ``captures`` is a capture dict, or a list of ``(row label, capture)``: one row each.
+    """
+    plt = _pyplot()
+    if isinstance(captures, dict):
+        captures = [("", captures)]
+    fig, axes = plt.subplots(len(captures), 2, figsize=(7.6, 3.4 * len(captures)), squeeze=False)
+    panels = [("theta_pca", "theta_explained", "theta", "(a) Model parameters"),
+              ("gradient_pca", "gradient_explained", "gradient", "(b) Gradients")]
+    for row, (label, capture) in enumerate(captures):
+        byz = np.asarray(capture["byzantine"], dtype=bool)
+        for ax, (key, ev_key, sep_key, name) in zip(axes[row], panels):
+            xy = np.asarray(capture[key], dtype=float)
+            ev = capture.get(ev_key) or [math.nan, math.nan]
+            ax.scatter(xy[~byz, 0], xy[~byz, 1], s=14, c=BLUE, marker="o",
+                       label=f"benign ({int((~byz).sum())})")
+            ax.scatter(xy[byz, 0], xy[byz, 1], s=22, c=ORANGE, marker="^",
+                       label=f"Byzantine ({int(byz.sum())})")
+            sep = (capture.get("separation") or {}).get(sep_key)
+            sub = f"PC1 {ev[0]:.0%}, PC2 {ev[1]:.0%} of variance"
+            if sep is not None:
+                sub += f"; separation {sep:.2g}"
+            head = f"{label}: {name}" if label else name
+            ax.set_title(f"{head}\n{sub}", fontsize=8.5)
+            ax.set_xlabel("PC1", fontsize=8)
+            ax.set_ylabel("PC2", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=7, loc="best")
+            ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save(fig, stem)

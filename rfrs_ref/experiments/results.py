@@ -1,0 +1,445 @@
+"""Results of a sweep: the on-disk store, the tidy table and the summary table.
+
+The store (a sweep's output directory)
+--------------------------------------
+::
+
+    OUT/
+      runs/<key>/outcome.json   one per attempted run: the run (spec), its status, error and
+                                traceback, wall time, final metrics, evaluation history,
+                                per-round summary, PCA capture (capture runs)
+      runs/<key>/...            the trainer's run directory (config.json, metrics.csv,
+                                rounds.jsonl, final_metrics.json; state.npz with keep_state)
+      results.parquet, .csv     the tidy table of the sweep's runs (below)
+      summary.csv, summary.md   mean ± std over trials
+      .lock                     held while a sweep writes here
+
+``outcome.json`` is the durable record: it is written atomically (a temporary
+file, fsync, rename) as soon as a run finishes, before anything else, and the
+tables are rebuilt from these files. An interruption at any moment therefore
+loses at most the runs that were still going.
+
+The tidy table
+--------------
+One row per run × K × metric, ``metric`` being ``precision``, ``recall``,
+``popularity_precision`` or ``popularity_recall`` (the popularity baseline on
+the same clients, SPEC §8) and ``value`` its final value. Every row carries
+the run's configuration (``dataset``, ``model``, ``optimizer``, ``defense``,
+``detect``, ``attack``, ``alpha`` (= byzantine_fraction), ``seed``, ``trial``,
+``rounds`` ..., the ``*_params`` as JSON), its paper name (``method``), its
+labels (one column per sweep axis), and run-level facts (``status``,
+``error``, ``traceback``, ``wall_s``, ``beats_popularity``, the Byzantine
+share of sampled and kept clients, the number of uploads excluded by
+verification, the package version). A failed run has one row with ``status``
+``failed``, its error and traceback, and no metric.
+
+The summary table
+-----------------
+Mean, sample standard deviation (ddof = 1; empty for one trial) and count
+over the trials of each configuration (every configuration column but the
+seed), for each K and metric, of the runs that finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pathlib
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from rfrs_ref.experiments.spec import RunSpec
+
+OUTCOME = "outcome.json"
+TABLE = "results"
+SUMMARY = "summary"
+METRICS = ("precision", "recall", "popularity_precision", "popularity_recall")
+
+#: configuration columns of the tidy table (besides the *_params JSON columns)
+CONFIG_COLUMNS = ("dataset", "model", "optimizer", "defense", "detect", "attack", "alpha",
+                  "assumed_byzantine", "rounds", "client_fraction", "init_scale", "dtype",
+                  "test_fraction", "eval_every", "verify", "resilience", "backend", "trace")
+PARAM_COLUMNS = ("dataset_params", "model_params", "optimizer_params", "defense_params",
+                 "attack_params", "ks")
+RUN_COLUMNS = ("key", "kind", "method", "trial", "seed", "status", "error", "traceback",
+               "wall_s", "started", "finished", "worker", "resumed_from", "final_round",
+               "beats_popularity", "byzantine_share_sampled", "byzantine_share_kept",
+               "excluded_byzantine", "excluded_honest", "evaluated_clients", "version",
+               "run_dir")
+ROW_COLUMNS = ("k", "metric", "value")
+
+
+# -- paper names ---------------------------------------------------------------------------
+#: the paper's names of the robust method per optimiser (A-RFRS with Adam; appendix F, G)
+ROBUST_NAMES = {"adam": "A-RFRS", "momentum": "S-RFRS", "adagrad": "AG-RFRS", "rmsprop": "R-RFRS",
+                "sgd": "SGD-RFRS"}
+#: the paper's names of the plain federated recommender per optimiser
+FRS_NAMES = {"adam": "A-FRS", "momentum": "S-FRS", "adagrad": "AG-FRS", "rmsprop": "R-FRS",
+             "sgd": "SGD-FRS"}
+#: the paper's baselines: (rule, detect) -> name
+BASELINE_NAMES = {("krum", "parameter"): "Krum", ("rfa", "parameter"): "RFA",
+                  ("trmean", "parameter"): "Trmean"}
+
+
+def method_name(config) -> str:
+    """The paper's name of a configuration's method.
+
+    FMF for the matrix-factorisation baseline; without Byzantine clients the
+    federated recommender (A-FRS for Adam); with them the defence: "No
+    defense", "Krum", "RFA", "Trmean" (parameter space) or the robust method
+    (krum on gradients: A-RFRS, S-RFRS, AG-RFRS). Other combinations are named
+    by rule and detection space (e.g. "median (gradient)").
+    """
+    if config.model == "fmf":
+        base = "FMF"
+        if config.byzantine_fraction == 0 or config.attack == "none":
+            return base
+    attacked = config.byzantine_fraction > 0 and config.attack != "none"
+    if not attacked:
+        return FRS_NAMES.get(config.optimizer, f"{config.optimizer} FRS")
+    if config.defense in ("none", "mean"):
+        return "No defense"
+    if config.defense == "krum" and config.detect == "gradient":
+        return ROBUST_NAMES.get(config.optimizer, f"{config.optimizer} RFRS")
+    if (config.defense, config.detect) in BASELINE_NAMES:
+        return BASELINE_NAMES[(config.defense, config.detect)]
+    return f"{config.defense} ({config.detect})"
+
+
+# -- atomic files and the lock -------------------------------------------------------------
+def atomic_write_bytes(path: pathlib.Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never half."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: pathlib.Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+class StoreLocked(RuntimeError):
+    """Another live sweep is writing to the same output directory."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def store_lock(out: pathlib.Path):
+    """Hold ``out/.lock`` (the pid of the sweep) while writing; a lock left behind by a
+    process that no longer exists (killed) is taken over."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ".lock"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and _pid_alive(pid):
+                raise StoreLocked(f"{out} is in use by another sweep (process {pid}); wait for it "
+                                  f"or remove {path} if that process is not a sweep") from None
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        break
+    else:  # pragma: no cover - lost a race twice
+        raise StoreLocked(f"could not take {path}")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# -- the store --------------------------------------------------------------------------------
+class Store:
+    """A sweep's output directory (see the module docstring)."""
+
+    def __init__(self, out: str | os.PathLike) -> None:
+        self.path = pathlib.Path(out)
+        self.runs = self.path / "runs"
+
+    def run_dir(self, key: str) -> pathlib.Path:
+        return self.runs / key
+
+    def outcome_path(self, key: str) -> pathlib.Path:
+        return self.run_dir(key) / OUTCOME
+
+    def read_outcome(self, key: str) -> dict | None:
+        """The recorded outcome of run ``key``, or None (absent or unreadable)."""
+        try:
+            return json.loads(self.outcome_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def outcomes(self) -> dict[str, dict]:
+        """Every readable outcome in the store, by key."""
+        out = {}
+        if self.runs.is_dir():
+            for d in sorted(self.runs.iterdir()):
+                o = self.read_outcome(d.name)
+                if o is not None:
+                    out[d.name] = o
+        return out
+
+    def write_outcome(self, spec: RunSpec, outcome: dict) -> dict:
+        """Record a run's outcome (atomically) with its spec; write returned files."""
+        key = spec.key
+        d = self.run_dir(key)
+        d.mkdir(parents=True, exist_ok=True)
+        outcome = dict(outcome)
+        for name, text in (outcome.pop("files", None) or {}).items():
+            atomic_write_text(d / pathlib.Path(name).name, text)
+        record = {**outcome, "key": key, "spec": spec.to_json()}
+        atomic_write_text(self.outcome_path(key),
+                          json.dumps(record, indent=1, allow_nan=False,
+                                     default=_json_default) + "\n")
+        return record
+
+    def finished(self, keys: Iterable[str]) -> dict[str, dict]:
+        """The outcomes with status ``ok`` among ``keys``."""
+        out = {}
+        for k in keys:
+            o = self.read_outcome(k)
+            if o is not None and o.get("status") == "ok":
+                out[k] = o
+        return out
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+# -- tidy rows ---------------------------------------------------------------------------------
+def _config_columns(config) -> dict:
+    c = config.to_json()
+    row = {name: c.get(name) for name in CONFIG_COLUMNS if name != "alpha"}
+    row["alpha"] = c["byzantine_fraction"]
+    for name in PARAM_COLUMNS:
+        row[name] = json.dumps(c[name], sort_keys=True)
+    return row
+
+
+def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[dict]:
+    """The tidy rows of one run (one per K × metric; a single row for a failed run)."""
+    try:
+        config = spec.config.resolved()
+    except Exception:  # noqa: BLE001 - an invalid configuration is reported as given
+        config = spec.config
+    key = key or outcome.get("key") or spec.key
+    base = {
+        "key": key, "kind": spec.kind, "method": method_name(config), "trial": spec.trial,
+        "seed": config.seed, **_config_columns(config),
+        "status": outcome.get("status"), "error": outcome.get("error"),
+        "traceback": outcome.get("traceback"), "wall_s": outcome.get("wall_s"),
+        "started": outcome.get("started"), "finished": outcome.get("finished"),
+        "worker": _worker(outcome.get("worker")), "resumed_from": outcome.get("resumed_from"),
+        "version": (outcome.get("versions") or {}).get("rfrs_ref"),
+        "run_dir": f"runs/{key}",
+    }
+    for name, label in spec.labels.items():
+        base[f"label_{name}"] = label
+    final = outcome.get("final") or {}
+    sel = final.get("selection") or {}
+    base.update({
+        "final_round": final.get("round"),
+        "beats_popularity": final.get("beats_popularity"),
+        "byzantine_share_sampled": sel.get("byzantine_share_sampled"),
+        "byzantine_share_kept": sel.get("byzantine_share_kept"),
+        "excluded_byzantine": sel.get("excluded_byzantine"),
+        "excluded_honest": sel.get("excluded_honest"),
+        "evaluated_clients": (final.get("model") or {}).get("n_users"),
+    })
+    if outcome.get("status") != "ok" or not final:
+        return [{**base, "k": None, "metric": None, "value": None}]
+    rows = []
+    model, pop = final["model"], final["popularity"]
+    for k in config.ks:
+        for metric in METRICS:
+            source, name = (pop, metric[len("popularity_"):]) if metric.startswith("popularity_") \
+                else (model, metric)
+            v = source.get(f"{name}@{k}")
+            rows.append({**base, "k": int(k), "metric": metric,
+                         "value": float("nan") if v is None else float(v)})
+    return rows
+
+
+def _worker(w) -> str | None:
+    if not w:
+        return None
+    return f"{w.get('host')}:{w.get('pid')}"
+
+
+def results_frame(pairs: Iterable[tuple[RunSpec, Mapping]]):
+    """The tidy table (a pandas DataFrame) of (spec, outcome) pairs."""
+    rows = []
+    for spec, outcome in pairs:
+        rows.extend(tidy_rows(spec, outcome))
+    return frame_from_rows(rows)
+
+
+def frame_from_rows(rows: list[dict]):
+    """The tidy table from rows made by :func:`tidy_rows`."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    if df.empty:
+        df = pd.DataFrame(columns=[*RUN_COLUMNS, *CONFIG_COLUMNS, *PARAM_COLUMNS, *ROW_COLUMNS])
+    first = [c for c in ("key", "status", "method", "dataset", "model", "optimizer", "defense",
+                         "detect", "attack", "alpha", "trial", "seed", "rounds", "k", "metric",
+                         "value") if c in df.columns]
+    df = df[first + [c for c in df.columns if c not in first]]
+    for col in ("k", "final_round", "resumed_from", "excluded_byzantine", "excluded_honest",
+                "evaluated_clients"):
+        if col in df.columns:
+            df[col] = df[col].astype("Int64")
+    for col in ("beats_popularity", "verify", "resilience", "trace"):
+        if col in df.columns:
+            df[col] = df[col].astype("boolean")
+    return df
+
+
+def write_table(df, out: pathlib.Path, stem: str = TABLE) -> list[pathlib.Path]:
+    """Write ``df`` as ``stem.parquet`` and ``stem.csv`` in ``out``, atomically."""
+    import io
+
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    atomic_write_bytes(out / f"{stem}.parquet", buf.getvalue())
+    atomic_write_text(out / f"{stem}.csv", df.to_csv(index=False))
+    return [out / f"{stem}.parquet", out / f"{stem}.csv"]
+
+
+def read_table(path: str | os.PathLike):
+    """The tidy table from a results file (.parquet or .csv) or a sweep directory."""
+    import pandas as pd
+
+    path = pathlib.Path(path)
+    if path.is_dir():
+        path = path / f"{TABLE}.parquet" if (path / f"{TABLE}.parquet").exists() \
+            else path / f"{TABLE}.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no results table (results.parquet or results.csv)")
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    raise ValueError(f"{path}: a results table is a .parquet or .csv file")
+
+
+# -- summary -------------------------------------------------------------------------------------
+#: columns that differ between the trials of one configuration
+TRIAL_COLUMNS = ("key", "trial", "seed", "status", "error", "traceback", "wall_s", "started",
+                 "finished", "worker", "resumed_from", "final_round", "beats_popularity",
+                 "byzantine_share_sampled", "byzantine_share_kept", "excluded_byzantine",
+                 "excluded_honest", "evaluated_clients", "version", "run_dir", "value")
+
+
+def group_columns(df) -> list[str]:
+    """The columns that identify a configuration up to its seed, plus k and metric."""
+    return [c for c in df.columns if c not in TRIAL_COLUMNS and c != "value"]
+
+
+def summarise(df):
+    """Mean, std (ddof=1) and count of ``value`` over trials, per configuration, K and metric."""
+    import pandas as pd
+
+    ok = df[(df["status"] == "ok") & df["metric"].notna()]
+    cols = group_columns(df)
+    if ok.empty:
+        return pd.DataFrame(columns=[*cols, "mean", "std", "n", "wall_s_mean"])
+    keyed = ok[cols].astype(str).fillna("")
+    grouped = ok.groupby([keyed[c] for c in cols], sort=False, dropna=False)
+    out = grouped.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"),
+                      wall_s_mean=("wall_s", "mean")).reset_index(drop=True)
+    firsts = grouped[cols].first().reset_index(drop=True)
+    return pd.concat([firsts, out], axis=1)
+
+
+def _fmt(mean, std) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return ""
+    if std is None or (isinstance(std, float) and math.isnan(std)):
+        return f"{mean:.4f}"
+    return f"{mean:.4f} ± {std:.4f}"
+
+
+#: columns shown in the Markdown summary, when they vary
+_MD_COLUMNS = ("dataset", "alpha", "method", "model", "optimizer", "defense", "detect", "attack",
+               "rounds")
+
+
+def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall"),
+                     label_columns: Sequence[str] = ()) -> str:
+    """Markdown tables (one per metric): a row per configuration, a column per K, mean ± std."""
+    if summary.empty:
+        return "_no finished runs_\n"
+    parts = []
+    label_columns = [c for c in label_columns if c in summary.columns]
+    shown = _MD_COLUMNS if not label_columns else tuple(
+        c for c in _MD_COLUMNS if c not in ("method", "defense", "detect"))
+    ident = [c for c in (*label_columns, *shown) if c in summary.columns]
+    varying = [c for c in ident if summary[c].astype(str).nunique() > 1] or ident[:3]
+    for metric in metrics:
+        s = summary[summary["metric"] == metric]
+        if s.empty:
+            continue
+        ks = sorted(int(k) for k in s["k"].unique())
+        name = {"precision": "Precision", "recall": "Recall",
+                "popularity_precision": "Popularity precision",
+                "popularity_recall": "Popularity recall"}.get(metric, metric)
+        head = [*varying, *[f"{name}@{k}" for k in ks], "trials"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        rows: dict[tuple, dict] = {}
+        for _, r in s.iterrows():
+            ident_key = tuple(str(r[c]) for c in varying)
+            row = rows.setdefault(ident_key, {"n": r["n"]})
+            std = None if pd_isna(r["std"]) else float(r["std"])
+            row[int(r["k"])] = _fmt(float(r["mean"]), std)
+            row["n"] = min(row["n"], r["n"])
+        for ident_key, row in rows.items():
+            cells = [*ident_key, *[row.get(k, "") for k in ks], str(int(row["n"]))]
+            lines.append("| " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def pd_isna(x) -> bool:
+    try:
+        return x is None or bool(np.isnan(x))
+    except TypeError:
+        return False
+
+
+def write_summary(df, out: pathlib.Path, stem: str = SUMMARY, label_columns=()) -> tuple:
+    """Write ``stem.csv`` and ``stem.md``; returns (summary DataFrame, paths)."""
+    out = pathlib.Path(out)
+    s = summarise(df)
+    atomic_write_text(out / f"{stem}.csv", s.to_csv(index=False))
+    atomic_write_text(out / f"{stem}.md", summary_markdown(s, label_columns=label_columns))
+    return s, [out / f"{stem}.csv", out / f"{stem}.md"]

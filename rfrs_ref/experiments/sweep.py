@@ -1,0 +1,378 @@
+"""Run a list of runs on Dask (an embedded LocalCluster or a remote scheduler), with resume.
+
+:func:`run_sweep` is the engine behind ``rfrs-ref sweep`` and ``rfrs-ref reproduce``:
+
+- **One task per run.** Each run is submitted as one Dask task
+  (:func:`rfrs_ref.experiments.worker.execute_run`); results are collected
+  with ``as_completed`` in the order they finish.
+- **Streaming, durable results.** As soon as a run finishes its outcome is
+  written atomically to ``OUT/runs/<key>/outcome.json`` and the results table
+  (``results.parquet`` / ``results.csv``) is rewritten, so an interruption
+  (Ctrl-C, SIGKILL, power loss) loses only the runs still going.
+- **Failure isolation.** A run that raises is recorded with its error and
+  traceback (``status = failed``) and the others go on; so is a run whose
+  worker died (e.g. out of memory: Dask's ``KilledWorker``).
+- **Resume.** Runs are keyed by :func:`rfrs_ref.experiments.spec.run_key`;
+  running the same sweep again skips every run already finished (failed runs
+  are tried again unless ``retry_failed=False``). On a shared filesystem a run
+  that was cut off half-way continues from its last checkpoint.
+- **Machine sizing.** The default LocalCluster has one single-threaded Dask
+  worker process per core, fewer if the runs' estimated memory does not fit
+  (:func:`plan_workers`), and each worker's Numba and OpenMP thread counts are
+  set so that workers × threads ≤ cores. ``RFRS_DATA_DIR`` is passed to the
+  workers. With ``scheduler=ADDRESS`` the runs go to an existing cluster,
+  whose workers keep their own settings (they need ``rfrs_ref`` installed and
+  the datasets reachable: their own ``RFRS_DATA_DIR``, else the driver's).
+- ``workers=0`` runs everything in this process, one run after the other,
+  without Dask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import pathlib
+import time
+import traceback
+from typing import Callable, Sequence
+
+from rfrs_ref.experiments.results import (Store, frame_from_rows, store_lock, tidy_rows,
+                                          write_summary, write_table)
+from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
+from rfrs_ref.experiments.worker import execute_run
+
+#: share of the available memory the default LocalCluster plans to use
+MEMORY_SHARE = 0.8
+
+
+@dataclasses.dataclass
+class SweepReport:
+    """What a sweep did.
+
+    Attributes:
+        out: the output directory.
+        total: runs in the sweep; skipped: already finished before this call;
+        finished, failed: runs of this call that finished or failed.
+        table, summary: the tidy and summary tables (pandas DataFrames) of the sweep's runs.
+        wall_s: seconds this call took; workers: Dask workers used (0: in process).
+        interrupted: the call was interrupted (KeyboardInterrupt) before the end.
+    """
+
+    out: pathlib.Path
+    total: int
+    skipped: int
+    finished: int = 0
+    failed: int = 0
+    table: object = None
+    summary: object = None
+    wall_s: float = 0.0
+    workers: int = 0
+    interrupted: bool = False
+    failures: list = dataclasses.field(default_factory=list)
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.skipped - self.finished - self.failed
+
+
+# -- sizing ----------------------------------------------------------------------------------
+def available_cores() -> int:
+    """Cores this process may use (CPU affinity where the OS reports it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover
+        pass
+    try:  # pragma: no cover - other POSIX systems
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return None
+
+
+def estimate_run_memory(spec: RunSpec) -> int:
+    """A rough upper bound of one run's peak memory in bytes.
+
+    Formula: the round buffers, n·D·s·(2 + a) (gradients, features and the a
+    uploaded arrays of n clients per round, D parameters, s bytes per value),
+    plus the server state 3·a·D·8 (with its float64 copies), plus the
+    evaluation's score block (1024 clients × n_items × 8) and 300 MB of
+    interpreter, Numba and data. Counts come from the dataset manifest (real
+    data) or the generator's parameters (synthetic).
+    """
+    from rfrs_ref.federated.population import clients_per_round
+    from rfrs_ref.optim import OPTIMIZERS
+
+    c = spec.config
+    users, items = _dataset_size(c)
+    dim = int(c.model_params.get("dim", 64))
+    D = (2 if c.model == "fism" else 1) * items * dim
+    a = len(OPTIMIZERS.get(c.optimizer).arrays)
+    n = clients_per_round(users, c.client_fraction)
+    s = 4 if c.dtype == "float32" else 8
+    return int(n * D * s * (2 + a) + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
+
+
+def estimate_run_cost(spec: RunSpec) -> float:
+    """Relative cost of a run, rounds · n · D (used to start the longest runs first)."""
+    from rfrs_ref.federated.population import clients_per_round
+
+    c = spec.config.resolved()
+    users, items = _dataset_size(c)
+    D = (2 if c.model == "fism" else 1) * items * int(c.model_params.get("dim", 64))
+    return float(c.rounds) * clients_per_round(users, c.client_fraction) * D
+
+
+def _dataset_size(c) -> tuple[int, int]:
+    if c.dataset == "synthetic":
+        from rfrs_ref.data import DATASETS
+
+        entry = DATASETS.get("synthetic")(**c.dataset_params)
+        return entry.n_users, entry.n_items
+    from rfrs_ref.data import manifest
+
+    m = manifest(c.dataset)
+    return m.n_users, m.n_items
+
+
+def plan_workers(runs: Sequence[RunSpec], cores: int | None = None,
+                 memory: int | None = None) -> int:
+    """Default number of LocalCluster workers: one per core, as many as the largest run's
+    estimated memory allows within MEMORY_SHARE of the available memory, at most one per
+    run, at least 1."""
+    cores = cores or available_cores()
+    n = min(cores, max(1, len(runs)))
+    memory = available_memory() if memory is None else memory
+    if memory and runs:
+        peak = max(estimate_run_memory(r) for r in runs)
+        n = min(n, max(1, math.floor(MEMORY_SHARE * memory / peak)))
+    return max(1, n)
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """Environment of LocalCluster workers: thread counts and the dataset directory."""
+    env = {name: str(threads) for name in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS",
+                                           "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    if os.environ.get("RFRS_DATA_DIR"):
+        env["RFRS_DATA_DIR"] = os.environ["RFRS_DATA_DIR"]
+    return env
+
+
+def start_local_cluster(workers: int, threads: int | None = None):
+    """A LocalCluster of ``workers`` single-threaded worker processes and its Client.
+
+    Each worker gets ``threads`` Numba/OpenMP threads (default cores // workers,
+    at least 1) and ``RFRS_DATA_DIR``. A task whose worker dies is not retried
+    on another worker (``allowed-failures`` 0): the run is recorded as failed.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    threads = threads or max(1, available_cores() // workers)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, env=worker_env(threads))
+        client = Client(cluster)
+    return cluster, client
+
+
+# -- the sweep -------------------------------------------------------------------------------
+Event = Callable[[str, RunSpec, dict | None, "SweepReport"], None]
+
+
+def run_sweep(
+    runs: Sequence[RunSpec],
+    out: str | os.PathLike,
+    *,
+    scheduler: str | None = None,
+    client=None,
+    workers: int | None = None,
+    threads: int | None = None,
+    shared_fs: bool | None = None,
+    retry_failed: bool = True,
+    keep_state: bool = False,
+    on_event: Event | None = None,
+    label_columns: Sequence[str] = (),
+) -> SweepReport:
+    """Run every run of ``runs`` not yet finished in ``out``; write the tables.
+
+    Args:
+        runs: the sweep (RunSpecs, or TrainConfigs taken as trial 0).
+        out: the output directory (the store, see ``rfrs_ref.experiments.results``).
+        scheduler: address of an existing Dask scheduler (``tcp://host:8786``);
+            None starts a LocalCluster for the duration of the call.
+        client: an existing ``distributed.Client`` to use instead (not closed).
+        workers: LocalCluster workers (None: :func:`plan_workers`; 0: run in
+            this process without Dask).
+        threads: Numba/OpenMP threads per LocalCluster worker (None: cores // workers);
+            with ``workers=0``, Numba threads of this process (None: unchanged).
+        shared_fs: whether the workers see ``out`` (None: True for a LocalCluster
+            and in process, False for a remote scheduler or a given client).
+        retry_failed: run again the runs whose recorded outcome is a failure.
+        keep_state: keep each run's final ``state.npz``.
+        on_event: ``on_event(event, spec, outcome, report)`` with event
+            ``"plan"`` (once, spec None), ``"done"`` or ``"failed"``.
+        label_columns: label columns listed first in the Markdown summary.
+    Returns:
+        A :class:`SweepReport`.
+    Raises:
+        ValueError: a run's configuration is invalid, or two runs share a key
+            (nothing is run then).
+        StoreLocked: another sweep is writing to ``out``.
+        KeyboardInterrupt: after the finished runs are recorded and the cluster is closed.
+    """
+    runs = runs_from(runs)
+    invalid = []
+    for i, spec in enumerate(runs):
+        try:
+            spec.config.resolved()
+        except (ValueError, KeyError, TypeError) as exc:
+            invalid.append(f"run {i} ({dict(spec.labels)}, seed {spec.config.seed}): {exc}")
+    if invalid:
+        raise ValueError("invalid configuration(s), nothing was run:\n  " + "\n  ".join(invalid))
+    keys = check_unique(runs)
+    by_key = dict(zip(keys, runs))
+    store = Store(out)
+    started = time.perf_counter()
+    with store_lock(store.path):
+        outcomes: dict[str, dict] = {}
+        for k in keys:
+            o = store.read_outcome(k)
+            if o is not None:
+                outcomes[k] = o
+        done = {k for k, o in outcomes.items() if o.get("status") == "ok"}
+        pending = [k for k in keys if k not in done
+                   and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
+        report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
+
+        rows: dict[str, list[dict]] = {}  # tidy rows per recorded run, made once
+
+        def flush():
+            for k in keys:
+                if k in outcomes and k not in rows:
+                    rows[k] = tidy_rows(by_key[k], outcomes[k], key=k)
+            report.table = frame_from_rows([r for k in keys if k in rows for r in rows[k]])
+            write_table(report.table, store.path)
+
+        def record(spec, outcome):
+            outcome = store.write_outcome(spec, outcome)
+            outcomes[outcome["key"]] = outcome
+            rows.pop(outcome["key"], None)
+            if outcome["status"] == "ok":
+                report.finished += 1
+                event = "done"
+            else:
+                report.failed += 1
+                report.failures.append((spec, outcome.get("error")))
+                event = "failed"
+            flush()
+            if on_event is not None:
+                on_event(event, spec, outcome, report)
+
+        flush()
+        data_dir = os.environ.get("RFRS_DATA_DIR")
+        in_process = workers == 0 and client is None and scheduler is None
+        if shared_fs is None:
+            shared_fs = in_process or (client is None and scheduler is None)
+        tasks = {k: {"spec": by_key[k].to_json(), "key": k,
+                     "run_dir": str(store.run_dir(k).resolve()) if shared_fs else None,
+                     "data_dir": data_dir, "keep_state": keep_state} for k in pending}
+        cluster = own_client = None
+        try:
+            if pending:
+                if in_process:
+                    report.workers = 0
+                    if on_event is not None:
+                        on_event("plan", None, None, report)
+                    with _numba_threads(threads):
+                        for k in pending:
+                            record(by_key[k], execute_run(tasks[k]))
+                else:
+                    if client is None:
+                        if scheduler is not None:
+                            from distributed import Client
+
+                            client = own_client = Client(scheduler)
+                        else:
+                            n = workers or plan_workers([by_key[k] for k in pending])
+                            cluster, client = start_local_cluster(n, threads)
+                            own_client = client
+                    report.workers = len(client.scheduler_info().get("workers", {}))
+                    if on_event is not None:
+                        on_event("plan", None, None, report)
+                    _run_on_dask(client, pending, tasks, by_key, record)
+        except KeyboardInterrupt:
+            report.interrupted = True
+            raise
+        finally:
+            if own_client is not None:
+                _close(own_client, cluster)
+            report.wall_s = time.perf_counter() - started
+            flush()
+            report.summary, _ = write_summary(report.table, store.path,
+                                              label_columns=label_columns)
+    return report
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int | None):
+    """Numba's thread count set to ``threads`` for the block (unchanged when None)."""
+    if threads is None:
+        yield
+        return
+    import numba
+
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def _run_on_dask(client, pending, tasks, by_key, record) -> None:
+    from distributed import as_completed
+
+    futures = {}
+    # longest runs first, so that a long run does not start last and leave the other workers idle
+    order = sorted(pending, key=lambda k: -estimate_run_cost(by_key[k]))
+    for i, k in enumerate(order):
+        fut = client.submit(execute_run, tasks[k], key=f"rfrs-run-{k}-{time.time_ns()}",
+                            pure=False, priority=len(order) - i)
+        futures[fut] = k
+    try:
+        for fut in as_completed(list(futures)):
+            k = futures.pop(fut)
+            try:
+                outcome = fut.result()
+            except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker: record and go on
+                outcome = {"key": k, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                           "traceback": "".join(traceback.format_exception(exc))}
+            fut.release()
+            record(by_key[k], outcome)
+    finally:
+        for fut in futures:
+            fut.cancel()
+
+
+def _close(client, cluster) -> None:
+    try:
+        client.close(timeout=10)
+    except Exception:  # noqa: BLE001 - closing must not hide the sweep's own outcome
+        pass
+    if cluster is not None:
+        try:
+            cluster.close(timeout=10)
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,117 @@
+"""The figure registry: every figure's grid, full and quick, as the paper describes it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rfrs_ref.aggregate import PRESETS
+from rfrs_ref.experiments.figures import (DATASETS, FIGURES, FRACTIONS, FULL_TRIALS,
+                                          PCA_BYZANTINE, PCA_CLIENTS, QUICK_ROUNDS_DIVISOR,
+                                          QUICK_TRIALS, Scale, figure)
+from rfrs_ref.experiments.spec import check_unique
+from rfrs_ref.federated.config import DEFAULT_ROUNDS
+from rfrs_ref.federated.population import clients_per_round
+
+PAPER_FIGURES = ["1", "2", "3", "4", "7", "8", "10", "11", "12"]
+
+
+def test_registry_has_the_papers_figures():
+    assert list(FIGURES) == PAPER_FIGURES
+    assert figure("defenses") is figure("4") is figure("fig:performance2") is figure("Fig. 4")
+    with pytest.raises(KeyError, match="unknown figure '5'"):
+        figure("5")
+
+
+@pytest.mark.parametrize("fid", PAPER_FIGURES)
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_grid_resolves_with_unique_keys(fid, quick):
+    runs = figure(fid).runs(Scale(quick=quick))
+    keys = check_unique(runs)
+    assert len(keys) == len(runs) > 0
+    for r in runs:
+        c = r.config.resolved()
+        assert r.labels.get("series")
+        if fid != "1":
+            base = DEFAULT_ROUNDS[c.dataset]
+            assert c.rounds == (base // QUICK_ROUNDS_DIVISOR if quick else base)
+    seeds = sorted({r.config.seed for r in runs})
+    if fid != "1":
+        assert seeds == list(range(QUICK_TRIALS if quick else FULL_TRIALS))
+        assert {r.config.dataset for r in runs} == (
+            {"ml100k"} if quick else set(figure(fid).datasets))
+
+
+def test_fig4_is_defenses_by_fraction_by_dataset():
+    runs = figure("4").runs()
+    assert len(runs) == len(DATASETS) * len(FRACTIONS) * 5 * FULL_TRIALS
+    assert len(figure("4").runs(Scale(quick=True))) == len(FRACTIONS) * 5 * QUICK_TRIALS
+    for r in runs:
+        c = r.config
+        assert c.optimizer == "adam" and c.attack == "ascent" and c.model == "fism"
+        assert c.byzantine_fraction in FRACTIONS
+        expected = dict(zip(["No defense", "Krum", "RFA", "Trmean", "A-RFRS"],
+                            ["no-defense", "krum", "rfa", "trmean", "a-rfrs"]))
+        rule, detect = PRESETS[expected[r.labels["series"]]]
+        assert (c.defense if c.defense != "none" else "mean", c.detect) == (rule, detect)
+
+
+def test_recall_figures_reuse_the_precision_figures_runs():
+    for a, b in (("3", "7"), ("4", "8")):
+        ka = [r.key for r in figure(a).runs()]
+        kb = [r.key for r in figure(b).runs()]
+        assert ka == kb
+        assert figure(a).experiment == figure(b).experiment
+        assert (figure(a).metric, figure(b).metric) == ("precision", "recall")
+
+
+def test_fig3_compares_fism_and_fmf_without_attack():
+    runs = figure("3").runs()
+    assert {(r.labels["series"], r.config.model) for r in runs} == {("A-FRS", "fism"),
+                                                                     ("FMF", "fmf")}
+    assert all(r.config.byzantine_fraction == 0 and r.config.attack == "none" for r in runs)
+
+
+def test_fig10_compares_adam_and_sgd():
+    runs = figure("10").runs(Scale(quick=True))
+    assert {(r.labels["series"], r.config.optimizer) for r in runs} == {("Adam", "adam"),
+                                                                       ("SGD", "sgd")}
+
+
+@pytest.mark.parametrize("fid, optimizer, robust", [("11", "momentum", "S-RFRS"),
+                                                      ("12", "adagrad", "AG-RFRS")])
+def test_other_optimizer_figures(fid, optimizer, robust):
+    runs = figure(fid).runs()
+    assert {r.config.optimizer for r in runs} == {optimizer}
+    assert robust in {r.labels["series"] for r in runs}
+    assert len(runs) == 2 * len(FRACTIONS) * 5 * FULL_TRIALS
+
+
+def test_fig2_camouflage_at_forty_percent():
+    runs = figure("2").runs(Scale(quick=True))
+    attacked = [r for r in runs if r.config.attack == "camouflage"]
+    assert attacked and all(r.config.byzantine_fraction == 0.4 for r in attacked)
+    assert all(r.config.defense == "none" and r.config.optimizer == "adam" for r in runs)
+
+
+def test_fig1_samples_ninety_clients_with_a_byzantine_share_of_32_in_90():
+    runs = figure("1").runs()
+    assert [r.config.model for r in runs] == ["fmf", "fism"]
+    for run in runs:
+        c = run.config.resolved()
+        assert run.kind == "capture" and c.optimizer == "adam" and c.defense == "none"
+        assert c.rounds == 24 and c.attack == "ascent" and c.dataset == "ml100k"
+        assert clients_per_round(943, c.client_fraction) == PCA_CLIENTS
+        assert math.isclose(c.byzantine_fraction * PCA_CLIENTS, PCA_BYZANTINE)
+    assert [r.key for r in figure("1").runs(Scale(quick=True))] == [r.key for r in runs]
+
+
+def test_scale_overrides_apply_to_every_run():
+    runs = figure("3").runs(Scale(quick=True, rounds=7, trials=1, datasets=("lastfm",),
+                                  overrides={"client_fraction": 0.05}))
+    assert {(r.config.rounds, r.config.client_fraction, r.config.dataset) for r in runs} == \
+        {(7, 0.05, "lastfm")}
+    # overriding what a figure varies collapses its grid: reported as duplicates
+    with pytest.raises(ValueError, match="same key"):
+        check_unique(figure("3").runs(Scale(quick=True, overrides={"model": "fism"})))

@@ -1,0 +1,132 @@
+"""The store, the tidy table and the summary table."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rfrs_ref.experiments.results import (METRICS, Store, StoreLocked, method_name, read_table,
+                                          results_frame, store_lock, summarise, summary_markdown,
+                                          tidy_rows, write_table)
+from rfrs_ref.experiments.spec import RunSpec, make_config
+
+
+def _outcome(p1: float, ks=(1, 2)) -> dict:
+    model = {"n_users": 10, **{f"precision@{k}": p1 / k for k in ks},
+             **{f"recall@{k}": p1 / 2 for k in ks}}
+    pop = {"n_users": 10, **{f"precision@{k}": 0.1 for k in ks},
+           **{f"recall@{k}": 0.05 for k in ks}}
+    return {"status": "ok", "wall_s": 1.5, "final": {
+        "round": 4, "model": model, "popularity": pop, "beats_popularity": p1 > 0.1,
+        "selection": {"byzantine_share_sampled": 0.2, "byzantine_share_kept": 0.0,
+                      "excluded_byzantine": 0, "excluded_honest": 0}}}
+
+
+def _spec(seed=0, **fields):
+    return RunSpec(make_config({"dataset": "ml100k", "ks": (1, 2), "seed": seed, **fields}),
+                   trial=seed, labels={"series": "S"})
+
+
+def test_tidy_rows_one_per_k_and_metric():
+    rows = tidy_rows(_spec(), _outcome(0.4))
+    assert len(rows) == 2 * len(METRICS)
+    by = {(r["k"], r["metric"]): r["value"] for r in rows}
+    assert by[(1, "precision")] == 0.4 and by[(2, "precision")] == 0.2
+    assert by[(2, "recall")] == 0.2 and by[(1, "popularity_precision")] == 0.1
+    r = rows[0]
+    assert r["label_series"] == "S" and r["dataset"] == "ml100k" and r["alpha"] == 0.0
+    assert r["status"] == "ok" and r["final_round"] == 4 and r["run_dir"] == f"runs/{r['key']}"
+
+
+def test_failed_run_is_one_row_with_its_error():
+    rows = tidy_rows(_spec(), {"status": "failed", "error": "ValueError: boom",
+                               "traceback": "Traceback...\nValueError: boom\n"})
+    assert len(rows) == 1
+    assert rows[0]["status"] == "failed" and rows[0]["metric"] is None
+    assert "boom" in rows[0]["error"] and "Traceback" in rows[0]["traceback"]
+
+
+def test_summary_mean_and_sample_std_over_trials():
+    pairs = [(_spec(0), _outcome(0.1)), (_spec(1), _outcome(0.3)),
+             (_spec(2), {"status": "failed", "error": "x"})]
+    df = results_frame(pairs)
+    s = summarise(df)
+    p1 = s[(s["metric"] == "precision") & (s["k"].astype(int) == 1)]
+    assert len(p1) == 1
+    assert p1["mean"].iloc[0] == pytest.approx(0.2)
+    assert p1["std"].iloc[0] == pytest.approx(math.sqrt(0.02))  # ddof = 1
+    assert p1["n"].iloc[0] == 2
+    md = summary_markdown(s, label_columns=("label_series",))
+    assert "| label_series |" in md and "Precision@1" in md and "0.2000 ± 0.1414" in md
+
+
+def test_summary_keeps_configurations_apart():
+    pairs = [(_spec(0), _outcome(0.1)), (_spec(0, attack="ascent", byzantine_fraction=0.2),
+                                         _outcome(0.3))]
+    s = summarise(results_frame(pairs))
+    p1 = s[(s["metric"] == "precision") & (s["k"].astype(int) == 1)]
+    assert sorted(p1["mean"]) == [0.1, 0.3] and (p1["n"] == 1).all()
+
+
+def test_table_round_trips_through_parquet_and_csv(tmp_path):
+    df = results_frame([(_spec(0), _outcome(0.1)), (_spec(1), {"status": "failed", "error": "e"})])
+    write_table(df, tmp_path)
+    for name in ("results.parquet", "results.csv"):
+        back = read_table(tmp_path / name)
+        assert len(back) == len(df)
+        assert list(back["status"]) == list(df["status"])
+    assert len(read_table(tmp_path)) == len(df)
+    with pytest.raises(FileNotFoundError, match="no results table"):
+        read_table(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("fields, name", [
+    ({}, "A-FRS"),
+    ({"model": "fmf"}, "FMF"),
+    ({"optimizer": "sgd"}, "SGD-FRS"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "no-defense"}, "No defense"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "a-rfrs"}, "A-RFRS"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "krum"}, "Krum"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "rfa"}, "RFA"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "trmean"}, "Trmean"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "a-rfrs", "optimizer": "momentum"},
+     "S-RFRS"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "preset": "a-rfrs", "optimizer": "adagrad"},
+     "AG-RFRS"),
+    ({"attack": "ascent", "byzantine_fraction": 0.2, "defense": "median"}, "median (gradient)"),
+])
+def test_paper_names(fields, name):
+    assert method_name(make_config(fields)) == name
+
+
+def test_outcome_is_written_atomically_with_its_spec(tmp_path):
+    store = Store(tmp_path)
+    spec = _spec()
+    rec = store.write_outcome(spec, {**_outcome(0.2), "files": {"metrics.csv": "round,k\n"}})
+    assert rec["key"] == spec.key
+    back = store.read_outcome(spec.key)
+    assert RunSpec.from_json(back["spec"]).key == spec.key
+    assert (store.run_dir(spec.key) / "metrics.csv").read_text() == "round,k\n"
+    assert "files" not in back
+    assert not [p for p in store.run_dir(spec.key).iterdir() if p.name.endswith(".tmp")]
+    assert store.finished([spec.key, "0" * 16]) .keys() == {spec.key}
+
+
+def test_lock_refuses_a_live_sweep_and_takes_over_a_dead_one(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / ".lock").write_text(str(holder.pid))
+        with pytest.raises(StoreLocked, match=str(holder.pid)):
+            with store_lock(tmp_path):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone (as after a SIGKILL): its lock is stale
+    with store_lock(tmp_path):
+        assert (tmp_path / ".lock").read_text() == str(os.getpid())
+    assert not (tmp_path / ".lock").exists()

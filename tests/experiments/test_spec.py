@@ -1,0 +1,168 @@
+"""Runs, keys, grids and TOML sweep files."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rfrs_ref.experiments.spec import (NON_RESULT_FIELDS, Axis, RunSpec, check_unique, expand,
+                                       key_payload, load_sweep, make_config, parse_sweep,
+                                       run_key)
+from rfrs_ref.federated.config import DEFAULT_ROUNDS, TrainConfig
+
+
+def test_key_is_a_function_of_the_resolved_configuration():
+    a = RunSpec(TrainConfig(dataset="ml100k"))
+    b = RunSpec(TrainConfig(dataset="ml100k", rounds=DEFAULT_ROUNDS["ml100k"],
+                            optimizer_params={"lr": 1e-3}, assumed_byzantine=0.0))
+    assert a.key == b.key
+    assert len(a.key) == 16 and int(a.key, 16) >= 0
+
+
+def test_key_ignores_labels_trial_and_non_result_fields():
+    base = TrainConfig(dataset="ml100k")
+    ref = RunSpec(base).key
+    assert RunSpec(base, trial=3, labels={"series": "x"}).key == ref
+    assert RunSpec(dataclasses.replace(base, data_dir="/elsewhere", checkpoint_every=7)).key == ref
+    assert set(NON_RESULT_FIELDS) == {"data_dir", "checkpoint_every"}
+    assert "data_dir" not in key_payload(RunSpec(base))["config"]
+
+
+@pytest.mark.parametrize("change", [
+    {"seed": 1}, {"rounds": 5}, {"backend": "numpy"}, {"optimizer_params": {"lr": 0.01}},
+    {"model": "fmf"}, {"attack": "ascent", "byzantine_fraction": 0.2}, {"resilience": True},
+    {"dtype": "float64"}, {"eval_every": 3},
+])
+def test_key_changes_with_anything_that_changes_results(change):
+    base = TrainConfig(dataset="ml100k")
+    assert RunSpec(dataclasses.replace(base, **change)).key != RunSpec(base).key
+
+
+def test_kind_is_part_of_the_key():
+    c = TrainConfig(dataset="ml100k", rounds=3)
+    assert RunSpec(c, kind="capture").key != RunSpec(c).key
+    with pytest.raises(ValueError, match="run kind"):
+        RunSpec(c, kind="bogus")
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**31), lr=st.floats(1e-5, 1.0), data_dir=st.text(max_size=20),
+       every=st.integers(1, 100))
+def test_key_law_non_result_fields_never_matter(seed, lr, data_dir, every):
+    c = TrainConfig(seed=seed, optimizer_params={"lr": lr})
+    d = dataclasses.replace(c, data_dir=data_dir, checkpoint_every=every)
+    assert run_key(RunSpec(c)) == run_key(RunSpec(d))
+    assert run_key(RunSpec(dataclasses.replace(c, seed=seed + 1))) != run_key(RunSpec(c))
+
+
+def test_json_round_trip():
+    r = RunSpec(make_config({"dataset": "ml100k", "preset": "a-rfrs", "ks": [1, 3]}),
+                kind="capture", trial=2, labels={"series": "A-RFRS"})
+    back = RunSpec.from_json(r.to_json())
+    assert back == r and back.key == r.key
+
+
+def test_presets_set_defense_and_detect():
+    c = make_config({"preset": "a-rfrs"})
+    assert (c.defense, c.detect) == ("krum", "gradient")
+    c = make_config({"preset": "no-defense"})
+    assert c.defense == "none"
+    with pytest.raises(ValueError, match="preset 'bogus'"):
+        make_config({"preset": "bogus"})
+    with pytest.raises(ValueError, match="'colour' is not a configuration field"):
+        make_config({"colour": "red"})
+
+
+def test_expand_crosses_axes_last_fastest_and_trials_innermost():
+    runs = expand({"dataset": "ml100k", "attack": "ascent"},
+                  [Axis("byzantine_fraction", (0.2, 0.4)), Axis("preset", ("krum", "a-rfrs"))],
+                  seeds=[0, 5])
+    assert len(runs) == 8
+    got = [(r.config.byzantine_fraction, r.labels["preset"], r.config.seed, r.trial) for r in runs]
+    assert got[:4] == [(0.2, "krum", 0, 0), (0.2, "krum", 5, 1), (0.2, "a-rfrs", 0, 0),
+                       (0.2, "a-rfrs", 5, 1)]
+    assert got[4][0] == 0.4
+    assert len(set(check_unique(runs))) == 8
+
+
+def test_duplicate_runs_are_reported():
+    runs = expand({"dataset": "ml100k"}, [Axis("data_dir", ("/a", "/b"))])
+    with pytest.raises(ValueError, match="same key"):
+        check_unique(runs)
+
+
+def test_table_axis_merges_params_and_labels():
+    runs = expand({"dataset": "ml100k", "optimizer_params": {"lr": 0.01}},
+                  [Axis("method", ({"label": "K1", "defense": "krum", "defense_params": {"k": 1}},
+                                   {"preset": "rfa"}))])
+    assert runs[0].labels == {"method": "K1"}
+    assert runs[0].config.defense_params == {"k": 1}
+    assert runs[0].config.optimizer_params == {"lr": 0.01}
+    assert runs[1].labels == {"method": "preset=rfa"}
+    with pytest.raises(ValueError, match="must be tables"):
+        expand({}, [Axis("method", ("krum",))])
+
+
+EXAMPLE = textwrap.dedent('''
+    name = "defenses-ml100k"
+    trials = 3
+
+    [base]
+    dataset = "ml100k"
+    rounds = 200
+    attack = "ascent"
+    optimizer_params = { lr = 0.001 }
+
+    [axes]
+    byzantine_fraction = [0.2, 0.3, 0.4]
+    preset = ["no-defense", "krum", "rfa", "trmean", "a-rfrs"]
+''')
+
+
+def test_toml_sweep(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(EXAMPLE)
+    sw = load_sweep(path)
+    assert sw.name == "defenses-ml100k"
+    assert len(sw) == 3 * 5 * 3
+    assert {r.config.seed for r in sw.runs} == {0, 1, 2}
+    assert all(r.config.rounds == 200 and r.config.attack == "ascent" for r in sw.runs)
+    assert len(set(check_unique(list(sw.runs)))) == len(sw)
+
+
+def test_toml_the_module_docstring_example_parses(tmp_path):
+    from rfrs_ref.experiments import spec
+
+    doc = spec.__doc__
+    block = doc[doc.index("    name = "):doc.index("- An axis named")]
+    path = tmp_path / "doc.toml"
+    path.write_text(textwrap.dedent(block))
+    sw = load_sweep(path)
+    assert len(sw) == 3 * 3 * 3
+    assert len(set(check_unique(list(sw.runs)))) == len(sw)
+    assert {r.labels["method"] for r in sw.runs} == {"A-RFRS", "Krum", "Krum-1"}
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"trials": 2, "seeds": [1]}, "either trials"),
+    ({"trials": 0}, "positive integer"),
+    ({"seeds": []}, "non-empty"),
+    ({"axes": {"seed": [1, 2]}}, "trials = N"),
+    ({"axes": {"rounds": []}}, "non-empty list"),
+    ({"bogus": 1}, "unknown top-level"),
+    ({"base": {"colour": 1}}, "not a configuration field"),
+])
+def test_toml_errors_name_the_problem(doc, message):
+    with pytest.raises(ValueError, match=message):
+        parse_sweep(doc)
+
+
+def test_toml_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("trials = \n")
+    with pytest.raises(ValueError, match="bad.toml: not valid TOML"):
+        load_sweep(path)

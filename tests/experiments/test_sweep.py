@@ -1,0 +1,246 @@
+"""Sweeps on Dask: a quick Fig. 4 on a LocalCluster, failures, resume after SIGKILL, plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pytest
+
+from rfrs_ref.experiments.figures import Scale, figure, reproduce
+from rfrs_ref.experiments.results import METRICS, Store, read_table
+from rfrs_ref.experiments.spec import RunSpec, load_sweep
+from rfrs_ref.experiments.sweep import plan_workers, run_sweep
+
+pytest.importorskip("distributed")
+
+VALUE_COLUMNS = ["key", "k", "metric", "value", "status", "dataset", "alpha", "seed",
+                 "label_series"]
+
+
+def _values(df):
+    cols = [c for c in VALUE_COLUMNS if c in df.columns]
+    return df[cols].sort_values(["key", "k", "metric"]).reset_index(drop=True)
+
+
+def test_quick_fig4_on_a_local_cluster_with_two_workers(ex, tmp_path):
+    scale = Scale(quick=True, datasets=("synthetic",), rounds=3, trials=2,
+                  overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1})
+    out = tmp_path / "defenses"
+    report, paths = reproduce(figure("4"), scale, out, workers=2)
+    assert report.workers == 2
+    assert (report.total, report.finished, report.failed, report.skipped) == (30, 30, 0, 0)
+    table = read_table(out / "results.parquet")
+    assert len(table) == 30 * 5 * len(METRICS)
+    assert set(table["status"]) == {"ok"}
+    assert set(table["label_series"]) == {"No defense", "Krum", "RFA", "Trmean", "A-RFRS"}
+    assert sorted(table["alpha"].unique()) == [0.2, 0.3, 0.4]
+    assert table["worker"].nunique() == 2  # both worker processes ran runs
+    assert len(read_table(out / "results.csv")) == len(table)
+    summary = pd.read_csv(out / "summary.csv")
+    assert len(summary) == 15 * 5 * len(METRICS) and set(summary["n"]) == {2}
+    assert "A-RFRS" in (out / "summary.md").read_text()
+    names = {p.name for p in paths}
+    assert {"fig4.png", "fig4.pdf", "fig4_curves.png", "fig4_curves.pdf"} <= names
+    for p in paths:
+        if p.suffix == ".png":
+            ex.assert_image_not_blank(p)
+        else:
+            ex.assert_pdf(p)
+    # the same command again finds everything done
+    again, _ = reproduce(figure("4"), scale, out, workers=2, plot=False)
+    assert (again.skipped, again.finished, again.failed) == (30, 0, 0)
+    pd.testing.assert_frame_equal(_values(again.table), _values(table))
+
+
+def test_a_run_that_raises_is_recorded_and_the_others_go_on(ex, tmp_path):
+    good = [RunSpec(ex.tiny_config(seed=s), labels={"series": "ok"}) for s in range(3)]
+    bad = RunSpec(ex.tiny_config(dataset_params={**ex.TINY_DATA, "n_items": 1}),
+                  labels={"series": "bad"})
+    runs = good[:2] + [bad] + good[2:]
+    report = run_sweep(runs, tmp_path, workers=2)
+    assert (report.finished, report.failed) == (3, 1)
+    failed = report.table[report.table["status"] == "failed"]
+    assert len(failed) == 1
+    assert failed["key"].iloc[0] == bad.key
+    assert "n_items" in failed["error"].iloc[0] and "Traceback" in failed["traceback"].iloc[0]
+    outcome = Store(tmp_path).read_outcome(bad.key)
+    assert outcome["status"] == "failed" and "ValueError" in outcome["error"]
+    # the finished runs are skipped; the failed one is tried again unless told otherwise
+    assert run_sweep(runs, tmp_path, workers=0, retry_failed=False).pending == 0
+    again = run_sweep(runs, tmp_path, workers=0)
+    assert (again.skipped, again.finished, again.failed) == (3, 0, 1)
+
+
+def test_invalid_configurations_stop_the_sweep_before_it_starts(ex, tmp_path):
+    runs = [RunSpec(ex.tiny_config()), RunSpec(ex.tiny_config(optimizer="bogus"))]
+    with pytest.raises(ValueError, match="run 1 .*bogus"):
+        run_sweep(runs, tmp_path, workers=0)
+    assert not (tmp_path / "runs").exists()
+
+
+SPEC = textwrap.dedent('''
+    name = "killed"
+    trials = 2
+
+    [base]
+    dataset = "synthetic"
+    dataset_params = { n_users = 200, n_items = 100, mean_items = 12.0 }
+    client_fraction = 0.1
+    rounds = 200
+    eval_every = 50
+    checkpoint_every = 10
+    attack = "ascent"
+
+    [axes]
+    byzantine_fraction = [0.2, 0.4]
+    preset = ["no-defense", "krum", "a-rfrs"]
+''')
+
+
+def _finished(out) -> dict[str, bytes]:
+    found = {}
+    for p in (out / "runs").glob("*/outcome.json"):
+        try:
+            data = p.read_bytes()
+            if json.loads(data).get("status") == "ok":
+                found[p.parent.name] = data
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_resume_after_sigkill_skips_finished_runs_and_gives_the_same_table(tmp_path):
+    spec_path = tmp_path / "killed.toml"
+    spec_path.write_text(SPEC)
+    runs = list(load_sweep(spec_path).runs)
+    assert len(runs) == 12
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "rfrs_ref.cli.main", "sweep", str(spec_path), "--out", str(out),
+         "--workers", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(_finished(out)) < 3:
+            if proc.poll() is not None:
+                pytest.fail(f"the sweep ended before it could be killed: {proc.stderr.read()!r}")
+            if time.monotonic() > deadline:
+                pytest.fail("no 3 runs finished within 240 s")
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # the workers go with the sweep that started them
+        deadline = time.monotonic() + 60
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _group_alive(proc.pid), "worker processes survived the killed sweep"
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stderr.close()
+    before = _finished(out)
+    assert 3 <= len(before) < len(runs), "kill the sweep while runs are still going"
+    assert (out / ".lock").exists()  # left behind by the killed sweep; taken over below
+
+    report = run_sweep(runs, out, workers=2)
+    assert report.skipped == len(before)
+    assert report.finished == len(runs) - len(before) and report.failed == 0
+    after = _finished(out)
+    for key, data in before.items():
+        assert after[key] == data, f"finished run {key} was touched"
+
+    # single-threaded workers, as in the sweep: Numba's thread pool on a busy machine only slows
+    # runs this small down
+    reference = run_sweep(runs, tmp_path / "reference", workers=2, threads=1)
+    assert reference.finished == len(runs)
+    pd.testing.assert_frame_equal(_values(report.table), _values(reference.table))
+
+
+def test_plots_of_a_recorded_sweep_pca_and_resilience(ex, tmp_path):
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.experiments import plot
+
+    # Fig. 1 from a capture run, through the command line
+    scale = Scale(datasets=("synthetic",), overrides={"dataset_params": {"n_users": 150,
+                                                                         "n_items": 200}})
+    report, paths = reproduce(figure("1"), scale, tmp_path / "pca", workers=0)
+    assert report.finished == 2 and [p.name for p in paths] == ["fig1.png", "fig1.pdf"]
+    res = CliRunner().invoke(plot, [str(tmp_path / "pca"), "--figure", "pca", "--out",
+                                    str(tmp_path / "pca-plots")])
+    assert res.exit_code == 0, res.output
+    ex.assert_image_not_blank(tmp_path / "pca-plots" / "fig1.png")
+    ex.assert_pdf(tmp_path / "pca-plots" / "fig1.pdf")
+
+    # resilience curves when the runs recorded them
+    scale = Scale(quick=True, datasets=("synthetic",), rounds=3, trials=1, resilience=True,
+                  overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1})
+    report, paths = reproduce(figure("11"), scale, tmp_path / "momentum", workers=0)
+    assert report.failed == 0
+    names = {p.name for p in paths}
+    assert {"fig11.png", "fig11_curves.png", "fig11_resilience.png"} <= names
+    for p in paths:
+        if p.suffix == ".png":
+            ex.assert_image_not_blank(p)
+    # and from the CSV table, through the command line
+    res = CliRunner().invoke(plot, [str(tmp_path / "momentum" / "results.csv"), "--figure", "11"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "momentum" / "figures" / "fig11_resilience.pdf").exists()
+
+
+def test_plot_says_what_is_missing(tmp_path):
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.experiments import plot
+
+    res = CliRunner().invoke(plot, [str(tmp_path), "--figure", "4"])
+    assert res.exit_code != 0 and "no results table" in res.output
+    res = CliRunner().invoke(plot, [str(tmp_path), "--figure", "99"])
+    assert res.exit_code != 0 and "unknown figure" in res.output
+
+
+def test_default_workers_follow_cores_and_memory(ex):
+    runs = [RunSpec(ex.tiny_config(seed=s)) for s in range(5)]
+    assert plan_workers(runs, cores=4, memory=10**12) == 4
+    assert plan_workers(runs[:1], cores=4, memory=10**12) == 1
+    assert plan_workers(runs, cores=4, memory=1) == 1
+    big = [RunSpec(figure("4").runs()[0].config)]  # a full-size run of the first dataset
+    from rfrs_ref.experiments.sweep import estimate_run_memory
+
+    need = estimate_run_memory(big[0])
+    assert plan_workers(big * 4, cores=4, memory=int(2.5 * need / 0.8)) == 2
+
+
+def test_an_existing_cluster_without_shared_files(ex, tmp_path):
+    """--scheduler ADDRESS: workers train in their own temporary directories and send back
+    what the tables need; the driver writes the run's small files."""
+    from distributed import LocalCluster
+
+    runs = [RunSpec(ex.tiny_config(seed=s), labels={"series": "x"}) for s in range(2)]
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None, env={"NUMBA_NUM_THREADS": "1"}) as cluster:
+        report = run_sweep(runs, tmp_path, scheduler=cluster.scheduler_address)
+    assert (report.finished, report.failed, report.workers) == (2, 0, 1)
+    for r in runs:
+        d = tmp_path / "runs" / r.key
+        assert {"outcome.json", "config.json", "metrics.csv", "final_metrics.json"} <= \
+            {p.name for p in d.iterdir()}
+        assert not (d / "rounds.jsonl").exists()  # the per-round summary is in outcome.json
+        assert len(json.loads((d / "outcome.json").read_text())["rounds"]) == 4
+    reference = run_sweep(runs, tmp_path / "ref", workers=0, threads=1)
+    pd.testing.assert_frame_equal(_values(report.table), _values(reference.table))
