@@ -12,6 +12,7 @@ from typing import Mapping
 import numpy as np
 from numba import njit, prange
 
+from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 from rfrs_ref.kernels.weiszfeld import rows_finite
 
@@ -32,37 +33,14 @@ def combine_rows_numpy(A: np.ndarray, w: np.ndarray) -> np.ndarray:
 def _combine_rows_numba(A, w, out, block, nchunks):
     n, D = A.shape
     nblocks = (D + block - 1) // block
-    live = np.empty(n, dtype=np.int64)
-    nl = 0
-    for i in range(n):
-        if w[i] != 0:
-            live[nl] = i
-            nl += 1
+    live, nl = live_rows(w)
     for c in prange(nchunks):
         acc = np.empty(block)
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             bw = min(D, k0 + block) - k0
             acc[:bw] = 0.0
-            # four rows per sweep: one load and store of the running sum feeds four
-            r = 0
-            while r + 4 <= nl:
-                i0, i1, i2, i3 = live[r], live[r + 1], live[r + 2], live[r + 3]
-                w0, w1, w2, w3 = w[i0], w[i1], w[i2], w[i3]
-                a0 = A[i0, k0:k0 + bw]
-                a1 = A[i1, k0:k0 + bw]
-                a2 = A[i2, k0:k0 + bw]
-                a3 = A[i3, k0:k0 + bw]
-                for k in range(bw):
-                    acc[k] += w0 * a0[k] + w1 * a1[k] + w2 * a2[k] + w3 * a3[k]
-                r += 4
-            while r < nl:
-                i = live[r]
-                wi = w[i]
-                a = A[i, k0:k0 + bw]
-                for k in range(bw):
-                    acc[k] += wi * a[k]
-                r += 1
+            add_weighted_block(A, w, live, nl, k0, bw, acc)
             o = out[k0:k0 + bw]
             for k in range(bw):
                 o[k] = acc[k]

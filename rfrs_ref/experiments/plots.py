@@ -117,6 +117,36 @@ def series_column(df) -> str:
     return "label_series" if "label_series" in df.columns else "method"
 
 
+def _panel_grid(plt, df, rows, cols, dataset_order):
+    """The figure, and per panel ``(ax, sub, title)``: the rows of ``df`` it draws."""
+    rows, cols = _layout(df, rows, cols)
+    rlev = _levels(df, rows, dataset_order if rows == "dataset" else None)
+    clev = _levels(df, cols, dataset_order if cols == "dataset" else None)
+    fig, axes = plt.subplots(len(rlev), len(clev), figsize=_figsize(len(rlev), len(clev)),
+                             squeeze=False)
+    panels = []
+    for i, rv in enumerate(rlev):
+        for j, cv in enumerate(clev):
+            sub = df
+            if rows is not None:
+                sub = sub[sub[rows] == rv]
+            if cols is not None:
+                sub = sub[sub[cols] == cv]
+            title = _panel_title([rows] if rows else [], [cols] if cols else [],
+                                 [rv] if rows else [], [cv] if cols else [])
+            panels.append((axes[i][j], sub, title))
+    return fig, panels
+
+
+def _finish(fig, handles, order, title):
+    """Shared legend below the panels, optional title, tight layout."""
+    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97 if title else 1))
+
+
 def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = None,
                   cols: str | None = "dataset", series_order: Sequence[str] = (),
                   dataset_order: Sequence[str] = (), title: str | None = None,
@@ -137,51 +167,35 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
     if df.empty:
         raise ValueError(f"no finished run with metric {metric!r} in the table")
     scol = series_column(df)
-    rows, cols = _layout(df, rows, cols)
-    rlev = _levels(df, rows, dataset_order if rows == "dataset" else None)
-    clev = _levels(df, cols, dataset_order if cols == "dataset" else None)
-    fig, axes = plt.subplots(len(rlev), len(clev), figsize=_figsize(len(rlev), len(clev)),
-                             squeeze=False)
+    fig, panels = _panel_grid(plt, df, rows, cols, dataset_order)
     names = _levels(df, scol, series_order)
     handles = {}
-    for i, rv in enumerate(rlev):
-        for j, cv in enumerate(clev):
-            ax = axes[i][j]
-            sub = df
-            if rows is not None:
-                sub = sub[sub[rows] == rv]
-            if cols is not None:
-                sub = sub[sub[cols] == cv]
-            for si, name in enumerate(names):
-                s = sub[(sub[scol] == name) & (sub["metric"] == metric)]
-                if s.empty:
-                    continue
-                g = s.groupby("k")["value"]
-                mean, std = g.mean(), g.std().fillna(0.0)
-                color, marker = _style(name, si)
-                h = ax.errorbar(mean.index.astype(int), mean.values, yerr=std.values, color=color,
-                                marker=marker, markersize=4, capsize=3, linewidth=1.4, label=name)
-                handles[name] = h
-            if baseline:
-                b = sub[sub["metric"] == f"popularity_{metric}"]
-                if not b.empty:
-                    m = b.groupby("k")["value"].mean()
-                    h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
-                                linewidth=1.2, label="Popularity")[0]
-                    handles["Popularity"] = h
-            ax.set_title(_panel_title([rows] if rows else [], [cols] if cols else [],
-                                      [rv] if rows else [], [cv] if cols else []), fontsize=9)
-            ax.set_xlabel("K", fontsize=8)
-            ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
-            ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
+    for ax, sub, panel_title in panels:
+        for si, name in enumerate(names):
+            s = sub[(sub[scol] == name) & (sub["metric"] == metric)]
+            if s.empty:
+                continue
+            g = s.groupby("k")["value"]
+            mean, std = g.mean(), g.std().fillna(0.0)
+            color, marker = _style(name, si)
+            h = ax.errorbar(mean.index.astype(int), mean.values, yerr=std.values, color=color,
+                            marker=marker, markersize=4, capsize=3, linewidth=1.4, label=name)
+            handles[name] = h
+        if baseline:
+            b = sub[sub["metric"] == f"popularity_{metric}"]
+            if not b.empty:
+                m = b.groupby("k")["value"].mean()
+                h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
+                            linewidth=1.2, label="Popularity")[0]
+                handles["Popularity"] = h
+        ax.set_title(panel_title, fontsize=9)
+        ax.set_xlabel("K", fontsize=8)
+        ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
+        ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
     order = [n for n in names if n in handles] + (["Popularity"] if "Popularity" in handles else [])
-    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
-               fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.97 if title else 1))
+    _finish(fig, handles, order, title)
     return save(fig, stem)
 
 
@@ -220,58 +234,41 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
         raise ValueError("no finished run in the table")
     k = k or int(table["k"].dropna().max())
     scol = series_column(runs)
-    rows, cols = _layout(runs, rows, cols)
-    rlev = _levels(runs, rows, dataset_order if rows == "dataset" else None)
-    clev = _levels(runs, cols, dataset_order if cols == "dataset" else None)
-    fig, axes = plt.subplots(len(rlev), len(clev), figsize=_figsize(len(rlev), len(clev)),
-                             squeeze=False)
+    fig, panels = _panel_grid(plt, runs, rows, cols, dataset_order)
     names = _levels(runs, scol, series_order)
     handles = {}
     drawn = 0
-    for i, rv in enumerate(rlev):
-        for j, cv in enumerate(clev):
-            ax = axes[i][j]
-            sub = runs
-            if rows is not None:
-                sub = sub[sub[rows] == rv]
-            if cols is not None:
-                sub = sub[sub[cols] == cv]
-            for si, name in enumerate(names):
-                curves = []
-                for _, r in sub[sub[scol] == name].iterrows():
-                    h = _history(base / r["run_dir"])
-                    pts = [(row["round"], row.get(f"{metric}@{k}")) for row in h
-                           if row.get(f"{metric}@{k}") is not None]
-                    if pts:
-                        curves.append(dict(pts))
-                if not curves:
-                    continue
-                ts = sorted(set().union(*curves))
-                vals = np.array([[c.get(t, np.nan) for t in ts] for c in curves], dtype=float)
-                mean = np.nanmean(vals, axis=0)
-                std = np.nanstd(vals, axis=0)
-                color, _ = _style(name, si)
-                h = ax.plot(ts, mean, color=color, linewidth=1.4, label=name)[0]
-                if len(curves) > 1:
-                    ax.fill_between(ts, mean - std, mean + std, color=color, alpha=0.15,
-                                    linewidth=0)
-                handles[name] = h
-                drawn += 1
-            ax.set_title(_panel_title([rows] if rows else [], [cols] if cols else [],
-                                      [rv] if rows else [], [cv] if cols else []), fontsize=9)
-            ax.set_xlabel("round", fontsize=8)
-            ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
+    for ax, sub, panel_title in panels:
+        for si, name in enumerate(names):
+            curves = []
+            for _, r in sub[sub[scol] == name].iterrows():
+                h = _history(base / r["run_dir"])
+                pts = [(row["round"], row.get(f"{metric}@{k}")) for row in h
+                       if row.get(f"{metric}@{k}") is not None]
+                if pts:
+                    curves.append(dict(pts))
+            if not curves:
+                continue
+            ts = sorted(set().union(*curves))
+            vals = np.array([[c.get(t, np.nan) for t in ts] for c in curves], dtype=float)
+            mean = np.nanmean(vals, axis=0)
+            std = np.nanstd(vals, axis=0)
+            color, _ = _style(name, si)
+            h = ax.plot(ts, mean, color=color, linewidth=1.4, label=name)[0]
+            if len(curves) > 1:
+                ax.fill_between(ts, mean - std, mean + std, color=color, alpha=0.15,
+                                linewidth=0)
+            handles[name] = h
+            drawn += 1
+        ax.set_title(panel_title, fontsize=9)
+        ax.set_xlabel("round", fontsize=8)
+        ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
     if not drawn:
         plt.close(fig)
         raise ValueError(f"no evaluation history found under {base}")
-    order = [n for n in names if n in handles]
-    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
-               fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.97 if title else 1))
+    _finish(fig, handles, [n for n in names if n in handles], title)
     return save(fig, stem)
 
 

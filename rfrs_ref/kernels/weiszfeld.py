@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 
 BLOCK = 512
@@ -49,14 +50,8 @@ def _weiszfeld_pass_numba(X, alpha, block, nchunks):
     for i in range(n):
         if alpha[i] > 0:
             asum += alpha[i]
-    # rows with a positive weight, four at a time: one load and store of the
-    # running sum feeds four rows
-    live = np.empty(n, dtype=np.int64)
-    nl = 0
-    for i in range(n):
-        if alpha[i] > 0:
-            live[nl] = i
-            nl += 1
+    # αᵢ ≥ 0 here (a non-finite row has αᵢ = 0), so the live rows are those with αᵢ > 0
+    live, nl = live_rows(alpha)
     z = np.empty(D)
     acc = np.zeros((nchunks, n))
     for c in prange(nchunks):
@@ -65,24 +60,7 @@ def _weiszfeld_pass_numba(X, alpha, block, nchunks):
             k0 = b * block
             bw = min(D, k0 + block) - k0
             zb[:bw] = 0.0
-            r = 0
-            while r + 4 <= nl:
-                i0, i1, i2, i3 = live[r], live[r + 1], live[r + 2], live[r + 3]
-                a0, a1, a2, a3 = alpha[i0], alpha[i1], alpha[i2], alpha[i3]
-                x0 = X[i0, k0:k0 + bw]
-                x1 = X[i1, k0:k0 + bw]
-                x2 = X[i2, k0:k0 + bw]
-                x3 = X[i3, k0:k0 + bw]
-                for k in range(bw):
-                    zb[k] += a0 * x0[k] + a1 * x1[k] + a2 * x2[k] + a3 * x3[k]
-                r += 4
-            while r < nl:
-                i = live[r]
-                a = alpha[i]
-                x = X[i, k0:k0 + bw]
-                for k in range(bw):
-                    zb[k] += a * x[k]
-                r += 1
+            add_weighted_block(X, alpha, live, nl, k0, bw, zb)
             for k in range(bw):
                 zb[k] /= asum
                 z[k0 + k] = zb[k]

@@ -18,18 +18,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from rfrs_ref.optim import SGD, AdaGrad, Adam, Momentum, RMSProp
+from rfrs_ref.testing.laws import nrm
+from rfrs_ref.testing.strategies import gradient_sequences
 
 U = 2.0**-53
 TINY = float(np.finfo(np.float64).smallest_subnormal)
-
-
-def nrm(x) -> float:
-    """Euclidean norm, scaled like BLAS nrm2 so that squares neither underflow nor overflow."""
-    a = np.abs(np.asarray(x, dtype=np.float64))
-    s = float(a.max(initial=0.0))
-    if s == 0.0 or not np.isfinite(s):
-        return s
-    return s * float(np.sqrt(np.sum((a / s) ** 2)))
 
 
 def _slack(*mags, amp=1.0) -> float:
@@ -78,24 +71,6 @@ def pair_case(draw, kind):
 
 # -- Lemma 2 --------------------------------------------------------------------------------
 
-@st.composite
-def sequences(draw):
-    """A multi-round run: per round, client gradients with ‖g‖ ≤ g_max (some on the
-    sphere), and random convex aggregation weights over a non-empty subset."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    T, n, D = draw(st.integers(1, 25)), draw(st.integers(1, 5)), draw(st.integers(1, 8))
-    g_max = draw(st.floats(1e-3, 1e3))
-    rounds = []
-    for _ in range(T):
-        G = rng.standard_normal((n, D))
-        G /= np.maximum(np.linalg.norm(G, axis=1, keepdims=True), 1e-300)
-        radius = np.where(rng.random(n) < 0.5, 1.0, rng.random(n))
-        G *= (g_max * radius)[:, None]
-        keep = rng.random(n) < 0.7
-        keep[rng.integers(n)] = True
-        w = rng.dirichlet(np.ones(n)) * keep
-        rounds.append((G, w / w.sum()))
-    return g_max, rounds
 
 
 def _run(opt, g_max, rounds, D):
@@ -106,20 +81,20 @@ def _run(opt, g_max, rounds, D):
         state = {k: sum(wi * up[k] for wi, up in zip(w, ups)) for k in opt.arrays}
 
 
-@given(seq=sequences(), beta1=st.floats(0.0, 0.999))
+@given(seq=gradient_sequences(), beta1=st.floats(0.0, 0.999))
 def test_lemma2_adam_first_moment_stays_below_g_max(seq, beta1):
     """‖m‖ ≤ g_max every round (the paper's Lemma 2), indeed ≤ (1 − β₁ᵗ)·g_max."""
-    g_max, rounds = seq
+    g_max, rounds = seq.g_max, seq.rounds
     opt = Adam(beta1=beta1)
     for t, ups in _run(opt, g_max, rounds, rounds[0][0].shape[1]):
         for up in ups:
             assert nrm(up["m"]) <= (1 - beta1**t) * g_max * (1 + 1e-12) <= g_max * (1 + 1e-12)
 
 
-@given(seq=sequences(), beta3=st.floats(0.0, 0.999))
+@given(seq=gradient_sequences(), beta3=st.floats(0.0, 0.999))
 def test_lemma2_analogue_for_momentum(seq, beta3):
     """m = β₃m̄ + g: ‖m‖ ≤ g_max(1 − β₃ᵗ)/(1 − β₃) ≤ g_max/(1 − β₃) every round."""
-    g_max, rounds = seq
+    g_max, rounds = seq.g_max, seq.rounds
     opt = Momentum(beta3=beta3)
     for t, ups in _run(opt, g_max, rounds, rounds[0][0].shape[1]):
         for up in ups:
