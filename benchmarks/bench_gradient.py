@@ -28,6 +28,7 @@ import time
 import numba
 import numpy as np
 
+import rfrs_ref.kernels  # noqa: F401  (picks Numba's threading layer, as training does)
 from rfrs_ref.data import load_dataset, split_interactions
 from rfrs_ref.model import MODELS
 from rfrs_ref.seeding import generator

@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+import rfrs_ref.kernels  # noqa: F401  (picks Numba's threading layer, as training does)
 from rfrs_ref.optim import OPTIMIZERS
 
 

@@ -208,29 +208,20 @@ def _build_pca(fig: Figure, scale: Scale) -> list[RunSpec]:
     return runs
 
 
-def _build_camouflage(fig: Figure, scale: Scale) -> list[RunSpec]:
-    cases = []
-    for d in scale.pick_datasets(fig.datasets):
-        cases.append(({"series": "No attack"}, d, {"attack": "none", "byzantine_fraction": 0.0}))
-        cases.append(({"series": "Camouflage attack (40%)"}, d,
-                      {"attack": "camouflage", "byzantine_fraction": 0.4}))
-    return _grid(scale, cases)
+def _series_builder(*series: tuple[str, dict]):
+    """A figure whose series are fixed configuration changes, on each of its datasets."""
+    def build(fig: Figure, scale: Scale) -> list[RunSpec]:
+        return _grid(scale, [({"series": label}, d, dict(changes))
+                             for d in scale.pick_datasets(fig.datasets)
+                             for label, changes in series])
+    return build
 
 
-def _build_frs(fig: Figure, scale: Scale) -> list[RunSpec]:
-    cases = []
-    for d in scale.pick_datasets(fig.datasets):
-        cases.append(({"series": "A-FRS"}, d, {"model": "fism"}))
-        cases.append(({"series": "FMF"}, d, {"model": "fmf"}))
-    return _grid(scale, cases)
-
-
-def _build_adam_sgd(fig: Figure, scale: Scale) -> list[RunSpec]:
-    cases = []
-    for d in scale.pick_datasets(fig.datasets):
-        cases.append(({"series": "Adam"}, d, {"optimizer": "adam"}))
-        cases.append(({"series": "SGD"}, d, {"optimizer": "sgd"}))
-    return _grid(scale, cases)
+_build_camouflage = _series_builder(
+    ("No attack", {"attack": "none", "byzantine_fraction": 0.0}),
+    ("Camouflage attack (40%)", {"attack": "camouflage", "byzantine_fraction": 0.4}))
+_build_frs = _series_builder(("A-FRS", {"model": "fism"}), ("FMF", {"model": "fmf"}))
+_build_adam_sgd = _series_builder(("Adam", {"optimizer": "adam"}), ("SGD", {"optimizer": "sgd"}))
 
 
 def _defense_builder(optimizer: str, robust_name: str):

@@ -333,6 +333,8 @@ def _numba_threads(threads: int | None):
         return
     import numba
 
+    import rfrs_ref.kernels  # noqa: F401  (picks the threading layer before Numba starts threads)
+
     old = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
