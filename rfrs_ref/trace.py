@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import pathlib
 import sys
@@ -43,6 +42,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from rfrs_ref.jsonsafe import jsonable
 
 FORMAT = "rfrs-trace"
 VERSION = 1
@@ -77,32 +78,9 @@ def checksum(a: np.ndarray) -> str:
 
 def state_summary(state) -> dict:
     """{"state_norms": {name: ‖x‖₂ in float64}, "state_checksums": {name: sha256}}."""
-    return {"state_norms": {k: _finite(float(np.linalg.norm(np.asarray(v, dtype=np.float64))))
+    return {"state_norms": {k: jsonable(float(np.linalg.norm(np.asarray(v, dtype=np.float64))))
                             for k, v in state.items()},
             "state_checksums": {k: checksum(v) for k, v in state.items()}}
-
-
-def _finite(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def _strict(x):
-    """JSON-ready: NumPy values converted, non-finite floats as None."""
-    if isinstance(x, dict):
-        return {str(k): _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _strict(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        return _finite(float(x))
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
 
 
 def header(trainer, initial_state: dict | None = None) -> dict:
@@ -115,7 +93,7 @@ def header(trainer, initial_state: dict | None = None) -> dict:
     run = {k: v for k, v in cfg.items() if k not in PRODUCER_KEYS and k != "trace"}
     if initial_state is None:
         initial_state, _ = trainer.initial_state()
-    return _strict({
+    return jsonable({
         "format": FORMAT, "version": VERSION,
         "producer": {"name": "rfrs-ref", "version": __version__,
                      **{k: cfg.get(k) for k in PRODUCER_KEYS}},
@@ -163,7 +141,7 @@ def round_line(record: dict, metrics: dict | None = None) -> dict:
         line["metrics"] = {k: v for k, v in metrics.items() if k != "round"}
     if record.get("resilience"):
         line["resilience"] = record["resilience"]
-    return _strict(line)
+    return jsonable(line)
 
 
 def _dumps(obj) -> str:

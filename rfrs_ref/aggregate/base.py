@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from rfrs_ref.jsonsafe import jsonable  # noqa: F401  (re-exported for the rules)
 from rfrs_ref.params import hyper, values
 
 BACKENDS = ("numpy", "numba", "cuda")
@@ -263,21 +264,3 @@ def combine(arrays: Mapping[str, np.ndarray], weights: np.ndarray, backend: str)
     from rfrs_ref.aggregate.combine import combine_rows
 
     return {name: combine_rows(A, weights, backend=backend) for name, A in arrays.items()}
-
-
-def jsonable(x: Any) -> Any:
-    """Lists and Python scalars for strict JSON: NumPy values converted, and a
-    non-finite float (an infinitely far client's score or distance) as None."""
-    if isinstance(x, np.ndarray):
-        return [jsonable(v) for v in x.tolist()] if x.ndim else jsonable(x.item())
-    if isinstance(x, (float, np.floating)):
-        return float(x) if np.isfinite(x) else None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    return x

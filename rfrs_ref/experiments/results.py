@@ -52,6 +52,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from rfrs_ref.experiments.spec import RunSpec
+from rfrs_ref.files import atomic_write
 
 OUTCOME = "outcome.json"
 TABLE = "results"
@@ -112,13 +113,7 @@ def method_name(config) -> str:
 # -- atomic files and the lock -------------------------------------------------------------
 def atomic_write_bytes(path: pathlib.Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never half."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def atomic_write_text(path: pathlib.Path, text: str) -> None:

@@ -111,27 +111,30 @@ def estimate_run_memory(spec: RunSpec) -> int:
     interpreter, Numba and data. Counts come from the dataset manifest (real
     data) or the generator's parameters (synthetic).
     """
-    from rfrs_ref.federated.population import clients_per_round
     from rfrs_ref.optim import OPTIMIZERS
 
     c = spec.config
-    users, items = _dataset_size(c)
-    dim = int(c.model_params.get("dim", 64))
-    D = (2 if c.model == "fism" else 1) * items * dim
+    n, D, items = _round_size(c)
     a = len(OPTIMIZERS.get(c.optimizer).arrays)
-    n = clients_per_round(users, c.client_fraction)
     s = 4 if c.dtype == "float32" else 8
     return int(n * D * s * (2 + a) + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
 
 
 def estimate_run_cost(spec: RunSpec) -> float:
     """Relative cost of a run, rounds · n · D (used to start the longest runs first)."""
-    from rfrs_ref.federated.population import clients_per_round
-
     c = spec.config.resolved()
+    n, D, _ = _round_size(c)
+    return float(c.rounds) * n * D
+
+
+def _round_size(c) -> tuple[int, int, int]:
+    """(clients per round, parameter count D of the model, items) of configuration c."""
+    from rfrs_ref.federated.population import clients_per_round
+    from rfrs_ref.model import MODELS
+
     users, items = _dataset_size(c)
-    D = (2 if c.model == "fism" else 1) * items * int(c.model_params.get("dim", 64))
-    return float(c.rounds) * clients_per_round(users, c.client_fraction) * D
+    D = MODELS.get(c.model)(n_items=items, **c.model_params).n_params()
+    return clients_per_round(users, c.client_fraction), D, items
 
 
 def _dataset_size(c) -> tuple[int, int]:

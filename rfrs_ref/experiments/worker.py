@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from rfrs_ref.jsonsafe import jsonable
+
 #: files of a run directory that the outcome carries when the filesystem is not shared
 SMALL_FILES = ("config.json", "metrics.csv", "final_metrics.json")
 
@@ -144,7 +146,7 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
         (run_dir / name).unlink(missing_ok=True)
     return {
         "resumed_from": resumed_from,
-        "final": _jsonable(result.final),
+        "final": jsonable(result.final),
         "history": _history(result.history),
         "rounds": read_round_summary(run_dir / "rounds.jsonl"),
         "dataset": _dataset_record(trainer),
@@ -155,7 +157,7 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
 def _history(rows) -> list[dict]:
     """Evaluation rows reduced to round and metrics (a resumed run's rows, read back from
     metrics.csv, carry nothing else, so every run's history has the same fields)."""
-    return _jsonable([{k: v for k, v in row.items()
+    return jsonable([{k: v for k, v in row.items()
                        if k == "round" or k.startswith(("precision@", "recall@"))}
                       for row in rows])
 
@@ -207,20 +209,7 @@ def read_round_summary(path: pathlib.Path) -> list[dict]:
                 out.append(summarise_round(json.loads(line)))
             except (ValueError, KeyError):
                 break
-    return _jsonable(out)
-
-
-def _jsonable(obj):
-    """``obj`` with NumPy scalars and non-finite floats made JSON-safe (non-finite -> None)."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
+    return jsonable(out)
 
 
 # -- capture runs (Fig. 1) ---------------------------------------------------------------
@@ -346,13 +335,13 @@ def _capture(spec, run_dir: pathlib.Path) -> dict:
              "beats_popularity": model[f"precision@{kmax}"] > popd[f"precision@{kmax}"],
              "seconds": time.perf_counter() - started}
     (run_dir / "config.json").write_text(json.dumps({"config": c.to_json()}, indent=2) + "\n")
-    (run_dir / "final_metrics.json").write_text(json.dumps(_jsonable(final), indent=2) + "\n")
-    (run_dir / "capture.json").write_text(json.dumps(_jsonable(capture)) + "\n")
+    (run_dir / "final_metrics.json").write_text(json.dumps(jsonable(final), indent=2) + "\n")
+    (run_dir / "capture.json").write_text(json.dumps(jsonable(capture)) + "\n")
     return {
-        "final": _jsonable(final),
+        "final": jsonable(final),
         "history": _history([{"round": t, **model}]),
-        "rounds": _jsonable(summaries),
-        "capture": _jsonable(capture),
+        "rounds": jsonable(summaries),
+        "capture": jsonable(capture),
         "dataset": _dataset_record(trainer),
         "versions": _versions(),
     }

@@ -36,6 +36,7 @@ import numpy as np
 from rfrs_ref.federated.config import TrainConfig, _rule_name
 from rfrs_ref.federated.population import byzantine_mask, clients_per_round
 from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
+from rfrs_ref.files import atomic_write
 from rfrs_ref.seeding import generator
 
 METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall"]
@@ -270,15 +271,6 @@ class _Accumulators:
         }
 
 
-def _atomic_write(path: pathlib.Path, write: Callable) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 class RunDirectory:
     """The files of one run (see the module docstring)."""
 
@@ -338,7 +330,7 @@ class RunDirectory:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
         arrays["accumulators"] = np.array(json.dumps(dataclasses.asdict(acc)))
-        _atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
+        atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
 
     def load_checkpoint(self, trainer: Trainer):
         path = self.path / "checkpoint.npz"
@@ -380,7 +372,7 @@ class RunDirectory:
         if private is not None:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
-        _atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
+        atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
 
 
 def load_config(run_dir) -> TrainConfig:
