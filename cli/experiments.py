@@ -80,6 +80,17 @@ class _Progress:
             self.bar = None
 
 
+def _message(exc: BaseException) -> str:
+    """One line for a person: a KeyError without its quotes, an OSError as "path: reason"."""
+    if isinstance(exc, KeyError) and exc.args:
+        text = str(exc.args[0])
+    elif isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        text = str(exc)
+    return " ".join(text.split())
+
+
 def _run(go, progress: _Progress):
     from rfrs_ref.experiments.results import StoreLocked
 
@@ -90,9 +101,9 @@ def _run(go, progress: _Progress):
         click.echo("\ninterrupted: finished runs are recorded; run the same command again to "
                    "continue", err=True)
         raise SystemExit(130) from None
-    except (ValueError, StoreLocked, FileNotFoundError, KeyError) as exc:
+    except (ValueError, StoreLocked, KeyError, OSError) as exc:
         progress.close()
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(_message(exc)) from exc
     finally:
         progress.close()
 
@@ -199,7 +210,7 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
     try:
         sw = load_sweep(spec)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(_message(exc)) from None
     out = pathlib.Path(out) if out else pathlib.Path("results") / sw.name
     label_columns = tuple(f"label_{k}" for k in (sw.runs[0].labels if sw.runs else {}))
     if dry_run:
@@ -211,8 +222,8 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
                 c = r.config
                 click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset} {dict(r.labels)} "
                            f"seed {c.seed} ~{estimate_run_memory(r) / 1e9:.1f} GB")
-        except (ValueError, KeyError) as exc:
-            raise click.ClickException(str(exc)) from exc
+        except (ValueError, KeyError, OSError) as exc:
+            raise click.ClickException(_message(exc)) from None
         return
     click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")
     progress = _Progress()

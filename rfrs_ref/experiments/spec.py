@@ -63,12 +63,17 @@ Sweep files (TOML)
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import itertools
 import json
+import math
+import numbers
+import os
 import pathlib
+import re
 import tomllib
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rfrs_ref.federated.config import TrainConfig
 
@@ -157,35 +162,274 @@ def check_unique(runs: Sequence[RunSpec]) -> list[str]:
     return keys
 
 
+# -- checking values read from a file ---------------------------------------------------
+def _show(value: Any) -> str:
+    """A value as a message shows it: JSON where possible (``"ten"``, ``[1, 2]``), else repr."""
+    try:
+        text = json.dumps(value, allow_nan=True, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _suggest(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _positive_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 1 else "a positive integer"
+
+
+def _non_negative_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 0 else "a non-negative integer"
+
+
+def _boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
+def _text(v: Any) -> str | None:
+    return None if isinstance(v, str) else "a string"
+
+
+def _fraction(lo: float, hi: float, lo_open: bool, hi_open: bool) -> Callable[[Any], str | None]:
+    lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
+    want = f"a number in {lb}{lo:g}, {hi:g}{rb}"
+
+    def check(v: Any) -> str | None:
+        if not _is_number(v) or not math.isfinite(v):
+            return want
+        if (v <= lo if lo_open else v < lo) or (v >= hi if hi_open else v > hi):
+            return want
+        return None
+
+    return check
+
+
+def _non_negative_number(v: Any) -> str | None:
+    ok = _is_number(v) and math.isfinite(v) and v >= 0
+    return None if ok else "a finite non-negative number"
+
+
+def _table(v: Any) -> str | None:
+    return None if isinstance(v, Mapping) else "a table of hyperparameters (e.g. { lr = 0.01 })"
+
+
+def _ks(v: Any) -> str | None:
+    ok = isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_int(k) and k >= 1 for k in v)
+    return None if ok else "a non-empty list of positive integers (e.g. [1, 5])"
+
+
+def _choices() -> dict[str, Sequence[str]]:
+    """The names each name-valued field accepts (read from the registries, so new entries count)."""
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.data import DATASETS
+    from rfrs_ref.federated.round import DETECT_SPACES
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+
+    return {"dataset": DATASETS.names(), "model": MODELS.names(),
+            "optimizer": OPTIMIZERS.names(), "defense": ["none", *RULES.names()],
+            "attack": ATTACKS.names(), "detect": list(DETECT_SPACES),
+            "dtype": ["float32", "float64"], "backend": ["numpy", "numba", "cuda"]}
+
+
+#: what each TrainConfig field accepts in a sweep file or an override: a check returning None
+#: when the value is acceptable, else what was expected
+_FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "data_dir": _text,
+    "test_fraction": _fraction(0.0, 1.0, False, True),
+    "byzantine_fraction": _fraction(0.0, 1.0, False, True),
+    "assumed_byzantine": _fraction(0.0, 1.0, False, True),
+    "rounds": _positive_int,
+    "client_fraction": _fraction(0.0, 1.0, True, False),
+    "init_scale": _non_negative_number,
+    "seed": _non_negative_int,
+    "eval_every": _positive_int,
+    "ks": _ks,
+    "verify": _boolean,
+    "resilience": _boolean,
+    "checkpoint_every": _positive_int,
+    "trace": _boolean,
+    **{name: _table for name in PARAM_FIELDS},
+}
+
+
+def check_field(name: str, value: Any, where: str = "", label: str | None = None) -> None:
+    """ValueError ``<label> must be <what>, got <value>`` unless ``value`` suits the
+    TrainConfig field ``name`` (type, range, and for names the registry's choices);
+    ``label`` defaults to ``<where><name>``."""
+    label = label or f"{where}{name}"
+    choices = _choices()
+    if name in choices:
+        if not isinstance(value, str):
+            raise ValueError(f"{label} must be one of {', '.join(choices[name])}, "
+                             f"got {_show(value)}")
+        if value not in choices[name]:
+            raise ValueError(f"{label} must be one of {', '.join(choices[name])}, got "
+                             f"{_show(value)}{_suggest(value, choices[name])}")
+        return
+    check = _FIELD_CHECKS.get(name)
+    want = check(value) if check is not None else None
+    if want is not None:
+        raise ValueError(f"{label} must be {want}, got {_show(value)}")
+
+
+def _param_owner(field: str, fields: Mapping[str, Any]):
+    """The registry entry (class) whose hyperparameters the ``*_params`` field ``field`` sets."""
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.data import DATASETS
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    owner = field.removesuffix("_params")
+    name = fields.get(owner, defaults[owner])
+    registry = {"dataset": DATASETS, "model": MODELS, "optimizer": OPTIMIZERS,
+                "defense": RULES, "attack": ATTACKS}[owner]
+    if owner == "defense" and name == "none":
+        name = "mean"
+    return owner, name, registry.get(name)
+
+
+def check_params(fields: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> None:
+    """ValueError unless every ``*_params`` entry of ``fields`` is a hyperparameter of the
+    entry it configures (``optimizer_params`` of the chosen optimizer...) with a value of
+    that hyperparameter's type. ``origins[f"{field}.{key}"]`` is where the value was set."""
+    from rfrs_ref.params import hyperparameters
+
+    origins = origins or {}
+    for field in PARAM_FIELDS:
+        table = fields.get(field) or {}
+        if not table:
+            continue
+        owner, name, cls = _param_owner(field, fields)
+        specs = {h.name: h for h in hyperparameters(cls)}
+        for key, value in table.items():
+            where = origins.get(f"{field}.{key}", f"{field}.{key}")
+            h = specs.get(key)
+            if h is None:
+                takes = ", ".join(specs) if specs else "none"
+                raise ValueError(f"{where}: {owner} {name!r} has no hyperparameter {key!r}"
+                                 f"{_suggest(key, specs)}; it takes: {takes}")
+            if h.default is None or h.type is str and value is None:
+                continue  # no declared type to check against
+            if h.type is bool:
+                want = _boolean(value)
+            elif h.type is int:
+                want = None if _is_int(value) else "an integer"
+            elif h.type is float:
+                ok = _is_number(value) and math.isfinite(value)
+                want = None if ok else "a finite number"
+            elif h.type is str:
+                want = _text(value)
+            else:
+                want = None
+            if want is None and h.choices and value not in h.choices:
+                want = f"one of {', '.join(map(str, h.choices))}"
+            if want is not None:
+                raise ValueError(f"{where} must be {want}, got {_show(value)}")
+
+
+#: a sweep's name becomes a folder name (results/<name>): one plain path component
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=,@-]{0,127}")
+
+
+def check_name(name: Any, where: str = "name") -> str:
+    """``name`` if it is a plain folder name (letters, digits, ``._+=,@-``, not starting with
+    a dot, at most 128 characters), else ValueError: a name may not lead out of its folder."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"{where} must be a plain folder name (letters, digits and . _ + = , @ -, not "
+            f"starting with '.', no '/'), got {_show(name)}")
+    return name
+
+
+def confine(value: Any, folder: str | os.PathLike | None, where: str) -> str:
+    """A relative path read from a file in ``folder``, checked to stay inside ``folder``.
+
+    Refused (ValueError naming ``where`` and the value): a non-string, an empty or
+    absolute path, a ``..`` component, a NUL, and a path that leaves ``folder`` through
+    a symbolic link. Returns the path resolved against ``folder`` (as given when
+    ``folder`` is None).
+    """
+    why = None
+    if not isinstance(value, str) or not value:
+        why = "a non-empty relative path"
+    elif "\0" in value or os.path.isabs(value) or value.startswith("~") or \
+            ".." in pathlib.PurePath(value).parts:
+        why = "a relative path inside the sweep file's folder (no '..', not absolute)"
+    if why is None and folder is not None:
+        base = pathlib.Path(folder).resolve()
+        target = (base / value).resolve()
+        if target != base and base not in target.parents:
+            why = f"a path inside {base} (it leads to {target} through a symbolic link)"
+        else:
+            value = str(target)
+    if why is not None:
+        raise ValueError(f"{where} must be {why}, got {_show(value)}; to read datasets "
+                         "from elsewhere, set RFRS_DATA_DIR")
+    return value
+
+
 # -- building configurations ------------------------------------------------------------
-def apply_fields(base: Mapping[str, Any], fields: Mapping[str, Any], where: str = "") -> dict:
+def apply_fields(base: Mapping[str, Any], fields: Mapping[str, Any], where: str = "", *,
+                 labels: Mapping[str, str] | None = None,
+                 origins: dict[str, str] | None = None) -> dict:
     """``base`` (a dict of TrainConfig fields) updated with ``fields``.
 
     ``preset`` sets ``defense`` and ``detect``; ``*_params`` tables are merged
-    key by key; ``ks`` becomes a tuple; unknown names are an error naming
-    ``where``.
+    key by key; ``ks`` becomes a tuple. Every value is checked first
+    (:func:`check_field`): a value of the wrong type or outside its range, and an
+    unknown name (with the closest field name when there is one), are a
+    ValueError naming it as ``labels[name]``, else ``<where><name>``.
+    ``origins``, when given, records that label for each field set (and
+    ``"<field>.<key>"`` for each hyperparameter), for :func:`check_params`.
     """
     from rfrs_ref.aggregate import PRESETS
 
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
     for name, value in fields.items():
+        label = (labels or {}).get(name, f"{where}{name}")
         if name == "preset":
-            if value not in PRESETS:
-                raise ValueError(f"{where}preset {value!r} is not one of {', '.join(PRESETS)}")
+            if not isinstance(value, str) or value not in PRESETS:
+                raise ValueError(f"{label} must be one of {', '.join(PRESETS)}, got "
+                                 f"{_show(value)}{_suggest(value, PRESETS)}")
             rule, detect = PRESETS[value]
             out["defense"] = "none" if rule == "mean" else rule
             out["detect"] = detect
-        elif name in PARAM_FIELDS:
-            if not isinstance(value, Mapping):
-                raise ValueError(f"{where}{name} must be a table of hyperparameters, got {value!r}")
+            if origins is not None:
+                origins["defense"] = origins["detect"] = label
+            continue
+        if name not in CONFIG_FIELDS:
+            raise ValueError(f"{label} is not a configuration field"
+                             f"{_suggest(name, ('preset', *CONFIG_FIELDS))}; fields are: "
+                             f"preset, {', '.join(CONFIG_FIELDS)}")
+        check_field(name, value, label=label)
+        if name in PARAM_FIELDS:
+            bad = [k for k in value if not isinstance(k, str)]
+            if bad:
+                raise ValueError(f"{label} has a key that is not a name: {_show(bad[0])}")
             out[name] = {**out.get(name, {}), **value}
+            if origins is not None:
+                origins.update({f"{name}.{k}": f"{label}.{k}" for k in value})
         elif name == "ks":
             out["ks"] = tuple(int(k) for k in value)
-        elif name in CONFIG_FIELDS:
-            out[name] = value
         else:
-            raise ValueError(f"{where}{name!r} is not a configuration field; fields are: "
-                             f"preset, {', '.join(CONFIG_FIELDS)}")
+            out[name] = value
+        if origins is not None:
+            origins[name] = label
     return out
 
 
@@ -207,18 +451,31 @@ class Axis:
     values: tuple
 
     def cases(self) -> list[tuple[str, dict]]:
+        """(label, fields) of each value, in order."""
+        return [(label, fields) for label, fields, _ in self._cases()]
+
+    def _cases(self) -> list[tuple[str, dict, dict]]:
+        """(label, fields, where) of each value; ``where`` names each field's place in a
+        sweep file (``axes.rounds[1]``, ``axes.method[0].defense``) for messages."""
         out = []
         is_field = self.name in CONFIG_FIELDS or self.name == "preset"
-        for v in self.values:
+        for i, v in enumerate(self.values):
+            here = f"axes.{self.name}[{i}]"
             if isinstance(v, Mapping) and not (is_field and self.name in PARAM_FIELDS):
                 v = dict(v)
-                label = str(v.pop("label", _render(v)))
-                out.append((label, v))
+                label = v.pop("label", None)
+                if label is None:
+                    label = _render(v)
+                elif not isinstance(label, (str, int, float)) or isinstance(label, bool):
+                    raise ValueError(f"{here}.label must be a string, got {_show(label)}")
+                out.append((str(label), v, {k: f"{here}.{k}" for k in v}))
             elif is_field:
-                out.append((_render_value(v), {self.name: v}))
+                out.append((_render_value(v), {self.name: v}, {self.name: here}))
             else:
-                raise ValueError(f"axis {self.name!r} is not a configuration field, so its values "
-                                 f"must be tables of fields; got {v!r}")
+                raise ValueError(
+                    f"axes.{self.name} is not a configuration field"
+                    f"{_suggest(self.name, ('preset', *CONFIG_FIELDS))}, so its values must "
+                    f"be tables of fields; got {_show(v)} at {here}")
         return out
 
 
@@ -247,15 +504,18 @@ def expand(base: Mapping[str, Any], axes: Sequence[Axis] = (), *, seeds: Sequenc
     Returns:
         The runs (configurations are not resolved; ``check_unique`` resolves them).
     """
-    base_fields = apply_fields({}, base, "base: ")
+    base_origins: dict[str, str] = {}
+    base_fields = apply_fields({}, base, "base.", origins=base_origins)
     runs = []
-    per_axis = [a.cases() for a in axes]
+    per_axis = [a._cases() for a in axes]
     for combo in itertools.product(*per_axis):
         fields = dict(base_fields)
+        origins = dict(base_origins)
         lab = dict(labels or {})
-        for axis, (label, values) in zip(axes, combo):
-            fields = apply_fields(fields, values, f"axis {axis.name}: ")
+        for axis, (label, values, where) in zip(axes, combo):
+            fields = apply_fields(fields, values, labels=where, origins=origins)
             lab[axis.name] = label
+        check_params(fields, origins)
         for trial, seed in enumerate(seeds):
             cfg = TrainConfig(**{**fields, "seed": int(seed)})
             runs.append(RunSpec(cfg, kind=kind, trial=trial, labels=lab))
@@ -273,52 +533,106 @@ class Sweep:
         return len(self.runs)
 
 
-def parse_sweep(doc: Mapping[str, Any], name: str = "sweep") -> Sweep:
-    """A :class:`Sweep` from a parsed sweep document (the TOML format of the module docstring)."""
-    known = {"name", "trials", "seeds", "base", "axes", "kind"}
-    unknown = sorted(set(doc) - known)
-    if unknown:
-        raise ValueError(f"unknown top-level key(s) {unknown} in the sweep; known: {sorted(known)}")
-    name = str(doc.get("name", name))
+#: the top-level keys of a sweep file
+SWEEP_KEYS = ("name", "trials", "seeds", "base", "axes", "kind")
+
+
+def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
+                folder: str | os.PathLike | None = None) -> Sweep:
+    """A :class:`Sweep` from a parsed sweep document (the TOML format of the module docstring).
+
+    Everything is checked before a run is built, so that a bad file fails at once
+    with a message naming the key (``base.rounds must be a positive integer, got
+    "ten"``): unknown keys (with the closest known one), each value's type and
+    range against the TrainConfig field it sets, each hyperparameter against the
+    entry it configures, then every run's resolved configuration. The sweep's
+    ``name`` (a folder name of the results) must be a plain folder name; a
+    ``data_dir`` must be a relative path that stays inside ``folder`` (the sweep
+    file's folder; it is resolved against it), since nothing read from a file
+    may lead out of its folder.
+    """
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"a sweep is a table of keys, got {_show(doc)}")
+    for key in doc:
+        if key not in SWEEP_KEYS:
+            raise ValueError(f"unknown top-level key {key!r}{_suggest(key, SWEEP_KEYS)}; "
+                             f"the keys of a sweep file are: {', '.join(SWEEP_KEYS)}")
+    name = check_name(doc["name"] if "name" in doc else name,
+                      "name" if "name" in doc else "the file name (used when name = ... is absent)")
+    for table in ("base", "axes"):
+        if table in doc and not isinstance(doc[table], Mapping):
+            raise ValueError(f"{table} must be a table ([{table}]), got {_show(doc[table])}")
+    base = dict(doc.get("base", {}))
+    kind = doc.get("kind", "train")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {_show(kind)}"
+                         f"{_suggest(kind, KINDS)}")
     if "trials" in doc and "seeds" in doc:
         raise ValueError("give either trials = N or seeds = [...], not both")
     if "seeds" in doc:
-        seeds = [int(s) for s in doc["seeds"]]
-        if not seeds or any(s < 0 for s in seeds):
+        seeds = doc["seeds"]
+        if not isinstance(seeds, list) or not seeds or \
+                not all(_is_int(s) and s >= 0 for s in seeds):
             raise ValueError("seeds must be a non-empty list of non-negative integers, "
-                             f"got {doc['seeds']}")
+                             f"got {_show(seeds)}")
+        seeds = [int(s) for s in seeds]
+    elif "trials" in doc:
+        trials = doc["trials"]
+        if not _is_int(trials) or trials < 1:
+            raise ValueError(f"trials must be a positive integer, got {_show(trials)}")
+        seeds = list(range(trials))
     else:
-        trials = doc.get("trials", None)
-        if trials is None:
-            seeds = [int(doc.get("base", {}).get("seed", 0))]
-        else:
-            if not isinstance(trials, int) or trials < 1:
-                raise ValueError(f"trials must be a positive integer, got {trials!r}")
-            seeds = list(range(trials))
-    base = dict(doc.get("base", {}))
+        seed = base.get("seed", 0)
+        check_field("seed", seed, "base.")
+        seeds = [int(seed)]
     base.pop("seed", None)
-    axes_doc = doc.get("axes", {})
+    if "data_dir" in base:
+        base["data_dir"] = confine(base["data_dir"], folder, "base.data_dir")
     axes = []
-    for axis_name, values in axes_doc.items():
-        if not isinstance(values, list) or not values:
-            raise ValueError(f"axis {axis_name!r} must be a non-empty list, got {values!r}")
+    for axis_name, values in doc.get("axes", {}).items():
         if axis_name == "seed":
-            raise ValueError("use trials = N or seeds = [...] rather than an axis over seed")
+            raise ValueError("axes.seed: use trials = N or seeds = [...] rather than an axis "
+                             "over seed")
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"axes.{axis_name} must be a non-empty list, got {_show(values)}")
+        values = list(values)
+        for i, v in enumerate(values):
+            if axis_name == "data_dir":
+                values[i] = confine(v, folder, f"axes.data_dir[{i}]")
+            elif isinstance(v, Mapping) and "data_dir" in v:
+                values[i] = {**v, "data_dir": confine(v["data_dir"], folder,
+                                                      f"axes.{axis_name}[{i}].data_dir")}
         axes.append(Axis(axis_name, tuple(values)))
-    runs = expand(base, axes, seeds=seeds, kind=doc.get("kind", "train"))
+    runs = expand(base, axes, seeds=seeds, kind=kind)
+    for run in runs:
+        try:
+            run.config.resolved()
+        except (ValueError, TypeError, KeyError) as exc:
+            what = ", ".join(f"{k} {v}" for k, v in run.labels.items()) or "every run"
+            msg = exc.args[0] if exc.args else exc
+            raise ValueError(f"the run with {what} (seed {run.config.seed}) is not valid: "
+                             f"{msg}") from None
+    check_unique(runs)
     return Sweep(name, tuple(runs))
 
 
 def load_sweep(path: str | pathlib.Path) -> Sweep:
-    """Read a sweep file (TOML, see the module docstring)."""
+    """Read and check a sweep file (TOML, see the module docstring and :func:`parse_sweep`).
+
+    Every error is a one-line ValueError starting with the file's path.
+    """
     path = pathlib.Path(path)
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the sweep file: {exc.strerror or exc}") from None
     try:
-        return parse_sweep(doc, name=path.stem)
+        return parse_sweep(doc, name=path.stem, folder=path.parent)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
 

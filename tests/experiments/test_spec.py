@@ -71,9 +71,9 @@ def test_presets_set_defense_and_detect():
     assert (c.defense, c.detect) == ("krum", "gradient")
     c = make_config({"preset": "no-defense"})
     assert c.defense == "none"
-    with pytest.raises(ValueError, match="preset 'bogus'"):
+    with pytest.raises(ValueError, match='preset must be one of .*, got "bogus"'):
         make_config({"preset": "bogus"})
-    with pytest.raises(ValueError, match="'colour' is not a configuration field"):
+    with pytest.raises(ValueError, match="colour is not a configuration field"):
         make_config({"colour": "red"})
 
 

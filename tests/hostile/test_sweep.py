@@ -1,0 +1,197 @@
+"""Hostile sweep files: every path or name read from a sweep file stays in its folder, and
+every bad value is refused, before anything runs, with one line naming the file, the key
+and the value."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+from rfrs_ref.experiments.spec import load_sweep, parse_sweep
+
+#: a sweep that runs in well under a second per run (synthetic, 2 rounds)
+TINY = textwrap.dedent('''
+    [base]
+    dataset = "synthetic"
+    dataset_params = { n_users = 60, n_items = 40, mean_items = 8.0 }
+    client_fraction = 0.2
+    rounds = 2
+''')
+
+
+def sweep_cli(*args):
+    """Run ``rfrs-ref sweep ARGS``; exceptions other than click's exits propagate (a traceback
+    would fail the test)."""
+    res = CliRunner().invoke(main, ["sweep", *args], catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+def assert_one_line_error(code: int, output: str, *parts: str) -> None:
+    assert code != 0, output
+    assert "Traceback" not in output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    for part in parts:
+        assert part in lines[0], (part, output)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty working directory holding a finished-looking sweep ``x`` beside results/."""
+    monkeypatch.chdir(tmp_path)
+    for folder in ("x", "results/old"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "summary.md").write_text("precious summary\n")
+        (tmp_path / folder / "results.csv").write_text("precious,table\n")
+    return tmp_path
+
+
+def snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("name", ["../x", "../../x", "results/../x", "/tmp/x", "..", ".",
+                                  ".hidden", "a/b", "a\\b", "", "x\u0000y", "é" * 200])
+def test_name_leading_out_of_results_is_refused(workdir, name):
+    (workdir / "grid.toml").write_text(f"name = {json.dumps(name)}\n" + TINY)
+    before = snapshot(workdir)
+    code, out = sweep_cli("grid.toml", "--workers", "0")
+    assert_one_line_error(code, out, "grid.toml", "name must be a plain folder name",
+                          json.dumps(name)[:40])
+    assert snapshot(workdir) == before
+
+
+def test_name_from_the_file_name_is_checked_too(workdir):
+    (workdir / "...toml").write_text(TINY)  # its stem is ".."
+    before = snapshot(workdir)
+    code, out = sweep_cli("...toml", "--workers", "0")
+    assert_one_line_error(code, out, "...toml", "name = ...")
+    assert snapshot(workdir) == before and not (workdir / "summary.md").exists()
+
+
+def test_a_plain_name_still_runs_into_results(workdir):
+    (workdir / "grid.toml").write_text('name = "tiny-1"\n' + TINY)
+    code, out = sweep_cli("grid.toml", "--workers", "0")
+    assert code == 0, out
+    assert (workdir / "results" / "tiny-1" / "summary.md").is_file()
+    assert (workdir / "x" / "summary.md").read_text() == "precious summary\n"
+
+
+@pytest.mark.parametrize("value, why", [
+    ("/etc", "not absolute"), ("../data", "no '..'"), ("a/../../b", "no '..'"),
+    ("~/data", "not absolute"), ("", "non-empty"), (3, "non-empty relative path"),
+])
+def test_data_dir_must_stay_in_the_sweep_folder(workdir, value, why):
+    (workdir / "grid.toml").write_text(TINY + f"data_dir = {json.dumps(value)}\n")
+    code, out = sweep_cli("grid.toml", "--dry-run")
+    assert_one_line_error(code, out, "grid.toml", "base.data_dir", why)
+
+
+def test_data_dir_leaving_through_a_symlink_is_refused(workdir):
+    os.symlink("/", workdir / "escape")
+    (workdir / "grid.toml").write_text(TINY + 'data_dir = "escape/etc"\n')
+    code, out = sweep_cli("grid.toml", "--dry-run")
+    assert_one_line_error(code, out, "base.data_dir", "symbolic link")
+
+
+def test_data_dir_in_an_axis_table_is_checked(workdir):
+    (workdir / "grid.toml").write_text(
+        TINY + '[axes]\nm = [{ label = "a", data_dir = "../elsewhere" }]\n')
+    code, out = sweep_cli("grid.toml", "--dry-run")
+    assert_one_line_error(code, out, "axes.m[0].data_dir", "../elsewhere")
+
+
+def test_relative_data_dir_is_resolved_against_the_sweep_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "grid.toml"
+    path.write_text(TINY + 'data_dir = "datasets"\n')
+    sw = load_sweep(path)
+    assert {r.config.data_dir for r in sw.runs} == {str((tmp_path / "sub" / "datasets").resolve())}
+    from rfrs_ref.experiments.spec import confine
+
+    assert confine("a/b", None, "x") == "a/b"
+
+
+@pytest.mark.parametrize("body, message", [
+    ('[base]\nrounds = "ten"', 'base.rounds must be a positive integer, got "ten"'),
+    ("[base]\nrounds = 0", "base.rounds must be a positive integer, got 0"),
+    ("[base]\nrounds = 2.5", "base.rounds must be a positive integer, got 2.5"),
+    ("[base]\nrounds = true", "base.rounds must be a positive integer, got true"),
+    ('[base]\nclient_fraction = "0.1"', 'base.client_fraction must be a number in (0, 1]'),
+    ("[base]\nclient_fraction = nan", "base.client_fraction must be a number in (0, 1], got NaN"),
+    ("[base]\nbyzantine_fraction = 1.0", "base.byzantine_fraction must be a number in [0, 1)"),
+    ("[base]\ninit_scale = -inf", "base.init_scale must be a finite non-negative number"),
+    ("[base]\nks = []", "base.ks must be a non-empty list of positive integers"),
+    ('[base]\nks = [1, "5"]', "base.ks must be a non-empty list of positive integers"),
+    ('[base]\nresilience = "yes"', 'base.resilience must be true or false, got "yes"'),
+    ("[base]\neval_every = -1", "base.eval_every must be a positive integer, got -1"),
+    ("[base]\ncheckpoint_every = 0", "base.checkpoint_every must be a positive integer"),
+    ("[base]\nseed = -3", "base.seed must be a non-negative integer, got -3"),
+    ("[base]\ndataset = 3", "base.dataset must be one of"),
+    ('[base]\ndataset = "ml100"', "did you mean 'ml100k'?"),
+    ('[base]\nbackend = "gpu"', 'base.backend must be one of numpy, numba, cuda, got "gpu"'),
+    ('[base]\ndtype = "float16"', "base.dtype must be one of float32, float64"),
+    ('[base]\ndetect = "params"', "base.detect must be one of gradient, parameter"),
+    ('[base]\npreset = "krumm"', "did you mean 'krum'?"),
+    ("[base]\nroundz = 3", "base.roundz is not a configuration field (did you mean 'rounds'?)"),
+    ("[base]\noptimizer_params = 3", "base.optimizer_params must be a table"),
+    ('[base]\noptimizer_params = { lr = "big" }', "base.optimizer_params.lr must be a finite"),
+    ("[base]\noptimizer_params = { lr = inf }", "base.optimizer_params.lr must be a finite"),
+    ('[base]\noptimizer = "sgd"\noptimizer_params = { beta1 = 0.9 }',
+     "base.optimizer_params.beta1: optimizer 'sgd' has no hyperparameter 'beta1'"),
+    ("[base]\ndefense = \"krum\"\ndefense_params = { k = 1.5 }",
+     "base.defense_params.k must be an integer, got 1.5"),
+    ('[base]\ndefense = "krum"\ndefense_params = { fallback = "panic" }',
+     "base.defense_params.fallback must be one of"),
+    ("[base]\nattack = \"ipm\"\nattack_params = { omniscient = 1 }",
+     "base.attack_params.omniscient must be true or false, got 1"),
+    ("[base]\ndataset_params = { n_user = 5 }", "did you mean 'n_users'?"),
+    ('trials = "3"', 'trials must be a positive integer, got "3"'),
+    ("trials = true", "trials must be a positive integer, got true"),
+    ("trials = -1", "trials must be a positive integer, got -1"),
+    ('seeds = [1, "2"]', "seeds must be a non-empty list of non-negative integers"),
+    ("seeds = 4", "seeds must be a non-empty list of non-negative integers, got 4"),
+    ('kind = "capturee"', "kind must be one of train, capture, got \"capturee\""),
+    ("trails = 3", "unknown top-level key 'trails' (did you mean 'trials'?)"),
+    ("base = 3", "base must be a table"),
+    ("axes = [1]", "axes must be a table"),
+    ("[axes]\nrounds = 3", "axes.rounds must be a non-empty list, got 3"),
+    ('[axes]\nrounds = [3, "x"]', 'axes.rounds[1] must be a positive integer, got "x"'),
+    ('[axes]\nm = [{ label = "a", defense = "krumm" }]', "axes.m[0].defense must be one of"),
+    ('[axes]\nm = [{ label = "a", roundz = 1 }]', "axes.m[0].roundz is not a configuration"),
+    ("[axes]\nm = [{ label = [1] }]", "axes.m[0].label must be a string"),
+    ('[axes]\nmethod = ["krum"]', "axes.method is not a configuration field"),
+    ('[axes]\noptimizer = ["sgd"]\n[base]\noptimizer_params = { beta2 = 0.9 }',
+     "base.optimizer_params.beta2: optimizer 'sgd' has no hyperparameter"),
+])
+def test_every_value_is_checked_before_anything_runs(workdir, body, message):
+    (workdir / "grid.toml").write_text(body + "\n")
+    before = snapshot(workdir)
+    # the file is checked before the dry run's listing, as before a real run
+    code, out = sweep_cli("grid.toml", "--dry-run")
+    assert_one_line_error(code, out, "grid.toml: ", message)
+    assert snapshot(workdir) == before
+    assert not (workdir / "results" / "grid").exists()
+
+
+def test_values_are_checked_by_the_library_too():
+    with pytest.raises(ValueError, match='base.rounds must be a positive integer, got "ten"'):
+        parse_sweep({"base": {"rounds": "ten"}})
+
+
+def test_a_sweep_file_that_is_not_text(workdir):
+    (workdir / "grid.toml").write_bytes(b"\xff\xfe\x00name")
+    code, out = sweep_cli("grid.toml", "--dry-run")
+    assert_one_line_error(code, out, "grid.toml", "not valid TOML")
+
+
+def test_a_sweep_file_that_is_a_directory(workdir):
+    (workdir / "grid.toml").mkdir()
+    code, out = sweep_cli("grid.toml", "--dry-run")
+    assert code != 0 and "Traceback" not in out and "grid.toml" in out
