@@ -13,10 +13,24 @@ A dataset is installed into ``<root>/<folder>/`` (the same layout as
    verified are they renamed into place with ``os.replace`` (atomic on POSIX),
    and the folder is fsync'ed.
 
-On any failure (network error, short transfer, bad archive, checksum
-mismatch, interruption by the user) every temporary file is removed, and so
-are the folders this call created, so the destination never holds a partial
-or unverified file. Failures raise :class:`~rfrs_ref.data.errors.DownloadError`
+Sizes are capped before anything is verified, so a hostile or broken server
+cannot fill the disk: a download may hold at most its cap (the manifest's
+size plus a margin of 5%, at least 64 KiB; for the lastfm archive, whose size
+is not pinned, the manifest's ``max_size``). A ``Content-Length`` above the
+cap is refused before the body is read, and the body is read up to cap + 1
+bytes at most, so an endless body stops there. An archive member is capped by
+its file's expected size twice: its declared size is checked before
+extraction, and the bytes are counted while extracting (a zip can lie).
+
+On any failure (network error, short transfer, size over its cap, bad
+archive, checksum mismatch, full disk, interruption by the user) every
+temporary file is removed, and so are the folders this call created, so the
+destination never holds a partial or unverified file. A process killed
+outright (SIGKILL, power loss) cannot clean up: its temporary files are
+named ``.<file>.rfrs-<pid>@<host>.<random>.part``, and the next download
+into the same folder removes those of this host whose process is gone
+(and untagged ``.part`` files older than an hour), while leaving alone the
+files of a download of the same dataset still running in another process. Failures raise :class:`~rfrs_ref.data.errors.DownloadError`
 naming the URL, the file, and for a mismatch the expected and actual sha256.
 
 What is verified is the sha256 of the files the loader reads (the archive's
@@ -41,7 +55,10 @@ import hashlib
 import http.client
 import logging
 import os
+import re
+import socket
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import warnings
@@ -94,9 +111,84 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _owner_tag() -> str:
+    """``rfrs-<pid>@<host>``: who writes a temporary file, so that a later process can tell
+    a file left by a killed download from one still being written."""
+    return f"rfrs-{os.getpid()}@{socket.gethostname()}"
+
+
 def _temp_in(folder: Path, name: str) -> tuple[Path, object]:
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".part")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.{_owner_tag()}.", suffix=".part")
     return Path(tmp), os.fdopen(fd, "wb")
+
+
+_TAGGED_PART = re.compile(r"\..+\.rfrs-(\d+)@(.+)\.[^./]+\.part")
+#: an untagged ``.part`` (an older version's) older than this is taken as abandoned
+UNTAGGED_PART_AGE_S = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: a process of another user holds the pid
+        return True
+    return True
+
+
+def remove_stale_parts(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary ``.part`` files in ``folder`` left by downloads that died
+    without cleaning up; return them.
+
+    A file tagged by this host (``.<file>.rfrs-<pid>@<host>.<random>.part``) is stale
+    when its process no longer exists; a file tagged by another host is left alone
+    (its process cannot be checked from here); an untagged one is stale when older
+    than :data:`UNTAGGED_PART_AGE_S`. A download running concurrently into the same
+    folder is therefore never disturbed.
+    """
+    folder = Path(folder)
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    host, me = socket.gethostname(), os.getpid()
+    for p in entries:
+        if not (p.name.startswith(".") and p.name.endswith(".part")):
+            continue
+        m = _TAGGED_PART.fullmatch(p.name)
+        try:
+            if m is not None:
+                pid = int(m.group(1))
+                stale = m.group(2) == host and pid != me and not _pid_alive(pid)
+            else:
+                stale = time.time() - p.lstat().st_mtime > UNTAGGED_PART_AGE_S
+            if stale and not p.is_dir():
+                p.unlink()
+                removed.append(p)
+        except OSError:
+            continue  # vanished meanwhile, or not ours to remove
+    for p in removed:
+        log.info("removed %s, left by an interrupted download", p)
+    return removed
+
+
+def _too_large(url: str, label: str, cap: int, what: str) -> DownloadError:
+    return DownloadError(
+        f"downloading {url} was stopped: {label} {what}, more than the {cap:,} bytes expected "
+        "at most (the manifest's size plus its margin); this is not the published file, and "
+        "nothing was installed",
+        url=url, file=label,
+    )
+
+
+def _disk_error(url: str, path: Path, e: OSError) -> DownloadError:
+    return DownloadError(
+        f"writing {path} failed while downloading {url}: {e.strerror or e}; nothing was "
+        "installed (free some space or choose another --data-dir / --cache-dir)",
+        url=url, file=path.name,
+    )
 
 
 @contextlib.contextmanager
@@ -118,8 +210,12 @@ def _created_dirs(folder: Path) -> Iterator[None]:
 
 
 def _stream(url: str, folder: Path, label: str, progress: ProgressCallback | None,
-            timeout: float) -> tuple[Path, str]:
-    """Download ``url`` into a temporary file in ``folder``; return (path, sha256)."""
+            timeout: float, cap: int) -> tuple[Path, str]:
+    """Download ``url`` into a temporary file in ``folder``; return (path, sha256).
+
+    At most ``cap + 1`` bytes are read: a body longer than ``cap`` (or a
+    Content-Length above it) is a DownloadError, whatever the server sends.
+    """
     tmp, fh = _temp_in(folder, label.replace("/", "_"))
     h = hashlib.sha256()
     done = 0
@@ -131,14 +227,23 @@ def _stream(url: str, folder: Path, label: str, progress: ProgressCallback | Non
                 with urllib.request.urlopen(req, timeout=timeout) as resp:
                     length = resp.headers.get("Content-Length")
                     total = int(length) if length and length.isdigit() else None
+                    if total is not None and total > cap:
+                        raise _too_large(url, label, cap, f"announces {total:,} bytes")
                     if progress is not None:
                         progress(label, 0, total)
-                    while block := resp.read(_CHUNK):
-                        fh.write(block)
+                    while block := resp.read(min(_CHUNK, cap + 1 - done)):
+                        try:
+                            fh.write(block)
+                        except OSError as e:
+                            raise _disk_error(url, tmp, e) from e
                         h.update(block)
                         done += len(block)
                         if progress is not None:
                             progress(label, done, total)
+                        if done > cap:
+                            raise _too_large(url, label, cap, f"sent more than {cap:,} bytes")
+            except DownloadError:
+                raise
             except urllib.error.HTTPError as e:
                 raise DownloadError(f"downloading {url} failed: HTTP {e.code} {e.reason}",
                                     url=url, file=label) from e
@@ -155,26 +260,54 @@ def _stream(url: str, folder: Path, label: str, progress: ProgressCallback | Non
                     "(Content-Length); nothing was installed, try again",
                     url=url, file=label,
                 )
-            fh.flush()
-            os.fsync(fh.fileno())
+            try:
+                fh.flush()
+                os.fsync(fh.fileno())
+            except OSError as e:
+                raise _disk_error(url, tmp, e) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp, h.hexdigest()
 
 
-def _extract(zf: zipfile.ZipFile, member: str, folder: Path, name: str,
-             url: str) -> tuple[Path, str]:
-    tmp, fh = _temp_in(folder, name)
+def _extract(zf: zipfile.ZipFile, spec: FileSpec, folder: Path, url: str) -> tuple[Path, str]:
+    """Extract ``spec.member`` into a temporary file in ``folder``; return (path, sha256).
+
+    The member is refused when its declared size is above ``spec.cap``, and the
+    extraction stops as soon as more than ``spec.cap`` bytes come out, whatever the
+    archive declares.
+    """
+    member = spec.member
+    declared = zf.getinfo(member).file_size
+    if declared > spec.cap:
+        raise _too_large(url, member, spec.cap, f"declares {declared:,} bytes in the archive")
+    tmp, fh = _temp_in(folder, spec.name)
     h = hashlib.sha256()
+    done = 0
     try:
         with fh, zf.open(member) as src:
-            while block := src.read(_CHUNK):
-                fh.write(block)
+            while block := src.read(min(_CHUNK, spec.cap + 1 - done)):
+                done += len(block)
+                if done > spec.cap:
+                    raise _too_large(url, member, spec.cap,
+                                     f"extracts to more than {spec.cap:,} bytes")
+                try:
+                    fh.write(block)
+                except OSError as e:
+                    raise _disk_error(url, tmp, e) from e
                 h.update(block)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
+            try:
+                fh.flush()
+                os.fsync(fh.fileno())
+            except OSError as e:
+                raise _disk_error(url, tmp, e) from e
+    except DownloadError:
+        tmp.unlink(missing_ok=True)
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, ValueError,
+            NotImplementedError) as e:
+        # RuntimeError: encrypted member; NotImplementedError: unknown compression
         tmp.unlink(missing_ok=True)
         raise DownloadError(f"{url}: extracting {member} failed: {e}", url=url, file=member) from e
     except BaseException:
@@ -205,25 +338,36 @@ def install(
     Files already in the folder are replaced atomically by the verified new ones.
 
     Raises:
-        DownloadError: the transfer failed or was short, the archive is bad or lacks
-            a required member, or a required file's sha256 is not a pinned one.
+        DownloadError: the transfer failed or was short, a size is over its cap, the
+            archive is bad or lacks a required member, a required file's sha256 is not
+            a pinned one, or the destination cannot be written (full disk...).
     """
     folder = Path(root) / m.folder
     url = m.source.url_for(base_url)
+    for spec in m.files:
+        dest = folder / spec.name
+        if dest.is_dir() and not dest.is_symlink():
+            raise DownloadError(f"cannot install {dest}: it is a directory; move it away and "
+                                "try again", url=url, file=spec.name)
     log.info("downloading %s into %s", url, folder)
     temps: dict[str, Path] = {}
     skipped: list[tuple[str, str]] = []
-    with _created_dirs(folder):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(_created_dirs(folder))
+        except OSError as e:
+            raise DownloadError(f"cannot create {folder}: {e.strerror or e}", url=url) from e
+        remove_stale_parts(folder)
         try:
             if m.source.kind == "file":
                 (spec,) = m.files  # a plain-file source carries exactly one file
-                tmp, digest = _stream(url, folder, spec.name, progress, timeout)
+                tmp, digest = _stream(url, folder, spec.name, progress, timeout, spec.cap)
                 temps[spec.name] = tmp
                 if digest not in spec.sha256:
                     raise _mismatch(url, spec, digest)
             elif m.source.kind == "zip":
                 archive, _ = _stream(url, folder, Path(m.source.mirror_path).name, progress,
-                                     timeout)
+                                     timeout, m.source.cap(m.files))
                 try:
                     try:
                         zf = zipfile.ZipFile(archive)
@@ -240,7 +384,13 @@ def install(
                                         url=url, file=spec.member)
                                 skipped.append((spec.name, f"not in the archive {url}"))
                                 continue
-                            tmp, digest = _extract(zf, spec.member, folder, spec.name, url)
+                            try:
+                                tmp, digest = _extract(zf, spec, folder, url)
+                            except DownloadError as err:
+                                if spec.required:
+                                    raise
+                                skipped.append((spec.name, str(err)))
+                                continue
                             temps[spec.name] = tmp
                             if digest not in spec.sha256:
                                 err = _mismatch(url, spec, digest)
@@ -253,7 +403,11 @@ def install(
             else:  # pragma: no cover - guarded by the manifest
                 raise ValueError(f"{m.name}: unknown source kind {m.source.kind!r}")
             for name, tmp in temps.items():
-                os.replace(tmp, folder / name)
+                try:
+                    os.replace(tmp, folder / name)
+                except OSError as e:
+                    raise DownloadError(f"cannot install {folder / name}: {e.strerror or e}",
+                                        url=url, file=name) from e
             _fsync_dir(folder)
         except BaseException:
             for tmp in temps.values():

@@ -14,6 +14,16 @@ import importlib.resources
 import json
 from collections.abc import Mapping
 
+#: a download may exceed a known size by this share (5%), and at least by SIZE_MARGIN_MIN
+#: bytes: room for a byte-different copy in circulation (u.item), never for a different file
+SIZE_MARGIN = 0.05
+SIZE_MARGIN_MIN = 1 << 16
+
+
+def size_cap(size: int) -> int:
+    """The most bytes accepted for a file of known ``size``: ``size`` plus the margin."""
+    return size + max(int(size * SIZE_MARGIN), SIZE_MARGIN_MIN)
+
 
 @dataclasses.dataclass(frozen=True)
 class FileSpec:
@@ -26,6 +36,7 @@ class FileSpec:
         sha256: accepted digests (lower-case hex); more than one where several
             byte-different copies of the same content are in circulation.
         member: its path inside the source archive (the file name for plain files).
+        size: its size in bytes (of the copies known to the project).
     """
 
     name: str
@@ -33,6 +44,12 @@ class FileSpec:
     required: bool
     sha256: tuple[str, ...]
     member: str
+    size: int
+
+    @property
+    def cap(self) -> int:
+        """The most bytes a download of this file may hold (:func:`size_cap`)."""
+        return size_cap(self.size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +60,24 @@ class Source:
         kind: ``zip`` (an archive whose members are extracted) or ``file``.
         url: the public URL.
         mirror_path: the path of the same object below a mirror's base URL.
+        size: the published size in bytes of an archive, when known.
+        max_size: for an archive whose size is not pinned, an upper bound in bytes.
     """
 
     kind: str
     url: str
     mirror_path: str
+    size: int | None = None
+    max_size: int | None = None
+
+    def cap(self, files: tuple["FileSpec", ...]) -> int:
+        """The most bytes the download may hold: the archive's size plus the margin (else
+        its ``max_size``); a plain file's own cap."""
+        if self.kind == "file":
+            return max(f.cap for f in files)
+        if self.size is not None:
+            return size_cap(self.size)
+        return int(self.max_size)
 
     def url_for(self, base_url: str | None) -> str:
         """The URL to download from: the public one, or ``<base_url>/<mirror_path>``."""
@@ -99,9 +129,13 @@ def _parse(name: str, d: dict) -> DatasetManifest:
             required=bool(f["required"]),
             sha256=tuple(s.lower() for s in f["sha256"]),
             member=members.get(fname, fname),
+            size=int(f["size"]),
         )
         for fname, f in d["files"].items()
     )
+    if src["kind"] == "zip" and src.get("size") is None and src.get("max_size") is None:
+        raise ValueError(f"datasets.json: {name}: a zip source needs size or max_size (the cap "
+                         "on what is downloaded)")
     counts = d["counts"]
     return DatasetManifest(
         name=name,
@@ -113,7 +147,8 @@ def _parse(name: str, d: dict) -> DatasetManifest:
         n_interactions=int(counts["interactions"]),
         id_ranges={k: (int(v[0]), int(v[1])) for k, v in d.get("id_ranges", {}).items()},
         files=files,
-        source=Source(kind=src["kind"], url=src["url"], mirror_path=src["mirror_path"]),
+        source=Source(kind=src["kind"], url=src["url"], mirror_path=src["mirror_path"],
+                      size=src.get("size"), max_size=src.get("max_size")),
         licence=d.get("licence", ""),
         citation=d.get("citation", ""),
     )
