@@ -42,11 +42,12 @@ class _ProgressBars:
             self._bar.update(done - self._done)
         self._done = done
 
-    def close(self) -> None:
+    def close(self, ok: bool = True) -> None:
+        """End the current bar; ``ok=False`` (a failed download) reports no size."""
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
             self._bar = None
-        elif self._label is not None and not self._total:
+        elif self._label is not None and not self._total and ok:
             click.echo(f"downloaded {self._label}: {_n(self._done)} bytes", err=True)
         self._label = None
 
@@ -65,7 +66,7 @@ def _synthetic_options(f):
 
 @click.group()
 def data() -> None:
-    """List, fetch and describe datasets (SPEC §1).
+    """List, fetch and describe datasets (see docs/datasets.md).
 
     Real datasets are looked up in --data-dir, then $RFRS_DATA_DIR, then the cache
     ($RFRS_CACHE_DIR/datasets, else ~/.cache/rfrs-ref/datasets).
@@ -79,16 +80,19 @@ def data() -> None:
               help="Dataset cache directory.")
 def list_(data_dir, cache_dir) -> None:
     """Every dataset with its size and where it is found."""
-    from rfrs_ref.data import DATASETS, Synthetic, locate, manifests
+    from rfrs_ref.data import DATASETS, DatasetNotFoundError, Synthetic, locate, manifests
 
     rows = [("name", "users", "items", "interactions", "location")]
     real = manifests()
     for name in DATASETS:
         if name in real:
             m = real[name]
-            where = locate(name, data_dir, cache_dir=cache_dir)
-            rows.append((name, _n(m.n_users), _n(m.n_items), _n(m.n_interactions),
-                         str(where) if where is not None else "not present"))
+            try:
+                where = locate(name, data_dir, cache_dir=cache_dir)
+                shown = str(where) if where is not None else "not present"
+            except DatasetNotFoundError as e:
+                shown = f"unreadable: {e}"
+            rows.append((name, _n(m.n_users), _n(m.n_items), _n(m.n_interactions), shown))
         else:
             d = DATASETS.get(name)().load()
             where = "generated (default parameters)" if DATASETS.get(name) is Synthetic \
@@ -115,7 +119,14 @@ def list_(data_dir, cache_dir) -> None:
               help="Seconds of network silence before giving up.")
 def fetch(name, data_dir, cache_dir, mirror, force, timeout) -> None:
     """Download dataset NAME, verify its sha256 and report where it is."""
-    from rfrs_ref.data import DATASETS, DownloadError, locate, manifests, verify_folder
+    from rfrs_ref.data import (
+        DATASETS,
+        DatasetNotFoundError,
+        DownloadError,
+        locate,
+        manifests,
+        verify_folder,
+    )
     from rfrs_ref.data import fetch as fetch_dataset
 
     if name not in DATASETS:
@@ -125,7 +136,10 @@ def fetch(name, data_dir, cache_dir, mirror, force, timeout) -> None:
         click.echo(f"{name} is generated on demand; there is nothing to fetch.")
         return
     if data_dir is None and not force:
-        found = locate(name, cache_dir=cache_dir)
+        try:
+            found = locate(name, cache_dir=cache_dir)
+        except DatasetNotFoundError as e:
+            raise click.ClickException(str(e)) from None
         if found is not None:
             problems = verify_folder(found, manifests()[name])
             if not problems:
@@ -139,7 +153,13 @@ def fetch(name, data_dir, cache_dir, mirror, force, timeout) -> None:
         result = fetch_dataset(name, data_dir, cache_dir=cache_dir, base_url=mirror,
                                force=force, progress=bars, timeout=timeout)
     except DownloadError as e:
+        bars.close(ok=False)
         raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        bars.close(ok=False)
+        click.echo(f"\ninterrupted: nothing of {name} was installed; run the same command "
+                   "again to download it", err=True)
+        raise SystemExit(130) from None
     finally:
         bars.close()
     if result.url is None:
@@ -149,7 +169,10 @@ def fetch(name, data_dir, cache_dir, mirror, force, timeout) -> None:
     click.echo(f"{name}: verified {', '.join(result.installed)} (sha256) into {result.folder}")
     for fname, reason in result.skipped:
         click.echo(f"{name}: optional {fname} not installed: {reason}", err=True)
-    found = locate(name, cache_dir=cache_dir)
+    try:
+        found = locate(name, cache_dir=cache_dir)
+    except DatasetNotFoundError:
+        found = None
     if data_dir is None and found is not None and found != result.folder:
         click.echo(f"note: {found} is found first when loading {name}", err=True)
 
@@ -188,6 +211,9 @@ def info(name, data_dir, cache_dir, download, as_json, **synthetic_params) -> No
         data = load_dataset(name, data_dir, cache_dir=cache_dir, download=download, **params)
     except (DatasetNotFoundError, DatasetFormatError, DownloadError, ValueError) as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # unreadable between lookup and reading, e.g. permissions changed
+        raise click.ClickException(f"{e.filename}: {e.strerror}" if e.filename else str(e)) \
+            from None
     stats = dataset_info(data)
     if as_json:
         click.echo(json.dumps(stats.to_dict(), indent=2))

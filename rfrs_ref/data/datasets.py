@@ -1,4 +1,4 @@
-"""The dataset registry, lookup, fetching and loading (SPEC §1).
+"""The dataset registry, lookup, fetching and loading (docs/datasets.md).
 
 Lookup. ``load_dataset(name, data_dir)`` looks for ``<root>/<folder>/`` holding
 the dataset's required files in, in order:
@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import ClassVar
 
 from rfrs_ref.data.base import Interactions
 from rfrs_ref.data.download import Fetched, ProgressCallback, install, mirror_from_env
-from rfrs_ref.data.errors import DatasetNotFoundError
+from rfrs_ref.data.errors import DatasetNotFoundError, DownloadError
 from rfrs_ref.data.loaders import Loaded, load_folder, load_names, sha256_file
 from rfrs_ref.data.manifest import DatasetManifest, manifest, manifests
 from rfrs_ref.data.synthetic import synthetic
@@ -75,16 +77,89 @@ def search_path(data_dir: str | os.PathLike | None = None,
     return out
 
 
+NOT_FOUND = "not found"
+
+
+def probe_file(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as a dataset file, or None when it can.
+
+    The reasons, in words for a message: ``not found`` (nothing there, or a
+    folder on the way is missing), ``a broken symbolic link (to TARGET)``,
+    ``a symbolic link loop``, ``a directory, not a file``, ``not a regular
+    file``, ``permission denied``, or the system's own words for anything else.
+    Only ``not found`` means the file is simply absent.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            try:
+                return f"a broken symbolic link (to {os.readlink(path)})"
+            except OSError:
+                return "a broken symbolic link"
+        return NOT_FOUND
+    except NotADirectoryError:
+        return NOT_FOUND
+    except PermissionError:
+        return "permission denied (on the path to it)"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return e.strerror or str(e)
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if not os.access(path, os.R_OK):
+        return "permission denied"
+    return None
+
+
 def has_dataset(root: str | os.PathLike, m: DatasetManifest) -> bool:
-    """Whether ``<root>/<folder>/`` holds every required file of ``m``."""
+    """Whether ``<root>/<folder>/`` holds every required file of ``m``, readable."""
     folder = Path(root) / m.folder
-    return all((folder / f.name).is_file() for f in m.required_files)
+    return all(probe_file(folder / f.name) is None for f in m.required_files)
+
+
+def _unusable(root: Path, m: DatasetManifest) -> list[str]:
+    """``"<path> is <reason>"`` for each required file of ``m`` under ``root`` that is
+    present but cannot be read (a directory, a link loop, permission denied...)."""
+    out = []
+    for f in m.required_files:
+        path = root / m.folder / f.name
+        why = probe_file(path)
+        if why is not None and why != NOT_FOUND:
+            out.append(f"{path} is {why}")
+    return out
+
+
+def _searched(name: str, data_dir, cache_dir) -> str:
+    """Where ``name`` was looked for, for a message: each folder, where it comes from, and
+    what is wrong there."""
+    m = manifest(name)
+    parts = []
+    for why, root in search_path(data_dir, cache_dir):
+        label = {"data_dir": "data_dir / --data-dir", "cache": "the cache"}.get(why, why)
+        missing = [f.name for f in m.required_files
+                   if probe_file(root / m.folder / f.name) is not None]
+        state = "no " + ", ".join(missing) if missing else "present"
+        if not (root / m.folder).exists():
+            state = "not found"
+        parts.append(f"{root / m.folder} ({label}: {state})")
+    return "; ".join(parts)
 
 
 def locate(name: str, data_dir: str | os.PathLike | None = None, *,
            cache_dir: str | os.PathLike | None = None) -> Path | None:
     """The folder holding real dataset ``name``, searched as documented above; None when
-    absent (and always None for generated datasets such as ``synthetic``)."""
+    absent (and always None for generated datasets such as ``synthetic``).
+
+    Raises:
+        DatasetNotFoundError: a searched folder holds a required file that cannot be
+            read (a directory, a symbolic link loop, permission denied): the message
+            names the path and the reason instead of moving on to another copy.
+    """
     DATASETS.get(name)  # unknown names fail with the list of choices
     if name not in manifests():
         return None
@@ -92,6 +167,12 @@ def locate(name: str, data_dir: str | os.PathLike | None = None, *,
     for _, root in search_path(data_dir, cache_dir):
         if has_dataset(root, m):
             return root / m.folder
+        bad = _unusable(root, m)
+        if bad:
+            # a copy that is there but unreadable is reported, not passed over for another
+            raise DatasetNotFoundError(
+                f"dataset {name!r} cannot be read: {'; '.join(bad)}. Fix or remove it "
+                f"(`rfrs-ref data fetch {name} --data-dir {root}` installs a fresh copy)")
     return None
 
 
@@ -101,8 +182,9 @@ def verify_folder(folder: str | os.PathLike, m: DatasetManifest) -> list[str]:
     problems = []
     for f in m.required_files:
         path = Path(folder) / f.name
-        if not path.is_file():
-            problems.append(f"{path}: missing")
+        why = probe_file(path)
+        if why is not None:
+            problems.append(f"{path}: {'missing' if why == NOT_FOUND else why}")
             continue
         digest = sha256_file(path)
         if digest not in f.sha256:
@@ -168,7 +250,7 @@ class Dataset(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class RealDataset(Dataset):
-    """One of the four datasets of the SPEC §1 table, read from disk or downloaded."""
+    """One of the four datasets of the table of docs/datasets.md, read from disk or downloaded."""
 
     @property
     def manifest(self) -> DatasetManifest:
@@ -181,16 +263,26 @@ class RealDataset(Dataset):
         found = locate(self.name, data_dir, cache_dir=cache_dir)
         if found is not None:
             return found
+        need = ", ".join(f.name for f in self.manifest.required_files)
         if not download:
-            searched = "; ".join(f"{p / self.manifest.folder} ({why})"
-                                 for why, p in search_path(data_dir, cache_dir))
-            need = ", ".join(f.name for f in self.manifest.required_files)
             raise DatasetNotFoundError(
-                f"dataset {self.name!r} ({need}) was not found in: {searched}. Set "
-                f"{DATA_DIR_ENV}, or run `rfrs-ref data fetch {self.name}` to download it."
+                f"dataset {self.name!r} ({need}) was not found in: "
+                f"{_searched(self.name, data_dir, cache_dir)}. Set {DATA_DIR_ENV} to a "
+                f"directory holding {self.manifest.folder}/, or run `rfrs-ref data fetch "
+                f"{self.name}` to download it."
             )
-        return fetch(self.name, cache_dir=cache_dir, base_url=base_url,
-                     progress=progress).folder
+        try:
+            return fetch(self.name, cache_dir=cache_dir, base_url=base_url,
+                         progress=progress).folder
+        except DownloadError as e:
+            raise DownloadError(
+                f"dataset {self.name!r} ({need}) was not found in: "
+                f"{_searched(self.name, data_dir, cache_dir)}; and downloading it failed: "
+                f"{e}. Run `rfrs-ref data fetch {self.name}` on a machine with network "
+                f"access and copy {self.manifest.folder}/ here, or set {DATA_DIR_ENV} to a "
+                f"directory holding {self.manifest.folder}/.",
+                url=e.url, file=e.file, expected=e.expected, actual=e.actual,
+            ) from e
 
     def load_full(self, data_dir=None, *, download: bool = True, cache_dir=None,
                   base_url: str | None = None, verify: bool = True,

@@ -1,4 +1,4 @@
-"""Verified, atomic downloads of the real datasets (SPEC §1).
+"""Verified, atomic downloads of the real datasets (docs/datasets.md).
 
 A dataset is installed into ``<root>/<folder>/`` (the same layout as
 ``RFRS_DATA_DIR``) from its public source, or from a mirror:
@@ -174,11 +174,10 @@ def remove_stale_parts(folder: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _too_large(url: str, label: str, cap: int, what: str) -> DownloadError:
+def _too_large(url: str, label: str, what: str) -> DownloadError:
     return DownloadError(
-        f"downloading {url} was stopped: {label} {what}, more than the {cap:,} bytes expected "
-        "at most (the manifest's size plus its margin); this is not the published file, and "
-        "nothing was installed",
+        f"downloading {url} was stopped: {what} (its known size plus a margin): this is not "
+        "the published file, and nothing was installed",
         url=url, file=label,
     )
 
@@ -228,7 +227,9 @@ def _stream(url: str, folder: Path, label: str, progress: ProgressCallback | Non
                     length = resp.headers.get("Content-Length")
                     total = int(length) if length and length.isdigit() else None
                     if total is not None and total > cap:
-                        raise _too_large(url, label, cap, f"announces {total:,} bytes")
+                        raise _too_large(url, label, f"the server announces {total:,} bytes "
+                                         f"for {label}, more than the {cap:,} bytes the "
+                                         "manifest allows")
                     if progress is not None:
                         progress(label, 0, total)
                     while block := resp.read(min(_CHUNK, cap + 1 - done)):
@@ -241,7 +242,8 @@ def _stream(url: str, folder: Path, label: str, progress: ProgressCallback | Non
                         if progress is not None:
                             progress(label, done, total)
                         if done > cap:
-                            raise _too_large(url, label, cap, f"sent more than {cap:,} bytes")
+                            raise _too_large(url, label, f"the server sent more than the "
+                                             f"{cap:,} bytes the manifest allows for {label}")
             except DownloadError:
                 raise
             except urllib.error.HTTPError as e:
@@ -281,7 +283,8 @@ def _extract(zf: zipfile.ZipFile, spec: FileSpec, folder: Path, url: str) -> tup
     member = spec.member
     declared = zf.getinfo(member).file_size
     if declared > spec.cap:
-        raise _too_large(url, member, spec.cap, f"declares {declared:,} bytes in the archive")
+        raise _too_large(url, member, f"{member} declares {declared:,} bytes in the archive, "
+                         f"more than the {spec.cap:,} bytes the manifest allows")
     tmp, fh = _temp_in(folder, spec.name)
     h = hashlib.sha256()
     done = 0
@@ -290,8 +293,8 @@ def _extract(zf: zipfile.ZipFile, spec: FileSpec, folder: Path, url: str) -> tup
             while block := src.read(min(_CHUNK, spec.cap + 1 - done)):
                 done += len(block)
                 if done > spec.cap:
-                    raise _too_large(url, member, spec.cap,
-                                     f"extracts to more than {spec.cap:,} bytes")
+                    raise _too_large(url, member, f"{member} extracts to more than the "
+                                     f"{spec.cap:,} bytes the manifest allows")
                 try:
                     fh.write(block)
                 except OSError as e:

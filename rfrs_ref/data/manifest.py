@@ -88,7 +88,7 @@ class Source:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetManifest:
-    """Everything the project knows about one real dataset (SPEC §1 table)."""
+    """Everything the project knows about one real dataset (the table of docs/datasets.md)."""
 
     name: str
     title: str
