@@ -278,9 +278,10 @@ class RealDataset(Dataset):
             raise DownloadError(
                 f"dataset {self.name!r} ({need}) was not found in: "
                 f"{_searched(self.name, data_dir, cache_dir)}; and downloading it failed: "
-                f"{e}. Run `rfrs-ref data fetch {self.name}` on a machine with network "
-                f"access and copy {self.manifest.folder}/ here, or set {DATA_DIR_ENV} to a "
-                f"directory holding {self.manifest.folder}/.",
+                f"{e}. Run `rfrs-ref data fetch {self.name}` (on a machine with network "
+                f"access, then copy its {self.manifest.folder}/ folder into one of these "
+                f"places), or set {DATA_DIR_ENV} to a directory holding "
+                f"{self.manifest.folder}/.",
                 url=e.url, file=e.file, expected=e.expected, actual=e.actual,
             ) from e
 
