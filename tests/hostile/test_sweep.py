@@ -195,3 +195,14 @@ def test_a_sweep_file_that_is_a_directory(workdir):
     (workdir / "grid.toml").mkdir()
     code, out = sweep_cli("grid.toml", "--dry-run")
     assert code != 0 and "Traceback" not in out and "grid.toml" in out
+
+
+def test_reproduce_overrides_are_checked_before_anything_is_written(workdir):
+    res = CliRunner().invoke(main, ["reproduce", "10", "--quick", "--set", 'rounds="ten"',
+                                    "--workers", "0", "--no-plot", "--out", "o"],
+                             catch_exceptions=False)
+    assert res.exit_code != 0
+    assert "Traceback" not in res.output
+    assert res.output.strip().splitlines()[-1] == \
+        'Error: override: rounds must be a positive integer, got "ten"'
+    assert not (workdir / "o").exists()
