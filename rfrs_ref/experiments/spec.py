@@ -58,6 +58,14 @@ Sweep files (TOML)
 - ``kind = "capture"`` (top level) makes every run a capture run.
 - Runs are ordered as the axes are written, the last axis varying fastest,
   trials innermost. Two runs of a sweep with the same key are an error.
+
+A sweep file is hostile input. Before any run is built, every key is checked
+(unknown keys are errors naming the closest known one) and every value against
+the field it sets (``grid.toml: base.rounds must be a positive integer, got
+"ten"``; see :func:`check_field` and :func:`check_params`); ``name`` must be
+a plain folder name and ``data_dir`` a relative path inside the file's folder
+(:func:`check_name`, :func:`confine`), so nothing read from the file leads out
+of its folder. See docs/reproduction.md, "Failure behaviour".
 """
 
 from __future__ import annotations
@@ -265,11 +273,18 @@ _FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
+#: fields whose default None means "work it out" (rounds from the dataset...)
+_NONE_MEANS_DEFAULT = frozenset(f.name for f in dataclasses.fields(TrainConfig)
+                                if f.default is None)
+
+
 def check_field(name: str, value: Any, where: str = "", label: str | None = None) -> None:
     """ValueError ``<label> must be <what>, got <value>`` unless ``value`` suits the
     TrainConfig field ``name`` (type, range, and for names the registry's choices);
     ``label`` defaults to ``<where><name>``."""
     label = label or f"{where}{name}"
+    if value is None and name in _NONE_MEANS_DEFAULT:
+        return  # JSON null (from --set) asks for the default; TOML has no null
     choices = _choices()
     if name in choices:
         if not isinstance(value, str):

@@ -166,3 +166,17 @@ def test_toml_syntax_error_names_the_file(tmp_path):
     path.write_text("trials = \n")
     with pytest.raises(ValueError, match="bad.toml: not valid TOML"):
         load_sweep(path)
+
+
+def test_every_configuration_field_has_a_check():
+    """A new TrainConfig field needs its entry in the checks of sweep files and overrides."""
+    from rfrs_ref.experiments import spec
+
+    assert set(spec.CONFIG_FIELDS) == set(spec._FIELD_CHECKS) | set(spec._choices())
+
+
+@pytest.mark.parametrize("name, value", [("rounds", None), ("verify", None), ("ks", [1, 10]),
+                                         ("client_fraction", 1), ("byzantine_fraction", 0)])
+def test_checks_accept_what_the_configuration_accepts(name, value):
+    c = make_config({name: value})
+    assert getattr(c, name) == (tuple(value) if isinstance(value, list) else value)
