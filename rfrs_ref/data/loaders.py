@@ -35,7 +35,7 @@ import os
 import numpy as np
 
 from rfrs_ref.data.base import Interactions
-from rfrs_ref.data.errors import DatasetFormatError
+from rfrs_ref.data.errors import DatasetFormatError, DatasetNotFoundError
 from rfrs_ref.data.formats import check_line_count, read_count_lists, read_names, read_table
 from rfrs_ref.data.manifest import DatasetManifest
 
@@ -137,8 +137,11 @@ def _check_counts(path: str, data: Interactions, m: DatasetManifest) -> None:
 
 
 def _read(path: str) -> tuple[bytes, str]:
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as e:  # e.g. its permissions changed since the lookup
+        raise DatasetNotFoundError(f"{path} cannot be read: {e.strerror or e}") from None
     return raw, hashlib.sha256(raw).hexdigest()
 
 

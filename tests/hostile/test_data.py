@@ -490,3 +490,13 @@ def test_caps_come_from_the_manifest():
             assert f.size > 0 and f.size < f.cap <= f.size + max(f.size // 20, 1 << 16)
         assert m.source.cap(m.files) >= max(f.cap for f in m.files)
     assert resource.RLIMIT_FSIZE is not None
+
+
+def test_file_unreadable_after_the_lookup(tmp_path):
+    from rfrs_ref.data.loaders import load_folder
+
+    folder = tmp_path / "citeulike-a"
+    folder.mkdir()
+    (folder / "users.dat").mkdir()  # as if replaced between lookup and reading
+    with pytest.raises(DatasetNotFoundError, match="users.dat cannot be read: Is a directory"):
+        load_folder(folder, manifest("citeulike-a"))
