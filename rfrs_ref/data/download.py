@@ -30,8 +30,9 @@ outright (SIGKILL, power loss) cannot clean up: its temporary files are
 named ``.<file>.rfrs-<pid>@<host>.<random>.part``, and the next download
 into the same folder removes those of this host whose process is gone
 (and untagged ``.part`` files older than an hour), while leaving alone the
-files of a download of the same dataset still running in another process. Failures raise :class:`~rfrs_ref.data.errors.DownloadError`
-naming the URL, the file, and for a mismatch the expected and actual sha256.
+files of a download of the same dataset still running in another process.
+Failures raise :class:`~rfrs_ref.data.errors.DownloadError` naming the URL,
+the file, and for a mismatch the expected and actual sha256.
 
 What is verified is the sha256 of the files the loader reads (the archive's
 members), not of the archives: the archives' own digests are not pinned by
