@@ -32,6 +32,7 @@ same result, bit for bit, on the same machine.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -251,12 +252,15 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------
     def run(self, run_dir: str | os.PathLike | None = None, *, resume: bool = False,
-            progress: Callable[[int, dict, dict | None], None] | None = None) -> TrainResult:
+            progress: Callable[[int, dict, dict | None], None] | None = None,
+            locked: bool = False) -> TrainResult:
         """Train for ``config.rounds`` rounds, evaluating every ``eval_every`` rounds.
 
         ``progress(t, record, latest_metrics)`` is called after every round.
         With ``resume``, continue from ``run_dir``'s checkpoint (from round 0
-        when the run stopped before its first one).
+        when the run stopped before its first one). ``locked``: the caller
+        already holds ``run_dir``'s :class:`~rfrs_ref.files.DirectoryLock` (else
+        the run takes it, and releases it when it ends).
 
         Raises:
             rfrs_ref.files.DirectoryLocked: another process owns ``run_dir``
@@ -273,7 +277,7 @@ class Trainer:
             if resume:
                 raise ValueError("resume needs the run directory")
             return self._run(None, False, progress)
-        with DirectoryLock(run_dir):
+        with contextlib.nullcontext() if locked else DirectoryLock(run_dir):
             out = RunDirectory(run_dir)
             from_checkpoint = out.prepare(self.config, resume)
             return self._run(out, from_checkpoint, progress)
