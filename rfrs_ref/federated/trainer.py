@@ -37,6 +37,7 @@ import csv
 import dataclasses
 import datetime
 import json
+import math
 import os
 import pathlib
 import platform
@@ -94,21 +95,28 @@ class NonFiniteState(ValueError):
         super().__init__(msg)
 
 
-def first_non_finite(arrays: Mapping[str, np.ndarray]) -> tuple[str, int, int] | None:
+def first_non_finite(arrays: Mapping[str, np.ndarray],
+                     norms: Mapping[str, float] | None = None) -> tuple[str, int, int] | None:
     """(name, number of non-finite values, size) of the first floating-point array of
     ``arrays`` holding NaN or ±inf, or None when every value is finite.
 
-    One pass per array and no temporary: the float64 sum of an array is finite
-    whenever all its values are (a float32 array cannot overflow it; float64
-    values beyond ~1e300 can, and are then counted exactly), and NaN or ±inf
-    anywhere makes it NaN or ±inf. Only a non-finite sum pays for the exact count.
+    Cheap: NaN or ±inf anywhere makes an array's sum (and its norm) NaN or ±inf, so
+    a finite sum proves the array finite, in one pass without a temporary. A sum
+    can also overflow from finite values near the largest of their dtype; only then,
+    or for a non-finite array, is the exact element-wise count paid. ``norms``:
+    the arrays' norms already computed elsewhere (the round record's
+    ``state_norms``); a finite one proves its array finite with no pass at all.
     """
+    norms = norms or {}
     for name, a in arrays.items():
         a = np.asarray(a)
         if a.dtype.kind not in "fc":
             continue
+        known = norms.get(name)
+        if isinstance(known, (int, float)) and math.isfinite(known):
+            continue
         with np.errstate(over="ignore", invalid="ignore"):
-            total = np.add.reduce(a, axis=None, dtype=np.float64)
+            total = np.add.reduce(a, axis=None)
         if np.isfinite(total):
             continue
         bad = int(a.size - np.count_nonzero(np.isfinite(a)))
@@ -307,7 +315,8 @@ class Trainer:
             state, record = run_round(self.federation, state, t, buf, private)
             evaluate = t % c.eval_every == 0 or t == c.rounds
             # the private vectors only feed the scores: checked when they are evaluated
-            self._check_finite(t, state, private if evaluate else None, last_checkpoint, out)
+            self._check_finite(t, state, private if evaluate else None, last_checkpoint, out,
+                               norms=record.get("state_norms"))
             if c.trace:
                 record["state_checksums"] = state_checksums(state)
             acc.add(record)
@@ -330,8 +339,9 @@ class Trainer:
         return TrainResult(c, final, history, state, out.path if out else None)
 
     @staticmethod
-    def _check_finite(t, state, private, last_checkpoint, out) -> None:
-        bad = first_non_finite(state)
+    def _check_finite(t, state, private, last_checkpoint, out, norms=None) -> None:
+        # the round record's state norms, when there, make this check free
+        bad = first_non_finite(state, norms)
         if bad is None and private is not None:
             bad = first_non_finite({f"private {k}": v for k, v in private.items()})
         if bad is not None:

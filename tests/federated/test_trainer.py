@@ -171,6 +171,10 @@ def _oracle_non_finite(arrays):
 def test_first_non_finite_agrees_with_the_elementwise_oracle(arrays):
     named = {f"a{i}": a for i, a in enumerate(arrays)}
     assert first_non_finite(named) == _oracle_non_finite(named)
+    # norms computed elsewhere (the round record's), as the trainer passes them
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = {k: float(np.linalg.norm(a.astype(np.float64))) for k, a in named.items()}
+    assert first_non_finite(named, norms) == _oracle_non_finite(named)
 
 
 def test_first_non_finite_ignores_integer_arrays_and_counts_exactly():

@@ -159,6 +159,24 @@ def test_a_live_holder_refuses_and_a_dead_one_is_taken_over(run_copy):
     assert not (run_copy / LOCK_NAME).exists()
 
 
+def test_a_sweep_on_a_held_directory_is_refused_and_writes_nothing(tmp_path):
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('trials = 1\n[base]\ndataset = "synthetic"\nrounds = 1\n'
+                    'dataset_params = { n_users = 100, n_items = 120 }\n')
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-P", "-c", HOLD, str(out)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert_refused(invoke("sweep", spec, "--out", out, "--workers", 0), out,
+                       f"process {holder.pid} ")
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+
+
 # -- 2. non-finite server state --------------------------------------------------------------
 @pytest.mark.parametrize("args", [
     ["--optimizer", "sgd", "--attack", "noise", "--noise-sigma", "1e38"],
