@@ -406,6 +406,22 @@ class _Accumulators:
         for k, v in (rec.get("resilience") or {}).items():
             self.resilience[k] = self.resilience.get(k, 0.0) + float(v)
 
+    def problems(self) -> list[str]:
+        """What is wrong with sums read back from a checkpoint (hostile input)."""
+        out = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "resilience":
+                ok = isinstance(v, dict) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                    for x in v.values())
+            else:
+                ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and math.isfinite(v) and v >= 0)
+            if not ok:
+                out.append(f"accumulator {f.name} = {v!r}")
+        return out
+
     def selection(self) -> dict:
         return {
             "byzantine_share_sampled": self.byz_sampled / self.sampled if self.sampled else 0.0,
@@ -543,6 +559,7 @@ class RunDirectory:
             if v.ndim < 1 or v.shape[0] != trainer.data.n_users:
                 problems.append(f"private {k!r} has shape {list(v.shape)}, expected "
                                 f"{trainer.data.n_users} rows")
+        problems += acc.problems()
         if problems:
             raise CheckpointError(f"{path} does not belong to this run ({'; '.join(problems)}); "
                                   f"{restart}")
@@ -600,7 +617,9 @@ class RunDirectory:
         for r in rows:
             if len(r) != len(header):
                 raise ValueError(f"row {r} has {len(r)} fields, the header {len(header)}")
-            int(r[1]), [float(x) for x in r[2:]]
+            int(r[1])
+            if not all(math.isfinite(float(x)) for x in r[2:]):
+                raise ValueError(f"row {r} holds a non-finite value")
 
     def finish(self, final: dict, state, private, t: int) -> None:
         text = json.dumps(final, indent=2) + "\n"

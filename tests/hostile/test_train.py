@@ -425,9 +425,24 @@ def test_resume_from_a_damaged_checkpoint(run_copy, damage):
     assert snapshot(run_copy) == before
 
 
-def test_resume_from_a_checkpoint_of_another_run(run_copy, tmp_path):
-    z = read_npz(run_copy / "checkpoint.npz")
+def _shorter_theta(z):
     z["state_theta"] = z["state_theta"][:-1]
+
+
+def _string_sums(z):
+    acc = json.loads(str(z["accumulators"]))
+    acc["kept"] = "many"
+    z["accumulators"] = np.array(json.dumps(acc))
+
+
+def _round_beyond_the_end(z):
+    z["round"] = np.array(99)
+
+
+@pytest.mark.parametrize("tamper", [_shorter_theta, _string_sums, _round_beyond_the_end])
+def test_resume_from_a_checkpoint_of_another_run(run_copy, tamper):
+    z = read_npz(run_copy / "checkpoint.npz")
+    tamper(z)
     np.savez(run_copy / "checkpoint.npz", **z)
     before = snapshot(run_copy)
     assert_refused(invoke("train", "--resume", run_copy), "checkpoint.npz", "does not belong")
@@ -443,8 +458,12 @@ def test_resume_with_a_garbage_config(run_copy, text):
     assert snapshot(run_copy) == before
 
 
-def test_resume_with_a_damaged_metrics_table(run_copy):
-    (run_copy / "metrics.csv").write_text("round,k,precision\nx,1,0.5\n")
+@pytest.mark.parametrize("text", ["round,k,precision\nx,1,0.5\n",
+                                  "round,k,precision\n0,1,nan\n",
+                                  "round,k,precision\n0,1\n",
+                                  "\n"])
+def test_resume_with_a_damaged_metrics_table(run_copy, text):
+    (run_copy / "metrics.csv").write_text(text)
     before = snapshot(run_copy)
     assert_refused(invoke("train", "--resume", run_copy), "metrics.csv")
     assert snapshot(run_copy) == before
