@@ -170,7 +170,11 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
     if trace_path:
         from rfrs_ref.trace import TraceWriter
 
-        tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
+        try:
+            tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
+        except OSError as exc:
+            raise click.ClickException(f"--trace {trace_path}: {exc.strerror or _one_line(exc)}; "
+                                       "choose a writable file") from None
     c = trainer.config
     click.echo(f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
                f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "

@@ -337,6 +337,14 @@ def test_an_out_that_cannot_be_a_directory(tmp_path):
     assert (tmp_path / "file").read_text() == "not a directory\n"
 
 
+def test_a_trace_that_cannot_be_written(tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "run"
+    assert_refused(invoke("train", *SMALL, "--rounds", 1, "--out", out,
+                          "--trace", tmp_path / "file" / "trace.jsonl"), "--trace", "Not a directory")
+    assert not out.exists()
+
+
 def test_a_read_only_out(tmp_path, monkeypatch):
     # a read-only file system, emulated (root may write anywhere a mode bit forbids)
     def read_only(path, *a, **kw):
