@@ -90,7 +90,8 @@ class NonFiniteState(ValueError):
         if run_dir is not None:
             msg += (f". {run_dir}/checkpoint.npz (round {checkpoint}) is kept" if checkpoint
                     else f". No checkpoint was written in {run_dir}")
-        msg += (". Such uploads reach the state only without a robust defence or without "
+        msg += (". The initial scale is too large for the dtype" if t == 0 else
+                ". Such uploads reach the state only without a robust defence or without "
                 "update-rule verification")
         super().__init__(msg)
 

@@ -204,6 +204,18 @@ def test_a_state_that_explodes_stops_the_run_at_that_round(tmp_path, args):
         assert f"round {int(ckpt['round'])}) is kept" in line
 
 
+@pytest.mark.parametrize("scale, needles", [
+    ("nan", ["init_scale", "finite"]),
+    ("inf", ["init_scale", "finite"]),
+    ("1e39", ["initial state", "'theta'", "initial scale"]),  # beyond float32
+])
+def test_an_initial_state_that_is_not_finite_writes_nothing(tmp_path, scale, needles):
+    out = tmp_path / "run"
+    assert_refused(invoke("train", *SMALL, "--rounds", 2, "--init-scale", scale, "--out", out),
+                   *needles)
+    assert not out.exists()
+
+
 def test_resume_refuses_a_checkpoint_holding_nan(run_copy):
     z = read_npz(run_copy / "checkpoint.npz")
     z["state_theta"][7] = np.nan
