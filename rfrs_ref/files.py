@@ -55,7 +55,7 @@ class DirectoryLock:
     by a live process raises :class:`DirectoryLocked` naming the holder, and
     nothing is written. The kernel releases the lock when its holder's file
     descriptor closes, which happens when the process exits however it ends
-    (SIGKILL, power loss aside for local disks); a later ``acquire()`` then
+    (SIGKILL included; no lock survives a reboot); a later ``acquire()`` then
     takes the directory over. No pid is trusted for the decision, so pid reuse
     cannot keep a dead holder's lock alive; the holder's pid and host are written
     into the file only for the error message. ``release()`` removes the file.
@@ -64,7 +64,7 @@ class DirectoryLock:
     on the same directory in the same process also fails. Child processes that
     inherit the descriptor (``fork`` without ``exec``) keep the lock held until
     they exit too. Raises ``OSError`` when the directory cannot be created or
-    written (read-only, a file in the way).
+    written (read-only, a file in the way, a link planted at ``DIR/.lock``).
     """
 
     def __init__(self, directory: str | os.PathLike) -> None:
@@ -80,7 +80,8 @@ class DirectoryLock:
             raise RuntimeError(f"{self.path} is already held by this lock object")
         self.directory.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # O_NOFOLLOW: a link planted at DIR/.lock must not make us truncate its target
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -123,10 +124,13 @@ class DirectoryLock:
 
     def _holder(self) -> str:
         try:
-            text = self.path.read_text(errors="replace").strip()
+            with open(self.path, "rb") as fh:
+                raw = fh.read(200)
         except OSError:
-            text = ""
-        return text or "another process"
+            raw = b""
+        # written by whoever holds the lock (or planted): one short printable line only
+        text = " ".join(raw.decode("utf-8", "replace").split())
+        return "".join(ch for ch in text if ch.isprintable()) or "another process"
 
     def __enter__(self) -> "DirectoryLock":
         return self.acquire()

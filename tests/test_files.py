@@ -108,3 +108,13 @@ def test_a_lock_file_without_a_live_flock_is_no_lock(tmp_path):
     (tmp_path / LOCK_NAME).write_text(f"process {os.getpid()} on elsewhere\n")
     with DirectoryLock(tmp_path):
         pass
+
+
+def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK_NAME).symlink_to(target)
+    with pytest.raises(OSError):
+        DirectoryLock(tmp_path / "run").acquire()
+    assert target.read_text() == "keep me\n"
