@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import pathlib
 import time
 
@@ -13,6 +15,7 @@ from rfrs_ref.attack import ATTACKS
 from rfrs_ref.cli.options import apply, collect, registry_options
 from rfrs_ref.data import DATASETS
 from rfrs_ref.federated.config import DEFAULT_ROUNDS, TrainConfig
+from rfrs_ref.files import DirectoryLock, DirectoryLocked
 from rfrs_ref.model import MODELS
 from rfrs_ref.optim import OPTIMIZERS
 
@@ -55,7 +58,8 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 @click.option("--detect", type=click.Choice(["gradient", "parameter"]), default="gradient",
               show_default=True, help="What the rule compares: recovered gradients or uploaded θ.")
 @click.option("--preset", type=click.Choice(list(PRESETS)), default=None,
-              help="The paper's defences by name (sets --defense and --detect).")
+              help="The paper's defences by name (sets --defense and --detect; giving either with "
+                   "another value is an error).")
 @click.option("--attack", type=click.Choice(ATTACKS.names()), default="none", show_default=True)
 @click.option("--byzantine-fraction", "alpha", type=click.FloatRange(0, 1, max_open=True), default=0.0,
               show_default=True, help="Fraction α of clients that are Byzantine (fixed set).")
@@ -69,9 +73,11 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=None,
               help="Checkpoint interval in rounds [default: the evaluation interval].")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Run directory [default: runs/<time>-<dataset>].")
+              help="Run directory [default: runs/<time>-<dataset>]; one that already holds a run "
+                   "is refused (continue it with --resume).")
 @click.option("--resume", "resume", type=click.Path(file_okay=False, exists=True), default=None,
-              help="Continue the run in this directory from its last checkpoint (other options ignored).")
+              help="Continue the run in this directory from its last checkpoint (from round 0 if it "
+                   "stopped before one); options that would change the run are refused.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a per-round trace to this file (JSON Lines, docs/traces.md).")
 @apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _attack_opts)
@@ -89,13 +95,15 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
       rfrs-ref train --dataset citeulike-a
       rfrs-ref train --dataset ml100k --attack ascent --byzantine-fraction 0.2 --preset a-rfrs
     """
-    from rfrs_ref.federated.trainer import Trainer, load_config
+    from rfrs_ref.federated.trainer import RunDirectory, Trainer, load_config
 
+    ctx = click.get_current_context()
     if resume:
-        config = load_config(resume)
+        _refuse_options_with_resume(ctx)
         run_dir = pathlib.Path(resume)
     else:
         if preset is not None:
+            _refuse_conflicts_with_preset(ctx, preset, defense=defense, detect=detect)
             defense, detect = PRESETS[preset]
             defense = "none" if defense == "mean" else defense
         try:
@@ -117,22 +125,56 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             client_fraction=client_fraction, init_scale=init_scale, dtype=dtype, seed=seed,
             eval_every=eval_every, ks=ks_t, verify=verify, resilience=resilience,
             checkpoint_every=checkpoint_every, backend=backend)
+        try:
+            config.resolved()  # names and hyperparameters, before anything is written
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(_one_line(exc)) from None
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
-        if (run_dir / "config.json").exists():
-            raise click.UsageError(f"{run_dir} already holds a run; use --resume {run_dir} or another --out")
+
+    # the directory is this process's from here on: a second `train` or `--resume` on it
+    # is refused, with nothing written, until this one exits
+    with _own(run_dir):
+        if resume:
+            try:
+                config = load_config(resume)
+            except (ValueError, FileNotFoundError) as exc:
+                raise click.ClickException(str(exc)) from None
+        else:
+            try:
+                RunDirectory(run_dir).prepare(config.resolved(), resume=False)
+            except ValueError as exc:
+                raise click.ClickException(_one_line(exc)) from None
+        _train(config, run_dir, resume, trace_path)
+
+
+def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
+    from rfrs_ref.federated.trainer import Trainer
 
     if trace_path:
         config.trace = True  # the records then carry gradient norms and state checksums
     try:
         trainer = Trainer(config)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        # on --resume the configuration is the file's: say which file holds the bad value
+        where = f"{run_dir / 'config.json'}: " if resume else ""
+        raise click.ClickException(where + _one_line(exc)) from None
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise click.ClickException(_one_line(exc)) from None
+    except OSError as exc:  # a download that failed (no network, checksum), an unreadable file
+        raise click.ClickException(
+            f"dataset {config.dataset!r}: {_one_line(exc)}; fetch it where there is a network "
+            f"(rfrs-ref data fetch {config.dataset}) and point --data-dir or RFRS_DATA_DIR at it"
+        ) from None
     done = _checkpoint_round(run_dir) if resume else 0
     tracer = None
     if trace_path:
         from rfrs_ref.trace import TraceWriter
 
-        tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
+        try:
+            tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
+        except OSError as exc:
+            raise click.ClickException(f"--trace {trace_path}: {exc.strerror or _one_line(exc)}; "
+                                       "choose a writable file") from None
     c = trainer.config
     click.echo(f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
                f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
@@ -160,9 +202,11 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
                 tracer.write_round(record, latest)
 
         try:
-            result = trainer.run(run_dir, resume=bool(resume), progress=progress)
-        except (ValueError, FileNotFoundError) as exc:
-            raise click.ClickException(str(exc)) from exc
+            result = trainer.run(run_dir, resume=bool(resume), progress=progress, locked=True)
+        except (ValueError, KeyError, FileNotFoundError) as exc:
+            raise click.ClickException(_one_line(exc)) from None
+        except OSError as exc:
+            raise click.ClickException(_os_error(exc, run_dir, started=True)) from None
         finally:
             if tracer is not None:
                 tracer.close()
@@ -170,14 +214,109 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
     _print_summary(result)
 
 
+@contextlib.contextmanager
+def _own(run_dir: pathlib.Path):
+    """Hold ``run_dir``'s lock for the block. Directories this creates for it are
+    removed again if they are still empty at the end (a run refused before writing
+    anything leaves nothing behind)."""
+    created = []
+    for p in (run_dir, *run_dir.parents):
+        if p.exists():
+            break
+        created.append(p)
+    lock = DirectoryLock(run_dir)
+    try:
+        lock.acquire()
+    except DirectoryLocked as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(_os_error(exc, run_dir, started=False)) from None
+    try:
+        yield
+    finally:
+        lock.release()
+        for p in created:
+            try:
+                p.rmdir()  # only when empty
+            except OSError:
+                break
+
+
+#: parameters of `train` that make up the run's configuration (not --out, --resume, --trace)
+_CONFIG_PARAMS = ("dataset", "data_dir", "model", "optimizer", "rounds", "client_fraction",
+                  "init_scale", "dtype", "seed", "eval_every", "ks", "defense", "detect", "preset",
+                  "attack", "alpha", "assumed_byzantine", "verify", "resilience", "backend",
+                  "checkpoint_every", "out", *(g.param for g in _GENERATED))
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _flag(ctx: click.Context, name: str) -> str:
+    for p in ctx.command.params:
+        if p.name == name:
+            return p.opts[0]
+    return f"--{name.replace('_', '-')}"  # pragma: no cover
+
+
+def _refuse_options_with_resume(ctx: click.Context) -> None:
+    """A resumed run is the recorded one: an option that would change it is an error,
+    not silently ignored."""
+    given = [_flag(ctx, n) for n in _CONFIG_PARAMS if _given(ctx, n)]
+    if given:
+        raise click.UsageError(f"--resume continues the run recorded in its directory, so "
+                               f"{', '.join(given)} cannot be given with it; start a new run "
+                               "(--out) to change the configuration")
+
+
+def _refuse_conflicts_with_preset(ctx: click.Context, preset: str, **explicit) -> None:
+    """A preset sets fields (the rule and the detection space); the same fields given
+    explicitly with other values are an error naming both, never silently dropped."""
+    rule, detect = PRESETS[preset]
+    sets = {"defense": "none" if rule == "mean" else rule, "detect": detect}
+    for name, value in explicit.items():
+        if _given(ctx, name) and value != sets[name]:
+            raise click.UsageError(f"--preset {preset} sets {_flag(ctx, name)} {sets[name]}, which "
+                                   f"conflicts with {_flag(ctx, name)} {value}; give one of them")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (a KeyError's message without its quotes)."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(str(text).split()) or type(exc).__name__
+
+
+def _os_error(exc: OSError, run_dir: pathlib.Path, *, started: bool) -> str:
+    """What went wrong writing the run directory, and what to do about it."""
+    where = exc.filename or run_dir
+    reason = exc.strerror or _one_line(exc)
+    if started and (run_dir / "config.json").exists():
+        again = (f"then continue with `rfrs-ref train --resume {run_dir}` (files written so "
+                 "far are complete; the last checkpoint is intact)")
+    else:
+        again = "then run the same command again"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{where}: {reason}; free some space, {again}"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{where}: {reason}; choose a writable run directory (--out)"
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        return f"{where}: {reason}; --out must name a directory (or a path where one can be made)"
+    return f"{where}: {reason}; fix this, {again}"
+
+
 def _checkpoint_round(run_dir: pathlib.Path) -> int:
+    """The round of ``run_dir``'s checkpoint (0 when there is none: the run restarts), for
+    the progress bar; a damaged checkpoint is reported by the run itself."""
     import numpy as np
 
-    path = run_dir / "checkpoint.npz"
-    if not path.exists():
-        raise click.ClickException(f"{path}: no checkpoint to resume from")
-    with np.load(path, allow_pickle=False) as z:
-        return int(z["round"])
+    try:
+        with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as z:
+            return max(0, int(z["round"]))
+    except Exception:  # noqa: BLE001 - absent or damaged: the run says which, with advice
+        return 0
 
 
 def _print_summary(result) -> None:

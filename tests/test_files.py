@@ -27,3 +27,94 @@ def test_a_failed_write_keeps_the_old_content_and_no_temporary(tmp_path):
         atomic_write(path, half)
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]
+
+
+# -- the directory lock ---------------------------------------------------------------------------
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from rfrs_ref.files import LOCK_NAME, DirectoryLock, DirectoryLocked  # noqa: E402
+
+HOLD = ("import sys, time; from rfrs_ref.files import DirectoryLock; "
+        "DirectoryLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")
+
+
+def test_a_held_lock_refuses_another_holder_and_names_the_first(tmp_path):
+    d = tmp_path / "run"
+    with DirectoryLock(d):
+        assert f"process {os.getpid()} on " in (d / LOCK_NAME).read_text()
+        # a second open file of the same process is another owner, refused like any other
+        with pytest.raises(DirectoryLocked, match=f"{d} is in use by process {os.getpid()} on "):
+            DirectoryLock(d).acquire()
+    assert not (d / LOCK_NAME).exists()
+    with DirectoryLock(d):
+        pass
+
+
+def test_the_lock_of_a_killed_process_is_taken_over(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-P", "-c", HOLD, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DirectoryLocked, match=f"process {holder.pid} on "):
+            DirectoryLock(tmp_path).acquire()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+    assert (tmp_path / LOCK_NAME).exists()  # nothing cleaned up after the kill...
+    with DirectoryLock(tmp_path):  # ...and nothing needs to be
+        assert f"process {os.getpid()} on " in (tmp_path / LOCK_NAME).read_text()
+
+
+COUNT = """
+import pathlib, sys
+from rfrs_ref.files import DirectoryLock, DirectoryLocked
+d = pathlib.Path(sys.argv[1]); done = 0
+while done < 40:
+    try:
+        lock = DirectoryLock(d).acquire()
+    except DirectoryLocked:
+        continue
+    try:
+        n = int((d / "count").read_text())
+        (d / "count").write_text(str(n + 1))  # not atomic: only the lock makes it safe
+        done += 1
+    finally:
+        lock.release()
+"""
+
+
+def test_processes_taking_and_releasing_the_lock_never_overlap(tmp_path):
+    (tmp_path / "count").write_text("0")
+    procs = [subprocess.Popen([sys.executable, "-P", "-c", COUNT, str(tmp_path)]) for _ in range(3)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+    assert (tmp_path / "count").read_text() == "120"
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_lock_where_no_directory_can_be_is_an_os_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError):
+        DirectoryLock(tmp_path / "file" / "run").acquire()
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_a_lock_file_without_a_live_flock_is_no_lock(tmp_path):
+    # what a pid-file lock would trust: a live pid (ours) written by a process that holds
+    # nothing; only the kernel's lock counts, so pid reuse cannot keep a directory locked
+    (tmp_path / LOCK_NAME).write_text(f"process {os.getpid()} on elsewhere\n")
+    with DirectoryLock(tmp_path):
+        pass
+
+
+def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK_NAME).symlink_to(target)
+    with pytest.raises(OSError):
+        DirectoryLock(tmp_path / "run").acquire()
+    assert target.read_text() == "keep me\n"

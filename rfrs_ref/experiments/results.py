@@ -12,7 +12,7 @@ The store (a sweep's output directory)
                                 rounds.jsonl, final_metrics.json; state.npz with keep_state)
       results.parquet, .csv     the tidy table of the sweep's runs (below)
       summary.csv, summary.md   mean ± std over trials
-      .lock                     held while a sweep writes here
+      .lock                     held while a sweep writes here (rfrs_ref.files.DirectoryLock)
 
 ``outcome.json`` is the durable record: it is written atomically (a temporary
 file, fsync, rename) as soon as a run finishes, before anything else, and the
@@ -52,7 +52,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from rfrs_ref.experiments.spec import RunSpec
-from rfrs_ref.files import atomic_write
+from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 
 OUTCOME = "outcome.json"
 TABLE = "results"
@@ -120,49 +120,25 @@ def atomic_write_text(path: pathlib.Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-class StoreLocked(RuntimeError):
-    """Another live sweep is writing to the same output directory."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+class StoreLocked(DirectoryLocked):
+    """Another live sweep (or any process holding its lock) is writing to the same
+    output directory."""
 
 
 @contextlib.contextmanager
 def store_lock(out: pathlib.Path):
-    """Hold ``out/.lock`` (the pid of the sweep) while writing; a lock left behind by a
-    process that no longer exists (killed) is taken over."""
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / ".lock"
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                pid = int(path.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and pid != os.getpid() and _pid_alive(pid):
-                raise StoreLocked(f"{out} is in use by another sweep (process {pid}); wait for it "
-                                  f"or remove {path} if that process is not a sweep") from None
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
-        break
-    else:  # pragma: no cover - lost a race twice
-        raise StoreLocked(f"could not take {path}")
+    """Hold the lock of ``out`` (:class:`rfrs_ref.files.DirectoryLock`, ``out/.lock``)
+    while writing. The lock goes with the process that holds it, so one left by a
+    killed sweep is taken over; a live holder raises :class:`StoreLocked` naming it."""
+    lock = DirectoryLock(out)
+    try:
+        lock.acquire()
+    except DirectoryLocked as exc:
+        raise StoreLocked(exc.directory, exc.holder) from None
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)
+        lock.release()
 
 
 # -- the store --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 #: default number of rounds per dataset. Chosen so that a default run of each
@@ -97,6 +98,9 @@ class TrainConfig:
             raise ValueError(f"dtype must be float32 or float64, got {c.dtype!r}")
         if c.backend not in ("numpy", "numba", "cuda"):
             raise ValueError(f"backend must be numpy, numba or cuda, got {c.backend!r}")
+        if not (isinstance(c.init_scale, (int, float)) and math.isfinite(c.init_scale)
+                and c.init_scale >= 0):
+            raise ValueError(f"init_scale must be a finite number ≥ 0, got {c.init_scale!r}")
         if c.rounds is None:
             c.rounds = DEFAULT_ROUNDS.get(c.dataset, FALLBACK_ROUNDS)
         if c.rounds < 1:

@@ -11,7 +11,19 @@ A run directory holds:
 - ``final_metrics.json``: the final evaluation, the popularity baseline, the
   selection statistics and the resilience totals;
 - ``state.npz``: the final server state (``allow_pickle=False``);
-- ``checkpoint.npz``: the latest checkpoint, from which ``resume`` continues.
+- ``checkpoint.npz``: the latest checkpoint, from which ``resume`` continues;
+- ``.lock``: present while a process owns the directory
+  (:class:`rfrs_ref.files.DirectoryLock`).
+
+One process at a time owns a run directory: :meth:`Trainer.run` takes its lock
+before writing anything and a second process is refused (``DirectoryLocked``).
+A directory that already holds a run is never overwritten by a new run
+(:class:`RunExists`), except a run that stopped before its first checkpoint
+with the very same configuration, which starts again. A round whose aggregated
+server state holds NaN or ±inf stops the run (:class:`NonFiniteState`), and a
+checkpoint that cannot continue is refused (:class:`CheckpointError`); in both
+cases the files already written stay as they were. See docs/training.md,
+"Failure behaviour".
 
 Every random choice is drawn from a stream keyed by (seed, name, round), so a
 resumed run draws exactly what the uninterrupted run drew and ends with the
@@ -20,26 +32,98 @@ same result, bit for bit, on the same machine.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
 import json
+import math
 import os
 import pathlib
 import platform
 import sys
 import time
-from typing import Callable
+import zipfile
+from typing import Callable, Mapping
 
 import numpy as np
 
 from rfrs_ref.federated.config import TrainConfig, _rule_name
-from rfrs_ref.federated.population import byzantine_mask, clients_per_round
+from rfrs_ref.federated.population import assumed_byzantine, byzantine_mask, clients_per_round
 from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
-from rfrs_ref.files import atomic_write
+from rfrs_ref.files import DirectoryLock, atomic_write
 from rfrs_ref.seeding import generator
 
 METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall"]
+
+
+#: the files a run writes into its directory (see the module docstring)
+RUN_FILES = ("config.json", "metrics.csv", "rounds.jsonl", "checkpoint.npz", "final_metrics.json",
+             "state.npz")
+
+
+class RunExists(ValueError):
+    """The run directory already holds a run that a new run would overwrite."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint (or the run files beside it) from which a run cannot continue:
+    unreadable, of another configuration, or holding non-finite values."""
+
+
+class NonFiniteState(ValueError):
+    """The server state holds NaN or ±inf after a round: training stops there.
+
+    Attributes:
+        round: the round after which the state is not finite (0: the initial state).
+        array: the name of the first non-finite array (``theta``, ``m``, ...).
+        count: how many of its values are NaN or ±inf.
+        checkpoint: the round of the last checkpoint written (all finite), or None.
+    """
+
+    def __init__(self, t: int, array: str, count: int, size: int, checkpoint: int | None,
+                 run_dir: pathlib.Path | None) -> None:
+        self.round, self.array, self.count, self.checkpoint = t, array, count, checkpoint
+        what = "the initial state" if t == 0 else f"round {t}: the aggregated server state"
+        msg = (f"{what} {array!r} holds {count} non-finite value(s) (NaN or ±inf) of {size}; "
+               "training stopped before evaluating it")
+        if run_dir is not None:
+            msg += (f". {run_dir}/checkpoint.npz (round {checkpoint}) is kept" if checkpoint
+                    else f". No checkpoint was written in {run_dir}")
+        msg += (". The initial scale is too large for the dtype" if t == 0 else
+                ". Such uploads reach the state only without a robust defence or without "
+                "update-rule verification")
+        super().__init__(msg)
+
+
+def first_non_finite(arrays: Mapping[str, np.ndarray],
+                     norms: Mapping[str, float] | None = None) -> tuple[str, int, int] | None:
+    """(name, number of non-finite values, size) of the first floating-point array of
+    ``arrays`` holding NaN or ±inf, or None when every value is finite.
+
+    Cheap: NaN or ±inf anywhere makes an array's sum (and its norm) NaN or ±inf, so
+    a finite sum proves the array finite, in one pass without a temporary. A sum
+    can also overflow from finite values near the largest of their dtype; only then,
+    or for a non-finite array, is the exact element-wise count paid. ``norms``:
+    the arrays' norms already computed elsewhere (the round record's
+    ``state_norms``); a finite one proves its array finite with no pass at all.
+    """
+    norms = norms or {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in "fc":
+            continue
+        known = norms.get(name)
+        if isinstance(known, (int, float)) and math.isfinite(known):
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = np.add.reduce(a, axis=None)
+        if np.isfinite(total):
+            continue
+        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            return name, bad, int(a.size)
+    return None
 
 
 @dataclasses.dataclass
@@ -111,10 +195,31 @@ class Trainer:
             client_fraction=c.client_fraction, assumed_fraction=c.assumed_byzantine,
             seed=c.seed, verify=c.verify, resilience=c.resilience, backend=c.backend,
             trace=c.trace)
+        self._check_rule_precondition()
         self.dtype = np.dtype(c.dtype)
         from rfrs_ref.metrics import eval_users
 
         self.eval_users = eval_users(self.split.test, exclude=self.byzantine)
+
+    def _check_rule_precondition(self) -> None:
+        """Every round samples the same n clients and assumes the same f, so a rule
+        whose precondition fails (and which would raise rather than fall back) fails
+        here, before anything is written, instead of in round 1."""
+        from rfrs_ref.aggregate import PreconditionError
+
+        if getattr(self.rule, "fallback", "error") != "error":
+            return
+        c = self.config
+        n = clients_per_round(self.data.n_users, c.client_fraction)
+        f = assumed_byzantine(c.assumed_byzantine, n)
+        try:
+            self.rule.check(n, f)
+        except PreconditionError as exc:
+            raise PreconditionError(
+                exc.rule, n, f, exc.condition,
+                detail=f"each round samples n = {n} of the {self.data.n_users} clients at client "
+                       f"fraction {c.client_fraction} and assumes f = {f} Byzantine at assumed "
+                       f"fraction {c.assumed_byzantine}") from None
 
     # -- state ----------------------------------------------------------------------
     def initial_state(self) -> tuple[dict[str, np.ndarray], dict | None]:
@@ -156,53 +261,94 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------
     def run(self, run_dir: str | os.PathLike | None = None, *, resume: bool = False,
-            progress: Callable[[int, dict, dict | None], None] | None = None) -> TrainResult:
+            progress: Callable[[int, dict, dict | None], None] | None = None,
+            locked: bool = False) -> TrainResult:
         """Train for ``config.rounds`` rounds, evaluating every ``eval_every`` rounds.
 
         ``progress(t, record, latest_metrics)`` is called after every round.
-        With ``resume``, continue from ``run_dir``'s checkpoint.
+        With ``resume``, continue from ``run_dir``'s checkpoint (from round 0
+        when the run stopped before its first one). ``locked``: the caller
+        already holds ``run_dir``'s :class:`~rfrs_ref.files.DirectoryLock` (else
+        the run takes it, and releases it when it ends).
+
+        Raises:
+            rfrs_ref.files.DirectoryLocked: another process owns ``run_dir``
+                (nothing is written).
+            RunExists: ``run_dir`` holds a run and ``resume`` is False.
+            CheckpointError: the checkpoint cannot continue (unreadable, another
+                configuration, non-finite values); nothing is changed.
+            NonFiniteState: the server state became NaN/±inf; the files stay as
+                after the previous round, the last checkpoint intact.
+            OSError: a file could not be written (full disk, read-only
+                directory); files already complete stay so (atomic writes).
         """
+        if run_dir is None:
+            if resume:
+                raise ValueError("resume needs the run directory")
+            return self._run(None, False, progress)
+        with contextlib.nullcontext() if locked else DirectoryLock(run_dir):
+            out = RunDirectory(run_dir)
+            from_checkpoint = out.prepare(self.config, resume)
+            return self._run(out, from_checkpoint, progress)
+
+    def _run(self, out: "RunDirectory | None", resume: bool, progress) -> TrainResult:
         c = self.config
-        out = RunDirectory(run_dir) if run_dir is not None else None
         pop = self.popularity()
         t0, acc = 0, _Accumulators()
         if resume:
-            if out is None:
-                raise ValueError("resume needs the run directory")
             state, private, t0, acc = out.load_checkpoint(self)
             out.truncate_after(t0)
+            history = out.read_history()
         else:
             state, private = self.initial_state()
+            self._check_finite(0, state, private, None, out)
             if out is not None:
                 out.start(self)
-        history = out.read_history() if (resume and out is not None) else []
+            history = []
         for row in history:  # metrics.csv does not repeat the (fixed) evaluated-client count
             row.setdefault("n_users", int(self.eval_users.size))
         if not resume:
             history.append(self._evaluation_row(0, state, private, pop, out))
+        last_checkpoint = t0 if resume else None
         buf = self.buffers()
         started = time.perf_counter()
         for t in range(t0 + 1, c.rounds + 1):
             state, record = run_round(self.federation, state, t, buf, private)
+            evaluate = t % c.eval_every == 0 or t == c.rounds
+            # the private vectors only feed the scores: checked when they are evaluated
+            self._check_finite(t, state, private if evaluate else None, last_checkpoint, out,
+                               norms=record.get("state_norms"))
             if c.trace:
                 record["state_checksums"] = state_checksums(state)
             acc.add(record)
             if acc.resilience:
                 record["resilience_cumulative"] = dict(acc.resilience)
             latest = None
-            if t % c.eval_every == 0 or t == c.rounds:
+            if evaluate:
                 latest = self._evaluation_row(t, state, private, pop, out)
                 history.append(latest)
             if out is not None:
                 out.append_round(record)
                 if t % c.checkpoint_every == 0 or t == c.rounds:
                     out.save_checkpoint(state, private, t, acc)
+                    last_checkpoint = t
             if progress is not None:
                 progress(t, record, latest)
         final = self._final(history[-1], pop, acc, time.perf_counter() - started)
         if out is not None:
             out.finish(final, state, private, c.rounds)
         return TrainResult(c, final, history, state, out.path if out else None)
+
+    @staticmethod
+    def _check_finite(t, state, private, last_checkpoint, out, norms=None) -> None:
+        # the round record's state norms, when there, make this check free
+        bad = first_non_finite(state, norms)
+        if bad is None and private is not None:
+            bad = first_non_finite({f"private {k}": v for k, v in private.items()})
+        if bad is not None:
+            name, count, size = bad
+            raise NonFiniteState(t, name, count, size, last_checkpoint,
+                                 out.path if out is not None else None)
 
     def _evaluation_row(self, t, state, private, pop, out) -> dict:
         m = self.evaluate(state, private)
@@ -261,6 +407,22 @@ class _Accumulators:
         for k, v in (rec.get("resilience") or {}).items():
             self.resilience[k] = self.resilience.get(k, 0.0) + float(v)
 
+    def problems(self) -> list[str]:
+        """What is wrong with sums read back from a checkpoint (hostile input)."""
+        out = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "resilience":
+                ok = isinstance(v, dict) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                    for x in v.values())
+            else:
+                ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and math.isfinite(v) and v >= 0)
+            if not ok:
+                out.append(f"accumulator {f.name} = {v!r}")
+        return out
+
     def selection(self) -> dict:
         return {
             "byzantine_share_sampled": self.byz_sampled / self.sampled if self.sampled else 0.0,
@@ -276,6 +438,38 @@ class RunDirectory:
 
     def __init__(self, path) -> None:
         self.path = pathlib.Path(path)
+
+    def prepare(self, config: TrainConfig, resume: bool) -> bool:
+        """Decide what a run of ``config`` does with this directory (the caller holds
+        its lock); True: continue from the checkpoint, False: start at round 0.
+
+        A new run (``resume`` False) needs a directory without a run, or one whose
+        run stopped before its first checkpoint with the same configuration (it
+        starts again: nothing but its round-0 evaluation is lost, and that is
+        recomputed identically). ``resume`` continues from the checkpoint, or starts
+        at round 0 when the run stopped before its first one.
+        """
+        p = self.path
+        has_checkpoint = (p / "checkpoint.npz").exists()
+        if resume:
+            if not (p / "config.json").exists():
+                raise FileNotFoundError(f"{p}: no run to resume (no config.json)")
+            return has_checkpoint
+        present = [name for name in RUN_FILES if (p / name).exists()]
+        if not present:
+            return False
+        hint = f"resume it (rfrs-ref train --resume {p}) or choose another run directory (--out)"
+        if has_checkpoint or "final_metrics.json" in present or "state.npz" in present:
+            raise RunExists(f"{p} already holds a run; {hint}")
+        try:
+            recorded = json.loads((p / "config.json").read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise RunExists(f"{p} holds the files of a run without a readable config.json; "
+                            "choose another run directory (--out)") from None
+        if _comparable(recorded) != _comparable(config.to_json()):
+            raise RunExists(f"{p} holds a run of another configuration that stopped before its "
+                            f"first checkpoint; {hint}")
+        return False
 
     def start(self, trainer: Trainer) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -297,7 +491,8 @@ class RunDirectory:
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        (self.path / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+        text = json.dumps(record, indent=2) + "\n"
+        atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
         with open(self.path / "metrics.csv", "w", newline="") as fh:
             csv.writer(fh).writerow(METRICS_FIELDS)
         (self.path / "rounds.jsonl").write_text("")
@@ -333,41 +528,103 @@ class RunDirectory:
         atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
 
     def load_checkpoint(self, trainer: Trainer):
+        """(state, private, round, accumulators) of the checkpoint, checked against the
+        trainer's configuration; :class:`CheckpointError` when it cannot continue."""
         path = self.path / "checkpoint.npz"
         if not path.exists():
             raise FileNotFoundError(f"{path}: no checkpoint to resume from")
-        with np.load(path, allow_pickle=False) as z:
-            state = {k[6:]: z[k] for k in z.files if k.startswith("state_")}
-            private = {k[8:]: z[k] for k in z.files if k.startswith("private_")} or None
-            t = int(z["round"])
-            acc = _Accumulators(**json.loads(str(z["accumulators"])))
+        restart = (f"move it away and resume again to restart the run from round 0, or start "
+                   f"a new run in another directory")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                state = {k[6:]: z[k] for k in z.files if k.startswith("state_")}
+                private = {k[8:]: z[k] for k in z.files if k.startswith("private_")} or None
+                t = int(z["round"])
+                acc = _Accumulators(**json.loads(str(z["accumulators"])))
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(f"{path} is damaged or not a checkpoint "
+                                  f"({type(exc).__name__}: {exc}); {restart}") from None
+        c = trainer.config
+        D = trainer.model.n_params()
+        problems = []
+        if not 0 <= t <= c.rounds:
+            problems.append(f"round {t} is outside 0..{c.rounds}")
+        if set(state) != set(trainer.optimizer.arrays):
+            problems.append(f"state arrays {sorted(state)}, expected {sorted(trainer.optimizer.arrays)}")
+        for k, v in state.items():
+            if v.shape != (D,) or v.dtype != trainer.dtype:
+                problems.append(f"state {k!r} is {v.dtype}{list(v.shape)}, expected {trainer.dtype}[{D}]")
+        if (private is not None) != trainer.model.has_private:
+            problems.append("private client state " + ("missing" if private is None else "unexpected"))
+        for k, v in (private or {}).items():
+            if v.ndim < 1 or v.shape[0] != trainer.data.n_users:
+                problems.append(f"private {k!r} has shape {list(v.shape)}, expected "
+                                f"{trainer.data.n_users} rows")
+        problems += acc.problems()
+        if problems:
+            raise CheckpointError(f"{path} does not belong to this run ({'; '.join(problems)}); "
+                                  f"{restart}")
+        bad = first_non_finite({**state, **{f"private {k}": v for k, v in (private or {}).items()}})
+        if bad is not None:
+            raise CheckpointError(f"{path} holds {bad[1]} non-finite value(s) (NaN or ±inf) in "
+                                  f"{bad[0]!r} at round {t}, so it cannot continue; {restart}")
         return state, private, t, acc
 
     def truncate_after(self, t: int) -> None:
-        """Drop what was written after round t (metrics rows, round records)."""
-        rows = []
-        with open(self.path / "metrics.csv", newline="") as fh:
-            reader = csv.reader(fh)
-            header = next(reader)
-            rows = [r for r in reader if int(r[0]) <= t]
-        with open(self.path / "metrics.csv", "w", newline="") as fh:
-            w = csv.writer(fh)
+        """Drop what was written after round t (metrics rows, round records).
+
+        Both files are read and checked before either is rewritten (atomically),
+        so a damaged file raises :class:`CheckpointError` and changes nothing."""
+        metrics, rounds = self.path / "metrics.csv", self.path / "rounds.jsonl"
+        try:
+            with open(metrics, newline="") as fh:
+                reader = csv.reader(fh)
+                header = next(reader)
+                rows = [r for r in reader if int(r[0]) <= t]
+            self._check_metrics(header, rows)
+            kept = []
+            with open(rounds) as fh:
+                for line in fh:
+                    if not line.strip():
+                        continue
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError:
+                        break  # a record cut short by the interruption
+                    if int(rec["round"]) <= t:
+                        kept.append(line if line.endswith("\n") else line + "\n")
+        except (OSError, ValueError, KeyError, IndexError, TypeError, StopIteration,
+                UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{self.path}: the run's metrics.csv or rounds.jsonl is damaged "
+                                  f"({type(exc).__name__}: {exc}); restore it, or start a new "
+                                  "run in another directory") from None
+
+        def write_csv(fh):
+            import io
+
+            text = io.StringIO(newline="")
+            w = csv.writer(text)
             w.writerow(header)
             w.writerows(rows)
-        kept = []
-        with open(self.path / "rounds.jsonl") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    if json.loads(line)["round"] <= t:
-                        kept.append(line if line.endswith("\n") else line + "\n")
-                except json.JSONDecodeError:
-                    break  # a record cut short by the interruption
-        (self.path / "rounds.jsonl").write_text("".join(kept))
+            fh.write(text.getvalue().encode("utf-8"))
+
+        atomic_write(metrics, write_csv)
+        atomic_write(rounds, lambda fh: fh.write("".join(kept).encode("utf-8")))
+
+    @staticmethod
+    def _check_metrics(header, rows) -> None:
+        if header[:2] != ["round", "k"]:
+            raise ValueError(f"header {header} does not start with round,k")
+        for r in rows:
+            if len(r) != len(header):
+                raise ValueError(f"row {r} has {len(r)} fields, the header {len(header)}")
+            int(r[1])
+            if not all(math.isfinite(float(x)) for x in r[2:]):
+                raise ValueError(f"row {r} holds a non-finite value")
 
     def finish(self, final: dict, state, private, t: int) -> None:
-        (self.path / "final_metrics.json").write_text(json.dumps(final, indent=2) + "\n")
+        text = json.dumps(final, indent=2) + "\n"
+        atomic_write(self.path / "final_metrics.json", lambda fh: fh.write(text.encode("utf-8")))
         arrays = dict(state)
         if private is not None:
             arrays.update({f"private_{k}": v for k, v in private.items()})
@@ -375,10 +632,27 @@ class RunDirectory:
         atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
 
 
+def _comparable(config_json: dict) -> dict:
+    """A configuration as JSON, without what does not change the run's results."""
+    d = json.loads(json.dumps(config_json))
+    d.pop("trace", None)
+    return d
+
+
 def load_config(run_dir) -> TrainConfig:
-    """The configuration recorded in ``run_dir/config.json``."""
-    record = json.loads((pathlib.Path(run_dir) / "config.json").read_text())
-    return TrainConfig.from_json(record["config"])
+    """The configuration recorded in ``run_dir/config.json``.
+
+    Raises FileNotFoundError when there is none and ValueError (naming the file)
+    when it is not a run record."""
+    path = pathlib.Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no run to resume (no config.json)")
+    try:
+        record = json.loads(path.read_text())
+        return TrainConfig.from_json(record["config"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a run record ({type(exc).__name__}: {exc}); "
+                         "restore it, or start a new run in another directory") from None
 
 
 def train(config: TrainConfig, run_dir=None, *, resume: bool = False, progress=None) -> TrainResult:

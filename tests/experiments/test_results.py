@@ -117,16 +117,21 @@ def test_outcome_is_written_atomically_with_its_spec(tmp_path):
 
 
 def test_lock_refuses_a_live_sweep_and_takes_over_a_dead_one(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    hold = ("import sys, time; from rfrs_ref.experiments.results import store_lock; "
+            "lock = store_lock(sys.argv[1]); lock.__enter__(); print('held', flush=True); "
+            "time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-P", "-c", hold, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
     try:
-        (tmp_path / ".lock").write_text(str(holder.pid))
-        with pytest.raises(StoreLocked, match=str(holder.pid)):
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreLocked, match=f"process {holder.pid} on "):
             with store_lock(tmp_path):
                 pass
     finally:
         holder.kill()
         holder.wait()
-    # the holder is gone (as after a SIGKILL): its lock is stale
+        holder.stdout.close()
+    # the holder is gone (as after a SIGKILL): the kernel released its lock
     with store_lock(tmp_path):
-        assert (tmp_path / ".lock").read_text() == str(os.getpid())
+        assert f"process {os.getpid()} on " in (tmp_path / ".lock").read_text()
     assert not (tmp_path / ".lock").exists()

@@ -142,3 +142,98 @@ def test_fmf_trains_and_keeps_private_vectors(tmp_path):
     state = read_state(tmp_path / "run/state.npz")
     assert "private_theta" in state and state["private_theta"].shape == (120, 64)
     assert "theta" in res.state and res.state["theta"].size == 150 * 64
+
+
+# -- failure behaviour of the library (the CLI's is in tests/hostile/test_train.py) ------------
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+from rfrs_ref.federated.trainer import (CheckpointError, NonFiniteState, RunExists,  # noqa: E402
+                                        first_non_finite)
+from rfrs_ref.files import DirectoryLock, DirectoryLocked  # noqa: E402
+
+
+def _oracle_non_finite(arrays):
+    for name, a in arrays.items():
+        bad = int((~np.isfinite(a)).sum())
+        if bad:
+            return name, bad, a.size
+    return None
+
+
+@given(st.lists(st.tuples(st.sampled_from([np.float32, np.float64]), st.integers(0, 40)),
+                min_size=1, max_size=3).flatmap(
+    lambda specs: st.tuples(*[hnp.arrays(dt, n, elements=st.one_of(
+        st.floats(width=32 if dt is np.float32 else 64),
+        st.sampled_from([3.0e38, -3.0e38, 1.7e308, -1.7e308] if dt is np.float64
+                        else [3.0e38, -3.0e38]))) for dt, n in specs])))
+def test_first_non_finite_agrees_with_the_elementwise_oracle(arrays):
+    named = {f"a{i}": a for i, a in enumerate(arrays)}
+    assert first_non_finite(named) == _oracle_non_finite(named)
+    # norms computed elsewhere (the round record's), as the trainer passes them
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = {k: float(np.linalg.norm(a.astype(np.float64))) for k, a in named.items()}
+    assert first_non_finite(named, norms) == _oracle_non_finite(named)
+
+
+def test_first_non_finite_ignores_integer_arrays_and_counts_exactly():
+    theta = np.zeros(10, np.float32)
+    theta[[2, 5]] = [np.inf, np.nan]
+    big = np.full(4, 1e308)  # its sum overflows, every value is finite
+    assert first_non_finite({"steps": np.arange(3), "big": big}) is None
+    assert first_non_finite({"big": big, "theta": theta}) == ("theta", 2, 10)
+
+
+def test_a_non_finite_state_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
+    cfg = small_config(optimizer="sgd", attack="noise", attack_params={"sigma": 1e38},
+                       byzantine_fraction=0.3, checkpoint_every=1)
+    with pytest.raises(NonFiniteState) as info:
+        Trainer(cfg).run(tmp_path / "run")
+    err = info.value
+    assert err.array == "theta" and err.count > 0 and err.round >= 1
+    assert err.checkpoint == (err.round - 1 or None)
+    if err.checkpoint:
+        assert int(read_state(tmp_path / "run/checkpoint.npz")["round"]) == err.checkpoint
+    # without a run directory too: the state is checked whatever the caller
+    with pytest.raises(NonFiniteState, match=f"round {err.round}: "):
+        Trainer(cfg).run()
+
+
+def test_run_refuses_a_directory_holding_another_run(tmp_path):
+    train(small_config(rounds=2, eval_every=1), tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    with pytest.raises(RunExists, match="already holds a run"):
+        Trainer(small_config(rounds=2, eval_every=1, seed=4)).run(tmp_path / "run")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
+
+
+def test_run_holds_the_directory_lock_while_it_trains(tmp_path):
+    seen = []
+
+    def progress(t, record, latest):
+        with pytest.raises(DirectoryLocked):
+            DirectoryLock(tmp_path / "run").acquire()
+        seen.append(t)
+
+    Trainer(small_config(rounds=2, eval_every=1)).run(tmp_path / "run", progress=progress)
+    assert seen == [1, 2]
+    assert not (tmp_path / "run/.lock").exists()
+
+
+def test_a_rule_precondition_fails_when_the_trainer_is_built():
+    from rfrs_ref.aggregate import PreconditionError
+
+    # 12 clients per round, f = floor(0.45 * 12) = 5: Krum needs n > 2f + 2 = 12
+    cfg = small_config(defense="krum", byzantine_fraction=0.45)
+    with pytest.raises(PreconditionError, match="n=12 and f=5"):
+        Trainer(cfg)
+    Trainer(small_config(defense="krum", byzantine_fraction=0.45,
+                         defense_params={"fallback": "reduce-f"}))
+
+
+def test_a_checkpoint_of_another_configuration_is_refused(tmp_path):
+    train(small_config(rounds=2, eval_every=1), tmp_path / "run")
+    with pytest.raises(CheckpointError, match="does not belong"):
+        Trainer(small_config(rounds=2, eval_every=1, dtype="float64")).run(tmp_path / "run",
+                                                                          resume=True)
