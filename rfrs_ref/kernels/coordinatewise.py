@@ -21,13 +21,18 @@ Two windows:
 Ranking (the same in every backend):
 
 - **Total order.** Values are ordered by value, ties by row index (a stable
-  sort). Every non-finite value (NaN, +inf, −inf) ranks as +inf, above every
-  finite value: it is an extreme, trimmed first, and can only be kept when
-  more than t values at that coordinate are extreme (beyond the rule's
-  assumption).
-- **Uploads are checked too.** A row whose value in any uploaded array is NaN
-  or ±inf at coordinate k is ranked at k as if its feature were +inf, so a
-  non-finite upload cannot be selected where the feature looked harmless.
+  sort), the order of ``np.sort``: −inf below every finite value, +inf above;
+  NaN, which has no order, ranks as +inf (``np.sort`` puts it last too). So
+  the median of [1, 2, 3, 4, −inf] is 2, as ``np.median`` says. A ±inf is an
+  extreme at its own end, trimmed first from that end, and can only be kept
+  when more than t values at that end are extreme (beyond the rule's
+  assumption). Any placement of the non-finite values beyond the finite ones
+  keeps the range law (with at most t arbitrary values, every kept value lies
+  between two honest ones in the order); this one is ``np.sort``'s.
+- **Uploads are checked too.** A row with a finite feature but a NaN or ±inf
+  in any uploaded array at coordinate k is ranked at k as +inf, so a
+  non-finite upload cannot be selected where the feature looked harmless. A
+  ±inf feature keeps its own end whatever the uploads hold.
 - ``kept[i]`` counts the coordinates at which row i is in the window.
 
 Backends: ``"numpy"`` (float64 oracle with a stable argsort), ``"numba"``
@@ -103,6 +108,17 @@ def _window_sizes(mode: str, s: int, t: int) -> None:
         )
 
 
+def order_keys(F: np.ndarray, uploads) -> np.ndarray:
+    """The ranking keys (float64): the feature, NaN -> +inf, and a finite feature
+    whose row holds a non-finite upload value at that coordinate -> +inf; ±inf
+    features stay at their own end (module docstring)."""
+    keys = np.array(F, dtype=np.float64)
+    keys[np.isnan(keys)] = np.inf
+    for A in uploads:
+        keys[np.isfinite(keys) & ~np.isfinite(A)] = np.inf
+    return keys
+
+
 def coordinatewise_numpy(
     features: np.ndarray,
     arrays: Mapping[str, np.ndarray],
@@ -123,11 +139,7 @@ def coordinatewise_numpy(
     rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
     s = rows.size
     _window_sizes(mode, s, t)
-    with np.errstate(invalid="ignore"):
-        keys = F[rows].copy()
-        keys[~np.isfinite(keys)] = np.inf
-        for A in arrays.values():
-            keys[~np.isfinite(np.asarray(A)[rows])] = np.inf
+    keys = order_keys(F[rows], [np.asarray(A)[rows] for A in arrays.values()])
     order = np.argsort(keys, axis=0, kind="stable")  # (s, D): sorted position -> row
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(s)[:, None].repeat(D, axis=1), axis=0)
@@ -212,13 +224,16 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                 kr = keys[r]
                 for k in range(bw):
                     v = x[k]
-                    kr[k] = v if v - v == 0 else inf
+                    # NaN -> +inf; ±inf stay at their own end (np.sort's order)
+                    kr[k] = v if v == v else inf
                 for q in range(nq):
                     if not check[q]:
                         continue
                     a = arrays[q][i, k0:k0 + bw]
                     for k in range(bw):
-                        kr[k] = kr[k] if a[k] - a[k] == 0 else inf
+                        v = kr[k]
+                        # a finite feature with a non-finite upload value ranks as +inf
+                        kr[k] = inf if (v - v == 0) & (a[k] - a[k] != 0) else v
                 sr = srt[r]
                 for k in range(bw):
                     sr[k] = kr[k]
@@ -388,7 +403,7 @@ def coordinatewise_combine(
         if others:
             Fg = F.copy()
             for M in others:
-                Fg[~np.isfinite(M)] = np.nan
+                Fg[np.isfinite(F) & ~np.isfinite(M)] = np.nan
         ins = tuple(mats[nm] for nm in names) or (F,)
         check = np.array([M is not F for M in ins], dtype=np.bool_)
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)
