@@ -226,7 +226,9 @@ def validate_inputs(features, arrays, n_samples, f, backend):
             f"n_samples must be finite and > 0 (every client trains on at least one item); "
             f"clients {bad.tolist()[:10]} have {w[bad].tolist()[:10]}"
         )
-    if not np.isfinite(w.sum()):
+    with np.errstate(over="ignore"):
+        total = w.sum()
+    if not np.isfinite(total):
         # Every rule weighs by nᵢ/Σ nⱼ: a power-of-two scale keeps every ratio
         # exact, where Σ nᵢ = inf would turn every weight into 0 or NaN.
         w = np.ldexp(w, -int(np.frexp(w.max())[1]))

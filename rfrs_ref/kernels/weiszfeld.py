@@ -78,10 +78,11 @@ def _scaled_distance(x, z):
     m = 0.0
     for k in range(x.shape[0]):
         a = abs(z[k] - np.float64(x[k]))
-        if not a <= m:  # also true for NaN, which then stays in m
-            m = a
-    if not m <= DBL_MAX:
-        return np.inf
+        if not a <= DBL_MAX:  # NaN or inf: infinitely far
+            return np.inf
+        m = max(m, a)
+    if m == 0.0:
+        return 0.0
     s = 0.0
     for k in range(x.shape[0]):
         q = (z[k] - np.float64(x[k])) / m
