@@ -464,7 +464,7 @@ _RULE_FORMULA = {
 }
 
 _RULE_CONV = ("A non-finite feature or upload value makes its client infinitely far (per-client rules) "
-              "or ranks as +inf (coordinate-wise rules); ties go to the smaller client index. "
+              "or ranks as np.sort orders it, NaN as +inf (coordinate-wise rules); ties go to the smaller client index. "
               "Parameter-space features are θᵢ − θ̄ (SPEC §6). The same decision (weights, or the "
               "per-coordinate kept set) applies to every uploaded array.")
 

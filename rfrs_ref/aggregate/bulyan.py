@@ -31,9 +31,9 @@ class Bulyan(Rule):
 
     Conventions: the β closest values are a window of consecutive ranks found
     by removing, 2f times, the end of the window farther from the median (the
-    upper one on a tie); ranks tie by client index; every non-finite
-    feature or upload value ranks as +inf. The combination is weighted by nᵢ (plain mean in the paper,
-    identical for equal nᵢ). Selection ties go to the smaller index.
+    upper one on a tie); ranks tie by client index and order values as
+    :class:`~rfrs_ref.aggregate.Median` does. The combination is weighted by
+    nᵢ (plain mean in the paper, identical for equal nᵢ). Selection ties go to the smaller index.
     ``kept[i]`` is the fraction of coordinates at which client i is among the β.
 
     Hostile input: a client with a NaN or ±inf in its features or any upload

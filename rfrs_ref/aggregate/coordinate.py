@@ -30,8 +30,10 @@ class Median(Rule):
     its way into the middle); for odd n the aggregate of the features is the
     median exactly; for even n it is the nᵢ-weighted mean of the two middle
     values, i.e. np.median when the two clients have equal nᵢ. Ties of value go
-    to the smaller client index. Every non-finite value (NaN, ±inf), in the
-    feature or in any upload at that coordinate, ranks as +inf. ``kept[i]`` is
+    to the smaller client index. Values are ordered as by ``np.sort``: −inf
+    lowest, +inf highest, NaN (no order) as +inf; a finite feature whose row
+    holds a NaN or ±inf in any upload at that coordinate ranks as +inf. So the
+    median of [1, 2, 3, 4, −inf] is 2, as ``np.median`` says. ``kept[i]`` is
     the fraction of coordinates at which client i is one of the middle values.
 
     Guarantee (tested): with at most f < n/2 arbitrary values at a coordinate,
@@ -73,9 +75,9 @@ class TrimmedMean(Rule):
     the clients the rule kept"). With equal nᵢ this is Yin et al.'s trimmed
     mean exactly; Flower and ByzFL always take the plain mean of the kept
     values (see docs/aggregation.md). With f = 0 it is the ``mean`` rule.
-    Ranking as in :class:`Median` (ties by index, every non-finite feature or
-    upload value ranked as +inf). Coordinate-wise, not by norm: the paper's
-    appendix describes Trmean as removing "model parameters with large norms or
+    Ranking as in :class:`Median` (ties by index; −inf lowest, +inf and NaN
+    highest; a finite feature with a non-finite upload value as +inf).
+    Coordinate-wise, not by norm: the paper's appendix describes Trmean as removing "model parameters with large norms or
     small norms", but the rule it cites (Yin et al.) is coordinate-wise.
 
     Guarantee (tested): with at most f arbitrary values at a coordinate, the
