@@ -447,9 +447,11 @@ def optim_cases() -> list[Case]:
 _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fallback": "error"},
                "trmean": {"fallback": "error"}, "rfa": {"nu": 1e-6, "tol": 1e-6, "max_iter": 100,
                                                         "fallback": "error"},
-               "bulyan": {"fallback": "error"}}
+               "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"}}
 
 _RULE_FORMULA = {
+    "mda": ("S* = the first (lexicographic) subset of n − f clients of smallest diameter "
+            "max_{i,j∈S} ‖xᵢ − xⱼ‖; Ā = Σ_{S*} nᵢ A[i] / Σ_{S*} nᵢ"),
     "mean": "Ā = Σᵢ nᵢ A[i] / Σᵢ nᵢ",
     "krum": ("score(i) = Σ of the n − f − 2 smallest ‖xᵢ − xⱼ‖² (j ≠ i); keep the k lowest scores "
              "(k = n − f by default; ties to the smaller index); Ā = Σ_{kept} nᵢ A[i] / Σ_{kept} nᵢ"),
