@@ -447,9 +447,12 @@ def optim_cases() -> list[Case]:
 _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fallback": "error"},
                "trmean": {"fallback": "error"}, "rfa": {"nu": 1e-6, "tol": 1e-6, "max_iter": 100,
                                                         "fallback": "error"},
-               "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"}}
+               "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"},
+               "meamed": {"fallback": "error"}}
 
 _RULE_FORMULA = {
+    "meamed": ("per coordinate, keep the n − f features closest to their median (remove f times the "
+               "end farther from it, the upper one on a tie); Āₖ = Σ_{kept at k} nᵢ A[i,k] / Σ nᵢ"),
     "mda": ("S* = the first (lexicographic) subset of n − f clients of smallest diameter "
             "max_{i,j∈S} ‖xᵢ − xⱼ‖; Ā = Σ_{S*} nᵢ A[i] / Σ_{S*} nᵢ"),
     "mean": "Ā = Σᵢ nᵢ A[i] / Σᵢ nᵢ",

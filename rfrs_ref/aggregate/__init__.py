@@ -16,7 +16,7 @@ from rfrs_ref.aggregate.base import (
     parameter_features,
 )
 from rfrs_ref.aggregate.bulyan import Bulyan
-from rfrs_ref.aggregate.coordinate import Median, TrimmedMean
+from rfrs_ref.aggregate.coordinate import Meamed, Median, TrimmedMean
 from rfrs_ref.aggregate.krum import Krum
 from rfrs_ref.aggregate.mda import MDA
 from rfrs_ref.aggregate.mean import Mean
@@ -24,7 +24,7 @@ from rfrs_ref.aggregate.rfa import RFA
 from rfrs_ref.registry import Registry
 
 RULES: Registry = Registry("aggregation rule")
-for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA):
+for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed):
     RULES.register(_cls.name, _cls)
 
 #: The paper's defence names -> (rule, detection space). ``no-defense`` ignores
@@ -38,6 +38,6 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
-    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Median",
+    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median",
     "PRESETS", "PreconditionError", "RFA", "RULES", "Rule", "TrimmedMean", "parameter_features",
 ]

@@ -7,7 +7,7 @@ combined over the kept rows with weights proportional to ``weights[i]``:
 
     out_q[k] = Σ_{i kept at k} wᵢ · A_q[i, k] / Σ_{i kept at k} wᵢ
 
-Two windows:
+Three windows:
 
 - ``"trim"`` (trimmed mean, median): ranks ``t .. s − 1 − t``, i.e. the t
   largest and t smallest values are removed (Yin et al. 2018). The median is
@@ -17,6 +17,8 @@ Two windows:
   values). They form a window of consecutive ranks, found by removing, 2t
   times, whichever end of the current window is farther from the median (the
   upper end on a tie).
+- ``"nearest"`` (Meamed, Xie et al. 2018): the ``s − t`` values closest to the
+  median, the same window with t removals instead of 2t.
 
 Ranking (the same in every backend):
 
@@ -51,7 +53,7 @@ from numba import njit, prange
 
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 
-MODES = {"trim": 0, "closest": 1}
+MODES = {"trim": 0, "closest": 1, "nearest": 2}
 
 #: Columns processed together by one sorting network pass (the SIMD lanes).
 BLOCK = 128
@@ -99,12 +101,18 @@ def sorting_network(s: int, needed: tuple[int, ...] | None = None) -> np.ndarray
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
+def removals(mode: str, t: int) -> int:
+    """How many values the window removes: 2t (trim, closest) or t (nearest)."""
+    return t if mode == "nearest" else 2 * t
+
+
 def _window_sizes(mode: str, s: int, t: int) -> None:
     if mode not in MODES:
         raise ValueError(f"unknown window {mode!r}; choose one of: {', '.join(MODES)}")
-    if t < 0 or s - 2 * t < 1:
+    if t < 0 or s - removals(mode, t) < 1:
+        need = "s − t" if mode == "nearest" else "s − 2t"
         raise ValueError(
-            f"a coordinate-wise window needs s − 2t ≥ 1 kept values, got s={s}, t={t}"
+            f"a coordinate-wise window needs {need} ≥ 1 kept values, got s={s}, t={t}"
         )
 
 
@@ -157,7 +165,7 @@ def coordinatewise_numpy(
         hi = np.full(D, s - 1)
         cols = np.arange(D)
         with np.errstate(invalid="ignore"):
-            for _ in range(2 * t):
+            for _ in range(removals(mode, t)):
                 drop_low = (med - sorted_keys[lo, cols]) > (sorted_keys[hi, cols] - med)
                 lo = lo + drop_low
                 hi = hi - ~drop_low
@@ -250,18 +258,20 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                     lo_pos[k] = np.int32(t)
                     hi_pos[k] = np.int32(s - 1 - t)
             else:
-                # the window start is the number of j < 2t whose left end s[j] is
+                # the window start is the number of j < r whose left end s[j] is
                 # farther from the median than the right end s[j + β] of the
                 # window starting at j (a monotone predicate); equal to removing
-                # the farther end 2t times, upper end on a tie, and vectorisable
-                beta = s - 2 * t
+                # the farther end r times (r = 2t, or t for "nearest"), upper end
+                # on a tie, and vectorisable
+                rem = 2 * t if mode == 1 else t
+                beta = s - rem
                 for k in range(bw):
                     if s % 2 == 1:
                         med_v[k] = np.float64(srt[(s - 1) // 2, k])
                     else:
                         med_v[k] = 0.5 * (np.float64(srt[s // 2 - 1, k]) + np.float64(srt[s // 2, k]))
                     lo_pos[k] = 0
-                for j in range(2 * t):
+                for j in range(rem):
                     left = srt[j]
                     right = srt[j + beta]
                     for k in range(bw):
@@ -353,9 +363,9 @@ def coordinatewise_combine(
         features: (n, D) detection features.
         arrays: name -> (n, D) uploaded arrays (the same rows as ``features``).
         weights: (n,) non-negative combination weights (the clients' nᵢ).
-        mode: ``"trim"`` (ranks t .. s−1−t) or ``"closest"`` (the s − 2t values
-            closest to the median).
-        t: trim parameter; needs s − 2t ≥ 1.
+        mode: ``"trim"`` (ranks t .. s−1−t), ``"closest"`` (the s − 2t values
+            closest to the median) or ``"nearest"`` (the s − t closest).
+        t: trim parameter; needs s − 2t ≥ 1 (s − t ≥ 1 for ``"nearest"``).
         rows: candidate row indices (default: all n rows), e.g. Bulyan's selection.
         backend: ``"numpy"``, ``"numba"`` or ``"cuda"``.
 

@@ -135,7 +135,8 @@ def _coordinatewise_kernel(F, A, out, weights, rows, mode, t, kept, bad):
             med = 0.5 * (keys[s // 2 - 1] + keys[s // 2])
         L = 0
         R = s - 1
-        for _ in range(2 * t):
+        rem = 2 * t if mode == 1 else t
+        for _ in range(rem):
             if (med - keys[L]) > (keys[R] - med):
                 L += 1
             else:

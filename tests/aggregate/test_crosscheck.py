@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rfrs_ref.aggregate import MDA, RFA, Bulyan, Krum, Mean, Median, TrimmedMean
+from rfrs_ref.aggregate import MDA, RFA, Meamed, Bulyan, Krum, Mean, Median, TrimmedMean
 
 pytestmark = pytest.mark.crosscheck
 
@@ -179,3 +179,24 @@ def test_byzfl_mda_ties_and_weights(byzfl_aggregators):
     weighted = MDA().aggregate(X, {"x": X}, ns, 2).arrays["x"]
     np.testing.assert_allclose(weighted, [(0 + 1 + 12) / 8])
     assert weighted[0] != byzfl_aggregators.MDA(2)(X)[0]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_byzfl_meamed_agrees_with_equal_weights(byzfl_aggregators, seed):
+    """The n − f values closest to the median (np.median: for even n the mean of
+    the two middle ones), plain mean: the same as ours for equal nᵢ."""
+    agg = byzfl_aggregators
+    for n in (9, 10):
+        X, ns = _round(seed, n, 23)
+        for f in (0, 1, 3, 4):
+            for backend in ("numpy", "numba"):
+                ours = Meamed().aggregate(X, {"x": X}, ns, f, backend=backend).arrays["x"]
+                np.testing.assert_allclose(ours, agg.Meamed(f)(X), rtol=1e-12)
+
+
+def test_byzfl_meamed_differs_with_unequal_weights(byzfl_aggregators):
+    X = np.array([[0.0], [2.0], [3.0], [7.0], [100.0]])
+    theirs = byzfl_aggregators.Meamed(2)(X)
+    np.testing.assert_allclose(theirs, [(0 + 2 + 3) / 3])  # the same kept values
+    ours = Meamed().aggregate(X, {"x": X}, np.array([1, 1, 2, 1, 1]), 2).arrays["x"]
+    np.testing.assert_allclose(ours, [(0 + 2 + 2 * 3) / 4])  # weighted by nᵢ

@@ -41,14 +41,14 @@ def largest_f(name: str, n: int) -> int:
 
 
 def test_registry_and_presets():
-    assert RULES.names() == ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda"]
+    assert RULES.names() == ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed"]
     for name, cls in RULES.items():
         assert cls.name == name
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
         cls()  # defaults are valid
         for h in hyperparameters(cls):
             assert h.help
-    assert [RULES.get(n).coordinatewise for n in RULES] == [False, False, True, True, False, True, False]
+    assert [RULES.get(n).coordinatewise for n in RULES] == [False, False, True, True, False, True, False, True]
     assert PRESETS == {
         "no-defense": ("mean", "parameter"), "a-rfrs": ("krum", "gradient"),
         "krum": ("krum", "parameter"), "rfa": ("rfa", "parameter"), "trmean": ("trmean", "parameter"),
