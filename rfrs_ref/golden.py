@@ -448,9 +448,11 @@ _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fa
                "trmean": {"fallback": "error"}, "rfa": {"nu": 1e-6, "tol": 1e-6, "max_iter": 100,
                                                         "fallback": "error"},
                "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"},
-               "meamed": {"fallback": "error"}}
+               "meamed": {"fallback": "error"}, "monna": {"pivot": 0, "fallback": "error"}}
 
 _RULE_FORMULA = {
+    "monna": ("N = the n − f clients nearest to the pivot client 0 (itself included; finite first, ties "
+              "to the smaller index); Ā = Σ_N nᵢ A[i] / Σ_N nᵢ"),
     "meamed": ("per coordinate, keep the n − f features closest to their median (remove f times the "
                "end farther from it, the upper one on a tie); Āₖ = Σ_{kept at k} nᵢ A[i,k] / Σ nᵢ"),
     "mda": ("S* = the first (lexicographic) subset of n − f clients of smallest diameter "

@@ -19,12 +19,13 @@ from rfrs_ref.aggregate.bulyan import Bulyan
 from rfrs_ref.aggregate.coordinate import Meamed, Median, TrimmedMean
 from rfrs_ref.aggregate.krum import Krum
 from rfrs_ref.aggregate.mda import MDA
+from rfrs_ref.aggregate.monna import MoNNA
 from rfrs_ref.aggregate.mean import Mean
 from rfrs_ref.aggregate.rfa import RFA
 from rfrs_ref.registry import Registry
 
 RULES: Registry = Registry("aggregation rule")
-for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed):
+for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed, MoNNA):
     RULES.register(_cls.name, _cls)
 
 #: The paper's defence names -> (rule, detection space). ``no-defense`` ignores
@@ -38,6 +39,6 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
-    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median",
+    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
     "PRESETS", "PreconditionError", "RFA", "RULES", "Rule", "TrimmedMean", "parameter_features",
 ]
