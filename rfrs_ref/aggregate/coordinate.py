@@ -1,4 +1,4 @@
-"""``median`` and ``trmean``: coordinate-wise rules (SPEC §6)."""
+"""``median``, ``trmean`` and ``meamed``: coordinate-wise rules (docs/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -71,14 +71,14 @@ class TrimmedMean(Rule):
         Āₖ = Σ_{i kept at k} nᵢ · A[i, k] / Σ_{i kept at k} nᵢ
 
     Conventions: the choice is unweighted (by rank, as in Yin et al.), the
-    combination is weighted by nᵢ (SPEC §4: "weights proportional to nᵢ over
-    the clients the rule kept"). With equal nᵢ this is Yin et al.'s trimmed
+    combination is weighted by nᵢ (weights proportional to nᵢ over the
+    clients the rule kept, docs/aggregation.md). With equal nᵢ this is Yin et al.'s trimmed
     mean exactly; Flower and ByzFL always take the plain mean of the kept
     values (see docs/aggregation.md). With f = 0 it is the ``mean`` rule.
     Ranking as in :class:`Median` (ties by index; −inf lowest, +inf and NaN
     highest; a finite feature with a non-finite upload value as +inf).
-    Coordinate-wise, not by norm: the paper's appendix describes Trmean as removing "model parameters with large norms or
-    small norms", but the rule it cites (Yin et al.) is coordinate-wise.
+    Coordinate-wise, not by norm: the paper's appendix describes Trmean as
+    removing "model parameters with large norms or small norms", but the rule it cites (Yin et al.) is coordinate-wise.
 
     Guarantee (tested): with at most f arbitrary values at a coordinate, the
     aggregated feature lies within the honest values' range there.
