@@ -447,9 +447,16 @@ def optim_cases() -> list[Case]:
 _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fallback": "error"},
                "trmean": {"fallback": "error"}, "rfa": {"nu": 1e-6, "tol": 1e-6, "max_iter": 100,
                                                         "fallback": "error"},
-               "bulyan": {"fallback": "error"}}
+               "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"},
+               "meamed": {"fallback": "error"}, "monna": {"pivot": 0, "fallback": "error"}}
 
 _RULE_FORMULA = {
+    "monna": ("N = the n − f clients nearest to the pivot client 0 (itself included; finite first, ties "
+              "to the smaller index); Ā = Σ_N nᵢ A[i] / Σ_N nᵢ"),
+    "meamed": ("per coordinate, keep the n − f features closest to their median (remove f times the "
+               "end farther from it, the upper one on a tie); Āₖ = Σ_{kept at k} nᵢ A[i,k] / Σ nᵢ"),
+    "mda": ("S* = the first (lexicographic) subset of n − f clients of smallest diameter "
+            "max_{i,j∈S} ‖xᵢ − xⱼ‖; Ā = Σ_{S*} nᵢ A[i] / Σ_{S*} nᵢ"),
     "mean": "Ā = Σᵢ nᵢ A[i] / Σᵢ nᵢ",
     "krum": ("score(i) = Σ of the n − f − 2 smallest ‖xᵢ − xⱼ‖² (j ≠ i); keep the k lowest scores "
              "(k = n − f by default; ties to the smaller index); Ā = Σ_{kept} nᵢ A[i] / Σ_{kept} nᵢ"),
@@ -464,7 +471,7 @@ _RULE_FORMULA = {
 }
 
 _RULE_CONV = ("A non-finite feature or upload value makes its client infinitely far (per-client rules) "
-              "or ranks as +inf (coordinate-wise rules); ties go to the smaller client index. "
+              "or ranks as np.sort orders it, NaN as +inf (coordinate-wise rules); ties go to the smaller client index. "
               "Parameter-space features are θᵢ − θ̄ (SPEC §6). The same decision (weights, or the "
               "per-coordinate kept set) applies to every uploaded array.")
 

@@ -1,4 +1,4 @@
-"""Robust aggregation rules (SPEC §6).
+"""Robust aggregation rules (docs/aggregation.md).
 
 ``RULES`` maps the command line's names to the rule classes; instantiate one
 (``RULES.get("krum")(k=1)``) and call ``aggregate(features, arrays, n_samples,
@@ -16,14 +16,16 @@ from rfrs_ref.aggregate.base import (
     parameter_features,
 )
 from rfrs_ref.aggregate.bulyan import Bulyan
-from rfrs_ref.aggregate.coordinate import Median, TrimmedMean
+from rfrs_ref.aggregate.coordinate import Meamed, Median, TrimmedMean
 from rfrs_ref.aggregate.krum import Krum
+from rfrs_ref.aggregate.mda import MDA
+from rfrs_ref.aggregate.monna import MoNNA
 from rfrs_ref.aggregate.mean import Mean
 from rfrs_ref.aggregate.rfa import RFA
 from rfrs_ref.registry import Registry
 
 RULES: Registry = Registry("aggregation rule")
-for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan):
+for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed, MoNNA):
     RULES.register(_cls.name, _cls)
 
 #: The paper's defence names -> (rule, detection space). ``no-defense`` ignores
@@ -37,6 +39,6 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
-    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "Mean", "Median",
+    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
     "PRESETS", "PreconditionError", "RFA", "RULES", "Rule", "TrimmedMean", "parameter_features",
 ]

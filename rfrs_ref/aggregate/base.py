@@ -1,4 +1,4 @@
-"""The interface of aggregation rules (SPEC §4 step 4 and §6).
+"""The interface of aggregation rules (docs/aggregation.md).
 
 A rule sees the round's detection features ``X`` (n × D): the recovered
 gradients (``detect = gradient``) or the uploaded parameters minus the server's
@@ -7,9 +7,9 @@ gradients (``detect = gradient``) or the uploaded parameters minus the server's
 Byzantine clients f. It decides on the features, and applies the same decision
 to every uploaded array:
 
-- per-client rules (mean, krum, rfa) give weights wᵢ ≥ 0, Σ wᵢ = 1, and every
+- per-client rules (mean, krum, rfa, mda, monna) give weights wᵢ ≥ 0, Σ wᵢ = 1, and every
   array is aggregated as ``Σᵢ wᵢ · A[i]``;
-- coordinate-wise rules (median, trmean, bulyan) choose at every coordinate a
+- coordinate-wise rules (median, trmean, bulyan, meamed) choose at every coordinate a
   set of kept clients on the features, and every array is aggregated at that
   coordinate over those clients with weights ∝ nᵢ.
 
@@ -38,7 +38,7 @@ BACKENDS = ("numpy", "numba", "cuda")
 #: What a rule does when n and f violate its precondition.
 FALLBACKS = ("error", "reduce-f", "mean")
 
-#: Detection spaces (SPEC §6): what the rows of ``features`` are.
+#: Detection spaces (docs/aggregation.md): what the rows of ``features`` are.
 DETECT = ("gradient", "parameter")
 
 
@@ -226,13 +226,19 @@ def validate_inputs(features, arrays, n_samples, f, backend):
             f"n_samples must be finite and > 0 (every client trains on at least one item); "
             f"clients {bad.tolist()[:10]} have {w[bad].tolist()[:10]}"
         )
+    with np.errstate(over="ignore"):
+        total = w.sum()
+    if not np.isfinite(total):
+        # Every rule weighs by nᵢ/Σ nⱼ: a power-of-two scale keeps every ratio
+        # exact, where Σ nᵢ = inf would turn every weight into 0 or NaN.
+        w = np.ldexp(w, -int(np.frexp(w.max())[1]))
     return X, mats, w
 
 
 def parameter_features(
     theta_uploads: np.ndarray, theta_bar: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Parameter-space detection features θᵢ − θ̄ (SPEC §6), row by row.
+    """Parameter-space detection features θᵢ − θ̄ (docs/aggregation.md), row by row.
 
     Every rule is translation-equivariant, so comparing θᵢ − θ̄ chooses what
     comparing θᵢ would, but keeps the values near 0, where float32 has its

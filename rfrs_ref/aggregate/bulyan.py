@@ -1,5 +1,5 @@
 """``bulyan``: Krum-based selection, then a coordinate-wise trimmed mean around
-the median (SPEC §6)."""
+the median (docs/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,23 @@ class Bulyan(Rule):
 
     Conventions: the β closest values are a window of consecutive ranks found
     by removing, 2f times, the end of the window farther from the median (the
-    upper one on a tie); ranks tie by client index; every non-finite
-    feature or upload value ranks as +inf. The combination is weighted by nᵢ (plain mean in the paper,
-    identical for equal nᵢ). Selection ties go to the smaller index.
+    upper one on a tie); ranks tie by client index and order values as
+    :class:`~rfrs_ref.aggregate.Median` does. The combination is weighted by
+    nᵢ (plain mean in the paper, identical for equal nᵢ). Selection ties go to the smaller index.
     ``kept[i]`` is the fraction of coordinates at which client i is among the β.
 
-    Guarantee (tested): with at most f arbitrary features, every aggregated
-    feature coordinate lies within the honest values' range there.
+    Hostile input: a client with a NaN or ±inf in its features or any upload
+    is infinitely far from everyone and never selected while a finite client
+    remains. Beyond the assumption, when fewer than θ clients are finite (more
+    than 2f are not), every finite client is selected (θ' of them, reported as
+    ``theta_used``) and the window trims t' = min(f, ⌊(θ' − 1)/2⌋) values per
+    side (β' = θ' − 2t', ``beta_used``): no non-finite value is aggregated.
+    With no finite client at all the rule raises ``ValueError``.
+
+    Guarantee (tested): with at most f arbitrary features, the median of the
+    selection at every coordinate lies within the honest values' range, and
+    every aggregated feature coordinate within [lo − w, hi + w], w = hi − lo
+    the width of that range (docs/aggregation.md, "Bulyan's range law").
 
     Reference: E. M. El Mhamdi, R. Guerraoui, S. Rouault, "The Hidden
     Vulnerability of Distributed Learning in Byzantium", ICML 2018.
@@ -58,17 +68,34 @@ class Bulyan(Rule):
         theta = n - 2 * f
         beta = theta - 2 * f
         D2, ok = client_distances(X, arrays, backend)
-        remaining = list(range(n))
+        finite = np.flatnonzero(ok)
+        if finite.size == 0:
+            raise ValueError(
+                f"bulyan: every client (n={n}) holds NaN or ±inf in its features or uploads; "
+                "there is nothing finite to aggregate"
+            )
+        # Non-finite clients are never candidates: they are infinitely far from
+        # everyone, and choosing among the candidates only (not the lowest score
+        # overall, where every score may be +inf) keeps a selected client from
+        # being chosen twice.
+        remaining = finite.tolist()
+        theta_used = min(theta, finite.size)
         selected = []
-        for _ in range(theta):
-            scores, _ = krum_scores(D2, f, np.array(remaining))
-            best = int(lowest(scores, 1)[0])
+        for _ in range(theta_used):
+            R = np.array(remaining)
+            scores, _ = krum_scores(D2, f, R)
+            best = int(R[lowest(scores[R], 1)[0]])
             selected.append(best)
             remaining.remove(best)
+        # Beyond the assumption (more than 2f non-finite clients) fewer than θ
+        # finite clients remain: all of them are selected, and the window trims
+        # as much of the 2f as leaves at least one value.
+        t = f if theta_used == theta else min(f, (theta_used - 1) // 2)
         rows = np.sort(np.array(selected, dtype=np.int64))
-        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="closest", t=f,
+        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="closest", t=t,
                                                 rows=rows, backend=backend)
         diag = {"theta": theta, "beta": beta, "selected": selected,
+                "theta_used": theta_used, "beta_used": theta_used - 2 * t,
                 "nonfinite_clients": jsonable(np.flatnonzero(~ok)),
                 "nonfinite_kept_coordinates": bad}
         return AggregationResult(out, None, kept / X.shape[1], diag)

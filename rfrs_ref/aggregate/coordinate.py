@@ -1,4 +1,4 @@
-"""``median`` and ``trmean``: coordinate-wise rules (SPEC §6)."""
+"""``median``, ``trmean`` and ``meamed``: coordinate-wise rules (docs/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ class Median(Rule):
     its way into the middle); for odd n the aggregate of the features is the
     median exactly; for even n it is the nᵢ-weighted mean of the two middle
     values, i.e. np.median when the two clients have equal nᵢ. Ties of value go
-    to the smaller client index. Every non-finite value (NaN, ±inf), in the
-    feature or in any upload at that coordinate, ranks as +inf. ``kept[i]`` is
+    to the smaller client index. Values are ordered as by ``np.sort``: −inf
+    lowest, +inf highest, NaN (no order) as +inf; a finite feature whose row
+    holds a NaN or ±inf in any upload at that coordinate ranks as +inf. So the
+    median of [1, 2, 3, 4, −inf] is 2, as ``np.median`` says. ``kept[i]`` is
     the fraction of coordinates at which client i is one of the middle values.
 
     Guarantee (tested): with at most f < n/2 arbitrary values at a coordinate,
@@ -69,14 +71,14 @@ class TrimmedMean(Rule):
         Āₖ = Σ_{i kept at k} nᵢ · A[i, k] / Σ_{i kept at k} nᵢ
 
     Conventions: the choice is unweighted (by rank, as in Yin et al.), the
-    combination is weighted by nᵢ (SPEC §4: "weights proportional to nᵢ over
-    the clients the rule kept"). With equal nᵢ this is Yin et al.'s trimmed
+    combination is weighted by nᵢ (weights proportional to nᵢ over the
+    clients the rule kept, docs/aggregation.md). With equal nᵢ this is Yin et al.'s trimmed
     mean exactly; Flower and ByzFL always take the plain mean of the kept
     values (see docs/aggregation.md). With f = 0 it is the ``mean`` rule.
-    Ranking as in :class:`Median` (ties by index, every non-finite feature or
-    upload value ranked as +inf). Coordinate-wise, not by norm: the paper's
-    appendix describes Trmean as removing "model parameters with large norms or
-    small norms", but the rule it cites (Yin et al.) is coordinate-wise.
+    Ranking as in :class:`Median` (ties by index; −inf lowest, +inf and NaN
+    highest; a finite feature with a non-finite upload value as +inf).
+    Coordinate-wise, not by norm: the paper's appendix describes Trmean as
+    removing "model parameters with large norms or small norms", but the rule it cites (Yin et al.) is coordinate-wise.
 
     Guarantee (tested): with at most f arbitrary values at a coordinate, the
     aggregated feature lies within the honest values' range there.
@@ -96,3 +98,55 @@ class TrimmedMean(Rule):
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
         return _run(X, arrays, n_samples, f, backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class Meamed(Rule):
+    r"""Mean around the median (Xie, Koyejo, Gupta 2018), coordinate-wise on the
+    detection features.
+
+    Formula: at every coordinate k, with med the median of the n feature values
+    (for even n the mean of the two middle ones), keep the n − f clients whose
+    values are closest to med, and combine every uploaded array at k over them
+    with weights ∝ nᵢ:
+
+        Āₖ = Σ_{i kept at k} nᵢ · A[i, k] / Σ_{i kept at k} nᵢ
+
+    Conventions: the n − f closest values form a window of consecutive ranks,
+    found by removing f times the end of the window farther from med, the
+    upper one on a tie (Bulyan's window with f removals instead of 2f; ranks
+    tie by client index; values ordered as in :class:`Median`). ByzFL's
+    ``Meamed`` picks the closest by ``argpartition`` of |xᵢₖ − med|, whose
+    order among equal distances is unspecified, and takes the plain mean: the
+    same for equal nᵢ and distinct distances. With f = 0 it is the ``mean``
+    rule.
+
+    Hostile input: a NaN or ±inf is the farthest value from a finite median,
+    so it is removed first; it is kept only when more than f values at that
+    coordinate are extreme (``nonfinite_kept_coordinates`` counts them).
+
+    Guarantee (tested): with at most f < n/2 arbitrary values at a coordinate,
+    med lies within the honest values' range [lo, hi] and every kept value is
+    no farther from med than some honest value left out (n − f kept, at least
+    n − f honest), so the aggregate lies within [med − w′, med + w′],
+    w′ = max(med − lo, hi − med) ≤ hi − lo.
+
+    Reference: C. Xie, O. Koyejo, I. Gupta, "Generalized Byzantine-tolerant
+    SGD", arXiv:1802.10116 (2018).
+
+    Precondition: n > 2f.
+    """
+
+    fallback: str = fallback_field()
+
+    name: ClassVar[str] = "meamed"
+    coordinatewise: ClassVar[bool] = True
+
+    def _condition(self, n: int, f: int) -> str | None:
+        return None if n > 2 * f else "n > 2f"
+
+    def _aggregate(self, X, arrays, n_samples, f, backend):
+        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="nearest", t=f,
+                                                backend=backend)
+        D = X.shape[1]
+        return AggregationResult(out, None, kept / D, {"removed": f, "nonfinite_kept_coordinates": bad})

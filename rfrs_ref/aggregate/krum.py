@@ -1,4 +1,4 @@
-"""``krum``: (multi-)Krum selection on the detection features (SPEC §6)."""
+"""``krum``: (multi-)Krum selection on the detection features (docs/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -80,9 +80,12 @@ class Krum(Rule):
     accumulated in float64 (:mod:`rfrs_ref.kernels.distances`).
 
     Hostile input: a client with a NaN or ±inf in its features or any upload is
-    infinitely far from everyone: its score is +inf and it is never kept while
-    at most f clients are Byzantine. Huge finite values (1e38) give huge but
-    exact float64 distances.
+    infinitely far from everyone: its score is +inf, it ranks after every
+    finite client (even one whose score is +inf too) and is never kept while
+    at most f clients are Byzantine. Beyond that, a chosen non-finite client is
+    dropped (``dropped_nonfinite``); with no finite client at all the rule
+    raises ``ValueError``. Huge finite values (1e38) give huge but exact
+    float64 distances.
 
     Guarantee (tested): with at most f arbitrary features among n > 2f + 2, every
     kept feature is within (n − f − 2)/(n − 2f − 2) · diam² (squared distance) of
@@ -119,7 +122,10 @@ class Krum(Rule):
         D2, ok = client_distances(X, arrays, backend)
         scores, m = krum_scores(D2, f)
         k = self.k if self.k > 0 else n - f
-        chosen = lowest(scores, k)
+        # finite clients before non-finite ones, even when every score is +inf
+        # (distances beyond the float64 range): a finite client is never passed
+        # over for one that must be dropped
+        chosen = np.lexsort((scores, ~ok))[:k]
         # beyond the assumption (more than f non-finite clients) a chosen client
         # may still be non-finite: it is dropped rather than allowed to poison
         dropped = [int(i) for i in chosen if not ok[i]]

@@ -7,7 +7,7 @@ combined over the kept rows with weights proportional to ``weights[i]``:
 
     out_q[k] = Σ_{i kept at k} wᵢ · A_q[i, k] / Σ_{i kept at k} wᵢ
 
-Two windows:
+Three windows:
 
 - ``"trim"`` (trimmed mean, median): ranks ``t .. s − 1 − t``, i.e. the t
   largest and t smallest values are removed (Yin et al. 2018). The median is
@@ -17,17 +17,24 @@ Two windows:
   values). They form a window of consecutive ranks, found by removing, 2t
   times, whichever end of the current window is farther from the median (the
   upper end on a tie).
+- ``"nearest"`` (Meamed, Xie et al. 2018): the ``s − t`` values closest to the
+  median, the same window with t removals instead of 2t.
 
 Ranking (the same in every backend):
 
 - **Total order.** Values are ordered by value, ties by row index (a stable
-  sort). Every non-finite value (NaN, +inf, −inf) ranks as +inf, above every
-  finite value: it is an extreme, trimmed first, and can only be kept when
-  more than t values at that coordinate are extreme (beyond the rule's
-  assumption).
-- **Uploads are checked too.** A row whose value in any uploaded array is NaN
-  or ±inf at coordinate k is ranked at k as if its feature were +inf, so a
-  non-finite upload cannot be selected where the feature looked harmless.
+  sort), the order of ``np.sort``: −inf below every finite value, +inf above;
+  NaN, which has no order, ranks as +inf (``np.sort`` puts it last too). So
+  the median of [1, 2, 3, 4, −inf] is 2, as ``np.median`` says. A ±inf is an
+  extreme at its own end, trimmed first from that end, and can only be kept
+  when more than t values at that end are extreme (beyond the rule's
+  assumption). Any placement of the non-finite values beyond the finite ones
+  keeps the range law (with at most t arbitrary values, every kept value lies
+  between two honest ones in the order); this one is ``np.sort``'s.
+- **Uploads are checked too.** A row with a finite feature but a NaN or ±inf
+  in any uploaded array at coordinate k is ranked at k as +inf, so a
+  non-finite upload cannot be selected where the feature looked harmless. A
+  ±inf feature keeps its own end whatever the uploads hold.
 - ``kept[i]`` counts the coordinates at which row i is in the window.
 
 Backends: ``"numpy"`` (float64 oracle with a stable argsort), ``"numba"``
@@ -46,7 +53,7 @@ from numba import njit, prange
 
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 
-MODES = {"trim": 0, "closest": 1}
+MODES = {"trim": 0, "closest": 1, "nearest": 2}
 
 #: Columns processed together by one sorting network pass (the SIMD lanes).
 BLOCK = 128
@@ -94,13 +101,30 @@ def sorting_network(s: int, needed: tuple[int, ...] | None = None) -> np.ndarray
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
+def removals(mode: str, t: int) -> int:
+    """How many values the window removes: 2t (trim, closest) or t (nearest)."""
+    return t if mode == "nearest" else 2 * t
+
+
 def _window_sizes(mode: str, s: int, t: int) -> None:
     if mode not in MODES:
         raise ValueError(f"unknown window {mode!r}; choose one of: {', '.join(MODES)}")
-    if t < 0 or s - 2 * t < 1:
+    if t < 0 or s - removals(mode, t) < 1:
+        need = "s − t" if mode == "nearest" else "s − 2t"
         raise ValueError(
-            f"a coordinate-wise window needs s − 2t ≥ 1 kept values, got s={s}, t={t}"
+            f"a coordinate-wise window needs {need} ≥ 1 kept values, got s={s}, t={t}"
         )
+
+
+def order_keys(F: np.ndarray, uploads) -> np.ndarray:
+    """The ranking keys (float64): the feature, NaN -> +inf, and a finite feature
+    whose row holds a non-finite upload value at that coordinate -> +inf; ±inf
+    features stay at their own end (module docstring)."""
+    keys = np.array(F, dtype=np.float64)
+    keys[np.isnan(keys)] = np.inf
+    for A in uploads:
+        keys[np.isfinite(keys) & ~np.isfinite(A)] = np.inf
+    return keys
 
 
 def coordinatewise_numpy(
@@ -123,11 +147,7 @@ def coordinatewise_numpy(
     rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
     s = rows.size
     _window_sizes(mode, s, t)
-    with np.errstate(invalid="ignore"):
-        keys = F[rows].copy()
-        keys[~np.isfinite(keys)] = np.inf
-        for A in arrays.values():
-            keys[~np.isfinite(np.asarray(A)[rows])] = np.inf
+    keys = order_keys(F[rows], [np.asarray(A)[rows] for A in arrays.values()])
     order = np.argsort(keys, axis=0, kind="stable")  # (s, D): sorted position -> row
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(s)[:, None].repeat(D, axis=1), axis=0)
@@ -145,7 +165,7 @@ def coordinatewise_numpy(
         hi = np.full(D, s - 1)
         cols = np.arange(D)
         with np.errstate(invalid="ignore"):
-            for _ in range(2 * t):
+            for _ in range(removals(mode, t)):
                 drop_low = (med - sorted_keys[lo, cols]) > (sorted_keys[hi, cols] - med)
                 lo = lo + drop_low
                 hi = hi - ~drop_low
@@ -212,13 +232,16 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                 kr = keys[r]
                 for k in range(bw):
                     v = x[k]
-                    kr[k] = v if v - v == 0 else inf
+                    # NaN -> +inf; ±inf stay at their own end (np.sort's order)
+                    kr[k] = v if v == v else inf
                 for q in range(nq):
                     if not check[q]:
                         continue
                     a = arrays[q][i, k0:k0 + bw]
                     for k in range(bw):
-                        kr[k] = kr[k] if a[k] - a[k] == 0 else inf
+                        v = kr[k]
+                        # a finite feature with a non-finite upload value ranks as +inf
+                        kr[k] = inf if (v - v == 0) & (a[k] - a[k] != 0) else v
                 sr = srt[r]
                 for k in range(bw):
                     sr[k] = kr[k]
@@ -235,18 +258,20 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                     lo_pos[k] = np.int32(t)
                     hi_pos[k] = np.int32(s - 1 - t)
             else:
-                # the window start is the number of j < 2t whose left end s[j] is
+                # the window start is the number of j < r whose left end s[j] is
                 # farther from the median than the right end s[j + β] of the
                 # window starting at j (a monotone predicate); equal to removing
-                # the farther end 2t times, upper end on a tie, and vectorisable
-                beta = s - 2 * t
+                # the farther end r times (r = 2t, or t for "nearest"), upper end
+                # on a tie, and vectorisable
+                rem = 2 * t if mode == 1 else t
+                beta = s - rem
                 for k in range(bw):
                     if s % 2 == 1:
                         med_v[k] = np.float64(srt[(s - 1) // 2, k])
                     else:
                         med_v[k] = 0.5 * (np.float64(srt[s // 2 - 1, k]) + np.float64(srt[s // 2, k]))
                     lo_pos[k] = 0
-                for j in range(2 * t):
+                for j in range(rem):
                     left = srt[j]
                     right = srt[j + beta]
                     for k in range(bw):
@@ -338,9 +363,9 @@ def coordinatewise_combine(
         features: (n, D) detection features.
         arrays: name -> (n, D) uploaded arrays (the same rows as ``features``).
         weights: (n,) non-negative combination weights (the clients' nᵢ).
-        mode: ``"trim"`` (ranks t .. s−1−t) or ``"closest"`` (the s − 2t values
-            closest to the median).
-        t: trim parameter; needs s − 2t ≥ 1.
+        mode: ``"trim"`` (ranks t .. s−1−t), ``"closest"`` (the s − 2t values
+            closest to the median) or ``"nearest"`` (the s − t closest).
+        t: trim parameter; needs s − 2t ≥ 1 (s − t ≥ 1 for ``"nearest"``).
         rows: candidate row indices (default: all n rows), e.g. Bulyan's selection.
         backend: ``"numpy"``, ``"numba"`` or ``"cuda"``.
 
@@ -388,7 +413,7 @@ def coordinatewise_combine(
         if others:
             Fg = F.copy()
             for M in others:
-                Fg[~np.isfinite(M)] = np.nan
+                Fg[np.isfinite(F) & ~np.isfinite(M)] = np.nan
         ins = tuple(mats[nm] for nm in names) or (F,)
         check = np.array([M is not F for M in ins], dtype=np.bool_)
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)

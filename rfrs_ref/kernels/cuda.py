@@ -109,11 +109,14 @@ def _coordinatewise_kernel(F, A, out, weights, rows, mode, t, kept, bad):
     for r in range(s):
         i = rows[r]
         v = float64(F[i, k])
-        if not math.isfinite(v):
+        # np.sort's order: NaN -> +inf, ±inf at their own end; a finite feature
+        # with a non-finite upload value ranks as +inf
+        if math.isnan(v):
             v = inf
-        for q in range(nq):
-            if not math.isfinite(A[q, i, k]):
-                v = inf
+        if math.isfinite(v):
+            for q in range(nq):
+                if not math.isfinite(A[q, i, k]):
+                    v = inf
         # insertion sort by (value, row order): stable
         p = r
         while p > 0 and keys[p - 1] > v:
@@ -132,7 +135,8 @@ def _coordinatewise_kernel(F, A, out, weights, rows, mode, t, kept, bad):
             med = 0.5 * (keys[s // 2 - 1] + keys[s // 2])
         L = 0
         R = s - 1
-        for _ in range(2 * t):
+        rem = 2 * t if mode == 1 else t
+        for _ in range(rem):
             if (med - keys[L]) > (keys[R] - med):
                 L += 1
             else:
@@ -325,10 +329,17 @@ def weiszfeld_pass_cuda(X: np.ndarray, alpha: np.ndarray):
     th = _threads(D, 256)  # a power of two: the block reduction halves it
     _kernel("weiszfeld")[_blocks(D, th), th](dX, cuda.to_device(alpha), asum, z, d2)
     s = d2.copy_to_host()
+    zh = z.copy_to_host()
     with np.errstate(invalid="ignore"):
         dist = np.sqrt(s)
-    dist[~np.isfinite(dist)] = np.inf
-    return z.copy_to_host(), dist
+    # an overflowed sum of squares (or a non-finite row) is measured again on
+    # the host in the oracle's scaled form: rare, and exact where it matters
+    redo = ~np.isfinite(dist)
+    if redo.any():
+        from rfrs_ref.kernels.weiszfeld import distances_to_numpy
+
+        dist[redo] = distances_to_numpy(X[redo], zh)
+    return zh, dist
 
 
 def combine_rows_cuda(A: np.ndarray, w: np.ndarray) -> np.ndarray:

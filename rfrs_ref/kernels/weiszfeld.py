@@ -5,8 +5,17 @@ Minimises ``F(z) = Σᵢ nᵢ ‖z − xᵢ‖`` over z ∈ R^D. One step maps z
     z⁺ = Σᵢ αᵢ xᵢ / Σᵢ αᵢ,        αᵢ = nᵢ / max(ν, ‖z − xᵢ‖)
 
 (the smoothing ν > 0 keeps the weights finite when z meets a point). Rows with a
-non-finite value, and rows whose distance to z overflows float64, have αᵢ = 0:
-they are infinitely far and take no part.
+non-finite value have αᵢ = 0: they are infinitely far and take no part.
+
+Distances are never lost to overflow. A row whose sum of squares Σ (zₖ − xᵢₖ)²
+overflows float64 (a distance beyond about 1.3e154) is measured again in the
+scaled form of ``hypot`` and LAPACK's ``nrm2``, m · √Σ ((zₖ − xᵢₖ)/m)² with
+m = maxₖ |zₖ − xᵢₖ|, so a huge but finite row keeps its tiny, positive weight
+nᵢ/‖z − xᵢ‖ and its pull of nᵢ on the median (dropping it would move the
+median: the rows [0, 0], [1, 0], [0, 1], [1, 1], [1e200, 0] have their median
+near [0.812, 0.5], not at [0.5, 0.5]). Only a distance that itself exceeds the
+float64 range is +inf. Rows whose plain sum does not overflow are measured as
+before, so their distances are unchanged bit for bit.
 
 A pass over X computes the next iterate and, in the same pass, the distances
 of every row to it: the kernel reads a column block once for both, so each
@@ -27,17 +36,59 @@ from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 BLOCK = 512
 
 
+#: Largest float64: a sum of squares above it has overflowed.
+DBL_MAX = float(np.finfo(np.float64).max)
+#: Distances beyond it are those whose plain sum of squares overflows.
+SQRT_DBL_MAX = float(np.sqrt(DBL_MAX))
+
+
+def distances_to_numpy(X: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Float64 distances ‖z − xᵢ‖ of every row of X to z (oracle).
+
+    The plain √Σ (zₖ − xᵢₖ)² where the sum of squares stays finite; where it
+    overflows, the scaled m · √Σ ((zₖ − xᵢₖ)/m)², m = maxₖ |zₖ − xᵢₖ| (module
+    docstring). +inf for a row with a NaN or ±inf, and for a distance beyond
+    the float64 range; never NaN.
+    """
+    X64 = np.asarray(X, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = X64 - z
+        d = np.sqrt((diff ** 2).sum(axis=1))
+        for i in np.flatnonzero(~np.isfinite(d)):
+            m = np.abs(diff[i]).max()
+            d[i] = m * np.sqrt(((diff[i] / m) ** 2).sum()) if np.isfinite(m) else np.inf
+    d[~np.isfinite(d)] = np.inf
+    return d
+
+
 def weiszfeld_pass_numpy(X: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Oracle of one pass: ``z = Σ αᵢ xᵢ / Σ αᵢ`` over the rows with αᵢ > 0, and the
-    float64 distances ‖z − xᵢ‖ of every row to it (+inf for non-finite rows)."""
+    float64 distances ‖z − xᵢ‖ of every row to it (:func:`distances_to_numpy`)."""
     X64 = np.asarray(X, dtype=np.float64)
     alpha = np.asarray(alpha, dtype=np.float64)
     use = alpha > 0
     z = (alpha[use, None] * X64[use]).sum(axis=0) / alpha[use].sum()
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = np.sqrt(((X64 - z) ** 2).sum(axis=1))
-    d[~np.isfinite(d)] = np.inf
-    return z, d
+    return z, distances_to_numpy(X64, z)
+
+
+@njit(cache=True)
+def _scaled_distance(x, z):
+    """m · √Σ ((zₖ − xₖ)/m)², m = maxₖ |zₖ − xₖ|: the distance of a row whose plain
+    sum of squares overflowed; +inf if the row holds NaN or ±inf."""
+    m = 0.0
+    for k in range(x.shape[0]):
+        a = abs(z[k] - np.float64(x[k]))
+        if not a <= DBL_MAX:  # NaN or inf: infinitely far
+            return np.inf
+        m = max(m, a)
+    if m == 0.0:
+        return 0.0
+    s = 0.0
+    for k in range(x.shape[0]):
+        q = (z[k] - np.float64(x[k])) / m
+        s += q * q
+    d = m * np.sqrt(s)
+    return d if d <= DBL_MAX else np.inf
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
@@ -102,8 +153,9 @@ def _weiszfeld_pass_numba(X, alpha, block, nchunks):
         s = 0.0
         for c in range(nchunks):
             s += acc[c, i]
-        # NaN only from non-finite rows; both they and overflow are infinitely far
-        dist[i] = np.sqrt(s) if s <= 1.7976931348623157e308 else np.inf
+        # NaN only from non-finite rows (infinitely far); an overflowed sum is
+        # measured again, scaled (module docstring)
+        dist[i] = np.sqrt(s) if s <= DBL_MAX else _scaled_distance(X[i], z)
     return z, dist
 
 
@@ -158,8 +210,13 @@ def geometric_median(
     weighted median distance is at the scale of the majority, whatever the rest.
 
     Start: the w-weighted mean of the finite rows (Pillutla et al.). When every
-    distance to it overflows float64 (features beyond about 1e150) the start is
-    the coordinate-wise median of the finite rows instead (``start`` says which).
+    distance to it exceeds about 1.3e154 (√ of the float64 range; features
+    beyond about 1e150) the start is the coordinate-wise median of the finite
+    rows instead (``start`` says which): from that far, Weiszfeld would need
+    hundreds of steps to come back to the majority.
+
+    Huge but finite rows keep a positive weight: distances whose sum of squares
+    overflows are measured in scaled form (module docstring).
 
     Returns a dict: ``z`` (float64 (D,)), ``dist`` (float64 (n,) distances to z),
     ``alpha`` (the final Weiszfeld weights wᵢ / max(ν, ‖z − xᵢ‖), 0 for
@@ -182,12 +239,12 @@ def geometric_median(
     alpha = np.where(finite, w, 0.0)
     z, dist = weiszfeld_pass(X, alpha, backend=backend)
     start = "mean"
-    if not np.isfinite(dist[finite]).any():
+    if not (dist[finite] <= SQRT_DBL_MAX).any():
+        # Weiszfeld from that far out approaches the majority by a constant factor
+        # per step: hundreds of steps from 1e200
         start = "median"
         z = np.median(np.asarray(X, dtype=np.float64)[finite], axis=0)
-        with np.errstate(over="ignore", invalid="ignore"):
-            dist = np.sqrt(((np.asarray(X, dtype=np.float64) - z) ** 2).sum(axis=1))
-        dist[~np.isfinite(dist)] = np.inf
+        dist = distances_to_numpy(X, z)
     dist = np.where(finite, dist, np.inf)
     use = np.isfinite(dist) & finite
     objective = [float(np.dot(w[use], dist[use]))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rfrs_ref.aggregate import RFA, Bulyan, Krum, Mean, Median, TrimmedMean
+from rfrs_ref.aggregate import MDA, RFA, Meamed, Bulyan, Krum, Mean, Median, TrimmedMean
 
 pytestmark = pytest.mark.crosscheck
 
@@ -154,3 +154,49 @@ def test_byzfl_geometric_median(byzfl_aggregators, seed):
     np.testing.assert_allclose(z, z_byzfl, rtol=1e-6, atol=1e-6)
     three_steps = agg.GeometricMedian()(X)  # the defaults: ν = 0.1, T = 3
     assert np.linalg.norm(three_steps - z) > 1e-3 * np.linalg.norm(z)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_byzfl_mda_agrees_with_equal_weights(byzfl_aggregators, seed):
+    """Same subset (smallest diameter, first in itertools.combinations order on a
+    tie); ByzFL takes the plain mean, we weight by nᵢ: equal for equal nᵢ."""
+    agg = byzfl_aggregators
+    X, ns = _round(seed, 9, 13)
+    for f in (0, 1, 3, 4):
+        for backend in ("numpy", "numba"):
+            ours = MDA().aggregate(X, {"x": X}, ns, f, backend=backend).arrays["x"]
+            np.testing.assert_allclose(ours, agg.MDA(f)(X), rtol=1e-12)
+
+
+def test_byzfl_mda_ties_and_weights(byzfl_aggregators):
+    # {0, 1, 2} and {1, 2, 3} both have diameter 2: both libraries take the first
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [9.0]])
+    ours = MDA().aggregate(X, {"x": X}, np.ones(5), 2)
+    assert ours.diagnostics["selected"] == [0, 1, 2]
+    np.testing.assert_array_equal(ours.arrays["x"], byzfl_aggregators.MDA(2)(X))
+    # unequal nᵢ: the same subset, combined with weights ∝ nᵢ, not the plain mean
+    ns = np.array([1, 1, 6, 1, 1])
+    weighted = MDA().aggregate(X, {"x": X}, ns, 2).arrays["x"]
+    np.testing.assert_allclose(weighted, [(0 + 1 + 12) / 8])
+    assert weighted[0] != byzfl_aggregators.MDA(2)(X)[0]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_byzfl_meamed_agrees_with_equal_weights(byzfl_aggregators, seed):
+    """The n − f values closest to the median (np.median: for even n the mean of
+    the two middle ones), plain mean: the same as ours for equal nᵢ."""
+    agg = byzfl_aggregators
+    for n in (9, 10):
+        X, ns = _round(seed, n, 23)
+        for f in (0, 1, 3, 4):
+            for backend in ("numpy", "numba"):
+                ours = Meamed().aggregate(X, {"x": X}, ns, f, backend=backend).arrays["x"]
+                np.testing.assert_allclose(ours, agg.Meamed(f)(X), rtol=1e-12)
+
+
+def test_byzfl_meamed_differs_with_unequal_weights(byzfl_aggregators):
+    X = np.array([[0.0], [2.0], [3.0], [7.0], [100.0]])
+    theirs = byzfl_aggregators.Meamed(2)(X)
+    np.testing.assert_allclose(theirs, [(0 + 2 + 3) / 3])  # the same kept values
+    ours = Meamed().aggregate(X, {"x": X}, np.array([1, 1, 2, 1, 1]), 2).arrays["x"]
+    np.testing.assert_allclose(ours, [(0 + 2 + 2 * 3) / 4])  # weighted by nᵢ

@@ -1,4 +1,4 @@
-"""The aggregation laws of SPEC §9, with adversarial Byzantine rows from Hypothesis."""
+"""The aggregation laws (docs/aggregation.md), with adversarial Byzantine rows from Hypothesis."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def byzantine_round(draw, min_n, f_of_n, max_D=12):
 @given(byzantine_round(3, lambda n: (n - 3) // 2), st.data())
 def test_krum_kept_features_are_close_to_an_honest_one(r, data):
     """Every kept feature is within (n − f − 2)/(n − 2f − 2) · diam² (squared
-    distance) of some honest feature (SPEC §9), for any k ≤ n − f."""
+    distance) of some honest feature, for any k ≤ n − f."""
     X, honest, f, ns = r
     n = X.shape[0]
     k = data.draw(st.integers(0, n - f))

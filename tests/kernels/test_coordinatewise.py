@@ -97,7 +97,7 @@ def problems(draw):
     if draw(st.booleans()):
         A["m"][rng.integers(n), rng.integers(D)] = np.nan
     w = rng.integers(1, 6, size=n).astype(np.float64)
-    mode = draw(st.sampled_from(["trim", "closest"]))
+    mode = draw(st.sampled_from(["trim", "closest", "nearest"]))
     rows = None
     if draw(st.booleans()):
         rows = np.sort(rng.choice(n, size=draw(st.integers(1, n)), replace=False))

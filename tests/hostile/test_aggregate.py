@@ -1,0 +1,286 @@
+"""Aggregation rules on hostile uploads: NaN, ±inf, 1e38 and huge finite rows,
+beyond the rules' assumption as well as within it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import brentq
+
+from rfrs_ref.aggregate import RFA, RULES, Bulyan, Krum, Median, TrimmedMean
+from rfrs_ref.kernels.coordinatewise import coordinatewise_combine
+from rfrs_ref.kernels.weiszfeld import distances_to_numpy, geometric_median, weiszfeld_pass
+
+CPU = ["numpy", "numba"]
+
+
+def _cuda_available() -> bool:
+    from numba import cuda
+
+    return cuda.is_available()
+
+
+ALL = CPU + [pytest.param("cuda", marks=[
+    pytest.mark.cuda,
+    pytest.mark.skipif(not _cuda_available(), reason="no CUDA device and no simulator"),
+])]
+
+
+# -- Bulyan ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_bulyan_with_more_than_f_nan_clients_selects_the_finite_ones(backend):
+    # n = 11, f = 2: θ = 7 but only 6 clients are finite (this raised
+    # "list.remove(x): x not in list")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(11, 5))
+    X[:5] = np.nan
+    res = Bulyan().aggregate(X, {"x": X}, np.ones(11), 2, backend=backend)
+    assert np.isfinite(res.arrays["x"]).all()
+    d = res.diagnostics
+    assert sorted(d["selected"]) == list(range(5, 11))
+    assert d["theta"] == 7 and d["theta_used"] == 6 and d["beta_used"] == 2
+    assert d["nonfinite_kept_coordinates"] == 0
+    assert (res.kept[:5] == 0).all()
+    # the window of the six finite rows trims 2 per side around the median
+    honest = X[5:]
+    assert (res.arrays["x"] >= honest.min(axis=0)).all()
+    assert (res.arrays["x"] <= honest.max(axis=0)).all()
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_bulyan_never_selects_a_nonfinite_client_while_theta_finite_ones_exist(backend):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(11, 4))
+    X[[0, 4, 9], 1] = [np.inf, -np.inf, np.nan]  # 3 > f non-finite, but ≤ 2f
+    res = Bulyan().aggregate(X, {"x": X}, np.ones(11), 2, backend=backend)
+    assert not {0, 4, 9} & set(res.diagnostics["selected"])
+    assert res.diagnostics["theta_used"] == 7 and res.diagnostics["beta_used"] == 3
+    assert np.isfinite(res.arrays["x"]).all()
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_bulyan_with_every_distance_overflowing_does_not_select_a_client_twice(backend):
+    # float64 rows near 1e200: every squared distance is +inf, so is every score;
+    # the lowest score must still be taken among the remaining candidates
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(7, 3)) * 1e200
+    res = Bulyan().aggregate(X, {"x": X}, np.ones(7), 1, backend=backend)
+    assert len(set(res.diagnostics["selected"])) == 5
+    assert np.isfinite(res.arrays["x"]).all()
+
+
+@pytest.mark.parametrize("rule", [Bulyan(), Krum(), RFA()], ids=["bulyan", "krum", "rfa"])
+def test_no_finite_client_is_a_clear_error(rule):
+    X = np.full((7, 3), np.nan)
+    X[2] = np.inf
+    with pytest.raises(ValueError, match=rf"^{rule.name}: every client .*nothing finite to aggregate"):
+        rule.aggregate(X, {"x": X}, np.ones(7), 1)
+
+
+# -- Krum --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_krum_keeps_the_finite_client_when_every_score_is_inf(backend):
+    # n − 1 clients at +inf, one finite: every score is +inf (the finite client's
+    # neighbours are all infinitely far), yet the finite one ranks first
+    X = np.full((7, 3), np.inf)
+    X[5] = [1.0, 2.0, 3.0]
+    res = Krum().aggregate(X, {"x": X}, np.ones(7), 1, backend=backend)
+    np.testing.assert_array_equal(res.arrays["x"], [1.0, 2.0, 3.0])
+    assert res.weights[5] == 1.0
+    assert res.diagnostics["dropped_nonfinite"] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_krum_prefers_finite_clients_with_overflowed_scores(backend):
+    # finite rows whose distances all overflow (+inf scores) rank before NaN rows
+    X = np.random.default_rng(3).normal(size=(8, 2)) * 1e200
+    X[:3] = np.nan
+    res = Krum(k=2).aggregate(X, {"x": X}, np.ones(8), 1, backend=backend)
+    assert res.diagnostics["selected"] == [3, 4]
+    assert res.diagnostics["dropped_nonfinite"] == []
+
+
+# -- RFA -----------------------------------------------------------------------------------
+
+
+def _square_median_x() -> float:
+    # median of the unit square's corners pulled by one more row far along +x:
+    # by symmetry z = (a, ½), and the x-components of the unit vectors balance
+    def g(a):
+        return -2 * a / np.hypot(a, 0.5) + 2 * (1 - a) / np.hypot(1 - a, 0.5) + 1
+
+    return brentq(g, 0.5, 1.0, xtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_rfa_keeps_a_client_whose_squared_distance_overflows(backend):
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1e200, 0.0]])
+    res = RFA(tol=1e-12, max_iter=1000).aggregate(X, {"x": X}, np.ones(5), 2, backend=backend)
+    assert res.weights[4] > 0
+    # the far row pulls with force 1 whatever its distance: the median is
+    # near (0.812, 0.5), not the square's centre (0.5, 0.5)
+    np.testing.assert_allclose(res.arrays["x"], [_square_median_x(), 0.5], atol=1e-6)
+    assert _square_median_x() == pytest.approx(0.8122, abs=1e-4)
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_weiszfeld_pass_distances_never_overflow_for_finite_rows(backend):
+    X = np.array([[0.0, 0.0], [1e200, -1e200], [1e300, 1e300], [np.nan, 0.0], [-np.inf, 1.0]])
+    alpha = np.array([1.0, 0.0, 0.0, 0.0, 0.0])
+    z, d = weiszfeld_pass(X, alpha, backend=backend)
+    np.testing.assert_array_equal(z, [0.0, 0.0])
+    np.testing.assert_allclose(d[:3], [0.0, np.sqrt(2) * 1e200, np.sqrt(2) * 1e300], rtol=1e-15)
+    assert np.isinf(d[3:]).all()
+    # a distance beyond the float64 range is +inf, not NaN
+    z, d = weiszfeld_pass(np.array([[-1.7e308], [1.7e308]]), np.array([1.0, 0.0]), backend=backend)
+    assert np.isinf(d[1]) and d[0] == 0.0
+
+
+def test_scaled_distances_leave_ordinary_ones_bit_for_bit():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(6, 50)) * 1e3
+    z = rng.normal(size=50)
+    np.testing.assert_array_equal(distances_to_numpy(X, z), np.sqrt(((X - z) ** 2).sum(axis=1)))
+
+
+def _unit_vector_sum(X, z, w):
+    """Σ wᵢ (z − xᵢ)/‖z − xᵢ‖, each unit vector computed in scaled form: the
+    gradient of Σ wᵢ ‖z − xᵢ‖, zero at the geometric median (z off the data)."""
+    g = np.zeros_like(z)
+    for x, wi in zip(X, w):
+        diff = z - x
+        m = np.abs(diff).max()
+        u = diff / m
+        g += wi * u / np.linalg.norm(u)
+    return g
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 2**32 - 1), st.integers(5, 11), st.integers(2, 4),
+       st.lists(st.integers(155, 300), min_size=1, max_size=2), st.sampled_from(CPU))
+def test_huge_finite_rows_never_vanish_from_the_geometric_median(seed, n, D, exps, backend):
+    """Rows at 1e155 – 1e300 (squared distances beyond float64) keep a positive
+    weight, and the result is the geometric median: the unit vectors towards the
+    rows, every one computed in scaled form, balance (first-order condition)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D))
+    for j, e in enumerate(exps):
+        X[j] = rng.normal(size=D) * 10.0 ** e
+    w = np.ones(n)
+    res = geometric_median(X, w, nu=1e-12, tol=1e-13, max_iter=5000, backend=backend)
+    assert (res["alpha"] > 0).all()
+    z = res["z"]
+    assert np.isfinite(z).all() and np.abs(z).max() < 1e3
+    dist = distances_to_numpy(X, z)
+    at = np.flatnonzero(dist <= 1e-7)
+    others = np.setdiff1d(np.arange(n), at)
+    # first-order condition: the unit vectors balance, or, at a data point i,
+    # the others' pull is at most wᵢ (subgradient)
+    pull = np.linalg.norm(_unit_vector_sum(X[others], z, w[others]))
+    assert pull <= w[at].sum() + 1e-5 * n
+    # the same median when the huge rows are brought into range by a power of two
+    # (the honest rows then vanish next to them, so compare the pull only)
+    g_far = -_unit_vector_sum(X[:len(exps)], np.zeros(D), np.ones(len(exps)))
+    if at.size == 0:
+        g_near = _unit_vector_sum(X[len(exps):], z, w[len(exps):])
+        np.testing.assert_allclose(g_near, g_far, atol=1e-5 * n)
+
+
+# -- coordinate-wise order of ±inf and NaN ---------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_median_ranks_minus_inf_lowest_as_np_median_does(backend):
+    X = np.array([[1.0], [2.0], [3.0], [4.0], [-np.inf]])
+    res = Median().aggregate(X, {"x": X}, np.ones(5), 2, backend=backend)
+    assert res.arrays["x"][0] == np.median(X) == 2.0
+    res = TrimmedMean().aggregate(X, {"x": X}, np.ones(5), 1, backend=backend)
+    assert res.arrays["x"][0] == 2.0  # −inf trimmed from the bottom, 4 from the top
+    assert res.kept[4] == 0 and res.kept[3] == 0
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_minus_inf_feature_stays_lowest_whatever_its_uploads(backend):
+    # a NaN upload makes a finite feature +inf; a −inf feature keeps its end
+    F = np.array([[-np.inf], [1.0], [2.0], [3.0], [0.5]])
+    m = np.array([[np.nan], [1.0], [1.0], [1.0], [np.nan]])
+    out, kept, bad = coordinatewise_combine(F, {"x": F, "m": m}, np.ones(5), mode="trim", t=1,
+                                            backend=backend)
+    # ranks: −inf (row 0), 1, 2, 3, +inf (row 4): rows 1, 2, 3 kept
+    np.testing.assert_array_equal(kept, [0, 1, 1, 1, 0])
+    assert out["x"][0] == 2.0 and out["m"][0] == 1.0 and bad == 0
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 6), st.integers(1, 7),
+       st.sampled_from([np.float32, np.float64]), st.sampled_from(CPU))
+def test_odd_median_is_np_median_with_nan_as_plus_inf(seed, half, D, dtype, backend):
+    """For odd n the median is ``np.median`` over the values with NaN read as +inf
+    (np.sort's order), whatever the ±inf, at every coordinate."""
+    n = 2 * half + 1
+    rng = np.random.default_rng(seed)
+    X = rng.integers(-3, 4, size=(n, D)).astype(dtype)
+    mask = rng.random((n, D)) < 0.3
+    X[mask] = rng.choice([np.nan, np.inf, -np.inf, 1e38, -1e38], size=mask.sum())
+    res = Median().aggregate(X, {"x": X}, rng.integers(1, 9, size=n), 0, backend=backend)
+    ref = np.median(np.where(np.isnan(X), np.inf, X).astype(np.float64), axis=0).astype(dtype)
+    out = res.arrays["x"]
+    np.testing.assert_array_equal(np.where(np.isnan(out), np.inf, out), ref)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 11), st.integers(1, 6), st.sampled_from(CPU),
+       st.sampled_from(["median", "trmean"]))
+def test_range_law_with_infinities_at_both_ends(seed, n_honest, D, backend, name):
+    """With at most f values of ±inf or NaN at a coordinate, on either side, the
+    aggregate lies within the honest values' range (nothing non-finite kept)."""
+    rng = np.random.default_rng(seed)
+    f = int(rng.integers(0, n_honest))
+    n = n_honest + f
+    X = rng.normal(size=(n, D))
+    byz = rng.permutation(n)[:f]
+    X[byz] = rng.choice([np.nan, np.inf, -np.inf], size=(f, D))
+    honest = np.setdiff1d(np.arange(n), byz)
+    res = RULES.get(name)().aggregate(X, {"x": X}, rng.integers(1, 9, size=n), f, backend=backend)
+    x = res.arrays["x"]
+    assert (x >= X[honest].min(axis=0)).all() and (x <= X[honest].max(axis=0)).all()
+    assert res.diagnostics["nonfinite_kept_coordinates"] == 0
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_bulyan_window_trims_minus_inf_from_the_bottom(backend):
+    # n = 7, f = 1: θ = 5 selected, β = 3 closest to the median at each coordinate
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [-np.inf]])
+    res = Bulyan().aggregate(X, {"x": X}, np.ones(7), 1, backend=backend)
+    assert 6 not in res.diagnostics["selected"]
+    assert np.isfinite(res.arrays["x"]).all()
+    # the window itself: median 2 of [−inf, 1, 2, 3, 4]; −inf is the farther end,
+    # then 4 (2 away) against 1 (1 away): {1, 2, 3}
+    F = np.array([[-np.inf], [1.0], [2.0], [3.0], [4.0]])
+    out, kept, bad = coordinatewise_combine(F, {"x": F}, np.ones(5), mode="closest", t=1,
+                                            backend=backend)
+    assert out["x"][0] == 2.0 and bad == 0
+    np.testing.assert_array_equal(kept, [0, 1, 1, 1, 0])
+
+
+# -- weights -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["mean", "krum", "median", "trmean", "rfa", "bulyan"])
+@pytest.mark.parametrize("backend", CPU)
+def test_n_samples_whose_sum_overflows_weigh_as_their_ratios(name, backend):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(8, 3))
+    ref = RULES.get(name)().aggregate(X, {"x": X}, np.ones(8), 1, backend=backend)
+    with np.errstate(over="ignore"):
+        res = RULES.get(name)().aggregate(X, {"x": X}, np.full(8, 1e308), 1, backend=backend)
+    # the same ratios; the products round differently from those with weight 1
+    np.testing.assert_allclose(res.arrays["x"], ref.arrays["x"], rtol=1e-14, atol=1e-15)
+    if ref.weights is not None:
+        np.testing.assert_allclose(res.weights, ref.weights, rtol=1e-14)
