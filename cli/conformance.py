@@ -19,7 +19,10 @@ def _parse_options(items) -> dict:
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:
-            out[k] = v
+            out[k] = v  # a plain word, e.g. to_keep=n-f
+        except (ValueError, RecursionError):  # a number past the digit limit, nesting too deep
+            raise click.BadParameter(f"{k}: the value is not a usable JSON value (too many digits "
+                                     "or nested too deeply)", param_hint="--option") from None
     return out
 
 
@@ -72,13 +75,22 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
             fn = A.adapt(obj, name, **opts)
         except (A.AdapterError, TypeError) as exc:
             raise click.ClickException(str(exc)) from exc
-        results = run_rule_conformance(rule, fn, max_examples=max_examples, seed=seed, laws=list(laws) or None)
+        try:
+            results = run_rule_conformance(rule, fn, max_examples=max_examples, seed=seed,
+                                           laws=list(laws) or None)
+        except ValueError as exc:  # an unknown --law
+            raise click.BadParameter(str(exc), param_hint="--law") from None
         title = f"{target} as {rule} (adapter {name}), {max_examples} examples per law"
     else:
         if opts:
             raise click.UsageError("--option applies to aggregation adapters only")
-        results = run_optimizer_conformance(optimizer, obj, max_examples=max_examples, seed=seed,
-                                            laws=list(laws) or None)
+        try:
+            results = run_optimizer_conformance(optimizer, obj, max_examples=max_examples, seed=seed,
+                                                laws=list(laws) or None)
+        except A.AdapterError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:  # an unknown --law
+            raise click.BadParameter(str(exc), param_hint="--law") from None
         title = f"{target} as {optimizer}, {max_examples} examples per law"
     if as_json:
         click.echo(json.dumps({"target": target, "rule": rule, "optimizer": optimizer,

@@ -98,13 +98,14 @@ def first_disagreement(reference, candidate, rtol: float = 0.0, atol=0.0) -> dic
             "tolerance": float(tol[idx]), "count": int(bad.sum()), "size": int(bad.size)}
 
 
-def describe(reference: float, candidate: float, tol: float) -> str:
-    """Why two scalars disagree, in words (for reports)."""
+def describe(reference: float, candidate: float, tol: float, ref_name: str = "the reference") -> str:
+    """Why two scalars disagree, in words (for reports); ``ref_name`` names the reference."""
     if math.isfinite(reference) and not math.isfinite(candidate):
-        return f"{candidate!r} where the reference is finite"
+        return f"{candidate!r} where {ref_name} is finite"
     if not math.isfinite(reference):
-        return f"the reference is {reference!r}; only the same value matches it"
-    return f"|Δ| = {abs(candidate - reference):.3g} > atol + rtol·|reference| = {tol:.3g}"
+        return f"{ref_name} is {reference!r}; only the same value matches it"
+    bar = "|reference|" if ref_name == "the reference" else f"|{ref_name}|"
+    return f"|Δ| = {abs(candidate - reference):.3g} > atol + rtol·{bar} = {tol:.3g}"
 
 
 __all__ = ["agrees", "as_float", "check_tolerance", "describe", "disagree", "first_disagreement",

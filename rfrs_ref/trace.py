@@ -435,7 +435,7 @@ class _Comparer:
             fa, fb = agreement.as_float(a), agreement.as_float(b)
             if not agreement.agrees(fa, fb, self.rtol, self.atol):
                 tol = float(agreement.tolerance(fa, self.rtol, self.atol))
-                self.fail(t, path, a, b, agreement.describe(fa, fb, tol).replace("reference", "A"))
+                self.fail(t, path, a, b, agreement.describe(fa, fb, tol, "A"))
             return
         if type(a) is not type(b) or a != b:
             self.fail(t, path, a, b, f"different kinds of value ({type(a).__name__}, {type(b).__name__})")
