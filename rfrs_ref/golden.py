@@ -75,8 +75,9 @@ C_RUN = 1024
 MAX_DEPTH = 32
 
 
-class GoldenFormatError(UntrustedFileError):
-    """A golden-vector file does not follow the format (the message names the file)."""
+#: a golden-vector file cannot be used (the one-line message names the file): the same
+#: class as the untrusted-file errors of reading it, so one ``except`` catches both
+GoldenFormatError = UntrustedFileError
 
 
 # -- the case description ------------------------------------------------------------------
