@@ -257,7 +257,7 @@ def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
     X = np.random.default_rng(0).normal(size=(n, 3))
     try:
         out = rule_fn(X, np.ones(n, dtype=np.int64), max(0, min(1, f_bound(n))))
-    except Exception:
+    except (Exception, SystemExit):  # the laws will report it; an exit must not end the run
         return False
     return isinstance(out, Outcome) and out.weights is not None
 
