@@ -459,8 +459,8 @@ C_RULE = 64
 
 
 def update_rule(opt, case: PairCase) -> None:
-    """client_rule(state, g, t) is the rule of SPEC §5: every uploaded array equals
-    rfrs-ref's (``case.optimizer``, same hyperparameters) within
+    """client_rule(state, g, t) is the update rule of docs/optimizers.md: every uploaded
+    array equals rfrs-ref's (``case.optimizer``, same hyperparameters) within
     C_RULE·u·(max|reference upload| + max|state|) per array, u of the dtype the
     object stores the array in. The tolerance comes from the reference alone; a
     NaN or infinite value where the reference is finite is a violation."""
