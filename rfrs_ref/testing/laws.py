@@ -656,10 +656,11 @@ def round_record_invariants(record: dict) -> None:
     w = record.get("weights")
     if w is not None:
         w = np.asarray(w, dtype=np.float64)
-        if (w < 0).any() or abs(w.sum() - 1) > 64 * U64 * max(1, w.size):
+        # written so that a NaN weight fails (every comparison with NaN is false)
+        if not ((w >= 0).all() and abs(w.sum() - 1) <= 64 * U64 * max(1, w.size)):
             raise LawViolation(law, f"round {record['round']}: weights {w.tolist()} are not convex")
     kept = np.asarray(record["kept"], dtype=np.float64)
-    if ((kept < 0) | (kept > 1)).any():
+    if not ((kept >= 0) & (kept <= 1)).all():  # a NaN fraction fails too
         raise LawViolation(law, f"round {record['round']}: kept fractions {kept.tolist()} leave [0, 1]")
     honest_out = [e for e in record["excluded"] if not e["byzantine"]]
     if honest_out:

@@ -348,3 +348,11 @@ def conformance_rfa_allowance(case):
     from rfrs_ref.testing.conformance import _rfa_allowance
 
     return _rfa_allowance(case)
+
+
+def test_round_record_law_rejects_nan_weights_and_kept_fractions():
+    record = {"round": 3, "weights": [0.5, 0.5], "kept": [1.0, 1.0], "excluded": [], "f": 0, "f_rule": 0}
+    laws.round_record_invariants(record)
+    for key, value in [("weights", [np.nan, 1.0]), ("weights", [np.inf, 0.0]), ("kept", [np.nan, 1.0])]:
+        with pytest.raises(laws.LawViolation, match="round 3"):
+            laws.round_record_invariants({**record, key: value})
