@@ -160,7 +160,10 @@ class TraceWriter:
     the recovered-gradient norms and the state checksums). Each line is
     flushed when written, so an interrupted run leaves a valid prefix. With
     ``resume_after=t0`` an existing trace keeps its header and rounds ≤ t0 and
-    the run's next rounds are appended (``rfrs-ref train --resume``).
+    the run's next rounds are appended (``rfrs-ref train --resume``); reading
+    stops at the first line that is not a JSON object (a line cut short by the
+    interruption, or damage), and a trace without a readable header is
+    written afresh.
     """
 
     def __init__(self, path, trainer, *, resume_after: int | None = None) -> None:
@@ -168,8 +171,10 @@ class TraceWriter:
             raise ValueError("a trace needs TrainConfig(trace=True): the round records must carry "
                              "gradient norms and state checksums")
         self.path = pathlib.Path(path)
-        if resume_after is not None and self.path.exists():
-            kept = _prefix(self.path, resume_after)
+        # an existing trace whose header cannot be read is started afresh: its rounds
+        # would follow no header (the format lets a trace start after round 1)
+        kept = _prefix(self.path, resume_after) if resume_after is not None and self.path.exists() else []
+        if kept:
             self.path.write_text("".join(kept), encoding="utf-8")
             self._fh = open(self.path, "a", encoding="utf-8")
         else:
@@ -203,15 +208,19 @@ class TraceWriter:
 def _prefix(path: pathlib.Path, t0: int) -> list[str]:
     """The header and the round lines ≤ t0 of an existing trace."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if not line.strip():
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh):
+            if not raw.strip():
                 continue
             try:
+                line = raw.decode("utf-8")
                 obj = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the interruption
-            if i == 0 or obj.get("round", t0 + 1) <= t0:
+            except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
+                break  # a line cut short by the interruption, or damage: keep the prefix before it
+            if not isinstance(obj, dict):
+                break
+            t = obj.get("round", t0 + 1)
+            if i == 0 or (_is_int(t) and t <= t0):
                 out.append(line if line.endswith("\n") else line + "\n")
     return out
 
@@ -258,7 +267,8 @@ def _parse_line(raw: bytes, where: str, last: bool):
     except UntrustedFileError as exc:
         msg = str(exc)
         if last and not raw.endswith(b"\n") and "not valid JSON" in msg:
-            msg += " (the line is cut short: was the run writing it interrupted? `rfrs-ref train --resume` rewrites the trace from its last checkpoint)"
+            msg += (" (the line is cut short: was the run writing it interrupted? "
+                    "`rfrs-ref train --resume` rewrites the trace from its last checkpoint)")
         raise TraceFormatError(msg) from None
 
 

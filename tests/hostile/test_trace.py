@@ -228,3 +228,22 @@ def test_an_unreadable_file(ref, tmp_path):
         _refused(_cli(ref, bad), "locked.jsonl", "cannot read the trace")
     finally:
         bad.chmod(0o600)
+
+
+# -- resuming onto a damaged trace (`rfrs-ref train --resume --trace FILE`) -------------------------------
+
+@pytest.mark.parametrize("damage", [b"\x89PNG\xff\xfe\n", b"[" * 100_000 + b"\n", b'{"round": ' + b"9" * 5000 + b"}\n",
+                                    b"[1, 2]\n", b'{"round": 3, "clients": [\n'])
+def test_resume_keeps_the_readable_prefix_of_a_damaged_trace(tmp_path, damage):
+    p = tmp_path / "t.jsonl"
+    good = "".join(json.dumps(x) + "\n" for x in _lines(2)).encode()
+    p.write_bytes(good + damage + (json.dumps(_round(4)) + "\n").encode())
+    kept = T._prefix(p, 10)
+    assert [json.loads(x).get("round") for x in kept] == [None, 1, 2]
+    assert T._prefix(p, 1) == kept[:2]
+
+
+def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b"\xff\xfe binary\n" + (json.dumps(_round(1)) + "\n").encode())
+    assert T._prefix(p, 10) == []
