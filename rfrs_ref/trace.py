@@ -312,6 +312,9 @@ def read_trace(path) -> Trace:
     path = pathlib.Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trace file")
+    if not path.is_dir() and not path.is_file():
+        # a device or a pipe (/dev/zero) would be read forever
+        raise TraceFormatError(f"{path}: not a regular file, expected a trace")
     rounds: list[dict] = []
     head = None
     try:

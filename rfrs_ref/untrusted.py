@@ -58,6 +58,9 @@ def read_json(path, what: str = "file") -> Any:
     """Read and parse a JSON file (see :func:`parse_json`); a missing or unreadable file
     is an :class:`UntrustedFileError` too."""
     path = pathlib.Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        # a device or a pipe (/dev/zero) would be read forever
+        raise UntrustedFileError(f"{path}: not a regular file, expected a {what}")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -126,6 +129,8 @@ def read_npy(path, source: str | None = None) -> np.ndarray:
     """
     path = pathlib.Path(path)
     where = f"{path}" + (f" (named in {source})" if source else "")
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise UntrustedFileError(f"{where}: not a regular file, expected an .npy file")
     try:
         fh = open(path, "rb")
     except FileNotFoundError:

@@ -327,3 +327,9 @@ def test_export_refuses_to_merge_a_garbage_index_before_writing(tmp_path, kind):
     (root / "index.json").write_bytes(GARBAGE[kind])
     _refused(_cli("export", root, "--only", "optim/sgd-*"), "index.json")
     assert sorted(os.listdir(root)) == ["index.json"]
+
+
+def test_an_index_that_is_a_device_is_not_read_forever(vectors):
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to("/dev/zero")
+    _refused(_cli("check", vectors), "index.json", "not a regular file")

@@ -247,3 +247,7 @@ def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_bytes(b"\xff\xfe binary\n" + (json.dumps(_round(1)) + "\n").encode())
     assert T._prefix(p, 10) == []
+
+
+def test_a_device_is_not_read_forever(ref):
+    _refused(_cli(ref, "/dev/zero"), "/dev/zero", "not a regular file")
