@@ -1248,6 +1248,22 @@ def load_case(folder) -> tuple[dict, dict, dict]:
     return meta, inputs, expected
 
 
+def _implausible(meta: dict) -> str:
+    """Why the parameters of a case cannot be what it states, before recomputing it
+    ('' when they can). The models and rules check their own sizes and preconditions;
+    what remains is the length of a federated run, which nothing else bounds (a
+    case.json claiming 10⁹ rounds would run for days)."""
+    if meta.get("kind") != "federated":
+        return ""
+    rounds = meta["params"].get("rounds")
+    stated = {k.split("_", 1)[0] for k in meta["outputs"] if k[:1] == "r" and k[1:].split("_", 1)[0].isdigit()}
+    if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 1 <= rounds == len(stated)
+            and stated == {f"r{t}" for t in range(1, rounds + 1)}):
+        return (f"params.rounds is {rounds!r}, but the outputs describe rounds "
+                f"{sorted(int(x[1:]) for x in stated)}: they must describe rounds 1 to params.rounds")
+    return ""
+
+
 def check_case(folder, backend: str = "numpy") -> CaseResult:
     """Recompute one case with ``backend`` and compare every output."""
     folder = pathlib.Path(folder)
@@ -1260,6 +1276,9 @@ def check_case(folder, backend: str = "numpy") -> CaseResult:
         return CaseResult(name, backend, False, [], f"cannot read the case: {exc}")
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
+    bad = _implausible(meta)
+    if bad:
+        return CaseResult(name, backend, False, [], f"cannot read the case: {bad}")
     try:
         got = fn(inputs, meta["params"], backend)
     except Exception as exc:

@@ -333,3 +333,16 @@ def test_an_index_that_is_a_device_is_not_read_forever(vectors):
     (vectors / "index.json").unlink()
     (vectors / "index.json").symlink_to("/dev/zero")
     _refused(_cli("check", vectors), "index.json", "not a regular file")
+
+
+@pytest.mark.parametrize("rounds", [10 ** 9, 0, 2, "3", True])
+def test_a_federated_case_cannot_claim_an_endless_run(tmp_path, rounds):
+    """The run's length comes from case.json; 10⁹ rounds would run for days."""
+    root = tmp_path / "v"
+    golden.export(root, only=["federated/adam-krum-gradient-ascent-f64"])
+    res = _cli("check", root)
+    assert res.exit_code == 0, res.output
+    _edit_json(root / "federated/adam-krum-gradient-ascent-f64/case.json",
+               lambda d: d["params"].update(rounds=rounds))
+    _case_fails(root, "params.rounds", "must describe rounds 1 to params.rounds",
+                name="federated/adam-krum-gradient-ascent-f64")
