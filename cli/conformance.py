@@ -1,4 +1,4 @@
-"""``rfrs-ref conformance``: run the laws of SPEC §9 on third-party code."""
+"""``rfrs-ref conformance``: run the laws of docs/conformance.md on third-party code."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ def _parse_options(items) -> dict:
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:
-            out[k] = v
+            out[k] = v  # a plain word, e.g. to_keep=n-f
+        except (ValueError, RecursionError):  # a number past the digit limit, nesting too deep
+            raise click.BadParameter(f"{k}: the value is not a usable JSON value (too many digits "
+                                     "or nested too deeply)", param_hint="--option") from None
     return out
 
 
@@ -27,7 +30,7 @@ def _parse_options(items) -> dict:
 @click.option("--rule", type=click.Choice(RULES), default=None,
               help="The aggregation rule the callable implements (chooses the laws).")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
-              help="The optimiser the callable implements (client_rule/recover, SPEC §5).")
+              help="The optimiser the callable implements (client_rule/recover, docs/optimizers.md).")
 @click.option("--callable", "target", required=True, metavar="MODULE:NAME",
               help="The code under test, e.g. flwr.server.strategy.aggregate:aggregate_krum.")
 @click.option("--adapter", type=click.Choice(["vector", "weights", "result", "rfrs", "flower", "byzfl"]),
@@ -41,7 +44,7 @@ def _parse_options(items) -> dict:
 @click.option("--law", "laws", multiple=True, help="Run only this law (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def conformance(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json):
-    """Check a third-party rule or optimiser against the laws of SPEC §9.
+    """Check a third-party rule or optimiser against the laws of docs/conformance.md.
 
     Prints which laws hold and, for each that fails, a minimal counterexample
     shrunk by Hypothesis. Exit status 1 when a law fails.
@@ -72,13 +75,22 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
             fn = A.adapt(obj, name, **opts)
         except (A.AdapterError, TypeError) as exc:
             raise click.ClickException(str(exc)) from exc
-        results = run_rule_conformance(rule, fn, max_examples=max_examples, seed=seed, laws=list(laws) or None)
+        try:
+            results = run_rule_conformance(rule, fn, max_examples=max_examples, seed=seed,
+                                           laws=list(laws) or None)
+        except ValueError as exc:  # an unknown --law
+            raise click.BadParameter(str(exc), param_hint="--law") from None
         title = f"{target} as {rule} (adapter {name}), {max_examples} examples per law"
     else:
         if opts:
             raise click.UsageError("--option applies to aggregation adapters only")
-        results = run_optimizer_conformance(optimizer, obj, max_examples=max_examples, seed=seed,
-                                            laws=list(laws) or None)
+        try:
+            results = run_optimizer_conformance(optimizer, obj, max_examples=max_examples, seed=seed,
+                                                laws=list(laws) or None)
+        except A.AdapterError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:  # an unknown --law
+            raise click.BadParameter(str(exc), param_hint="--law") from None
         title = f"{target} as {optimizer}, {max_examples} examples per law"
     if as_json:
         click.echo(json.dumps({"target": target, "rule": rule, "optimizer": optimizer,

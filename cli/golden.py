@@ -32,7 +32,10 @@ def export_cmd(directory, only):
     from rfrs_ref import golden as G
 
     started = time.perf_counter()
-    names = G.export(directory, only or None)
+    try:
+        names = G.export(directory, only or None)
+    except (ValueError, OSError) as exc:  # an existing index that cannot be merged, an unwritable folder
+        raise click.ClickException(str(exc)) from None
     if not names:
         raise click.ClickException(f"no case matches {', '.join(only)}")
     families = {}
@@ -54,15 +57,17 @@ def check_cmd(directory, backend, only, quiet):
 
     Prints one line per case and backend: ok, or FAIL with the first
     location (output, index, expected, got, tolerance). Exit status 1 when a
-    case fails.
+    case fails or the index cannot be read. The vectors are read as untrusted
+    input: paths must stay inside DIRECTORY, and a NaN or infinite value where
+    the expected one is finite is a failure (docs/golden-vectors.md).
     """
     from rfrs_ref import golden as G
 
     backends = ("numpy", "numba") if backend == "all" else (backend,)
     try:
         results = G.check(directory, backends, only or None)
-    except (FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, OSError) as exc:  # the index: missing, unreadable, or not an index
+        raise click.ClickException(str(exc)) from None
     if not results:
         raise click.ClickException("no case to check" + (f" matches {', '.join(only)}" if only else ""))
     failed = [r for r in results if not r.ok]

@@ -22,18 +22,20 @@ def trace() -> None:
 @click.option("--ignore", multiple=True, metavar="FIELD",
               help="Skip a field path, e.g. 'rule.objective' or 'metrics' (repeatable).")
 def compare_cmd(a, b, rtol, atol, no_checksums, ignore):
-    """Report the first round and field where traces A and B diverge.
+    """Report the first round and field where trace B diverges from the reference trace A.
 
-    Integers, flags and names compare exactly, floats within atol + rtol·max(|A|, |B|),
-    checksums exactly when both traces state the same dtype, layout and byte
-    order. Exit status 0 when the traces agree, 1 when they diverge.
+    Integers, flags and names compare exactly, floats within atol + rtol·|A|
+    (the tolerance comes from the reference A; a NaN or infinite value in B
+    where A is finite always diverges), checksums exactly when both traces
+    state the same dtype, layout and byte order. Exit status 0 when the traces
+    agree, 1 when they diverge or a trace cannot be read (docs/traces.md).
     """
-    from rfrs_ref.trace import TraceFormatError, compare
+    from rfrs_ref.trace import compare
 
     try:
         res = compare(a, b, rtol=rtol, atol=atol, checksums=not no_checksums, ignore=ignore)
-    except TraceFormatError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, OSError) as exc:  # TraceFormatError, a non-finite tolerance
+        raise click.ClickException(str(exc)) from None
     for note in res.notes:
         click.echo(f"note: {note}")
     if res.agree:

@@ -34,8 +34,13 @@ float32 inputs and the exact (float64) result for them, with tolerances that
 a float32 implementation meets. Tolerances are ``|got − expected| ≤ atol +
 rtol·|expected|`` elementwise, derived per output from the dtype's unit
 roundoff u and the magnitudes involved (the ``tolerance`` text of each case
-says how); integers, booleans and names compare exactly; NaN matches NaN and
-an infinity matches the same infinity.
+says how); integers, booleans and names compare exactly; a NaN or infinite
+value where the expected one is finite never matches, NaN matches NaN and an
+infinity matches the same infinity (:mod:`rfrs_ref.agreement`). ``check``
+reads the vectors as untrusted input: paths are confined to their folders,
+arrays must be plain ``.npy`` files of the stated dtype and shape, and every
+defect is a one-line message naming the file (docs/golden-vectors.md,
+"Failure behaviour").
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ from typing import Any
 
 import numpy as np
 
+from rfrs_ref import agreement
 from rfrs_ref.seeding import generator
+from rfrs_ref.untrusted import UntrustedFileError, confined, depth_exceeds, read_json, read_npy
 
 FORMAT = "rfrs-golden"
 VERSION = 1
@@ -64,6 +71,13 @@ SEED = 20200101
 C_ELEMENTWISE = 64
 C_REDUCTION = 256
 C_RUN = 1024
+#: how deeply case.json may nest lists and objects (an export writes 5 levels)
+MAX_DEPTH = 32
+
+
+#: a golden-vector file cannot be used (the one-line message names the file): the same
+#: class as the untrusted-file errors of reading it, so one ``except`` catches both
+GoldenFormatError = UntrustedFileError
 
 
 # -- the case description ------------------------------------------------------------------
@@ -1037,6 +1051,10 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     from rfrs_ref import __version__
 
     root = pathlib.Path(directory)
+    prev_cases: list[dict] = []
+    if only and (root / "index.json").exists():
+        # the index is merged, not replaced: read it before anything is written
+        prev_cases = [{k: v for k, v in c.items() if k != "folder"} for c in read_index(root)]
     root.mkdir(parents=True, exist_ok=True)
     cases = all_cases(only)
     for case in cases:
@@ -1049,13 +1067,10 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
              "seed": SEED,
              "cases": [{"name": c.name, "kind": c.kind, "dtype": c.dtype, "path": f"{c.name}/case.json"}
                        for c in cases]}
-    if only:
-        old = root / "index.json"
-        if old.exists():
-            prev = json.loads(old.read_text(encoding="utf-8"))
-            names = {c["name"] for c in index["cases"]}
-            index["cases"] = sorted([c for c in prev.get("cases", []) if c["name"] not in names]
-                                    + index["cases"], key=lambda c: c["name"])
+    if prev_cases:
+        names = {c["name"] for c in index["cases"]}
+        index["cases"] = sorted([c for c in prev_cases if c["name"] not in names]
+                                + index["cases"], key=lambda c: c["name"])
     (root / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True, ensure_ascii=False,
                                                 allow_nan=False) + "\n", encoding="utf-8")
     return [c.name for c in cases]
@@ -1107,59 +1122,153 @@ def _py(x):
     return x
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
-    """Compare one recomputed output with its expected value under ``spec``'s rule."""
+    """Compare one recomputed output ``got`` (the candidate) with the case's ``expected``
+    value (the reference) under ``spec``'s rule.
+
+    ``close``: ``|got − expected| ≤ atol + rtol·|expected|`` elementwise, the
+    tolerance from the expected value alone; ``exact`` (and every integer,
+    boolean, string or null): equality. Either way a NaN or infinite ``got``
+    where ``expected`` is finite is a mismatch, and a non-finite ``expected``
+    is matched only by the same value (NaN by NaN, +inf by +inf): the rule of
+    :mod:`rfrs_ref.agreement`. A ``spec`` that states no usable rule (unknown
+    ``compare``, a tolerance that is negative, NaN or infinite) is a mismatch
+    too: the case file is input and cannot declare anything equal.
+    """
+    how = spec.get("compare") if isinstance(spec, dict) else None
+    if how not in ("exact", "close"):
+        return Mismatch(name, None, None, None, None,
+                        message=f"the case states no comparison rule ('compare' is {how!r}, not "
+                                "'exact' or 'close')")
+    rtol = atol = 0.0
+    if how == "close":
+        try:
+            rtol, atol = agreement.check_tolerance(spec.get("rtol"), spec.get("atol"), "tolerance")
+        except ValueError as exc:
+            return Mismatch(name, None, None, None, None, message=f"unusable {exc}")
     if got is None and expected is None:
         return None
-    if isinstance(expected, np.ndarray) or isinstance(got, np.ndarray):
-        e = np.asarray(expected)
-        g = np.asarray(got)
-        if e.shape != g.shape:
-            return Mismatch(name, None, None, None, None, message=f"shape {g.shape}, expected {e.shape}")
-        if spec["compare"] == "exact" or e.dtype.kind in "iub":
-            if e.dtype.kind == "f":
-                bad = ~((e == g) | (np.isnan(e) & np.isnan(g.astype(np.float64))))
-            else:
-                bad = e != g
-            tol = None
+    got = _py(got)
+    if isinstance(expected, (np.ndarray, list)) or isinstance(got, (np.ndarray, list)):
+        return _compare_arrays(name, how, rtol, atol, expected, got)
+    if _is_number(expected) and _is_number(got):
+        if isinstance(expected, int) and isinstance(got, int):
+            ok = expected == got
         else:
-            e64, g64 = e.astype(np.float64), g.astype(np.float64)
-            tolv = spec["atol"] + spec["rtol"] * np.abs(np.where(np.isfinite(e64), e64, 0.0))
-            with np.errstate(invalid="ignore"):
-                close = np.abs(g64 - e64) <= tolv
-            same_special = (np.isnan(e64) & np.isnan(g64)) | (np.isinf(e64) & (e64 == g64))
-            bad = ~(np.where(np.isfinite(e64), close & np.isfinite(g64), same_special))
-            tol = tolv
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
-            tv = None if tol is None else float(np.asarray(tol)[idx] if np.ndim(tol) else tol)
-            return Mismatch(name, idx, _py(e[idx]), _py(g[idx]), tv, int(bad.sum()), int(bad.size))
-        return None
-    if spec["compare"] == "exact" or isinstance(expected, (bool, str, int)) or expected is None:
-        if isinstance(expected, float) and isinstance(got, float) and math.isnan(expected) and math.isnan(got):
+            ok = agreement.agrees(expected, got, *((0.0, 0.0) if how == "exact" or isinstance(expected, int)
+                                                   else (rtol, atol)))
+        if ok:
             return None
-        if expected != got or type(expected) is bool and not isinstance(got, (bool, np.bool_)):
-            return Mismatch(name, None, expected, _py(got), None)
-        return None
-    e, g = float(expected), float(got)
-    tol = spec["atol"] + spec["rtol"] * abs(e)
-    if not abs(g - e) <= tol:
-        return Mismatch(name, None, e, g, tol)
+        e, g = agreement.as_float(expected), agreement.as_float(got)
+        tol = None if how == "exact" or isinstance(expected, int) else float(agreement.tolerance(e, rtol, atol))
+        return Mismatch(name, None, expected, got, tol)
+    if expected != got or type(expected) is not type(got):
+        return Mismatch(name, None, expected, got, None)
     return None
 
 
+def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
+    try:
+        e = np.asarray(expected)
+        g = np.asarray(got)
+    except (ValueError, TypeError, OverflowError):
+        return Mismatch(name, None, None, None, None, message="the expected value is not a rectangular "
+                        "array of numbers")
+    if e.shape != g.shape:
+        return Mismatch(name, None, None, None, None, message=f"shape {g.shape}, expected {e.shape}")
+    if e.dtype.kind not in "fiub" or g.dtype.kind not in "fiub":
+        if e.dtype.kind == g.dtype.kind == "U" and (e == g).all():
+            return None
+        return Mismatch(name, None, None, None, None,
+                        message=f"expected an array of {e.dtype.kind!r} kind, got one of {g.dtype.kind!r} kind"
+                        if e.dtype.kind != g.dtype.kind else "the values differ")
+    tol = None
+    if e.dtype.kind in "iub" and g.dtype.kind in "iub":
+        bad = e != g  # integers beyond 2**53 would collide in float64
+    elif how == "exact" or e.dtype.kind in "iub":
+        bad = agreement.disagree(e, g)
+    else:
+        bad = agreement.disagree(e, g, rtol, atol)
+        tol = agreement.tolerance(e, rtol, atol)
+    if not bad.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+    tv = None if tol is None else float(np.asarray(tol)[idx] if np.ndim(tol) else tol)
+    return Mismatch(name, idx, _py(e[idx]), _py(g[idx]), tv, int(bad.sum()), int(bad.size))
+
+
+#: the dtypes case.json may state for an array (what export writes)
+ARRAY_DTYPES = ("float32", "float64", "int64", "bool")
+
+
+def _array(folder: pathlib.Path, meta: dict, key: str, where: str) -> np.ndarray:
+    """The array that entry ``key`` of case.json names, confined to the case's folder and
+    checked against the dtype and shape the entry states."""
+    src = str(folder / "case.json")
+    path = confined(folder, meta.get("file"), src, what=f"{where} {key!r}: file")
+    a = read_npy(path, src)
+    dtype, shape = meta.get("dtype"), meta.get("shape")
+    if dtype not in ARRAY_DTYPES or str(a.dtype.newbyteorder("=")) != dtype:
+        raise GoldenFormatError(f"{src}: {where} {key!r}: {path.name} holds {a.dtype}, the case states "
+                                f"dtype {dtype!r} (one of {', '.join(ARRAY_DTYPES)})")
+    if not isinstance(shape, list) or list(a.shape) != shape:
+        raise GoldenFormatError(f"{src}: {where} {key!r}: {path.name} has shape {list(a.shape)}, the "
+                                f"case states {shape!r}")
+    return a.astype(a.dtype.newbyteorder("="), copy=False)
+
+
+def _entries(meta: dict, key: str, src: str) -> dict:
+    v = meta.get(key)
+    if not isinstance(v, dict) or not all(isinstance(m, dict) for m in v.values()):
+        raise GoldenFormatError(f"{src}: {key!r} must be an object of name -> entry objects")
+    return v
+
+
 def load_case(folder) -> tuple[dict, dict, dict]:
-    """(case.json, inputs, expected outputs) of one case folder."""
+    """(case.json, inputs, expected outputs) of one case folder.
+
+    The case folder's files are input: every array file named in case.json
+    must lie inside the folder (no ``..``, no absolute path, no symbolic link
+    leading out), be a plain ``.npy`` of the stated dtype and shape; anything
+    else raises :class:`GoldenFormatError` (a ``ValueError``) naming the file.
+    """
     folder = pathlib.Path(folder)
-    meta = json.loads((folder / "case.json").read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise ValueError(f"{folder / 'case.json'}: not a {FORMAT} version {VERSION} case "
-                         f"(format {meta.get('format')!r}, version {meta.get('version')!r})")
-    inputs = {k: np.load(folder / m["file"], allow_pickle=False) for k, m in meta["inputs"].items()}
+    src = folder / "case.json"
+    meta = read_json(src, "case.json")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION \
+            or isinstance(meta.get("version"), bool):
+        got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
+        raise GoldenFormatError(f"{src}: not a {FORMAT} version {VERSION} case "
+                                f"(format {got[0]!r}, version {got[1]!r})")
+    if depth_exceeds(meta, MAX_DEPTH):
+        raise GoldenFormatError(f"{src}: nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(meta.get("name"), str) or not isinstance(meta.get("params"), dict):
+        raise GoldenFormatError(f"{src}: 'name' must be a string and 'params' an object")
+    inputs = {k: _array(folder, m, k, "input") for k, m in _entries(meta, "inputs", str(src)).items()}
     expected = {}
-    for k, m in meta["outputs"].items():
-        expected[k] = np.load(folder / m["file"], allow_pickle=False) if "file" in m else m["value"]
+    for k, m in _entries(meta, "outputs", str(src)).items():
+        expected[k] = _array(folder, m, k, "output") if "file" in m else m.get("value")
     return meta, inputs, expected
+
+
+def _implausible(meta: dict) -> str:
+    """Why the parameters of a case cannot be what it states, before recomputing it
+    ('' when they can). The models and rules check their own sizes and preconditions;
+    what remains is the length of a federated run, which nothing else bounds (a
+    case.json claiming 10⁹ rounds would run for days)."""
+    if meta.get("kind") != "federated":
+        return ""
+    rounds = meta["params"].get("rounds")
+    stated = {k.split("_", 1)[0] for k in meta["outputs"] if k[:1] == "r" and k[1:].split("_", 1)[0].isdigit()}
+    if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 1 <= rounds == len(stated)
+            and stated == {f"r{t}" for t in range(1, rounds + 1)}):
+        return (f"params.rounds is {rounds!r}, but the outputs describe rounds "
+                f"{sorted(int(x[1:]) for x in stated)}: they must describe rounds 1 to params.rounds")
+    return ""
 
 
 def check_case(folder, backend: str = "numpy") -> CaseResult:
@@ -1170,8 +1279,13 @@ def check_case(folder, backend: str = "numpy") -> CaseResult:
         meta, inputs, expected = load_case(folder)
         name = meta["name"]
         fn = KINDS[meta["kind"]]
-    except Exception as exc:  # unreadable case: report, do not stop the other cases
+    except UntrustedFileError as exc:  # unreadable case: report, do not stop the other cases
+        return CaseResult(name, backend, False, [], f"cannot read the case: {exc}")
+    except Exception as exc:
         return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
+    bad = _implausible(meta)
+    if bad:
+        return CaseResult(name, backend, False, [], f"cannot read the case: {bad}")
     try:
         got = fn(inputs, meta["params"], backend)
     except Exception as exc:
@@ -1181,7 +1295,10 @@ def check_case(folder, backend: str = "numpy") -> CaseResult:
         if k not in got:
             mismatches.append(Mismatch(k, None, None, None, None, message="not produced by the current code"))
             continue
-        m = compare_output(k, spec, expected[k], got[k])
+        try:
+            m = compare_output(k, spec, expected[k], got[k])
+        except Exception as exc:  # the case file is input: whatever it holds, report and go on
+            m = Mismatch(k, None, None, None, None, message=f"cannot be compared ({type(exc).__name__}: {exc})")
         if m is not None:
             mismatches.append(m)
     if meta["kind"] == "attack" and "noise" in inputs and "noise" in got:
@@ -1191,28 +1308,54 @@ def check_case(folder, backend: str = "numpy") -> CaseResult:
     return CaseResult(name, backend, not mismatches, mismatches)
 
 
-def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> list[CaseResult]:
-    """Check every case listed in ``directory/index.json`` with each backend."""
+def read_index(directory) -> list[dict]:
+    """The case entries (``name``, ``path``, ...) of ``directory/index.json``, validated:
+    every ``path`` is a relative path to a ``case.json`` inside ``directory``
+    (resolved: ``..``, absolute paths and symbolic links leading out are refused).
+    Raises :class:`GoldenFormatError` / FileNotFoundError with one-line messages."""
     root = pathlib.Path(directory)
     index_path = root / "index.json"
     if not index_path.exists():
         raise FileNotFoundError(f"{index_path}: no index of golden vectors (run `rfrs-ref golden export`)")
-    index = json.loads(index_path.read_text(encoding="utf-8"))
-    if index.get("format") != FORMAT or index.get("version") != VERSION:
-        raise ValueError(f"{index_path}: not a {FORMAT} version {VERSION} index")
+    index = read_json(index_path, "index of golden vectors")
+    if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION \
+            or isinstance(index.get("version"), bool):
+        raise GoldenFormatError(f"{index_path}: not a {FORMAT} version {VERSION} index")
+    cases = index.get("cases")
+    if not isinstance(cases, list):
+        raise GoldenFormatError(f"{index_path}: 'cases' must be a list of case entries")
+    out = []
+    for i, entry in enumerate(cases):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise GoldenFormatError(f"{index_path}: case entry {i} must be an object with a string 'name'")
+        path = confined(root, entry.get("path"), str(index_path), what=f"case {entry['name']!r}: path")
+        if path.name != "case.json":
+            raise GoldenFormatError(f"{index_path}: case {entry['name']!r}: path {entry['path']!r} does not "
+                                    "name a case.json")
+        out.append({**entry, "folder": path.parent})
+    return out
+
+
+def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> list[CaseResult]:
+    """Check every case listed in ``directory/index.json`` with each backend.
+
+    The whole index is validated (:func:`read_index`) before any case runs;
+    a case that cannot be read is a failed case, not an exception."""
+    entries = read_index(directory)
     pats = list(only) if only else None
     out = []
-    for entry in index["cases"]:
+    for entry in entries:
         if pats and not _matches(entry["name"], pats):
             continue
-        folder = (root / entry["path"]).parent
         for b in backends:
-            out.append(check_case(folder, b))
+            out.append(check_case(entry["folder"], b))
     return out
 
 
 __all__ = [
+    "ARRAY_DTYPES",
     "FORMAT",
+    "GoldenFormatError",
     "KINDS",
     "VERSION",
     "Case",
@@ -1225,5 +1368,6 @@ __all__ = [
     "compare_output",
     "export",
     "load_case",
+    "read_index",
     "write_case",
 ]

@@ -43,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from rfrs_ref import agreement
 from rfrs_ref.jsonsafe import jsonable
+from rfrs_ref.untrusted import UntrustedFileError, depth_exceeds, parse_json
 
 FORMAT = "rfrs-trace"
 VERSION = 1
@@ -158,7 +160,10 @@ class TraceWriter:
     the recovered-gradient norms and the state checksums). Each line is
     flushed when written, so an interrupted run leaves a valid prefix. With
     ``resume_after=t0`` an existing trace keeps its header and rounds ≤ t0 and
-    the run's next rounds are appended (``rfrs-ref train --resume``).
+    the run's next rounds are appended (``rfrs-ref train --resume``); reading
+    stops at the first line that is not a JSON object (a line cut short by the
+    interruption, or damage), and a trace without a readable header is
+    written afresh.
     """
 
     def __init__(self, path, trainer, *, resume_after: int | None = None) -> None:
@@ -166,8 +171,10 @@ class TraceWriter:
             raise ValueError("a trace needs TrainConfig(trace=True): the round records must carry "
                              "gradient norms and state checksums")
         self.path = pathlib.Path(path)
-        if resume_after is not None and self.path.exists():
-            kept = _prefix(self.path, resume_after)
+        # an existing trace whose header cannot be read is started afresh: its rounds
+        # would follow no header (the format lets a trace start after round 1)
+        kept = _prefix(self.path, resume_after) if resume_after is not None and self.path.exists() else []
+        if kept:
             self.path.write_text("".join(kept), encoding="utf-8")
             self._fh = open(self.path, "a", encoding="utf-8")
         else:
@@ -201,15 +208,19 @@ class TraceWriter:
 def _prefix(path: pathlib.Path, t0: int) -> list[str]:
     """The header and the round lines ≤ t0 of an existing trace."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if not line.strip():
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh):
+            if not raw.strip():
                 continue
             try:
+                line = raw.decode("utf-8")
                 obj = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the interruption
-            if i == 0 or obj.get("round", t0 + 1) <= t0:
+            except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
+                break  # a line cut short by the interruption, or damage: keep the prefix before it
+            if not isinstance(obj, dict):
+                break
+            t = obj.get("round", t0 + 1)
+            if i == 0 or (_is_int(t) and t <= t0):
                 out.append(line if line.endswith("\n") else line + "\n")
     return out
 
@@ -240,41 +251,105 @@ class Trace:
     path: str = ""
 
 
+#: how deeply a trace line may nest lists and objects (rfrs-ref writes 4 levels)
+MAX_DEPTH = 32
+#: header fields that must be JSON objects when present
+_HEADER_OBJECTS = ("producer", "run", "dataset", "initial")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_line(raw: bytes, where: str, last: bool):
+    try:
+        return parse_json(raw, where)
+    except UntrustedFileError as exc:
+        msg = str(exc)
+        if last and not raw.endswith(b"\n") and "not valid JSON" in msg:
+            msg += (" (the line is cut short: was the run writing it interrupted? "
+                    "`rfrs-ref train --resume` rewrites the trace from its last checkpoint)")
+        raise TraceFormatError(msg) from None
+
+
+def _check_state_summary(obj: dict, where: str) -> None:
+    for key in ("state_norms", "state_checksums"):
+        v = obj.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise TraceFormatError(f"{where}: {key} must be an object (array name -> value), "
+                                   f"got {type(v).__name__}")
+        if key == "state_checksums" and not all(isinstance(x, str) for x in v.values()):
+            raise TraceFormatError(f"{where}: state_checksums must map array names to hex strings")
+
+
+def _check_header(obj: dict, where: str) -> None:
+    if obj.get("format") != FORMAT:
+        raise TraceFormatError(f"{where}: the first line must be a header with "
+                               f"\"format\": \"{FORMAT}\", got format {obj.get('format')!r}")
+    v = obj.get("version")
+    if not (_is_int(v) and v == VERSION):
+        raise TraceFormatError(f"{where}: trace format version {v!r} is not supported "
+                               f"(this is version {VERSION})")
+    for key in _HEADER_OBJECTS:
+        if obj.get(key) is not None and not isinstance(obj[key], dict):
+            raise TraceFormatError(f"{where}: header field {key} must be an object, "
+                                   f"got {type(obj[key]).__name__}")
+    _check_state_summary(obj.get("initial") or {}, where + " (initial)")
+
+
 def read_trace(path) -> Trace:
-    """Read and validate a trace file (header, then round lines in increasing order)."""
+    """Read and validate a trace file (header, then round lines in increasing order).
+
+    Every defect of the file (not UTF-8, not JSON, nested more than
+    :data:`MAX_DEPTH` levels, an unreadable number, a missing or mistyped field,
+    rounds out of order, a last line cut short by an interruption) raises
+    :class:`TraceFormatError` with a one-line message naming the file and line.
+    ``NaN``/``Infinity`` literals are read as the floats they name (the format
+    writes ``null``; :func:`compare` treats them by :mod:`rfrs_ref.agreement`'s rule).
+    """
     path = pathlib.Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trace file")
+    if not path.is_dir() and not path.is_file():
+        # a device or a pipe (/dev/zero) would be read forever
+        raise TraceFormatError(f"{path}: not a regular file, expected a trace")
     rounds: list[dict] = []
     head = None
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise TraceFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            if head is None:
-                if obj.get("format") != FORMAT:
-                    raise TraceFormatError(f"{path}:{lineno}: the first line must be a header with "
-                                           f"\"format\": \"{FORMAT}\", got format {obj.get('format')!r}")
-                if obj.get("version") != VERSION:
-                    raise TraceFormatError(f"{path}:{lineno}: trace format version {obj.get('version')!r} "
-                                           f"is not supported (this is version {VERSION})")
-                head = obj
-                continue
-            missing = [k for k in REQUIRED_FIELDS if k not in obj]
-            if missing:
-                raise TraceFormatError(f"{path}:{lineno}: round line lacks {', '.join(missing)}")
-            t = obj["round"]
-            if not isinstance(t, int) or (rounds and t <= rounds[-1]["round"]) or t < 1:
-                prev = rounds[-1]["round"] if rounds else 0
-                raise TraceFormatError(f"{path}:{lineno}: round {t!r} after round {prev}: rounds are "
-                                       "integers from 1, in increasing order")
-            rounds.append(obj)
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.readlines()
+    except IsADirectoryError:
+        raise TraceFormatError(f"{path}: is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        obj = _parse_line(raw, where, lineno == len(lines))
+        if not isinstance(obj, dict):
+            raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        if depth_exceeds(obj, MAX_DEPTH):
+            raise TraceFormatError(f"{where}: nested more than {MAX_DEPTH} levels deep; a trace "
+                                   "line is a flat record (docs/traces.md)")
+        if head is None:
+            _check_header(obj, where)
+            head = obj
+            continue
+        missing = [k for k in REQUIRED_FIELDS if k not in obj]
+        if missing:
+            raise TraceFormatError(f"{where}: round line lacks {', '.join(missing)}")
+        t = obj["round"]
+        if not _is_int(t) or (rounds and t <= rounds[-1]["round"]) or t < 1:
+            prev = rounds[-1]["round"] if rounds else 0
+            raise TraceFormatError(f"{where}: round {t!r} after round {prev}: rounds are "
+                                   "integers from 1, in increasing order")
+        _check_state_summary(obj, where)
+        if obj["state_norms"] is None:
+            raise TraceFormatError(f"{where}: state_norms must be an object (array name -> norm)")
+        rounds.append(obj)
     if head is None:
         raise TraceFormatError(f"{path}: empty trace (no header line)")
     return Trace(head, rounds, str(path))
@@ -289,7 +364,8 @@ class Divergence:
     Attributes:
         round: the round (0: the header or the initial state).
         field: the path of the value (``weights[3]``, ``rule.scores[2]``, ``initial.state_norms.theta``).
-        a, b: the two values (None for a missing or non-finite value).
+        a, b: the two values, A the reference and B the candidate (None for a
+            missing or non-finite value).
         reason: why they count as different.
     """
 
@@ -367,32 +443,50 @@ class _Comparer:
                 if a != b:
                     self.fail(t, path, a, b, "different integers")
                 return
-            tol = self.atol + self.rtol * max(abs(a), abs(b))
-            if not abs(a - b) <= tol:
-                self.fail(t, path, a, b, f"|Δ| = {abs(a - b):.3g} > atol + rtol·max(|A|, |B|) = {tol:.3g}")
+            # A is the reference: its magnitude sets the tolerance, and a non-finite B
+            # (a NaN or Infinity literal, or 1e999) never matches a finite A
+            fa, fb = agreement.as_float(a), agreement.as_float(b)
+            if not agreement.agrees(fa, fb, self.rtol, self.atol):
+                tol = float(agreement.tolerance(fa, self.rtol, self.atol))
+                self.fail(t, path, a, b, agreement.describe(fa, fb, tol, "A"))
             return
         if type(a) is not type(b) or a != b:
             self.fail(t, path, a, b, f"different kinds of value ({type(a).__name__}, {type(b).__name__})")
+
+    def same_keys(self, t: int, path: str, a, b) -> None:
+        """Every array of A's state is in B's (a required object: no key may be dropped)."""
+        if self.ignored(path) or not isinstance(a, dict) or not isinstance(b, dict):
+            return
+        missing = [k for k in a if k not in b]
+        if missing:
+            self.fail(t, f"{path}.{missing[0]}", a[missing[0]], None, "missing in B")
 
     def state_checksums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
         if not self.checksums or self.ignored(path) or a is None or b is None:
             return
         for k in a:
-            if k in b and a[k] != b[k]:
+            if k not in b:
+                self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
+            if a[k] != b[k]:
                 self.fail(t, f"{path}.{k}", a[k], b[k], "checksums differ (same dtype, layout and byte "
                           "order: the states differ in at least one bit)")
 
 
 def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
             atol: float = 1e-9, checksums: bool = True, ignore: Iterable[str] = ()) -> TraceComparison:
-    """Find the first round and field where traces ``a`` and ``b`` diverge.
+    """Find the first round and field where trace ``b`` (the candidate) diverges from
+    trace ``a`` (the reference).
 
     Rules: integers, booleans and strings (clients, Byzantine flags, nᵢ, f,
     exclusions and their checks, selections) compare exactly; floats (norms,
-    weights, kept fractions, losses, diagnostics, metrics) with
-    ``|A − B| ≤ atol + rtol·max(|A|, |B|)``; null matches only null; lists must
+    weights, kept fractions, losses, diagnostics, metrics) by the rule of
+    :mod:`rfrs_ref.agreement`: ``|B − A| ≤ atol + rtol·|A|`` with the tolerance
+    from the reference A alone, a non-finite B (a ``NaN``/``Infinity`` literal or
+    an overflowing number such as ``1e999``) never matches a finite A, and a
+    non-finite A only the same value; null matches only null; lists must
     have the same length; dictionaries compare on the keys both have (keys of
-    one side only are listed in ``notes``). Checksums compare exactly, and
+    one side only are listed in ``notes``), except the state's norms and
+    checksums, where a key of A missing in B is a divergence. Checksums compare exactly, and
     only when both headers state the same dtype, layout and byte order (and
     ``checksums`` is true). Fields are visited in the order a round computes
     them (:data:`ROUND_FIELDS`), so the reported field is the earliest
@@ -404,6 +498,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     rounds. A different parameter count or set of state arrays is a
     divergence at round 0, so is a different initial state.
     """
+    rtol, atol = agreement.check_tolerance(rtol, atol, "trace compare")
     ta = a if isinstance(a, Trace) else read_trace(a)
     tb = b if isinstance(b, Trace) else read_trace(b)
     ha, hb = ta.header, tb.header
@@ -425,6 +520,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         for k in ("n_params", "state_arrays"):
             cmp.value(0, k, ha.get(k), hb.get(k))
         ia, ib = ha.get("initial") or {}, hb.get("initial") or {}
+        cmp.same_keys(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.value(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
@@ -443,6 +539,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     continue
                 if field in ("rule", "attack") and (va is None or vb is None):
                     continue
+                if field == "state_norms":
+                    cmp.same_keys(t, field, va, vb)
                 cmp.value(t, field, va, vb)
             done += 1
         if len(ta.rounds) != len(tb.rounds):

@@ -335,10 +335,13 @@ def resolve_callable(spec: str):
         obj = importlib.import_module(mod_name)
     except ModuleNotFoundError as exc:
         raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {exc}") from exc
+    except Exception as exc:  # an empty or relative name, or a module that fails as it loads
+        msg = str(exc).split("\n")[0]
+        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {type(exc).__name__}: {msg}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
-        except AttributeError:
+        except (AttributeError, TypeError):  # TypeError: an attribute name that is no string
             raise AdapterError(f"{mod_name!r} has no attribute {attr!r}") from None
     return obj
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from rfrs_ref.testing import laws as L
 from rfrs_ref.testing import strategies as S
-from rfrs_ref.testing.adapters import Outcome
+from rfrs_ref.testing.adapters import AdapterError, Outcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,21 +117,35 @@ def _rfa_allowance(case) -> float:
     return 2.0 * RFA_NU * (ns.sum() / ns[case.honest].sum())
 
 
+_RECOVERY = LawSpec("recovery_exact", "recover(rule(g)) = g to rounding")
+_UPDATE = LawSpec("update_rule", "client_rule(state, g, t) = the optimiser's update rule to rounding",
+                  "convention")
+
 #: optimiser -> laws (name, statement)
 OPTIMIZER_LAWS: dict[str, list[LawSpec]] = {
-    "sgd": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding")],
-    "momentum": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+    "sgd": [_RECOVERY, _UPDATE],
+    "momentum": [_RECOVERY, _UPDATE,
                  LawSpec("lemma2", "‖m‖ ≤ g_max/(1 − β₃) under convex aggregation"),
                  LawSpec("theorem2", "‖m̂ − m‖ = ‖Δg‖, ‖θ̂ − θ‖ = η‖Δg‖")],
-    "adam": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+    "adam": [_RECOVERY, _UPDATE,
              LawSpec("lemma2", "‖m‖ ≤ g_max under convex aggregation (Lemma 2)"),
              LawSpec("theorem1", "Theorem 1 chain: Δm, Δv, Δ√v, Δ1/(√v+ε), Δθ with ηₜ and ε"),
              LawSpec("camouflage_same_theta", "camouflaged θ = honest θ, recovered g differs")],
-    "adagrad": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+    "adagrad": [_RECOVERY, _UPDATE,
                 LawSpec("theorem3", "Theorem 3 chain: Δr, Δ√r, Δ1/(√r+ε), Δθ")],
-    "rmsprop": [LawSpec("recovery_exact", "recover(rule(g)) = g to rounding"),
+    "rmsprop": [_RECOVERY, _UPDATE,
                 LawSpec("theorem4", "Theorem 4 chain: Δr, Δ√r, Δ1/(√r+ε), Δθ")],
 }
+
+
+def _check_law_names(laws, specs, what: str) -> None:
+    """Unknown law names are an error: a selection that runs nothing must not pass."""
+    if laws is None:
+        return
+    known = [s.name for s in specs]
+    unknown = [name for name in laws if name not in known]
+    if unknown:
+        raise ValueError(f"no law {unknown[0]!r} for {what}; choose from: {', '.join(known)}")
 
 
 @dataclasses.dataclass
@@ -171,6 +185,19 @@ def _settings(max_examples: int, seed: int | None):
                     phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
 
 
+def _no_exit(check: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``check`` with an exit from the code under test turned into a failure: ``sys.exit(0)``
+    in a callable must not end a conformance run as a success."""
+
+    def guarded(example):
+        try:
+            check(example)
+        except SystemExit as exc:
+            raise RuntimeError(f"the code under test called exit({exc.code!r})") from None
+
+    return guarded
+
+
 def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Callable[[Any], dict],
              max_examples: int, seed: int | None) -> LawResult:
     """Run ``check`` on examples of ``strategy``; keep the last (= shrunk) failure."""
@@ -179,6 +206,7 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
 
     failures: list[tuple[Any, BaseException]] = []
     count = [0]
+    check = _no_exit(check)
 
     @_settings(max_examples, seed)
     @given(strategy)
@@ -229,7 +257,7 @@ def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
     X = np.random.default_rng(0).normal(size=(n, 3))
     try:
         out = rule_fn(X, np.ones(n, dtype=np.int64), max(0, min(1, f_bound(n))))
-    except Exception:
+    except (Exception, SystemExit):  # the laws will report it; an exit must not end the run
         return False
     return isinstance(out, Outcome) and out.weights is not None
 
@@ -256,6 +284,7 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
     if rule not in RULE_LAWS:
         raise ValueError(f"no laws are defined for rule {rule!r}; choose one of: {', '.join(RULE_LAWS)}")
     f_bound, min_n, specs = RULE_LAWS[rule]
+    _check_law_names(laws, specs, f"rule {rule!r}")
     has_weights = _exposes_weights(rule_fn, f_bound, min_n)
     out = []
     for spec in specs:
@@ -306,6 +335,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
     if kind not in OPTIMIZER_LAWS:
         raise ValueError(f"no laws are defined for optimiser {kind!r}; choose one of: "
                          f"{', '.join(OPTIMIZER_LAWS)}")
+    _check_law_names(laws, OPTIMIZER_LAWS[kind], f"optimiser {kind!r}")
     ref_cls = OPTIMIZERS.get(kind)
     names = [h.name for h in hyperparameters(ref_cls)]
     is_factory = isinstance(obj, type) or (callable(obj) and not hasattr(obj, "client_rule"))
@@ -316,8 +346,12 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
         def under_test(case):
             return obj(**values(case.optimizer))
     else:
-        inst = obj() if is_factory else obj
-        fixed = ref_cls(**{n: getattr(inst, n) for n in names if hasattr(inst, n)})
+        try:
+            inst = obj() if is_factory else obj
+            fixed = ref_cls(**{n: getattr(inst, n) for n in names if hasattr(inst, n)})
+        except Exception as exc:  # the object is input: its hyperparameters may be anything
+            raise AdapterError(f"cannot take {kind} hyperparameters ({', '.join(names)}) from "
+                               f"{obj!r}: {type(exc).__name__}: {exc}") from None
 
         def under_test(case):
             return inst

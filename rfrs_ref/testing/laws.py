@@ -29,13 +29,17 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
 and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
 SPEC §5 (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
-``recovery_exact``, ``lemma2``, ``theorem1`` (Adam), ``theorem2`` (momentum),
+``recovery_exact``, ``update_rule``, ``lemma2``, ``theorem1`` (Adam), ``theorem2`` (momentum),
 ``theorem3`` (AdaGrad), ``theorem4`` (RMSProp), ``camouflage_same_theta``.
 
 Tolerances: each comparison allows the rounding of the quantities it
 involves (a few units in the last place of the largest magnitude, scaled by
 the dtype's unit roundoff u); inequalities of real numbers are checked with
-that slack, never with a loose relative factor.
+that slack, never with a loose relative factor. The magnitudes come from the
+reference side (the honest rows, the drawn inputs, rfrs-ref's own rule on the
+same inputs), never from what the implementation under test returned, and a
+NaN or infinite value where the reference is finite always violates the law
+(:mod:`rfrs_ref.agreement`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from rfrs_ref import agreement
 from rfrs_ref.testing.adapters import Outcome
 from rfrs_ref.testing.strategies import GradientSequence, PairCase, RoundCase, unanimous
 
@@ -155,7 +160,7 @@ def krum_kept_bound(rule, case: RoundCase) -> None:
         raise LawViolation(law, "the rule exposes no weights (use krum_output_bound)")
     bound, H = _krum_bound(case)
     X = case.features.astype(np.float64)
-    for i in np.flatnonzero(out.weights > 0):
+    for i in np.flatnonzero(~(out.weights <= 0)):  # a NaN weight counts as kept
         if not np.isfinite(X[i]).all():
             raise LawViolation(law, f"client {int(i)} holds a non-finite feature and has weight "
                                f"{_r(out.weights[i])}", client=int(i))
@@ -238,12 +243,12 @@ def bulyan_range(rule, case: RoundCase) -> None:
     _range_check("bulyan_range", case, True, rule)
 
 
-def _vectors_close(a, b, scale, u, rtol_extra=0.0, atol=0.0) -> np.ndarray:
+def _vectors_close(reference, candidate, scale, u, rtol_extra=0.0, atol=0.0) -> np.ndarray:
+    """Elementwise agreement of ``candidate`` with ``reference`` (:mod:`rfrs_ref.agreement`):
+    within 64u·scale + rtol_extra·scale + atol, ``scale`` taken from the reference side;
+    a non-finite candidate never matches a finite reference."""
     tol = 64 * u * scale + rtol_extra * scale + atol + TINY
-    both_nan = np.isnan(a) & np.isnan(b)
-    same_inf = np.isinf(a) & (a == b)
-    with np.errstate(invalid="ignore"):
-        return both_nan | same_inf | (np.abs(a - b) <= tol)
+    return ~agreement.disagree(reference, candidate, 0.0, tol)
 
 
 def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0) -> None:
@@ -344,13 +349,30 @@ def _slack(*mags, amp=1.0) -> float:
 
 
 def _close(law, what, a, b, *mags, amp=1.0):
-    if not abs(a - b) <= _slack(a, b, *mags, amp=amp):
-        raise LawViolation(law, f"{what}: {_r(a)} ≠ {_r(b)}", lhs=a, rhs=b)
+    """a (measured on the object under test) = b (the law's value), with the slack of
+    b and of the reference magnitudes ``mags``: never of a itself."""
+    if agreement.disagree(b, a, 0.0, _slack(b, *mags, amp=amp)):
+        raise LawViolation(law, f"{what}: {_r(a)} ≠ {_r(b)}", lhs=str(a), rhs=b)
 
 
 def _leq(law, what, a, b, *mags, amp=1.0):
-    if not a <= b + _slack(a, b, *mags, amp=amp):
-        raise LawViolation(law, f"{what}: {_r(a)} > {_r(b)}", lhs=a, rhs=b)
+    """a ≤ b + slack(b, mags); a NaN a fails."""
+    if not a <= b + _slack(b, *mags, amp=amp):
+        raise LawViolation(law, f"{what}: {_r(a)} > {_r(b)}", lhs=str(a), rhs=b)
+
+
+def _pair_uploads(law: str, opt, case: PairCase):
+    """The object's uploads A (for g) and H (for ĝ), float64, and the reference's RA and
+    RH (``case.optimizer``, rfrs-ref's rule with the same hyperparameters); None when
+    the reference's rule overflows (the law says nothing there). The object's
+    uploads must be finite wherever the reference's are."""
+    st, g, gh, t = case.state, case.g, case.g_hat, case.t
+    RA, RH = _up(case.optimizer, st, g, t), _up(case.optimizer, st, gh, t)
+    if not all(np.isfinite(x).all() for x in (*RA.values(), *RH.values())):
+        return None
+    A = _finite_where_reference_is(law, "client_rule(state, g, t)", RA, opt.client_rule(st, g, t), RA)
+    H = _finite_where_reference_is(law, "client_rule(state, ĝ, t)", RH, opt.client_rule(st, gh, t), RH)
+    return A, H, RA, RH
 
 
 def _up(opt, state, g, t) -> dict:
@@ -358,13 +380,52 @@ def _up(opt, state, g, t) -> dict:
     return {k: np.asarray(v, dtype=np.float64) for k, v in up.items()}
 
 
+def _stored_like(ref_upload: dict, cand_upload: dict) -> dict:
+    """The reference's upload stored in the candidate's float dtypes (float32 or float64):
+    the candidate's storage sets the precision, the reference the magnitudes."""
+    out = {}
+    for k, v in ref_upload.items():
+        dt = np.asarray(cand_upload.get(k, v)).dtype
+        out[k] = np.asarray(v).astype(dt if dt in (np.float32, np.float64) else np.float64)
+    return out
+
+
+def _finite_where_reference_is(law: str, what: str, reference: dict, candidate, arrays) -> dict:
+    """The candidate's upload as float64 arrays, after checking that it has every array of
+    the reference, of the same shape, finite wherever the reference's is."""
+    if not isinstance(candidate, dict):
+        raise LawViolation(law, f"{what} returned {type(candidate).__name__}, not a dict of arrays")
+    out = {}
+    for k in arrays:
+        if k not in candidate:
+            raise LawViolation(law, f"{what} returned no {k!r} array", array=k)
+        c = np.asarray(candidate[k], dtype=np.float64)
+        r = np.asarray(reference[k], dtype=np.float64)
+        if c.shape != r.shape:
+            raise LawViolation(law, f"{what} returned {k!r} of shape {c.shape}, expected {r.shape}",
+                               array=k)
+        bad = np.flatnonzero(np.isfinite(r) & ~np.isfinite(c))
+        if bad.size:
+            j = int(bad[0])
+            raise LawViolation(law, f"{what} returned {k}[{j}] = {c[j]} where the rule gives "
+                               f"{_r(r[j])}", array=k, coordinate=j, value=str(c[j]))
+        out[k] = c
+    return out
+
+
 def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
     """recover(state, client_rule(state, g, t), t) = g within the rounding bound of
     SPEC §5's recovery (rfrs-ref's derived per-coordinate bound, times the
     verification safety factor).
 
-    ``reference`` names the rfrs-ref optimiser whose bound applies (default
-    ``opt.name``); the bound is computed with the object's hyperparameters.
+    ``reference`` names the rfrs-ref optimiser whose rule and bound apply
+    (default ``opt.name``), with the object's hyperparameters. The bound is
+    computed from the reference's own upload (stored in the dtypes the object
+    stores its upload in), never from what the object returned: a recovery of
+    +inf cannot widen its own bound. Where rfrs-ref's rule gives a finite
+    upload, a NaN or infinite value in the object's upload or recovery is a
+    violation; where rfrs-ref's rule itself overflows, there is nothing to
+    recover and the law holds.
     """
     from rfrs_ref.optim import OPTIMIZERS, VERIFY_SAFETY
     from rfrs_ref.params import hyperparameters
@@ -374,19 +435,53 @@ def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
     cls = OPTIMIZERS.get(kind)
     ref = cls(**{h.name: getattr(opt, h.name) for h in hyperparameters(cls) if hasattr(opt, h.name)})
     state = {k: case.state[k] for k in ref.arrays}
+    ref_up = ref.client_rule(state, case.g, case.t)
+    if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up.values()):
+        return  # the rule overflows: nothing to recover (verification rejects such uploads)
     up = opt.client_rule(state, case.g, case.t)
+    _finite_where_reference_is(law, "client_rule", ref_up, up, ref.arrays)
     g_hat = np.asarray(opt.recover(state, up, case.t), dtype=np.float64)
-    if not np.all(np.isfinite([np.asarray(v, dtype=np.float64) for v in up.values()])):
-        return  # the rule overflowed: nothing to recover (verification rejects such uploads)
-    bound = VERIFY_SAFETY * ref.recovery_bound(state, up, case.t, recovered=g_hat)
-    err = np.abs(g_hat - case.g)
-    bad = np.flatnonzero(~(err <= bound))
+    if g_hat.shape != case.g.shape:
+        raise LawViolation(law, f"recover returned shape {g_hat.shape}, expected {case.g.shape}")
+    bound = VERIFY_SAFETY * ref.recovery_bound(state, _stored_like(ref_up, up), case.t)
+    bad = np.flatnonzero(agreement.disagree(case.g, g_hat, 0.0, bound))
     if bad.size:
         k = int(bad[0])
+        err = abs(g_hat[k] - case.g[k])
         raise LawViolation(law, f"coordinate {k}: recovered {_r(g_hat[k])} from an honest upload of "
-                           f"g = {_r(case.g[k])} (error {_r(err[k])}, rounding bound {_r(bound[k])})",
-                           coordinate=k, g=float(case.g[k]), recovered=float(g_hat[k]),
+                           f"g = {_r(case.g[k])} (error {_r(err)}, rounding bound {_r(bound[k])})",
+                           coordinate=k, g=float(case.g[k]), recovered=str(g_hat[k]),
                            bound=float(bound[k]))
+
+
+#: roundings an update rule may accumulate per coordinate (as the golden vectors allow)
+C_RULE = 64
+
+
+def update_rule(opt, case: PairCase) -> None:
+    """client_rule(state, g, t) is the update rule of docs/optimizers.md: every uploaded
+    array equals rfrs-ref's (``case.optimizer``, same hyperparameters) within
+    C_RULE·u·(max|reference upload| + max|state|) per array, u of the dtype the
+    object stores the array in. The tolerance comes from the reference alone; a
+    NaN or infinite value where the reference is finite is a violation."""
+    law = "update_rule"
+    ref, st, g, t = case.optimizer, case.state, case.g, case.t
+    state = {k: st[k] for k in ref.arrays}
+    R = ref.client_rule(state, g, t)
+    if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in R.values()):
+        return  # the rule overflows: no finite reference to match
+    raw = opt.client_rule(state, g, t)
+    C = _finite_where_reference_is(law, "client_rule", R, raw, ref.arrays)
+    for k in ref.arrays:
+        r = np.asarray(R[k], dtype=np.float64)
+        scale = float(np.abs(r).max(initial=0.0)) + float(np.abs(state[k]).max(initial=0.0))
+        tol = C_RULE * _u(np.asarray(raw[k]).dtype) * scale + TINY
+        bad = np.flatnonzero(agreement.disagree(r, C[k], 0.0, tol))
+        if bad.size:
+            j = int(bad[0])
+            raise LawViolation(law, f"{k}[{j}] = {_r(C[k][j])}, the rule gives {_r(r[j])} (tolerance "
+                               f"{_r(tol)})", array=k, coordinate=j, got=str(C[k][j]),
+                               expected=float(r[j]))
 
 
 def _run_sequence(opt, seq: GradientSequence):
@@ -428,28 +523,32 @@ def theorem1(opt, case: PairCase) -> None:
     law = "theorem1"
     b1, b2, eps = _h(case.optimizer, "beta1"), _h(case.optimizer, "beta2"), _h(case.optimizer, "eps")
     st, g, gh, t, vmin = case.state, case.g, case.g_hat, case.t, case.floor
-    A, H = _up(opt, st, g, t), _up(opt, st, gh, t)
-    if not all(np.isfinite(x).all() for x in (*A.values(), *H.values())):
+    pair = _pair_uploads(law, opt, case)
+    if pair is None:
         return
+    # left-hand sides from the object's uploads (A, H); rounding slack from the reference's (RA, RH)
+    A, H, RA, RH = pair
     c1, c2 = 1 - b1, 1 - b2
     d = nrm(gh - g)
     _close(law, "‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖", nrm(H["m"] - A["m"]), c1 * d, b1 * st["m"], c1 * g, c1 * gh)
     dv = nrm(H["v"] - A["v"])
-    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), A["v"], H["v"])
+    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), RA["v"], RH["v"])
     a = math.sqrt(b2 * vmin)
     droot = nrm(np.sqrt(H["v"]) - np.sqrt(A["v"]))
     if a > 0:
-        _leq(law, "‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min))", droot, dv / (2 * a), np.sqrt(A["v"]),
-             np.sqrt(H["v"]), (A["v"] + H["v"]) / (2 * a))
+        _leq(law, "‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min))", droot, dv / (2 * a), np.sqrt(RA["v"]),
+             np.sqrt(RH["v"]), (RA["v"] + RH["v"]) / (2 * a))
     ia, ih = _inv(A["v"], eps), _inv(H["v"], eps)
+    ria, rih = _inv(RA["v"], eps), _inv(RH["v"], eps)
     dinv = nrm(ih - ia)
     lo = (a + eps) ** 2
-    _leq(law, "‖Δ 1/(√v + ε)‖ ≤ ‖√v̂ − √v‖/(√(β₂v_min) + ε)²", dinv, droot / lo, ih, ia,
-         (np.sqrt(A["v"]) + np.sqrt(H["v"])) / lo, amp=1 / eps)
+    _leq(law, "‖Δ 1/(√v + ε)‖ ≤ ‖√v̂ − √v‖/(√(β₂v_min) + ε)²", dinv, droot / lo, rih, ria,
+         (np.sqrt(RA["v"]) + np.sqrt(RH["v"])) / lo, amp=1 / eps)
     dm = nrm(H["m"] - A["m"])
     bound_u = nrm(A["m"]) * dinv + dm / (a + eps) + dm * dinv
     dm_ops = 2 * b1 * np.abs(st["m"]) + c1 * (np.abs(g) + np.abs(gh))
-    mags = [H["m"] * ih, A["m"] * ia, nrm(A["m"]) * (ia + ih), dm_ops * (1 / (a + eps) + nrm(ia + ih))]
+    mags = [RH["m"] * rih, RA["m"] * ria, nrm(RA["m"]) * (ria + rih),
+            dm_ops * (1 / (a + eps) + nrm(ria + rih))]
     lr_t = adam_lr_t(case.optimizer, t)
     _leq(law, "‖θ̂ − θ‖ ≤ ηₜ·(update bound)", nrm(H["theta"] - A["theta"]), lr_t * bound_u,
          st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps)
@@ -460,39 +559,44 @@ def theorem2(opt, case: PairCase) -> None:
     law = "theorem2"
     b3, lr = _h(case.optimizer, "beta3"), _h(case.optimizer, "lr")
     st, g, gh, t = case.state, case.g, case.g_hat, case.t
-    A, H = _up(opt, st, g, t), _up(opt, st, gh, t)
-    if not all(np.isfinite(x).all() for x in (*A.values(), *H.values())):
+    pair = _pair_uploads(law, opt, case)
+    if pair is None:
         return
+    A, H, RA, RH = pair
     d = nrm(gh - g)
     _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh)
     _close(law, "‖θ̂ − θ‖ = η‖ĝ − g‖", nrm(H["theta"] - A["theta"]), lr * d, st["theta"], st["theta"],
-           lr * A["m"], lr * H["m"])
+           lr * RA["m"], lr * RH["m"])
 
 
 def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
     lr, eps = _h(case.optimizer, "lr"), _h(case.optimizer, "eps")
     st, g, gh, t, rmin = case.state, case.g, case.g_hat, case.t, case.floor
-    A, H = _up(opt, st, g, t), _up(opt, st, gh, t)
-    if not all(np.isfinite(x).all() for x in (*A.values(), *H.values())):
+    pair = _pair_uploads(law, opt, case)
+    if pair is None:
         return
+    # left-hand sides from the object's uploads (A, H); rounding slack from the reference's (RA, RH)
+    A, H, RA, RH = pair
     d = nrm(gh - g)
     dr = nrm(H["r"] - A["r"])
-    _leq(law, "‖r̂ − r‖ ≤ coef(‖Δg‖² + 2‖Δg‖‖g‖)", dr, coef * (d * d + 2 * d * nrm(g)), A["r"], H["r"],
+    _leq(law, "‖r̂ − r‖ ≤ coef(‖Δg‖² + 2‖Δg‖‖g‖)", dr, coef * (d * d + 2 * d * nrm(g)), RA["r"], RH["r"],
          amp=1 / eps)
     droot = nrm(np.sqrt(H["r"]) - np.sqrt(A["r"]))
     a = math.sqrt(decay * rmin)
     if a > 0:
-        _leq(law, "‖√r̂ − √r‖ ≤ ‖r̂ − r‖/(2√(decay·r_min))", droot, dr / (2 * a), np.sqrt(A["r"]),
-             np.sqrt(H["r"]), (A["r"] + H["r"]) / (2 * a), amp=1 / eps)
+        _leq(law, "‖√r̂ − √r‖ ≤ ‖r̂ − r‖/(2√(decay·r_min))", droot, dr / (2 * a), np.sqrt(RA["r"]),
+             np.sqrt(RH["r"]), (RA["r"] + RH["r"]) / (2 * a), amp=1 / eps)
     ia, ih = _inv(A["r"], eps), _inv(H["r"], eps)
+    ria, rih = _inv(RA["r"], eps), _inv(RH["r"], eps)
     dinv = nrm(ih - ia)
-    _leq(law, "‖Δ 1/(√r + ε)‖ ≤ ‖√r̂ − √r‖/(√(decay·r_min) + ε)²", dinv, droot / (a + eps) ** 2, ia, ih,
-         (np.sqrt(A["r"]) + np.sqrt(H["r"])) / (a + eps) ** 2, amp=1 / eps)
+    _leq(law, "‖Δ 1/(√r + ε)‖ ≤ ‖√r̂ − √r‖/(√(decay·r_min) + ε)²", dinv, droot / (a + eps) ** 2, ria, rih,
+         (np.sqrt(RA["r"]) + np.sqrt(RH["r"])) / (a + eps) ** 2, amp=1 / eps)
     lhs_u = nrm(gh * ih - g * ia)
-    mags = [gh * ih, g * ia, nrm(g) * (ia + ih), (np.abs(g) + np.abs(gh)) * (1 / (a + eps) + nrm(ia + ih))]
+    mags = [gh * rih, g * ria, nrm(g) * (ria + rih),
+            (np.abs(g) + np.abs(gh)) * (1 / (a + eps) + nrm(ria + rih))]
     _leq(law, "‖ĝ/(√r̂ + ε) − g/(√r + ε)‖ ≤ ‖g‖‖Δinv‖ + ‖Δg‖/(√(decay·r_min) + ε) + ‖Δg‖‖Δinv‖",
          lhs_u, nrm(g) * dinv + d / (a + eps) + d * dinv, *mags, amp=1 / eps)
-    steps = lr * (np.abs(g) * ia + np.abs(gh) * ih)
+    steps = lr * (np.abs(g) * ria + np.abs(gh) * rih)
     _close(law, "‖θ̂ − θ‖ = η‖ĝ/(√r̂ + ε) − g/(√r + ε)‖", nrm(H["theta"] - A["theta"]), lr * lhs_u,
            st["theta"], st["theta"], steps, amp=1 / eps)
 
@@ -528,7 +632,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
     A, B = _up(opt, st, g, t), _up(opt, st, gt, t)
     step = np.abs(A["theta"] - st["theta"])
     tol = (THETA_TOLERANCE + 2) * U64 * (np.abs(st["theta"]) + step) + TINY
-    bad = np.flatnonzero(where & ~(np.abs(B["theta"] - A["theta"]) <= tol))
+    bad = np.flatnonzero(where & agreement.disagree(A["theta"], B["theta"], 0.0, tol))
     if bad.size:
         k = int(bad[0])
         raise LawViolation(law, f"coordinate {k}: g̃ = {_r(gt[k])} ≠ g = {_r(g[k])} but θ(g̃) = "
@@ -552,10 +656,11 @@ def round_record_invariants(record: dict) -> None:
     w = record.get("weights")
     if w is not None:
         w = np.asarray(w, dtype=np.float64)
-        if (w < 0).any() or abs(w.sum() - 1) > 64 * U64 * max(1, w.size):
+        # written so that a NaN weight fails (every comparison with NaN is false)
+        if not ((w >= 0).all() and abs(w.sum() - 1) <= 64 * U64 * max(1, w.size)):
             raise LawViolation(law, f"round {record['round']}: weights {w.tolist()} are not convex")
     kept = np.asarray(record["kept"], dtype=np.float64)
-    if ((kept < 0) | (kept > 1)).any():
+    if not ((kept >= 0) & (kept <= 1)).all():  # a NaN fraction fails too
         raise LawViolation(law, f"round {record['round']}: kept fractions {kept.tolist()} leave [0, 1]")
     honest_out = [e for e in record["excluded"] if not e["byzantine"]]
     if honest_out:
@@ -570,5 +675,5 @@ __all__ = [
     "LawViolation", "bulyan_range", "camouflage_same_theta", "coordinate_range", "finite_output",
     "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "nrm", "permutation_invariance",
     "recovery_exact", "round_record_invariants", "theorem1", "theorem2", "theorem3", "theorem4",
-    "translation_equivariance", "unanimity", "weighted_mean", "weights_sum_to_one",
+    "translation_equivariance", "unanimity", "update_rule", "weighted_mean", "weights_sum_to_one",
 ]

@@ -9,6 +9,8 @@ import shutil
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from rfrs_ref import golden
 from rfrs_ref.aggregate import RULES
@@ -271,3 +273,58 @@ def test_cli_export_and_check(tmp_path):
     assert "1 FAIL" in res.output
     res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "nothing/*"])
     assert res.exit_code != 0 and "no case matches" in res.output
+
+
+# -- the agreement rule as a law: one corrupted value always fails, on either side -----------------------------
+
+#: one case per kind (recomputed once per session)
+LAW_CASES = ["model/fism-bpr-exact-f32", "optim/adam-f64", "aggregate/krum-gradient-nonfinite-f64",
+             "aggregate/trmean-gradient-huge-f64", "attack/alie-adam-f32", "federated/adam-trmean-parameter-noise-f64"]
+_RECOMPUTED: dict = {}
+
+
+def _recomputed(exported, name):
+    if name not in _RECOMPUTED:
+        meta, inputs, expected = golden.load_case(exported / name)
+        got = golden.KINDS[meta["kind"]](inputs, meta["params"], "numpy")
+        _RECOMPUTED[name] = (meta, expected, got)
+    return _RECOMPUTED[name]
+
+
+def _float_outputs(meta, expected):
+    return sorted(k for k, v in expected.items()
+                  if (isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size)
+                  or (isinstance(v, float)))
+
+
+@given(data=st.data(), bad=st.sampled_from([np.nan, np.inf, -np.inf, 1e38, -1e38]),
+       side=st.sampled_from(["candidate", "reference"]))
+def test_any_float_output_corrupted_to_nonfinite_or_huge_fails(exported, data, bad, side):
+    """Recompute a case (it agrees), corrupt any one float value of its outputs, in the
+    recomputation or in the expected values, to NaN, ±inf or ±1e38: the check fails
+    on that output."""
+    name = data.draw(st.sampled_from(LAW_CASES), label="case")
+    meta, expected, got = _recomputed(exported, name)
+    for k, spec in meta["outputs"].items():
+        assert golden.compare_output(k, spec, expected[k], got[k]) is None, k
+    out = data.draw(st.sampled_from(_float_outputs(meta, expected)), label="output")
+    e, g = expected[out], got[out]
+    if isinstance(e, np.ndarray):
+        idx = data.draw(st.integers(0, e.size - 1), label="index")
+        e, g = np.array(e, dtype=np.float64, copy=True), np.array(g, dtype=np.float64, copy=True)
+        target = g if side == "candidate" else e
+        old = float(target.flat[idx])
+        target.flat[idx] = bad
+        where = tuple(int(i) for i in np.unravel_index(idx, e.shape))
+    else:
+        old = float(g if side == "candidate" else e)
+        if side == "candidate":
+            g = bad
+        else:
+            e = bad
+        where = None
+    assume(not (old == bad or (np.isnan(old) and np.isnan(bad))))
+    m = golden.compare_output(out, meta["outputs"][out], e, g)
+    assert m is not None
+    if where is not None:
+        assert m.index == where

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
+from hypothesis import strategies as hst
 
 from rfrs_ref.optim import OPTIMIZERS
 from rfrs_ref.testing import adapters, laws, strategies
@@ -259,3 +260,99 @@ def test_cli_conformance():
     assert res.exit_code == 2 and "exactly one of --rule and --optimizer" in res.output
     res = runner.invoke(main, ["conformance", "--rule", "krum", "--callable", "nowhere_xyz:f"])
     assert res.exit_code == 1 and "cannot import" in res.output
+
+
+# -- the agreement rule as a law: one corrupted value always violates a law -----------------------------------
+
+_BAD = [np.nan, np.inf, -np.inf, 1e38, -1e38]
+
+
+class _Corrupting:
+    """An optimiser that is rfrs-ref's, except for one value of its upload or recovery."""
+
+    def __init__(self, ref, where: str, array: str, index: int, value: float) -> None:
+        self._ref, self.where, self.array, self.index, self.value = ref, where, array, index, value
+
+    def __getattr__(self, name):
+        return getattr(self._ref, name)
+
+    def _corrupt(self, x):
+        x = np.array(x, dtype=np.float64, copy=True)
+        x.flat[self.index % x.size] = self.value
+        return x
+
+    def client_rule(self, state, g, t):
+        up = dict(self._ref.client_rule(state, g, t))
+        if self.where == "client_rule":
+            up[self.array] = self._corrupt(up[self.array])
+        return up
+
+    def recover(self, state, upload, t):
+        g = self._ref.recover(state, upload, t)
+        return self._corrupt(g) if self.where == "recover" else g
+
+
+@pytest.mark.parametrize("kind", list(OPTIMIZER_LAWS))
+@given(data=hst.data(), value=hst.sampled_from(_BAD))
+def test_any_corrupted_upload_or_recovery_value_violates_a_law(kind, data, value):
+    """rfrs-ref's optimiser obeys recovery_exact and update_rule; the same optimiser with
+    any one value of its upload (update_rule) or of its recovery (recovery_exact)
+    set to NaN, ±inf or ±1e38 violates that law."""
+    case = data.draw(strategies.pair_cases(kind), label="case")
+    ref = case.optimizer
+    state = {k: case.state[k] for k in ref.arrays}
+    honest = ref.client_rule(state, case.g, case.t)
+    assume(all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in honest.values()))
+    laws.recovery_exact(ref, case, reference=kind)
+    laws.update_rule(ref, case)
+    where = data.draw(hst.sampled_from(["client_rule", "recover"]), label="where")
+    array = data.draw(hst.sampled_from(list(ref.arrays)), label="array")
+    index = data.draw(hst.integers(0, case.g.size - 1), label="index")
+    target = honest[array] if where == "client_rule" else ref.recover(state, honest, case.t)
+    assume(np.asarray(target, dtype=np.float64).flat[index] != value)
+    bad = _Corrupting(ref, where, array, index, value)
+    with pytest.raises(laws.LawViolation):
+        if where == "recover":
+            laws.recovery_exact(bad, case, reference=kind)
+        else:
+            laws.update_rule(bad, case)
+
+
+@pytest.mark.parametrize("rule", ["mean", "krum", "median", "trmean", "rfa", "bulyan"])
+@given(data=hst.data(), value=hst.sampled_from(_BAD))
+def test_any_corrupted_aggregate_value_violates_unanimity(rule, data, value):
+    """rfrs-ref's rule is unanimous; the same rule with any one coordinate of its aggregate
+    set to NaN, ±inf or ±1e38 is not (the honest value x is the reference)."""
+    f_bound, min_n, _ = RULE_LAWS[rule]
+    # RFA gets finite Byzantine rows only: from a weighted mean near 1e38 its Weiszfeld
+    # iteration does not reach the honest point within max_iter = 100 (converged = False)
+    case = data.draw(strategies.byzantine_rounds(min_n=min_n, max_n=9, max_f=f_bound, max_D=6,
+                                                 hostile=rule not in ("mean", "rfa"), byzantine=rule != "mean",
+                                                 equal_weights=rule == "rfa"), label="case")
+    good = adapters.rfrs(rule)
+    opts = {"rtol": 1e-5, "atol": conformance_rfa_allowance(case)} if rule == "rfa" else {}
+    laws.unanimity(good, case, **opts)
+    k = data.draw(hst.integers(0, case.D - 1), label="coordinate")
+
+    def corrupted(X, ns, f):
+        out = good(X, ns, f)
+        v = np.array(out.vector, copy=True)
+        v[k] = value
+        return adapters.Outcome(v, out.weights)
+
+    with pytest.raises(laws.LawViolation):
+        laws.unanimity(corrupted, case, **opts)
+
+
+def conformance_rfa_allowance(case):
+    from rfrs_ref.testing.conformance import _rfa_allowance
+
+    return _rfa_allowance(case)
+
+
+def test_round_record_law_rejects_nan_weights_and_kept_fractions():
+    record = {"round": 3, "weights": [0.5, 0.5], "kept": [1.0, 1.0], "excluded": [], "f": 0, "f_rule": 0}
+    laws.round_record_invariants(record)
+    for key, value in [("weights", [np.nan, 1.0]), ("weights", [np.inf, 0.0]), ("kept", [np.nan, 1.0])]:
+        with pytest.raises(laws.LawViolation, match="round 3"):
+            laws.round_record_invariants({**record, key: value})

@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from rfrs_ref import trace as T
 from rfrs_ref.federated.trainer import Trainer
@@ -278,3 +280,58 @@ def test_writer_needs_trace_records(tmp_path, small_config):
         T.TraceWriter(tmp_path / "t.jsonl", trainer)
     with pytest.raises(ValueError, match="state_checksums"):
         T.round_line({"round": 1, "clients": [0], "state_norms": {}})
+
+
+# -- the agreement rule as a law: one corrupted value always diverges, where it is ------------------------
+
+def _numeric_leaves(obj, path: str):
+    """(path, value) of every number under ``obj``, paths written as compare reports them."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _numeric_leaves(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _numeric_leaves(v, f"{path}[{i}]")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield path, obj
+
+
+def _set(obj, path: str, value) -> None:
+    import re
+
+    keys = [k for k in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path)]
+    steps = [k if k else int(i) for k, i in keys]
+    for s in steps[:-1]:
+        obj = obj[s]
+    obj[steps[-1]] = value
+
+
+def _compared_leaves(lines):
+    """(line index, round, path, value) of every number compare() looks at."""
+    out = [(0, 0, p, v) for p, v in _numeric_leaves(lines[0]["initial"]["state_norms"], "initial.state_norms")]
+    out += [(0, 0, "n_params", lines[0]["n_params"])]
+    for i, r in enumerate(lines[1:], start=1):
+        for field in T.ROUND_FIELDS:
+            if field in r and field not in ("round", "state_checksums"):
+                out += [(i, r["round"], p[1:], v) for p, v in _numeric_leaves(r[field], "." + field)]
+    return out
+
+
+@given(data=st.data(), bad=st.sampled_from([float("nan"), float("inf"), float("-inf"), 1e38, -1e38]))
+def test_any_value_corrupted_to_nonfinite_or_huge_diverges_where_it_is(traces, tmp_path_factory, data, bad):
+    """Take a candidate that agrees, corrupt any one compared number to NaN, ±inf or
+    ±1e38: compare reports a divergence at exactly that round and field."""
+    lines = _lines(traces["b"])
+    leaves = _compared_leaves(lines)
+    i, t, path, value = data.draw(st.sampled_from(leaves), label="leaf")
+    assume(value != bad)
+    folder = tmp_path_factory.mktemp("corrupt")
+    good = folder / "good.jsonl"
+    _rewrite(good, lines)
+    assert T.compare(traces["a"], good).agree
+    _set(lines[i], "." + path, bad)
+    corrupt = folder / "bad.jsonl"
+    _rewrite(corrupt, lines)  # json.dumps writes NaN / Infinity literals
+    res = T.compare(traces["a"], corrupt)
+    assert not res.agree
+    assert (res.divergence.round, res.divergence.field) == (t, path), str(res.divergence)

@@ -1,0 +1,170 @@
+"""Reading files that someone else wrote: JSON, .npy arrays, and paths they name.
+
+The checking tools (golden vectors, traces, the conformance suite) read files
+produced by other implementations, by older versions, or by nobody in
+particular. Everything in them is input: a binary file where JSON is expected,
+JSON nested 100,000 deep, a number with 5,000 digits, an array header that
+claims a terabyte, a path that climbs out of its folder. Each of these becomes
+one :class:`UntrustedFileError` (a ``ValueError``) whose message is one line
+naming the file (and line, where there is one), what is wrong and what to do,
+never a traceback.
+
+Paths read from such a file are confined to a folder (:func:`confined`): a
+relative path without ``..``, which still lies inside the folder once symbolic
+links are resolved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+
+
+class UntrustedFileError(ValueError):
+    """A file handed to a checking tool cannot be used (the message names the file)."""
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """Parse one JSON document; every failure is an :class:`UntrustedFileError` naming ``where``.
+
+    ``NaN``, ``Infinity`` and ``-Infinity`` (which Python's json module writes
+    unless told not to) are accepted as the floats they name, and a literal too
+    large for a float (``1e999``) reads as ±inf: the tools compare such values
+    by the rule of :mod:`rfrs_ref.agreement` instead of refusing the file.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UntrustedFileError(f"{where}: not UTF-8 text (byte {exc.start}): "
+                                     "is it a binary file?") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UntrustedFileError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, "
+                                 f"column {exc.colno})") from None
+    except RecursionError:
+        raise UntrustedFileError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's int-string conversion limit
+        msg = str(exc).split(";")[0].split("\n")[0]
+        raise UntrustedFileError(f"{where}: unreadable JSON number ({msg})") from None
+
+
+def read_json(path, what: str = "file") -> Any:
+    """Read and parse a JSON file (see :func:`parse_json`); a missing or unreadable file
+    is an :class:`UntrustedFileError` too."""
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        # a device or a pipe (/dev/zero) would be read forever
+        raise UntrustedFileError(f"{path}: not a regular file, expected a {what}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UntrustedFileError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise UntrustedFileError(f"{path}: is a directory, expected a {what}") from None
+    except OSError as exc:
+        raise UntrustedFileError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    return parse_json(data, str(path))
+
+
+def depth_exceeds(obj: Any, limit: int) -> bool:
+    """Whether ``obj`` (parsed JSON) nests lists and objects more than ``limit`` deep
+    (iterative: safe on any depth the parser accepted)."""
+    stack = [(obj, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, dict):
+            x = list(x.values())
+        elif not isinstance(x, list):
+            continue
+        if d > limit:
+            return True
+        stack.extend((v, d + 1) for v in x if isinstance(v, (dict, list)))
+    return False
+
+
+def confined(folder, relative, source: str, *, what: str = "path") -> pathlib.Path:
+    """``folder / relative``, resolved, provided it stays inside ``folder``.
+
+    ``relative`` comes from the file ``source`` (named in the message). Refused:
+    anything but a non-empty string; an absolute path (``/x``, ``C:\\x``, ``\\\\host``);
+    a ``..`` component; a NUL character; and a path that leaves ``folder``
+    once symbolic links are resolved.
+    """
+    if not isinstance(relative, str) or not relative:
+        raise UntrustedFileError(f"{source}: {what} {relative!r} is not a relative file path")
+    if "\x00" in relative:
+        raise UntrustedFileError(f"{source}: {what} {relative!r} contains a NUL character")
+    pure = pathlib.PurePosixPath(relative.replace("\\", "/"))
+    if pure.is_absolute() or (len(relative) > 1 and relative[1] == ":"):
+        raise UntrustedFileError(f"{source}: {what} {relative!r} is absolute; paths in this file "
+                                 "must be relative to its folder")
+    if ".." in pure.parts:
+        raise UntrustedFileError(f"{source}: {what} {relative!r} climbs out of its folder ('..'); "
+                                 "paths in this file must stay inside it")
+    base = pathlib.Path(folder).resolve()
+    target = (base / pure).resolve()
+    if target != base and base not in target.parents:
+        raise UntrustedFileError(f"{source}: {what} {relative!r} leads outside {base} (through a "
+                                 "symbolic link); paths in this file must stay inside its folder")
+    return target
+
+
+#: dtype kinds an .npy file of the checking tools may hold: float, signed/unsigned integer, bool
+NPY_KINDS = "fiub"
+
+
+def read_npy(path, source: str | None = None) -> np.ndarray:
+    """Read one ``.npy`` array (never pickled), refusing what NumPy would choke on.
+
+    The header's dtype must be a plain float, integer or bool, and the file must
+    hold as many bytes as the header's shape needs (a header claiming more than
+    the file holds is refused before any memory is allocated). ``source`` names
+    the file that pointed here, for the message.
+    """
+    path = pathlib.Path(path)
+    where = f"{path}" + (f" (named in {source})" if source else "")
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise UntrustedFileError(f"{where}: not a regular file, expected an .npy file")
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise UntrustedFileError(f"{where}: no such array file") from None
+    except IsADirectoryError:
+        raise UntrustedFileError(f"{where}: is a directory, expected an .npy file") from None
+    except OSError as exc:
+        raise UntrustedFileError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    with fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"format version {version}")
+        except (ValueError, SyntaxError, TypeError, OverflowError, EOFError) as exc:
+            msg = str(exc).split("\n")[0]
+            raise UntrustedFileError(f"{where}: not a readable .npy file ({msg})") from None
+        if dtype.kind not in NPY_KINDS or dtype.hasobject or dtype.fields is not None:
+            raise UntrustedFileError(f"{where}: dtype {dtype} is not a plain float, integer or bool")
+        count = 1
+        for s in shape:
+            count *= int(s)
+        need = count * dtype.itemsize
+        have = os.fstat(fh.fileno()).st_size - fh.tell()
+        if need != have:
+            raise UntrustedFileError(f"{where}: the header's shape {tuple(shape)} of {dtype} needs "
+                                     f"{need} bytes of data, the file holds {have}")
+        data = np.frombuffer(fh.read(need), dtype=dtype, count=count)
+    order = "F" if fortran else "C"
+    return data.reshape(shape, order=order).copy()
+
+
+__all__ = ["NPY_KINDS", "UntrustedFileError", "confined", "depth_exceeds", "parse_json", "read_json",
+           "read_npy"]

@@ -1,0 +1,208 @@
+"""Hostile input to `rfrs-ref conformance`: implementations that return NaN or inf,
+that exit, and garbage on the command line.
+
+A law holds only when the implementation agrees with the reference; a NaN,
++inf or 1e38 where the reference is finite fails it. Bad options are one-line
+errors, never tracebacks, and a selection that would run nothing is refused
+rather than reported as a success.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+MODULE = textwrap.dedent('''
+    import dataclasses
+    import sys
+
+    import numpy as np
+
+    from rfrs_ref.optim import Adam
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRecoveringInf(Adam):
+        def recover(self, state, upload, t):
+            return np.full(np.shape(upload["m"]), np.inf)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRecoveringNaN(Adam):
+        def recover(self, state, upload, t):
+            return np.full(np.shape(upload["m"]), np.nan)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRuleNaN(Adam):
+        def client_rule(self, state, g, t):
+            up = super().client_rule(state, g, t)
+            return {k: np.full_like(np.asarray(v, dtype=np.float64), np.nan) for k, v in up.items()}
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRuleThetaHuge(Adam):
+        """Recovery reads m only, so a wrong θ goes unseen by recovery_exact."""
+
+        def client_rule(self, state, g, t):
+            up = dict(super().client_rule(state, g, t))
+            up["theta"] = np.full_like(np.asarray(up["theta"], dtype=np.float64), 1e38)
+            return up
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamThatExits(Adam):
+        def recover(self, state, upload, t):
+            sys.exit(0)
+
+
+    def median_that_exits(X, ns, f):
+        sys.exit(0)
+
+
+    def median_of_infinities(X, ns, f):
+        return np.full(X.shape[1], np.inf)
+
+
+    class BadHyper:
+        lr = "fast"
+        beta1 = 0.9
+        beta2 = 0.999
+        eps = 1e-8
+
+        def client_rule(self, state, g, t):
+            return {}
+
+        def recover(self, state, upload, t):
+            return g
+    ''')
+
+
+@pytest.fixture
+def hostile_module(tmp_path, monkeypatch):
+    (tmp_path / "hostile_impls.py").write_text(MODULE)
+    (tmp_path / "broken_on_import.py").write_text("def f(:\n")
+    (tmp_path / "raises_on_import.py").write_text("raise RuntimeError('no')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "hostile_impls"
+    for name in ("hostile_impls", "broken_on_import", "raises_on_import"):
+        sys.modules.pop(name, None)
+
+
+def _cli(*args):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, ["conformance", *map(str, args)])
+
+
+def _no_traceback(res):
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+
+
+def _refused(res, *fragments) -> str:
+    assert res.exit_code != 0, res.output
+    _no_traceback(res)
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1, res.output
+    for frag in fragments:
+        assert frag in errors[0], errors[0]
+    return errors[0]
+
+
+def _law_fails(res, law: str) -> None:
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    line = next(x for x in res.output.splitlines() if x.strip().startswith(law))
+    assert "FAILS" in line, res.output
+
+
+# -- 2. non-finite implementations fail the laws ---------------------------------------------------------
+
+@pytest.mark.parametrize("impl", ["AdamRecoveringInf", "AdamRecoveringNaN", "AdamRuleNaN"])
+def test_recovery_exact_fails_on_nonfinite_recovery_or_rule(hostile_module, impl):
+    res = _cli("--optimizer", "adam", "--law", "recovery_exact", "--callable", f"{hostile_module}:{impl}",
+               "--max-examples", "10")
+    _law_fails(res, "recovery_exact")
+
+
+def test_a_huge_theta_fails_the_update_rule_law(hostile_module):
+    res = _cli("--optimizer", "adam", "--callable", f"{hostile_module}:AdamRuleThetaHuge",
+               "--max-examples", "10", "--json")
+    assert res.exit_code == 1, res.output
+    status = {r["law"]: r["status"] for r in json.loads(res.output)["results"]}
+    assert status["recovery_exact"] == "holds"  # recovery reads m, which is right
+    assert status["update_rule"] == "fails"
+
+
+def test_the_reference_passes(hostile_module):
+    res = _cli("--optimizer", "adam", "--callable", "rfrs_ref.optim:Adam", "--max-examples", "5")
+    assert res.exit_code == 0, res.output
+
+
+def test_a_rule_returning_infinities_fails(hostile_module):
+    res = _cli("--rule", "median", "--callable", f"{hostile_module}:median_of_infinities",
+               "--max-examples", "10")
+    _law_fails(res, "finite_output")
+    _law_fails(res, "unanimity")
+
+
+@pytest.mark.parametrize("args", [
+    ["--optimizer", "adam", "--callable", "hostile_impls:AdamThatExits"],
+    ["--rule", "median", "--callable", "hostile_impls:median_that_exits", "--law", "coordinate_range"],
+])
+def test_an_implementation_that_exits_fails_instead_of_passing(hostile_module, args):
+    res = _cli(*args, "--max-examples", "5")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    assert "FAILS" in res.output and "called exit(0)" in res.output
+
+
+# -- 4. garbage on the command line -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("law", ["no_such_law", "unanimity"])
+def test_an_unknown_law_is_refused_not_passed(law):
+    """--law unanimity does not exist for an optimiser: nothing would run, and it used to 'pass'."""
+    res = _cli("--optimizer", "sgd", "--callable", "rfrs_ref.optim:SGD", "--law", law)
+    _refused(res, f"no law {law!r}", "recovery_exact")
+    res = _cli("--rule", "mean", "--callable", "rfrs_ref.aggregate:Mean", "--law", "recovery_exact")
+    _refused(res, "no law 'recovery_exact'")
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "[" * 100_000 + "]" * 100_000])
+def test_an_option_value_that_json_cannot_read(value):
+    res = _cli("--rule", "krum", "--callable", "flwr.server.strategy.aggregate:aggregate_krum",
+               "--option", f"to_keep={value}")
+    _refused(res, "--option", "to_keep")
+
+
+@pytest.mark.parametrize("target, fragment", [
+    (":f", "cannot import"),
+    (".relative:f", "cannot import"),
+    ("broken_on_import:f", "SyntaxError"),
+    ("raises_on_import:f", "RuntimeError: no"),
+    ("rfrs_ref.aggregate:", "no attribute"),
+    ("no-colon-here", "package.module:attribute"),
+])
+def test_a_callable_that_cannot_be_loaded(hostile_module, target, fragment):
+    _refused(_cli("--rule", "krum", "--callable", target), fragment)
+    _refused(_cli("--optimizer", "adam", "--callable", target), fragment)
+
+
+def test_an_optimizer_with_unusable_hyperparameters(hostile_module):
+    _refused(_cli("--optimizer", "adam", "--callable", f"{hostile_module}:BadHyper"),
+             "cannot take adam hyperparameters")
+
+
+def test_the_python_api_refuses_unknown_laws():
+    from rfrs_ref.optim import SGD
+    from rfrs_ref.testing import adapters, run_optimizer_conformance, run_rule_conformance
+
+    with pytest.raises(ValueError, match="no law 'nope'"):
+        run_optimizer_conformance("sgd", SGD, laws=["nope"])
+    with pytest.raises(ValueError, match="no law 'nope'"):
+        run_rule_conformance("mean", adapters.rfrs("mean"), laws=["nope"])

@@ -1,0 +1,348 @@
+"""Hostile golden vectors: paths leading out of the vectors, garbage JSON and arrays,
+unusable tolerances, non-finite values.
+
+`golden check` reads vectors someone else may have written. A defect of the
+index is one line and exit status 1 before any case runs; a defect of one
+case is a FAIL line for that case (the others still run), never a traceback
+and never an "ok" for a file it did not read from inside the vectors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref import golden
+
+CASE = "optim/sgd-f64"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden-hostile") / "vectors"
+    golden.export(root, only=["optim/sgd-*"])
+    return root
+
+
+@pytest.fixture
+def vectors(pristine, tmp_path):
+    """A private copy of two exported cases (optim/sgd-f64, optim/sgd-f32)."""
+    root = tmp_path / "vectors"
+    shutil.copytree(pristine, root)
+    return root
+
+
+def _cli(*args):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, ["golden", *map(str, args)])
+
+
+def _refused(res, *fragments) -> str:
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1, res.output
+    for frag in fragments:
+        assert frag in errors[0], errors[0]
+    return errors[0]
+
+
+def _case_fails(root, *fragments, name=CASE) -> str:
+    """`golden check` runs, reports FAIL for case ``name`` with ``fragments``, exits 1."""
+    res = _cli("check", root)
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and name in x)
+    assert "\n" not in line
+    for frag in fragments:
+        assert frag in line, line
+    return line
+
+
+def _edit_json(path, edit) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_the_copy_checks_clean(vectors):
+    res = _cli("check", vectors)
+    assert res.exit_code == 0 and "2 ok, 0 FAIL" in res.output, res.output
+
+
+# -- 3. paths from index.json and case.json stay inside the vectors --------------------------------------
+
+@pytest.fixture
+def outside(vectors, tmp_path):
+    """A valid copy of the case outside the vectors directory (checking it would pass)."""
+    out = tmp_path / "outside"
+    shutil.copytree(vectors / CASE, out / "case")
+    return out
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute"])
+def test_an_index_path_leading_outside_is_refused(vectors, outside, how):
+    target = "../outside/case/case.json" if how == "dotdot" else str(outside / "case" / "case.json")
+    _edit_json(vectors / "index.json", lambda d: d["cases"][0].update(path=target))
+    msg = _refused(_cli("check", vectors), "index.json", repr(target))
+    assert ("climbs out" in msg) if how == "dotdot" else ("absolute" in msg)
+    with pytest.raises(golden.GoldenFormatError, match="index.json"):
+        golden.check(vectors)
+
+
+def test_an_index_path_through_a_symlink_leading_outside_is_refused(vectors, outside):
+    (vectors / "optim" / "elsewhere").symlink_to(outside / "case", target_is_directory=True)
+    _edit_json(vectors / "index.json", lambda d: d["cases"][0].update(path="optim/elsewhere/case.json"))
+    _refused(_cli("check", vectors), "index.json", "optim/elsewhere/case.json", "symbolic link")
+
+
+def test_a_symlink_inside_the_vectors_is_followed(vectors):
+    """A link that stays inside the directory is fine."""
+    (vectors / "optim" / "alias").symlink_to(vectors / CASE, target_is_directory=True)
+    _edit_json(vectors / "index.json", lambda d: d["cases"][0].update(path="optim/alias/case.json"))
+    res = _cli("check", vectors)
+    assert res.exit_code == 0, res.output
+
+
+def test_an_index_path_to_something_else_than_a_case_is_refused(vectors):
+    _edit_json(vectors / "index.json", lambda d: d["cases"][0].update(path="optim/sgd-f64/in.g.npy"))
+    _refused(_cli("check", vectors), "index.json", "does not name a case.json")
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
+def test_a_case_file_leading_outside_is_refused(vectors, outside, how):
+    case = vectors / CASE
+    if how == "dotdot":
+        target = "../../../outside/case/in.g.npy"
+    elif how == "absolute":
+        target = str(outside / "case" / "in.g.npy")
+    else:
+        (case / "in.g.npy").unlink()
+        (case / "in.g.npy").symlink_to(outside / "case" / "in.g.npy")
+        target = "in.g.npy"
+    _edit_json(case / "case.json", lambda d: d["inputs"]["g"].update(file=target))
+    _case_fails(vectors, "cannot read the case", "case.json", repr(target))
+
+
+@pytest.mark.parametrize("target", ["", "in.g.npy\x00.txt", "C:\\evil.npy", "\\\\host\\share\\x.npy", 5, None])
+def test_a_case_file_that_is_no_relative_path_is_refused(vectors, target):
+    _edit_json(vectors / CASE / "case.json", lambda d: d["inputs"]["g"].update(file=target))
+    _case_fails(vectors, "cannot read the case")
+
+
+# -- 4. garbage where JSON is expected ------------------------------------------------------------------
+
+GARBAGE = {
+    "binary": b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+    "nested": b"[" * 100_000 + b"]" * 100_000,
+    "digits": b'{"format": "rfrs-golden", "version": 1, "cases": [], "seed": ' + b"9" * 5000 + b"}",
+    "truncated": b'{"format": "rfrs-golden", "version": 1, "cases": [',
+    "empty": b"",
+    "not an object": b"[1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("kind", list(GARBAGE))
+def test_a_garbage_index(vectors, kind):
+    (vectors / "index.json").write_bytes(GARBAGE[kind])
+    _refused(_cli("check", vectors), "index.json")
+
+
+@pytest.mark.parametrize("kind", list(GARBAGE))
+def test_a_garbage_case_json(vectors, kind):
+    (vectors / CASE / "case.json").write_bytes(GARBAGE[kind])
+    line = _case_fails(vectors, "cannot read the case")
+    assert "optim/sgd-f32" not in line
+    res = _cli("check", vectors)
+    assert "ok    optim/sgd-f32 [numpy]" in res.output  # the other case still runs
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda d: d.update(cases={"a": 1}), "'cases' must be a list"),
+    (lambda d: d.update(cases=[5]), "case entry 0"),
+    (lambda d: d["cases"][0].update(name=["x"]), "case entry 0"),
+    (lambda d: d.update(version=True), "not a rfrs-golden version 1 index"),
+])
+def test_a_mistyped_index(vectors, edit, fragment):
+    _edit_json(vectors / "index.json", edit)
+    _refused(_cli("check", vectors), "index.json", fragment)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(inputs=[1]),
+    lambda d: d["inputs"].update(g="in.g.npy"),
+    lambda d: d.update(outputs=None),
+    lambda d: d.update(kind=["bpr"]),
+    lambda d: d.update(params="sgd"),
+    lambda d: d.update(name=None),
+    lambda d: d["inputs"]["g"].update(shape=[10 ** 12]),
+    lambda d: d["inputs"]["g"].update(dtype="complex128"),
+])
+def test_a_mistyped_case(vectors, edit):
+    _edit_json(vectors / CASE / "case.json", edit)
+    _case_fails(vectors)
+
+
+def test_a_deeply_nested_case_value(vectors):
+    nest: list = []
+    for _ in range(200):
+        nest = [nest]
+    _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"]["step_size"].update(value=nest))
+    _case_fails(vectors, "nested more than")
+
+
+# -- 4. garbage where an .npy array is expected ------------------------------------------------------------
+
+def _npy(a) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asarray(a), allow_pickle=True)
+    return buf.getvalue()
+
+
+def _npz() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("g.npy", _npy(np.zeros(9)))
+    return buf.getvalue()
+
+
+def _claims_huge() -> bytes:
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }"
+    header += " " * (63 - len(header) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\x00" * 64
+
+
+NPY_GARBAGE = {
+    "text": b"this is not an array",
+    "binary": bytes(range(256)),
+    "empty": b"",
+    "npz": _npz(),
+    "pickled objects": _npy(np.array([{"a": 1}, None], dtype=object)),
+    "complex": _npy(np.zeros(9, dtype=np.complex128)),
+    "structured": _npy(np.zeros(9, dtype=[("a", "<f8")])),
+    "header claims a terabyte": _claims_huge(),
+    "truncated": _npy(np.zeros(9))[:-8],
+    "wrong shape": _npy(np.zeros((3, 3))),
+    "wrong dtype": _npy(np.zeros(9, dtype=np.float32)),
+}
+
+
+@pytest.mark.parametrize("kind", list(NPY_GARBAGE))
+def test_a_garbage_input_array(vectors, kind):
+    (vectors / CASE / "in.g.npy").write_bytes(NPY_GARBAGE[kind])
+    _case_fails(vectors, "cannot read the case", "in.g.npy")
+
+
+@pytest.mark.parametrize("kind", ["npz", "pickled objects", "header claims a terabyte", "wrong shape"])
+def test_a_garbage_output_array(vectors, kind):
+    (vectors / CASE / "out.upload_theta.npy").write_bytes(NPY_GARBAGE[kind])
+    _case_fails(vectors, "cannot read the case", "out.upload_theta.npy")
+
+
+def test_an_array_file_that_is_a_directory(vectors):
+    p = vectors / CASE / "in.g.npy"
+    p.unlink()
+    p.mkdir()
+    _case_fails(vectors, "is a directory")
+
+
+# -- unusable comparison rules and non-finite values -----------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    {"compare": "close", "rtol": float("inf"), "atol": 0.0},
+    {"compare": "close", "rtol": 1e-6, "atol": float("nan")},
+    {"compare": "close", "rtol": -1.0, "atol": 0.0},
+    {"compare": "close", "rtol": "1e300", "atol": 0.0},
+    {"compare": "close", "rtol": True, "atol": 0.0},
+    {"compare": "close"},
+    {"compare": "whatever"},
+    {},
+])
+def test_a_case_cannot_declare_everything_equal(vectors, spec):
+    """With rtol = inf any finite value would 'match'; a case's rule is input too."""
+    def edit(d):
+        out = d["outputs"]["upload_theta"]
+        for k in ("compare", "rtol", "atol"):
+            out.pop(k, None)
+        out.update(spec)
+
+    text = json.dumps(json.loads((vectors / CASE / "case.json").read_text()))
+    _edit_json(vectors / CASE / "case.json", edit)
+    assert (vectors / CASE / "case.json").read_text() != text
+    _case_fails(vectors, "upload_theta")
+
+
+@pytest.mark.parametrize("value", ["Infinity", "NaN", "1e999", "1" + "0" * 400])
+def test_a_nonfinite_or_overflowing_expected_scalar_fails(vectors, value):
+    path = vectors / CASE / "case.json"
+    doc = json.loads(path.read_text())
+    doc["outputs"]["step_size"]["value"] = 12345.0
+    path.write_text(json.dumps(doc).replace("12345.0", value))
+    _case_fails(vectors, "step_size")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 1e38])
+def test_a_nonfinite_expected_array_value_fails(vectors, value):
+    path = vectors / CASE / "out.upload_theta.npy"
+    a = np.load(path)
+    a[4] = value
+    np.save(path, a)
+    _case_fails(vectors, "upload_theta", "index (4,)")
+
+
+def test_a_ragged_json_value_is_a_mismatch_not_a_crash(vectors):
+    _edit_json(vectors / CASE / "case.json",
+               lambda d: d["outputs"]["step_size"].update(value=[[1.0], [1.0, 2.0]]))
+    _case_fails(vectors, "step_size")
+
+
+def test_compare_output_reads_the_tolerance_from_the_expected_value():
+    spec = {"compare": "close", "rtol": 0.6, "atol": 0.0}
+    assert golden.compare_output("x", spec, 2.0, 1.0) is None  # |Δ| = 1 ≤ 0.6·2
+    assert golden.compare_output("x", spec, 1.0, 2.0) is not None  # |Δ| = 1 > 0.6·1
+    assert golden.compare_output("x", spec, np.array([1.0]), np.array([2.0])) is not None
+    for bad in (np.inf, -np.inf, np.nan):
+        assert golden.compare_output("x", spec, 1.0, bad) is not None
+        assert golden.compare_output("x", spec, np.array([1.0]), np.array([bad])) is not None
+    assert golden.compare_output("x", spec, np.inf, np.inf) is None
+    assert golden.compare_output("x", spec, np.nan, np.nan) is None
+    assert golden.compare_output("x", {"compare": "exact"}, np.inf, np.inf) is None
+
+
+# -- export --only merging a garbage index ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["binary", "nested", "not an object"])
+def test_export_refuses_to_merge_a_garbage_index_before_writing(tmp_path, kind):
+    root = tmp_path / "v"
+    root.mkdir()
+    (root / "index.json").write_bytes(GARBAGE[kind])
+    _refused(_cli("export", root, "--only", "optim/sgd-*"), "index.json")
+    assert sorted(os.listdir(root)) == ["index.json"]
+
+
+def test_an_index_that_is_a_device_is_not_read_forever(vectors):
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to("/dev/zero")
+    _refused(_cli("check", vectors), "index.json", "not a regular file")
+
+
+@pytest.mark.parametrize("rounds", [10 ** 9, 0, 2, "3", True])
+def test_a_federated_case_cannot_claim_an_endless_run(tmp_path, rounds):
+    """The run's length comes from case.json; 10⁹ rounds would run for days."""
+    root = tmp_path / "v"
+    golden.export(root, only=["federated/adam-krum-gradient-ascent-f64"])
+    res = _cli("check", root)
+    assert res.exit_code == 0, res.output
+    _edit_json(root / "federated/adam-krum-gradient-ascent-f64/case.json",
+               lambda d: d["params"].update(rounds=rounds))
+    _case_fails(root, "params.rounds", "must describe rounds 1 to params.rounds",
+                name="federated/adam-krum-gradient-ascent-f64")

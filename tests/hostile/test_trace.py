@@ -1,0 +1,253 @@
+"""Hostile input to `rfrs-ref trace compare`: non-finite candidates, garbage files.
+
+Every case either diverges (exit status 1 with the divergence) or is refused
+with a one-line message naming the file and line (exit status 1), never a
+traceback and never "the traces agree".
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref import trace as T
+
+HEADER = {"format": "rfrs-trace", "version": 1, "producer": {"name": "test"}, "run": {"seed": 1},
+          "dataset": {"name": "tiny"}, "n_params": 4, "state_arrays": ["m", "theta"], "dtype": "float64",
+          "layout": "flat", "byte_order": "little", "checksum": "sha256",
+          "initial": {"state_norms": {"m": 0.0, "theta": 1.5}, "state_checksums": {"m": "00", "theta": "ab"}}}
+
+
+def _round(t: int) -> dict:
+    return {"round": t, "clients": [0, 3], "byzantine": [False, True], "n_samples": [3, 4], "f": 1,
+            "f_rule": 1, "excluded": [], "grad_norms": [0.5, 2.0 * t], "loss": 0.7 / t,
+            "rule": {"scores": [1.0, 2.5], "selected": [0]}, "kept": [1.0, 0.0], "weights": [1.0, 0.0],
+            "attack": {}, "state_norms": {"m": 0.1 * t, "theta": 1.5 + t}, "state_checksums": {"m": "01", "theta": "cd"}}
+
+
+def _lines(rounds: int = 3) -> list[dict]:
+    return [copy.deepcopy(HEADER)] + [_round(t) for t in range(1, rounds + 1)]
+
+
+def _write(path, lines, **dumps) -> str:
+    path.write_text("".join(json.dumps(x, **dumps) + "\n" for x in lines))
+    return str(path)
+
+
+def _cli(*args):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, ["trace", "compare", *map(str, args)])
+
+
+def _refused(res, *fragments) -> str:
+    """The command failed with a one-line error message (no traceback) holding ``fragments``."""
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1, res.output
+    for frag in fragments:
+        assert frag in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture
+def ref(tmp_path):
+    return _write(tmp_path / "ref.jsonl", _lines())
+
+
+def test_the_synthetic_trace_agrees_with_itself(ref, tmp_path):
+    res = _cli(ref, _write(tmp_path / "same.jsonl", _lines()))
+    assert res.exit_code == 0 and "the traces agree: 3 rounds" in res.output, res.output
+
+
+# -- 1. non-finite candidates -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("literal", ["Infinity", "1e999"])
+def test_a_trace_of_infinities_diverges(ref, tmp_path, literal):
+    """Every loss, gradient norm and state norm +inf: the tolerance used to be
+    rtol·max(|A|, |B|) = inf, and the traces 'agreed'."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["loss"] = 1e300
+        r["grad_norms"] = [1e300, 1e300]
+        r["state_norms"] = {"m": 1e300, "theta": 1e300}
+    lines[0]["initial"]["state_norms"] = {"m": 1e300, "theta": 1e300}
+    text = "".join(json.dumps(x) + "\n" for x in lines).replace("1e+300", literal)
+    bad = tmp_path / "inf.jsonl"
+    bad.write_text(text)
+    res = _cli(ref, bad)
+    assert res.exit_code == 1 and "traces diverge at the header, field initial.state_norms.m" in res.output, res.output
+    assert "inf where A is finite" in res.output
+    assert "agree" not in res.output.replace("agree before", "")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e38])
+def test_one_nonfinite_or_huge_value_diverges_where_it_is(ref, tmp_path, value):
+    lines = _lines()
+    lines[2]["loss"] = value
+    res = _cli(ref, _write(tmp_path / "b.jsonl", lines))
+    assert res.exit_code == 1 and "traces diverge at round 2, field loss" in res.output, res.output
+
+
+def test_tolerance_comes_from_the_reference_not_the_candidate(tmp_path):
+    """A = 1, B = 2 with rtol = 0.6: within 0.6·max(|A|, |B|) = 1.2, not within 0.6·|A|."""
+    a, b = _lines(1), _lines(1)
+    b[1]["loss"] = 2 * a[1]["loss"]
+    res = _cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b), "--rtol", "0.6")
+    assert res.exit_code == 1 and "field loss" in res.output, res.output
+    # and the other way round, B within 0.6·|A| of A
+    res = _cli(_write(tmp_path / "a2.jsonl", b), _write(tmp_path / "b2.jsonl", a), "--rtol", "0.6")
+    assert res.exit_code == 0, res.output
+
+
+def test_nonfinite_reference_values_match_only_themselves(tmp_path):
+    """Decision: a reference that holds NaN (or ±inf) is matched by the same value only."""
+    a = _lines(1)
+    a[1]["loss"] = float("inf")
+    a[1]["rule"]["scores"] = [float("nan"), 1.0]
+    pa = _write(tmp_path / "a.jsonl", a)
+    assert T.compare(pa, _write(tmp_path / "same.jsonl", a)).agree
+    for loss, scores, field in [(float("-inf"), [float("nan"), 1.0], "loss"),
+                                (1e308, [float("nan"), 1.0], "loss"),
+                                (float("inf"), [1.0, 1.0], "rule.scores[0]"),
+                                (float("inf"), [float("inf"), 1.0], "rule.scores[0]")]:
+        b = copy.deepcopy(a)
+        b[1]["loss"], b[1]["rule"]["scores"] = loss, scores
+        d = T.compare(pa, _write(tmp_path / "b.jsonl", b)).divergence
+        assert d is not None and (d.round, d.field) == (1, field), (loss, scores, d)
+
+
+def test_a_dropped_state_array_diverges(ref, tmp_path):
+    lines = _lines()
+    del lines[2]["state_norms"]["theta"]
+    d = T.compare(ref, _write(tmp_path / "b.jsonl", lines)).divergence
+    assert (d.round, d.field, d.reason) == (2, "state_norms.theta", "missing in B")
+    lines = _lines()
+    del lines[1]["state_checksums"]["m"]
+    d = T.compare(ref, _write(tmp_path / "c.jsonl", lines)).divergence
+    assert (d.round, d.field) == (1, "state_checksums.m")
+
+
+def test_a_number_too_large_for_a_float_is_infinite_not_a_crash(ref, tmp_path):
+    lines = _lines()
+    lines[1]["loss"] = 10 ** 400  # 401 digits: parses as an int, overflows a float
+    res = _cli(ref, _write(tmp_path / "big.jsonl", lines))
+    assert res.exit_code == 1 and "traces diverge at round 1, field loss" in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+@pytest.mark.parametrize("rtol", ["inf", "nan"])
+def test_a_nonfinite_tolerance_is_refused(ref, rtol):
+    _refused(_cli(ref, ref, "--rtol", rtol))
+
+
+# -- 4. garbage files -----------------------------------------------------------------------------------
+
+def test_a_binary_trace(ref, tmp_path):
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    _refused(_cli(ref, bad), "bin.jsonl:", "not UTF-8")
+    with pytest.raises(T.TraceFormatError, match="bin.jsonl:1: not UTF-8"):
+        T.read_trace(bad)
+
+
+def test_a_deeply_nested_trace(ref, tmp_path):
+    bad = tmp_path / "deep.jsonl"
+    bad.write_text(json.dumps(HEADER) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    _refused(_cli(ref, bad), "deep.jsonl:2", "nested too deeply")
+
+
+def test_a_moderately_nested_round_line(ref, tmp_path):
+    """Deep enough for the parser, far too deep for a trace: refused before comparing."""
+    lines = _lines()
+    nest: list = []
+    for _ in range(500):
+        nest = [nest]
+    lines[1]["rule"]["deep"] = nest
+    _refused(_cli(ref, _write(tmp_path / "nest.jsonl", lines)), "nest.jsonl:2", "nested more than")
+
+
+def test_a_number_with_5000_digits(ref, tmp_path):
+    bad = tmp_path / "digits.jsonl"
+    line = json.dumps(_round(1)).replace('"f": 1,', '"f": ' + "9" * 5000 + ",")
+    bad.write_text(json.dumps(HEADER) + "\n" + line + "\n")
+    _refused(_cli(ref, bad), "digits.jsonl:2", "unreadable JSON number")
+
+
+def test_a_line_cut_short_by_an_interruption(ref, tmp_path):
+    bad = tmp_path / "cut.jsonl"
+    text = "".join(json.dumps(x) + "\n" for x in _lines())
+    bad.write_text(text[: -40])
+    msg = _refused(_cli(ref, bad), "cut.jsonl:4", "not valid JSON")
+    assert "cut short" in msg
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda h, r: h.update(version=True), "version True"),
+    (lambda h, r: h.update(run=[1, 2]), "header field run must be an object"),
+    (lambda h, r: h.update(initial="x"), "header field initial must be an object"),
+    (lambda h, r: h["initial"].update(state_checksums="abc"), "state_checksums must be an object"),
+    (lambda h, r: r.update(state_checksums={"theta": 5}), "hex strings"),
+    (lambda h, r: r.update(state_norms=None), "state_norms must be an object"),
+    (lambda h, r: r.update(state_norms=[1.0]), "state_norms must be an object"),
+    (lambda h, r: r.update(round=True), "round True"),
+])
+def test_mistyped_fields(ref, tmp_path, edit, fragment):
+    lines = _lines(1)
+    edit(lines[0], lines[1])
+    _refused(_cli(ref, _write(tmp_path / "typed.jsonl", lines)), "typed.jsonl:", fragment)
+
+
+@pytest.mark.parametrize("content", ["[1, 2]\n", "null\n", '"text"\n'])
+def test_lines_that_are_not_objects(ref, tmp_path, content):
+    bad = tmp_path / "notobj.jsonl"
+    bad.write_text(content)
+    _refused(_cli(ref, bad), "notobj.jsonl:1", "expected a JSON object")
+
+
+def test_the_reference_side_is_checked_too(ref, tmp_path):
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    _refused(_cli(bad, ref), "bin.jsonl:1")
+
+
+def test_an_unreadable_file(ref, tmp_path):
+    import os
+
+    bad = tmp_path / "locked.jsonl"
+    bad.write_text(json.dumps(HEADER) + "\n")
+    bad.chmod(0)
+    try:
+        if os.access(bad, os.R_OK):  # running as root: permissions do not apply
+            pytest.skip("the file stays readable for this user")
+        _refused(_cli(ref, bad), "locked.jsonl", "cannot read the trace")
+    finally:
+        bad.chmod(0o600)
+
+
+# -- resuming onto a damaged trace (`rfrs-ref train --resume --trace FILE`) -------------------------------
+
+@pytest.mark.parametrize("damage", [b"\x89PNG\xff\xfe\n", b"[" * 100_000 + b"\n", b'{"round": ' + b"9" * 5000 + b"}\n",
+                                    b"[1, 2]\n", b'{"round": 3, "clients": [\n'])
+def test_resume_keeps_the_readable_prefix_of_a_damaged_trace(tmp_path, damage):
+    p = tmp_path / "t.jsonl"
+    good = "".join(json.dumps(x) + "\n" for x in _lines(2)).encode()
+    p.write_bytes(good + damage + (json.dumps(_round(4)) + "\n").encode())
+    kept = T._prefix(p, 10)
+    assert [json.loads(x).get("round") for x in kept] == [None, 1, 2]
+    assert T._prefix(p, 1) == kept[:2]
+
+
+def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b"\xff\xfe binary\n" + (json.dumps(_round(1)) + "\n").encode())
+    assert T._prefix(p, 10) == []
+
+
+def test_a_device_is_not_read_forever(ref):
+    _refused(_cli(ref, "/dev/zero"), "/dev/zero", "not a regular file")

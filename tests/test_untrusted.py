@@ -1,0 +1,84 @@
+"""Reading files someone else wrote: JSON, .npy arrays and the paths they name."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from rfrs_ref.untrusted import UntrustedFileError, confined, depth_exceeds, parse_json, read_json, read_npy
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{", "not valid JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b"9" * 5000, "unreadable JSON number"),
+])
+def test_parse_json_failures_are_one_line(text, fragment):
+    with pytest.raises(UntrustedFileError, match=fragment) as exc:
+        parse_json(text, "f.json")
+    assert str(exc.value).startswith("f.json: ") and "\n" not in str(exc.value)
+
+
+def test_parse_json_reads_nonfinite_literals():
+    v = parse_json("[NaN, Infinity, -Infinity, 1e999]", "x")
+    assert np.isnan(v[0]) and v[1:] == [np.inf, -np.inf, np.inf]
+
+
+def test_read_json_missing_or_a_directory(tmp_path):
+    with pytest.raises(UntrustedFileError, match="no such index"):
+        read_json(tmp_path / "nope.json", "index")
+    with pytest.raises(UntrustedFileError, match="is a directory"):
+        read_json(tmp_path, "index")
+    (tmp_path / "ok.json").write_text(json.dumps({"a": [1]}))
+    assert read_json(tmp_path / "ok.json") == {"a": [1]}
+
+
+def test_depth_exceeds():
+    nest: list = []
+    for _ in range(40):
+        nest = [nest]
+    assert depth_exceeds({"a": nest}, 32) and not depth_exceeds({"a": [[1]]}, 3)
+    assert not depth_exceeds(5, 0)
+
+
+def test_confined(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.npy").write_bytes(b"")
+    assert confined(tmp_path, "sub/a.npy", "src") == (tmp_path / "sub" / "a.npy").resolve()
+    outside = tmp_path.parent / (tmp_path.name + "-outside")
+    outside.mkdir(exist_ok=True)
+    (tmp_path / "link").symlink_to(outside, target_is_directory=True)
+    for bad, fragment in [("../x", "climbs out"), ("sub/../../x", "climbs out"), ("/etc/passwd", "absolute"),
+                          ("C:\\x", "absolute"), ("\\\\host\\x", "absolute"), ("link/x", "symbolic link"),
+                          ("", "not a relative file path"), (["a"], "not a relative file path"),
+                          ("a\x00b", "NUL")]:
+        with pytest.raises(UntrustedFileError, match=fragment):
+            confined(tmp_path, bad, "src.json")
+
+
+@pytest.mark.parametrize("a", [np.arange(6.0).reshape(2, 3), np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+                               np.arange(4, dtype=">i8"), np.array([True, False]), np.zeros((0, 3), np.float32),
+                               np.float64(2.5)])
+def test_read_npy_round_trips_plain_arrays(tmp_path, a):
+    p = tmp_path / "a.npy"
+    np.save(p, a)
+    b = read_npy(p)
+    assert b.shape == np.shape(a) and b.dtype.name == np.asarray(a).dtype.name
+    assert np.array_equal(b, a)
+
+
+def test_read_npy_refuses_objects_and_lying_headers(tmp_path):
+    p = tmp_path / "a.npy"
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.array([None, 1], dtype=object), allow_pickle=True)
+    p.write_bytes(buf.getvalue())
+    with pytest.raises(UntrustedFileError, match="dtype object"):
+        read_npy(p, "case.json")
+    np.save(p, np.zeros(10))
+    p.write_bytes(p.read_bytes() + b"extra")
+    with pytest.raises(UntrustedFileError, match="needs 80 bytes of data, the file holds 85"):
+        read_npy(p)
