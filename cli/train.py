@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime
 import pathlib
-import time
 
 import click
 
 from rfrs_ref.aggregate import PRESETS, RULES
 from rfrs_ref.attack import ATTACKS
 from rfrs_ref.cli.options import apply, collect, registry_options
+from rfrs_ref.cli.progress import Progress
 from rfrs_ref.data import DATASETS
 from rfrs_ref.federated.config import DEFAULT_ROUNDS, TrainConfig
 from rfrs_ref.model import MODELS
@@ -134,40 +134,44 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
 
         tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
     c = trainer.config
-    click.echo(f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
-               f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
-               f"{c.optimizer}, defense {c.defense} ({c.detect}), attack {c.attack} "
-               f"α={c.byzantine_fraction}; {c.rounds} rounds -> {run_dir}")
+    if resume and done >= c.rounds and (run_dir / "final_metrics.json").exists():
+        import json
 
-    started = time.perf_counter()
-    status = {"metric": "", "round": 0}
+        click.echo(f"{run_dir} already finished all {c.rounds} rounds; nothing to resume. "
+                   "Its final evaluation:")
+        final = json.loads((run_dir / "final_metrics.json").read_text())
+        _print_summary(final, c.ks, run_dir, None)
+        return
+    what = (f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
+            f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
+            f"{c.optimizer}, defense {c.defense} ({c.detect}), attack {c.attack} "
+            f"α={c.byzantine_fraction}; {c.rounds} rounds")
+    if resume:
+        click.echo(f"resuming {run_dir} from round {done} of {c.rounds} ({what})")
+    else:
+        click.echo(f"{what} -> {run_dir}")
+
     kmax = max(c.ks)
+    note = ("the first round compiles the Numba kernels (up to a minute the first time; "
+            "cached for later runs)" if c.backend != "numpy" else None)
+    bar = Progress(c.rounds, done, label="round", first_note=note)
 
-    def show(_):
-        el = time.perf_counter() - started
-        return f"round {status['round']}  {el:6.1f}s  {status['metric']}"
+    def progress(t, record, latest):
+        metric = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}" if latest is not None else None
+        bar.update(t, metric)
+        if tracer is not None:
+            tracer.write_round(record, latest)
 
-    with click.progressbar(length=c.rounds, label="training", item_show_func=show,
-                           show_eta=True) as bar:
-        bar.update(done)
+    try:
+        result = trainer.run(run_dir, resume=bool(resume), progress=progress)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        bar.close()
+        if tracer is not None:
+            tracer.close()
 
-        def progress(t, record, latest):
-            status["round"] = t
-            if latest is not None:
-                status["metric"] = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}"
-            bar.update(1)
-            if tracer is not None:
-                tracer.write_round(record, latest)
-
-        try:
-            result = trainer.run(run_dir, resume=bool(resume), progress=progress)
-        except (ValueError, FileNotFoundError) as exc:
-            raise click.ClickException(str(exc)) from exc
-        finally:
-            if tracer is not None:
-                tracer.close()
-
-    _print_summary(result)
+    _print_summary(result.final, c.ks, result.run_dir, bar.elapsed())
 
 
 def _checkpoint_round(run_dir: pathlib.Path) -> int:
@@ -180,18 +184,21 @@ def _checkpoint_round(run_dir: pathlib.Path) -> int:
         return int(z["round"])
 
 
-def _print_summary(result) -> None:
-    final = result.final
-    ks = result.config.ks
+def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
+    """The final evaluation as a table; ``elapsed``: this command's wall time (the
+    progress display's clock), None for a run finished earlier."""
     m, p = final["model"], final["popularity"]
     click.echo("")
-    click.echo(f"after round {final['round']} ({final['seconds']:.1f} s), "
-               f"{m['n_users']} benign clients evaluated")
-    header = f"{'K':>3}  {'P@K model':>10}  {'P@K popular':>11}  {'R@K model':>10}  {'R@K popular':>11}"
-    click.echo(header)
+    when = "" if elapsed is None else f" ({elapsed:.1f} s)"
+    click.echo(f"after round {final['round']}{when}, {m['n_users']} benign clients evaluated")
+    names = [("Precision", "precision"), ("Recall", "recall"), ("NDCG", "ndcg"), ("HR", "hr"),
+             ("MRR", "mrr")]
+    names = [(a, n) for a, n in names if f"{n}@{ks[0]}" in m]  # runs made before NDCG/HR/MRR
+    click.echo((" " * 4 + "".join(f"  {a + '@K':<15}" for a, _ in names)).rstrip())
+    click.echo(f"{'K':>4}" + "  model   popular" * len(names))
     for k in ks:
-        click.echo(f"{k:>3}  {m[f'precision@{k}']:>10.4f}  {p[f'precision@{k}']:>11.4f}  "
-                   f"{m[f'recall@{k}']:>10.4f}  {p[f'recall@{k}']:>11.4f}")
+        click.echo(f"{k:>4}" + "".join(f"  {m[f'{n}@{k}']:.4f}  {p[f'{n}@{k}']:.4f} "
+                                       for _, n in names).rstrip())
     kmax = max(ks)
     verdict = "beats" if final["beats_popularity"] else "does NOT beat"
     click.echo(f"the model {verdict} the popularity ranking on Precision@{kmax}")
@@ -201,5 +208,11 @@ def _print_summary(result) -> None:
                    f"{sel['byzantine_share_kept']:.3f} of kept clients; "
                    f"{final['exclusions']} uploads excluded by verification")
     if final.get("resilience"):
-        click.echo("resilience sums: " + ", ".join(f"{k} {v:.4g}" for k, v in final["resilience"].items()))
-    click.echo(f"results: {result.run_dir}")
+        click.echo("resilience sums (the paper's Definitions 1-4; docs/optimizers.md, "
+                   "\"Resilience quantities\"): " + ", ".join(
+                       f"{k} {v:.4g}" for k, v in final["resilience"].items()))
+        click.echo("  C_g = Σ over rounds, kept clients i and benign clients j of ‖ĝᵢ − gⱼ‖ "
+                   "(recovered vs true gradients); C_m, C_v, C_r, C_theta: the same distance "
+                   "for each uploaded array. Smaller is more resilient; compare runs, not "
+                   "absolute values (they grow with the rounds, clients and D)")
+    click.echo(f"results: {run_dir}")

@@ -158,7 +158,7 @@ def _history(rows) -> list[dict]:
     """Evaluation rows reduced to round and metrics (a resumed run's rows, read back from
     metrics.csv, carry nothing else, so every run's history has the same fields)."""
     return jsonable([{k: v for k, v in row.items()
-                       if k == "round" or k.startswith(("precision@", "recall@"))}
+                       if k == "round" or k.startswith(("precision@", "recall@", "ndcg@", "hr@", "mrr@"))}
                       for row in rows])
 
 

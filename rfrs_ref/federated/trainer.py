@@ -39,7 +39,9 @@ from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
 from rfrs_ref.files import atomic_write
 from rfrs_ref.seeding import generator
 
-METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall"]
+# the first six columns are those of earlier versions, so older readers keep working
+METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall",
+                  "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr"]
 
 
 @dataclasses.dataclass
@@ -303,11 +305,17 @@ class RunDirectory:
         (self.path / "rounds.jsonl").write_text("")
 
     def append_metrics(self, t: int, m, pop) -> None:
-        with open(self.path / "metrics.csv", "a", newline="") as fh:
+        path = self.path / "metrics.csv"
+        with open(path, newline="") as fh:  # a run started by an older version keeps its columns
+            header = next(csv.reader(fh), METRICS_FIELDS)
+        with open(path, "a", newline="") as fh:
             w = csv.writer(fh)
             for i, k in enumerate(m.ks):
-                w.writerow([t, k, repr(m.precision[i]), repr(m.recall[i]),
-                            repr(pop.precision[i]), repr(pop.recall[i])])
+                row = {"round": t, "k": k}
+                for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                    row[name] = repr(getattr(m, name)[i])
+                    row[f"popularity_{name}"] = repr(getattr(pop, name)[i])
+                w.writerow([row.get(f, "") for f in header])
 
     def append_round(self, record: dict) -> None:
         with open(self.path / "rounds.jsonl", "a") as fh:
@@ -319,8 +327,9 @@ class RunDirectory:
             for r in csv.DictReader(fh):
                 t, k = int(r["round"]), int(r["k"])
                 row = rows.setdefault(t, {"round": t})
-                row[f"precision@{k}"] = float(r["precision"])
-                row[f"recall@{k}"] = float(r["recall"])
+                for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                    if r.get(name):
+                        row[f"{name}@{k}"] = float(r[name])
         return [rows[t] for t in sorted(rows)]
 
     # -- checkpoints ---------------------------------------------------------------
