@@ -49,7 +49,8 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Trial seed.")
 @click.option("--eval-every", type=click.IntRange(min=1), default=None,
               help="Evaluate every N rounds and at the end [default: rounds // 10].")
-@click.option("--ks", default="1,2,3,4,5", show_default=True, help="K values of Precision/Recall@K.")
+@click.option("--ks", default="1,2,3,4,5", show_default=True, help="K values of Precision, Recall, NDCG, HR and MRR@K (integers 1..n_items; "
+                   "e.g. 1,2,3,4,5,10,20).")
 @click.option("--defense", type=click.Choice(DEFENSES), default="none", show_default=True,
               help="Aggregation rule (none: weighted mean, the paper's Option I).")
 @click.option("--detect", type=click.Choice(["gradient", "parameter"]), default="gradient",
@@ -98,10 +99,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         if preset is not None:
             defense, detect = PRESETS[preset]
             defense = "none" if defense == "mean" else defense
-        try:
-            ks_t = tuple(int(k) for k in ks.split(","))
-        except ValueError:
-            raise click.BadParameter(f"{ks!r} is not a comma-separated list of integers", param_hint="--ks")
+        ks_t = _parse_ks(ks)
         config = TrainConfig(
             dataset=dataset, data_dir=data_dir,
             dataset_params=collect(_GENERATED, hyper, "dataset", dataset, DATASETS),
@@ -172,6 +170,21 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             tracer.close()
 
     _print_summary(result.final, c.ks, result.run_dir, bar.elapsed())
+
+
+def _parse_ks(text: str) -> tuple[int, ...]:
+    """``--ks 1,5,10``: positive integers (the upper bound, n_items, is checked once the
+    dataset is loaded)."""
+    try:
+        ks = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers, "
+                                 "e.g. 1,2,3,4,5,10,20", param_hint="--ks") from None
+    bad = [k for k in ks if k < 1]
+    if bad:
+        raise click.BadParameter(f"K must be integers 1..n_items (the number of items), "
+                                 f"got {bad[0]}", param_hint="--ks")
+    return ks
 
 
 def _checkpoint_round(run_dir: pathlib.Path) -> int:

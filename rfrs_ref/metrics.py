@@ -77,7 +77,8 @@ def check_ks(ks, n_items: int) -> tuple[int, ...]:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
             raise ValueError(f"K must be an integer in 1..{n_items} (the number of items), got {k!r}")
         if not 1 <= int(k) <= n_items:
-            raise ValueError(f"K must be an integer in 1..{n_items} (the number of items), got {int(k)}")
+            raise ValueError(f"K must be an integer in 1..{n_items} (the number of items), got {int(k)}; "
+                             "choose the K (--ks) within that range")
     return tuple(int(k) for k in out)
 
 

@@ -101,6 +101,9 @@ class Trainer:
             require_cuda()  # fail before loading anything, with the reason
         self.data = data if data is not None else load_dataset(c.dataset, c.data_dir,
                                                                **c.dataset_params)
+        from rfrs_ref.metrics import check_ks
+
+        check_ks(c.ks, self.data.n_items)  # before anything is trained or written
         self.split = split_interactions(self.data, c.seed, c.test_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
         self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
