@@ -1,4 +1,4 @@
-"""``rfrs-ref conformance``: run the laws of SPEC §9 on third-party code."""
+"""``rfrs-ref conformance``: run the laws of docs/conformance.md on third-party code."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _parse_options(items) -> dict:
 @click.option("--rule", type=click.Choice(RULES), default=None,
               help="The aggregation rule the callable implements (chooses the laws).")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
-              help="The optimiser the callable implements (client_rule/recover, SPEC §5).")
+              help="The optimiser the callable implements (client_rule/recover, docs/optimizers.md).")
 @click.option("--callable", "target", required=True, metavar="MODULE:NAME",
               help="The code under test, e.g. flwr.server.strategy.aggregate:aggregate_krum.")
 @click.option("--adapter", type=click.Choice(["vector", "weights", "result", "rfrs", "flower", "byzfl"]),
@@ -41,7 +41,7 @@ def _parse_options(items) -> dict:
 @click.option("--law", "laws", multiple=True, help="Run only this law (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def conformance(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json):
-    """Check a third-party rule or optimiser against the laws of SPEC §9.
+    """Check a third-party rule or optimiser against the laws of docs/conformance.md.
 
     Prints which laws hold and, for each that fails, a minimal counterexample
     shrunk by Hypothesis. Exit status 1 when a law fails.

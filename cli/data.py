@@ -65,7 +65,7 @@ def _synthetic_options(f):
 
 @click.group()
 def data() -> None:
-    """List, fetch and describe datasets (SPEC §1).
+    """List, fetch and describe datasets (docs/datasets.md).
 
     Real datasets are looked up in --data-dir, then $RFRS_DATA_DIR, then the cache
     ($RFRS_CACHE_DIR/datasets, else ~/.cache/rfrs-ref/datasets).

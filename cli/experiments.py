@@ -178,7 +178,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
 @click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")
 @_execution_options
 def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
-    """Run the grid of training runs described in the TOML file SPEC.
+    """Run the grid of training runs described in the TOML file FILE.
 
     \b
     The file has a [base] table (TrainConfig fields), an [axes] table whose

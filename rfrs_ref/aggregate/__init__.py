@@ -1,4 +1,4 @@
-"""Robust aggregation rules (SPEC §6).
+"""Robust aggregation rules (docs/aggregation.md).
 
 ``RULES`` maps the command line's names to the rule classes; instantiate one
 (``RULES.get("krum")(k=1)``) and call ``aggregate(features, arrays, n_samples,

@@ -1,4 +1,4 @@
-"""The interface of aggregation rules (SPEC §4 step 4 and §6).
+"""The interface of aggregation rules (docs/training.md).
 
 A rule sees the round's detection features ``X`` (n × D): the recovered
 gradients (``detect = gradient``) or the uploaded parameters minus the server's
@@ -38,7 +38,7 @@ BACKENDS = ("numpy", "numba", "cuda")
 #: What a rule does when n and f violate its precondition.
 FALLBACKS = ("error", "reduce-f", "mean")
 
-#: Detection spaces (SPEC §6): what the rows of ``features`` are.
+#: Detection spaces (docs/aggregation.md): what the rows of ``features`` are.
 DETECT = ("gradient", "parameter")
 
 
@@ -232,7 +232,7 @@ def validate_inputs(features, arrays, n_samples, f, backend):
 def parameter_features(
     theta_uploads: np.ndarray, theta_bar: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Parameter-space detection features θᵢ − θ̄ (SPEC §6), row by row.
+    """Parameter-space detection features θᵢ − θ̄ (docs/aggregation.md), row by row.
 
     Every rule is translation-equivariant, so comparing θᵢ − θ̄ chooses what
     comparing θᵢ would, but keeps the values near 0, where float32 has its

@@ -1,5 +1,5 @@
 """``bulyan``: Krum-based selection, then a coordinate-wise trimmed mean around
-the median (SPEC §6)."""
+the median (docs/aggregation.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``median`` and ``trmean``: coordinate-wise rules (SPEC §6)."""
+"""``median`` and ``trmean``: coordinate-wise rules (docs/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class TrimmedMean(Rule):
         Āₖ = Σ_{i kept at k} nᵢ · A[i, k] / Σ_{i kept at k} nᵢ
 
     Conventions: the choice is unweighted (by rank, as in Yin et al.), the
-    combination is weighted by nᵢ (SPEC §4: "weights proportional to nᵢ over
+    combination is weighted by nᵢ (docs/training.md: "weights proportional to nᵢ over
     the clients the rule kept"). With equal nᵢ this is Yin et al.'s trimmed
     mean exactly; Flower and ByzFL always take the plain mean of the kept
     values (see docs/aggregation.md). With f = 0 it is the ``mean`` rule.

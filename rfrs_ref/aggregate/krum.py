@@ -1,4 +1,4 @@
-"""``krum``: (multi-)Krum selection on the detection features (SPEC §6)."""
+"""``krum``: (multi-)Krum selection on the detection features (docs/aggregation.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``rfa``: robust federated aggregation by the geometric median (SPEC §6)."""
+"""``rfa``: robust federated aggregation by the geometric median (docs/aggregation.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Datasets: loaders, download, synthetic generator, per-client split (SPEC §1).
+"""Datasets: loaders, download, synthetic generator, per-client split (docs/datasets.md).
 
 >>> from rfrs_ref.data import load_dataset, split_interactions
 >>> data = load_dataset("synthetic", n_users=50, n_items=80)

@@ -70,7 +70,7 @@ class Interactions:
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """A per-user train/test split of one dataset (SPEC §1): same users, same items."""
+    """A per-user train/test split of one dataset (docs/datasets.md): same users, same items."""
 
     train: Interactions
     test: Interactions

@@ -1,4 +1,4 @@
-"""The dataset registry, lookup, fetching and loading (SPEC §1).
+"""The dataset registry, lookup, fetching and loading (docs/datasets.md).
 
 Lookup. ``load_dataset(name, data_dir)`` looks for ``<root>/<folder>/`` holding
 the dataset's required files in, in order:
@@ -168,7 +168,7 @@ class Dataset(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class RealDataset(Dataset):
-    """One of the four datasets of the SPEC §1 table, read from disk or downloaded."""
+    """One of the four datasets of docs/datasets.md, read from disk or downloaded."""
 
     @property
     def manifest(self) -> DatasetManifest:

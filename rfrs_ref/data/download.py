@@ -1,4 +1,4 @@
-"""Verified, atomic downloads of the real datasets (SPEC §1).
+"""Verified, atomic downloads of the real datasets (docs/datasets.md).
 
 A dataset is installed into ``<root>/<folder>/`` (the same layout as
 ``RFRS_DATA_DIR``) from its public source, or from a mirror:

@@ -1,6 +1,6 @@
 """Strict, fast readers of the text formats the datasets come in.
 
-Two layouts cover the four datasets (SPEC §1):
+Two layouts cover the four datasets (docs/datasets.md):
 
 - tab-separated integer tables (``user_artists.dat`` with its header
   ``userID artistID weight``; ``u.data`` without header: ``user item rating

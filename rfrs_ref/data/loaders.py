@@ -1,4 +1,4 @@
-"""Loaders of the four real datasets from a dataset folder (SPEC §1).
+"""Loaders of the four real datasets from a dataset folder (docs/datasets.md).
 
 Each loader reads the folder's interactions file once, checks its format
 strictly (:mod:`rfrs_ref.data.formats`), checks the content against the
@@ -131,7 +131,7 @@ def _check_counts(path: str, data: Interactions, m: DatasetManifest) -> None:
     ):
         if found != expected:
             raise DatasetFormatError(
-                path, None, f"{_fmt(expected)} {what} ({m.name}, SPEC §1 table)",
+                path, None, f"{_fmt(expected)} {what} ({m.name}, docs/datasets.md)",
                 f"{_fmt(found)}",
             )
 

@@ -58,7 +58,7 @@ class Source:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetManifest:
-    """Everything the project knows about one real dataset (SPEC §1 table)."""
+    """Everything the project knows about one real dataset (docs/datasets.md)."""
 
     name: str
     title: str

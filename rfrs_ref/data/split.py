@@ -1,4 +1,4 @@
-"""The per-client train/test split (SPEC §1)."""
+"""The per-client train/test split (docs/datasets.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def n_test_items(n: np.ndarray, test_fraction: float) -> np.ndarray:
 
 
 def split_interactions(data: Interactions, seed: int, test_fraction: float = 0.2) -> Split:
-    """Split every user's items into a training and a test set (SPEC §1).
+    """Split every user's items into a training and a test set (docs/datasets.md).
 
     User i with nᵢ items gets ``n_test = floor(test_fraction · nᵢ)`` of them,
     chosen uniformly at random without replacement, as test items; the other

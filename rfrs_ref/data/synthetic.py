@@ -20,7 +20,7 @@ parameters and ``seed``):
    with ``z_u ~ N(0, 1)`` (log-normal, mean ≈ m = ``mean_items``, σ =
    ``activity_spread``); ``n_max(u)`` is the number of items with ``p_u > 0``.
    ``min_items`` defaults to 2 so that every user keeps at least one training
-   item after the 80/20 split (SPEC §1).
+   item after the 80/20 split (docs/datasets.md).
 5. **Items.** ``n_u`` distinct items drawn without replacement with
    probabilities ∝ ``p_u`` (successive sampling, done with the Gumbel top-k
    trick: the ``n_u`` largest ``log p_u(j) + G_j``, G standard Gumbel).

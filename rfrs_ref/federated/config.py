@@ -26,13 +26,13 @@ FALLBACK_ROUNDS = 300
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything that determines a run (SPEC §1–8).
+    """Everything that determines a run (docs/training.md).
 
     Attributes:
         dataset: dataset name (``rfrs_ref.data.DATASETS``).
         data_dir: explicit dataset directory (else RFRS_DATA_DIR, cache, download).
         dataset_params: generator parameters (synthetic only).
-        test_fraction: per-client test share of the split (SPEC §1: 0.2).
+        test_fraction: per-client test share of the split (docs/datasets.md: 0.2).
         model: ``fism`` or ``fmf``; model_params: its hyperparameters (dim, gamma, lam, negatives).
         optimizer: optimiser name; optimizer_params: lr, beta1, ...
         defense: aggregation rule name (``none`` is the plain weighted mean, Option I).
