@@ -11,6 +11,8 @@ A run directory holds:
 - ``final_metrics.json``: the final evaluation, the popularity baseline, the
   selection statistics and the resilience totals;
 - ``state.npz``: the final server state (``allow_pickle=False``);
+- ``ids.npz``: the dataset's own id of each user and item (``user_ids``,
+  ``item_ids``), for showing recommendations in the dataset's terms;
 - ``checkpoint.npz``: the latest checkpoint, from which ``resume`` continues.
 
 Every random choice is drawn from a stream keyed by (seed, name, round), so a
@@ -298,6 +300,7 @@ class RunDirectory:
                 "random_streams": ["split", "init", "sampling[t]", "byzantine",
                                    "negatives[t, client]", "attack[t]"],
             },
+            **_provenance(trainer, self.path),
             "versions": software_versions(),
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -385,6 +388,29 @@ class RunDirectory:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
         atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
+
+
+def _provenance(trainer: "Trainer", path: pathlib.Path) -> dict:
+    """``data_files`` (sha256 of each data file read) and ``code`` (version, git commit) for
+    config.json, and ``ids.npz`` (the dataset's own user and item ids) beside it.
+
+    Never fails a run: what cannot be determined is recorded as ``"unknown"`` with the reason.
+    """
+    from rfrs_ref.provenance import code_version, data_files, dataset_ids
+
+    c = trainer.config
+    out: dict = {"code": code_version()}
+    try:
+        out["data_files"] = data_files(c.dataset, c.data_dir)
+    except Exception as exc:  # noqa: BLE001 - e.g. data handed in by a caller, found nowhere
+        out["data_files"] = f"unknown ({type(exc).__name__}: {exc})"
+    try:
+        users, items = dataset_ids(c.dataset, trainer.data, c.data_dir)
+        if users.size == trainer.data.n_users and items.size == trainer.data.n_items:
+            atomic_write(path / "ids.npz", lambda fh: np.savez(fh, user_ids=users, item_ids=items))
+    except Exception:  # noqa: BLE001 - `rfrs-ref recommend` then says the ids are missing
+        pass
+    return out
 
 
 def load_config(run_dir) -> TrainConfig:
