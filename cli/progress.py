@@ -44,14 +44,17 @@ class Progress:
         tty: force terminal (True) or log (False) mode; None asks stdout.
         every_percent, every_s: log-mode cadence.
         clock: time source (tests pass a fake one).
+        started: when the job started on ``clock`` (None: now), so that a
+            summary printed later can use the same origin.
     """
 
     def __init__(self, total: int, done: int = 0, *, label: str = "round",
                  first_note: str | None = None, tty: bool | None = None,
-                 every_percent: float = 5.0, every_s: float = 60.0, clock=time.perf_counter):
+                 every_percent: float = 5.0, every_s: float = 60.0, clock=time.perf_counter,
+                 started: float | None = None):
         self.total, self.done, self.label = int(total), int(done), label
         self.clock = clock
-        self.started = clock()
+        self.started = clock() if started is None else started
         self.tty = sys.stdout.isatty() if tty is None else tty
         self.every_step = max(1, int(self.total * every_percent / 100))
         self.every_s = every_s
