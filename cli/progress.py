@@ -91,7 +91,7 @@ class Progress:
         parts = [f"{self.label} {self.step}/{self.total}", f"elapsed {duration(self.elapsed())}"]
         if self.step < self.total:
             parts.append(f"remaining ~{duration(rem)}" if rem is not None
-                         else "remaining: estimated after the first step")
+                         else "remaining: estimated from the next steps")
         if self.metric:
             parts.append(self.metric)
         return "  ".join(parts)

@@ -47,6 +47,11 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               help="θ̄⁰ ~ N(0, scale²).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Trial seed.")
+@click.option("--valid-fraction", type=click.FloatRange(0, 0.8, max_open=True), default=0.0,
+              show_default=True,
+              help="Share of each client's items held out for validation, taken from its "
+                   "training items (0: none, the paper's protocol; the test set is the same "
+                   "either way). Metrics on it go to valid_metrics.csv (docs/datasets.md).")
 @click.option("--eval-every", type=click.IntRange(min=1), default=None,
               help="Evaluate every N rounds and at the end [default: rounds // 10].")
 @click.option("--ks", default="1,2,3,4,5", show_default=True, help="K values of Precision, Recall, NDCG, HR and MRR@K (integers 1..n_items; "
@@ -77,7 +82,7 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               help="Also write a per-round trace to this file (JSON Lines, docs/traces.md).")
 @apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _attack_opts)
 def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_scale, dtype, seed,
-          eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
+          valid_fraction, eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
           resilience, backend, checkpoint_every, out, resume, trace_path, **hyper):
     """Train a federated recommender and evaluate Precision@K and Recall@K.
 
@@ -113,7 +118,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             attack=attack, attack_params=collect(_GENERATED, hyper, "attack", attack, ATTACKS),
             byzantine_fraction=alpha, assumed_byzantine=assumed_byzantine, rounds=rounds,
             client_fraction=client_fraction, init_scale=init_scale, dtype=dtype, seed=seed,
-            eval_every=eval_every, ks=ks_t, verify=verify, resilience=resilience,
+            valid_fraction=valid_fraction, eval_every=eval_every, ks=ks_t, verify=verify, resilience=resilience,
             checkpoint_every=checkpoint_every, backend=backend)
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
         if (run_dir / "config.json").exists():
@@ -213,6 +218,12 @@ def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
         click.echo(f"{k:>4}" + "".join(f"  {m[f'{n}@{k}']:.4f}  {p[f'{n}@{k}']:.4f} "
                                        for _, n in names).rstrip())
     kmax = max(ks)
+    if final.get("valid"):
+        v = final["valid"]
+        click.echo(f"validation items ({v['model']['n_users']} clients): "
+                   + ", ".join(f"{a}@{kmax} {v['model'][f'{n}@{kmax}']:.4f} "
+                               f"(popular {v['popularity'][f'{n}@{kmax}']:.4f})"
+                               for a, n in names))
     verdict = "beats" if final["beats_popularity"] else "does NOT beat"
     click.echo(f"the model {verdict} the popularity ranking on Precision@{kmax}")
     sel = final["selection"]

@@ -26,7 +26,9 @@ One row per run × K × metric, ``metric`` being ``precision``, ``recall``,
 ``ndcg``, ``hr``, ``mrr`` or the same with a ``popularity_`` prefix (the
 popularity baseline on the same clients, docs/training.md "Evaluation") and
 ``value`` its final value (NaN for a metric a run did not record, e.g. NDCG
-of a run made before it existed). Every row carries
+of a run made before it existed). A run with a validation split
+(``valid_fraction > 0``) also has ``valid_<metric>`` and
+``valid_popularity_<metric>`` rows, measured on its validation items. Every row carries
 the run's configuration (``dataset``, ``model``, ``optimizer``, ``defense``,
 ``detect``, ``attack``, ``alpha`` (= byzantine_fraction), ``seed``, ``trial``,
 ``rounds`` ..., the ``*_params`` as JSON), its paper name (``method``), its
@@ -71,7 +73,8 @@ METRIC_LABELS = {"precision": "Precision", "recall": "Recall", "ndcg": "NDCG", "
 #: configuration columns of the tidy table (besides the *_params JSON columns)
 CONFIG_COLUMNS = ("dataset", "model", "optimizer", "defense", "detect", "attack", "alpha",
                   "assumed_byzantine", "rounds", "client_fraction", "init_scale", "dtype",
-                  "test_fraction", "eval_every", "verify", "resilience", "backend", "trace")
+                  "test_fraction", "valid_fraction", "eval_every", "verify", "resilience",
+                  "backend", "trace")
 PARAM_COLUMNS = ("dataset_params", "model_params", "optimizer_params", "defense_params",
                  "attack_params", "ks")
 RUN_COLUMNS = ("key", "kind", "method", "trial", "seed", "status", "error", "traceback",
@@ -242,6 +245,7 @@ def _config_columns(config) -> dict:
     c = config.to_json()
     row = {name: c.get(name) for name in CONFIG_COLUMNS if name != "alpha"}
     row["alpha"] = c["byzantine_fraction"]
+    row["valid_fraction"] = c.get("valid_fraction", 0.0)  # absent from the JSON when 0
     for name in PARAM_COLUMNS:
         row[name] = json.dumps(c[name], sort_keys=True)
     return row
@@ -288,6 +292,15 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
             v = source.get(f"{name}@{k}")
             rows.append({**base, "k": int(k), "metric": metric,
                          "value": float("nan") if v is None else float(v)})
+    valid = final.get("valid")
+    if valid:  # runs with a validation split: the metrics that choose hyperparameters
+        for k in config.ks:
+            for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                for prefix, source in (("valid_", valid["model"]),
+                                       ("valid_popularity_", valid["popularity"])):
+                    v = source.get(f"{name}@{k}")
+                    rows.append({**base, "k": int(k), "metric": prefix + name,
+                                 "value": float("nan") if v is None else float(v)})
     return rows
 
 

@@ -33,6 +33,8 @@ class TrainConfig:
         data_dir: explicit dataset directory (else RFRS_DATA_DIR, cache, download).
         dataset_params: generator parameters (synthetic only).
         test_fraction: per-client test share of the split (docs/datasets.md: 0.2).
+        valid_fraction: per-client validation share, taken out of the training
+            items (0: none, the paper's protocol; docs/datasets.md).
         model: ``fism`` or ``fmf``; model_params: its hyperparameters (dim, gamma, lam, negatives).
         optimizer: optimiser name; optimizer_params: lr, beta1, ...
         defense: aggregation rule name (``none`` is the plain weighted mean, Option I).
@@ -59,6 +61,7 @@ class TrainConfig:
     data_dir: str | None = None
     dataset_params: dict = dataclasses.field(default_factory=dict)
     test_fraction: float = 0.2
+    valid_fraction: float = 0.0
     model: str = "fism"
     model_params: dict = dataclasses.field(default_factory=dict)
     optimizer: str = "adam"
@@ -97,6 +100,9 @@ class TrainConfig:
             raise ValueError(f"dtype must be float32 or float64, got {c.dtype!r}")
         if c.backend not in ("numpy", "numba", "cuda"):
             raise ValueError(f"backend must be numpy, numba or cuda, got {c.backend!r}")
+        if not (0.0 <= c.valid_fraction and c.test_fraction + c.valid_fraction < 1.0):
+            raise ValueError(f"valid_fraction must be in [0, 1 - test_fraction) = "
+                             f"[0, {1 - c.test_fraction:g}), got {c.valid_fraction}")
         if c.rounds is None:
             c.rounds = DEFAULT_ROUNDS.get(c.dataset, FALLBACK_ROUNDS)
         if c.rounds < 1:
@@ -123,6 +129,10 @@ class TrainConfig:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["ks"] = list(self.ks)
+        # absent means 0: configurations without a validation split keep the JSON (and the
+        # sweep keys hashed from it) they had before the field existed
+        if not d["valid_fraction"]:
+            del d["valid_fraction"]
         return d
 
     @classmethod

@@ -5,6 +5,8 @@ A run directory holds:
 - ``config.json``: the resolved configuration, the dataset's provenance and
   counts, the software versions and the machine;
 - ``metrics.csv``: one row per evaluation and K (model and popularity);
+- ``valid_metrics.csv``: the same on the validation items, when the run has a
+  validation split (``valid_fraction > 0``);
 - ``rounds.jsonl``: one JSON record per round (sampled clients, Byzantine
   flags, exclusions, kept clients and weights, rule and attack diagnostics,
   resilience sums, timings);
@@ -44,6 +46,10 @@ from rfrs_ref.seeding import generator
 # the first six columns are those of earlier versions, so older readers keep working
 METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall",
                   "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr"]
+
+
+#: the validation metrics of a run with a validation split, same columns as metrics.csv
+VALID_METRICS = "valid_metrics.csv"
 
 
 @dataclasses.dataclass
@@ -106,7 +112,7 @@ class Trainer:
         from rfrs_ref.metrics import check_ks
 
         check_ks(c.ks, self.data.n_items)  # before anything is trained or written
-        self.split = split_interactions(self.data, c.seed, c.test_fraction)
+        self.split = split_interactions(self.data, c.seed, c.test_fraction, c.valid_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
         self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
         self.rule = RULES.get(_rule_name(c.defense))(**c.defense_params)
@@ -122,6 +128,8 @@ class Trainer:
         from rfrs_ref.metrics import eval_users
 
         self.eval_users = eval_users(self.split.test, exclude=self.byzantine)
+        self.valid_users = (None if self.split.valid is None
+                            else eval_users(self.split.valid, exclude=self.byzantine))
 
     # -- state ----------------------------------------------------------------------
     def initial_state(self) -> tuple[dict[str, np.ndarray], dict | None]:
@@ -160,6 +168,23 @@ class Trainer:
         from rfrs_ref.metrics import popularity_metrics
 
         return popularity_metrics(self.split.train, self.split.test, self.eval_users, self.config.ks)
+
+    def evaluate_valid(self, state, private=None):
+        """The metrics of :meth:`evaluate` on the validation items (None without them); the
+        model's and the popularity ranking's."""
+        if self.split.valid is None:
+            return None
+        from rfrs_ref.metrics import popularity_metrics, rank_metrics
+
+        backend = "numpy" if self.config.backend == "numpy" else "numba"
+        priv = None if private is None else private["theta"]
+        model = rank_metrics(
+            lambda u: self.model.scores(state["theta"], self.split.train, u, private=priv,
+                                        backend=backend),
+            self.split.train, self.split.valid, self.valid_users, self.config.ks, backend=backend)
+        pop = popularity_metrics(self.split.train, self.split.valid, self.valid_users,
+                                 self.config.ks, backend=backend)
+        return model, pop
 
     # -- the loop -------------------------------------------------------------------
     def run(self, run_dir: str | os.PathLike | None = None, *, resume: bool = False,
@@ -216,6 +241,12 @@ class Trainer:
         row = {"round": t, **m.as_dict()}
         if out is not None:
             out.append_metrics(t, m, pop)
+        valid = self.evaluate_valid(state, private)
+        if valid is not None:
+            self._last_valid = {"round": t, "model": valid[0].as_dict(),
+                                "popularity": valid[1].as_dict()}
+            if out is not None:
+                out.append_metrics(t, *valid, name=VALID_METRICS)
         return row
 
     def _final(self, last: dict, pop, acc: "_Accumulators", seconds: float) -> dict:
@@ -224,7 +255,7 @@ class Trainer:
                  **{k: v for k, v in last.items() if k not in ("round", "n_users")}}
         popd = pop.as_dict()
         kmax = max(ks)
-        return {
+        final = {
             "round": last["round"],
             "model": model,
             "popularity": popd,
@@ -234,6 +265,10 @@ class Trainer:
             "resilience": acc.resilience or None,
             "seconds": seconds,
         }
+        valid = getattr(self, "_last_valid", None)
+        if valid is not None and valid["round"] == last["round"]:
+            final["valid"] = valid
+        return final
 
 
 def state_checksums(state: dict[str, np.ndarray]) -> dict[str, str]:
@@ -310,8 +345,11 @@ class RunDirectory:
             csv.writer(fh).writerow(METRICS_FIELDS)
         (self.path / "rounds.jsonl").write_text("")
 
-    def append_metrics(self, t: int, m, pop) -> None:
-        path = self.path / "metrics.csv"
+    def append_metrics(self, t: int, m, pop, *, name: str = "metrics.csv") -> None:
+        path = self.path / name
+        if not path.exists():
+            with open(path, "w", newline="") as fh:
+                csv.writer(fh).writerow(METRICS_FIELDS)
         with open(path, newline="") as fh:  # a run started by an older version keeps its columns
             header = next(csv.reader(fh), METRICS_FIELDS)
         with open(path, "a", newline="") as fh:
@@ -360,15 +398,17 @@ class RunDirectory:
 
     def truncate_after(self, t: int) -> None:
         """Drop what was written after round t (metrics rows, round records)."""
-        rows = []
-        with open(self.path / "metrics.csv", newline="") as fh:
-            reader = csv.reader(fh)
-            header = next(reader)
-            rows = [r for r in reader if int(r[0]) <= t]
-        with open(self.path / "metrics.csv", "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(header)
-            w.writerows(rows)
+        for name in ("metrics.csv", VALID_METRICS):
+            if not (self.path / name).exists():
+                continue
+            with open(self.path / name, newline="") as fh:
+                reader = csv.reader(fh)
+                header = next(reader)
+                rows = [r for r in reader if int(r[0]) <= t]
+            with open(self.path / name, "w", newline="") as fh:
+                w = csv.writer(fh)
+                w.writerow(header)
+                w.writerows(rows)
         kept = []
         with open(self.path / "rounds.jsonl") as fh:
             for line in fh:

@@ -102,3 +102,23 @@ def test_resume_says_where_it_resumes(tmp_path):
     assert res.exit_code == 0, res.output
     assert res.output.startswith(f"resuming {out} from round 3 of 6")
     assert np.load(out / "state.npz")["round"] == 6
+
+
+def test_train_with_a_validation_split_reports_it(tmp_path):
+    import json
+
+    out = tmp_path / "v"
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "4", "--eval-every", "2",
+                                    "--valid-fraction", "0.2", "--out", str(out)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "validation items (" in res.output
+    rows = (out / "valid_metrics.csv").read_text().splitlines()
+    assert rows[0] == (out / "metrics.csv").read_text().splitlines()[0]
+    assert len(rows) == 1 + 3 * 5  # rounds 0, 2, 4 × K = 1..5
+    final = json.loads((out / "final_metrics.json").read_text())
+    assert final["valid"]["round"] == 4 and "ndcg@5" in final["valid"]["model"]
+    assert json.loads((out / "config.json").read_text())["config"]["valid_fraction"] == 0.2
+    res = CliRunner().invoke(main, ["train", *SMALL, "--valid-fraction", "0.8",
+                                    "--out", str(tmp_path / "w")])
+    assert res.exit_code == 2 and not (tmp_path / "w").exists()
