@@ -51,6 +51,7 @@ class _Progress:
 
     def __init__(self, started: float | None = None) -> None:
         self.bar = None
+        self.runs_done_at = None  # elapsed seconds when the last run finished
         self.started = time.perf_counter() if started is None else started
 
     def __call__(self, event, spec, outcome, report) -> None:
@@ -82,6 +83,7 @@ class _Progress:
 
     def close(self) -> None:
         if self.bar is not None:
+            self.runs_done_at = self.bar.last_update
             self.bar.close()
             self.bar = None
 
@@ -121,12 +123,14 @@ def _tables(out: pathlib.Path) -> None:
     click.echo("tables: " + ", ".join(str(out / n) for n in names))
 
 
-def _report(report, started: float) -> None:
+def _report(report, started: float, progress: _Progress, after: str = "tables") -> None:
     from rfrs_ref.cli.progress import duration
 
+    runs = ("" if progress.runs_done_at is None else
+            f" (runs done at {duration(progress.runs_done_at)}, then {after})")
     click.echo(f"{report.total} runs: {report.skipped} skipped (already finished), "
                f"{report.finished} finished, {report.failed} failed "
-               f"in {duration(time.perf_counter() - started)} -> {report.out}")
+               f"in {duration(time.perf_counter() - started)}{runs} -> {report.out}")
     for spec, error in report.failures:
         click.echo(f"  failed: {spec.key} {dict(spec.labels)} seed {spec.config.seed}: {error}",
                    err=True)
@@ -185,11 +189,12 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{describe_runs(runs)} -> {out}")
     started = time.perf_counter()
     progress = _Progress(started)
+    after = "tables" if no_plot else "tables and figures"
     report, paths = _run(lambda: run_figure(
         fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
         shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
         on_event=progress, runs=runs), progress)
-    _report(report, started)
+    _report(report, started, progress, after)
     if report.summary is not None and not report.summary.empty:
         metrics = (fig.metric, "ndcg", "hr", "mrr")
         click.echo("")
@@ -253,7 +258,7 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
         sw.runs, out, scheduler=scheduler, workers=workers, threads=threads, shared_fs=shared_fs,
         retry_failed=retry_failed, keep_state=keep_state, on_event=progress,
         label_columns=label_columns), progress)
-    _report(report, started)
+    _report(report, started, progress)
     if report.summary is not None and not report.summary.empty:
         click.echo("")
         click.echo(summary_markdown(report.summary, label_columns=label_columns))

@@ -60,6 +60,7 @@ class Progress:
         self.every_s = every_s
         self.step = self.done
         self.metric = ""
+        self.last_update = None  # elapsed seconds at the latest update
         self._first_done_at = None  # (step, time) after the first, compiling, step
         self._last_line_at = self.started
         self._last_line_step = self.done
@@ -100,6 +101,7 @@ class Progress:
         """Step ``step`` is done (``metric``: the latest value worth showing, if any)."""
         first = self._first_done_at is None
         self.step = int(step)
+        self.last_update = self.elapsed()
         if metric:
             self.metric = metric
         if first:
@@ -108,8 +110,9 @@ class Progress:
             self.bar.update(self.step - self.bar.pos)
             return
         now = self.clock()
-        if (first or self.step >= self.total or self.step - self._last_line_step >= self.every_step
-                or now - self._last_line_at >= self.every_s):
+        # on multiples of the step (round 50, 100...: where evaluations usually fall)
+        crossed = self.step // self.every_step > self._last_line_step // self.every_step
+        if first or self.step >= self.total or crossed or now - self._last_line_at >= self.every_s:
             pct = 100.0 * self.step / max(self.total, 1)
             click.echo(f"{self.status()}  ({pct:.0f}%)")
             self._last_line_at, self._last_line_step = now, self.step
