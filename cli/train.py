@@ -54,8 +54,9 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
                    "either way). Metrics on it go to valid_metrics.csv (docs/datasets.md).")
 @click.option("--eval-every", type=click.IntRange(min=1), default=None,
               help="Evaluate every N rounds and at the end [default: rounds // 10].")
-@click.option("--ks", default="1,2,3,4,5", show_default=True, help="K values of Precision, Recall, NDCG, HR and MRR@K (integers 1..n_items; "
-                   "e.g. 1,2,3,4,5,10,20).")
+@click.option("--ks", default="1,2,3,4,5", show_default=True,
+              help="K values of Precision, Recall, NDCG, HR and MRR@K (integers 1..n_items; "
+                   "e.g. 1,2,3,4,5,10,20; docs/training.md).")
 @click.option("--defense", type=click.Choice(DEFENSES), default="none", show_default=True,
               help="Aggregation rule (none: weighted mean, the paper's Option I).")
 @click.option("--detect", type=click.Choice(["gradient", "parameter"]), default="gradient",
@@ -84,11 +85,12 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_scale, dtype, seed,
           valid_fraction, eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
           resilience, backend, checkpoint_every, out, resume, trace_path, **hyper):
-    """Train a federated recommender and evaluate Precision@K and Recall@K.
+    """Train a federated recommender and evaluate Precision, Recall, NDCG, HR and MRR@K.
 
     With no options: FISM with federated Adam (the paper's A-FRS) on the
     synthetic dataset. Results go to a run directory (config.json,
-    metrics.csv, rounds.jsonl, final_metrics.json, state.npz).
+    metrics.csv, rounds.jsonl, final_metrics.json, state.npz, ids.npz);
+    `rfrs-ref recommend RUN_DIR --user U` then lists a user's top items.
 
     \b
     Examples:

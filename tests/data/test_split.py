@@ -1,4 +1,4 @@
-"""The per-client split (SPEC §1): laws, exact sizes, determinism, agreement with a loop."""
+"""The per-client split (docs/datasets.md): laws, exact sizes, determinism, agreement with a loop."""
 
 from __future__ import annotations
 
