@@ -53,18 +53,24 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         config.data_dir = data_dir
     config.backend = "numpy"  # one user: the oracle is fast enough and needs no compilation
     trainer = _trainer(config, record)
-    users, items = _ids(run, trainer)
+    try:
+        users, items = _checked_ids(run, trainer)
+    except (OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(f"{run / 'ids.npz'}: unreadable ({exc})") from None
     where = np.flatnonzero(users == user)
     if where.size == 0:
         lo, hi = int(users.min()), int(users.max())
         raise click.BadParameter(f"user {user} is not in {config.dataset} (its user ids run "
                                  f"from {lo} to {hi}, {users.size} users)", param_hint="--user")
     u = int(where[0])
-    with np.load(state_path, allow_pickle=False) as z:
-        theta = z["theta"]
-        private = z["private_theta"] if "private_theta" in z.files else None
-    scores = trainer.model.scores(theta, trainer.split.train, np.array([u]), private=private,
-                                  backend="numpy")
+    try:
+        with np.load(state_path, allow_pickle=False) as z:
+            theta = z["theta"]
+            private = z["private_theta"] if "private_theta" in z.files else None
+        scores = trainer.model.scores(theta, trainer.split.train, np.array([u]),
+                                      private=private, backend="numpy")
+    except (OSError, ValueError, KeyError, EOFError) as exc:  # damaged or foreign file
+        raise click.ClickException(f"{state_path}: not the final state of this run ({exc})")
     if not np.isfinite(scores).all():
         raise click.ClickException(f"{state_path}: the model's scores hold NaN or infinity "
                                    "(the run diverged); there is nothing to recommend")
@@ -118,6 +124,15 @@ def _ids(run: pathlib.Path, trainer):
             return z["user_ids"], z["item_ids"]
     # a run made before ids.npz existed: the mapping is a function of the data file
     return dataset_ids(trainer.config.dataset, trainer.data, trainer.config.data_dir)
+
+
+def _checked_ids(run: pathlib.Path, trainer):
+    users, items = _ids(run, trainer)
+    if users.shape != (trainer.data.n_users,) or items.shape != (trainer.data.n_items,):
+        raise click.ClickException(f"{run / 'ids.npz'}: {users.size} users and {items.size} "
+                                   f"items, but the dataset has {trainer.data.n_users} and "
+                                   f"{trainer.data.n_items}; the file is not this run's")
+    return users, items
 
 
 def _names(config):

@@ -116,3 +116,22 @@ def test_ml100k_run_pins_its_data_and_names_its_items(tmp_path):
         assert names[item_ids.index(int(source_id))] == name
     res = CliRunner().invoke(main, ["recommend", str(out), "--user", "944"])
     assert res.exit_code == 2 and "user 944 is not in ml100k" in res.output
+
+
+def test_damaged_files_are_one_line(small_run, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(small_run, bad)
+    (bad / "state.npz").write_bytes(b"not a zip file")
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output
+    np.savez(bad / "state.npz", theta=np.zeros(3, np.float32), round=np.array(4))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output
+    np.savez(bad / "ids.npz", user_ids=np.arange(5), item_ids=np.arange(80))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not this run's" in res.output
+    (bad / "config.json").write_text("{")
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not a run's configuration" in res.output
