@@ -1,6 +1,6 @@
 """Pairwise squared Euclidean distances between rows, accurate and overflow-safe.
 
-The heart of Krum and Bulyan (docs/aggregation.md), also used to monitor resilience.
+The heart of Krum and Bulyan (SPEC §6), also used to monitor resilience.
 
     pairwise_sq_dists(X, Y)[i, j] = Σ_k (X[i, k] − Y[j, k])²        (float64)
 
