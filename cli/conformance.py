@@ -26,13 +26,42 @@ def _parse_options(items) -> dict:
     return out
 
 
+def _resolve(target: str, A):
+    """``path/to/file.py:name`` loads that file; ``package.module:name`` imports the module,
+    looking in the current directory first, as ``python -m`` would."""
+    import importlib.util
+    import os
+    import pathlib
+    import sys
+
+    where, sep, attr = target.rpartition(":")
+    if sep and where.endswith(".py"):
+        path = pathlib.Path(where)
+        if not path.is_file():
+            raise A.AdapterError(f"--callable {target}: no file {path}")
+        spec = importlib.util.spec_from_file_location(f"_conformance_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        obj = module
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                raise A.AdapterError(f"--callable {target}: {path} has no attribute {attr!r}")
+            obj = getattr(obj, part)
+        return obj
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return A.resolve_callable(target)
+
+
 @click.command("conformance")
 @click.option("--rule", type=click.Choice(RULES), default=None,
               help="The aggregation rule the callable implements (chooses the laws).")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
               help="The optimiser the callable implements (client_rule/recover, docs/optimizers.md).")
 @click.option("--callable", "target", required=True, metavar="MODULE:NAME",
-              help="The code under test, e.g. flwr.server.strategy.aggregate:aggregate_krum.")
+              help="The code under test: an importable module (the current directory is "
+                   "searched first), e.g. flwr.server.strategy.aggregate:aggregate_krum, or a "
+                   "file, e.g. examples/wrong_krum.py:krum.")
 @click.option("--adapter", type=click.Choice(["vector", "weights", "result", "rfrs", "flower", "byzfl"]),
               default=None, help="How the callable is called [default: from its module: flwr → "
                                  "flower, byzfl → byzfl, rfrs_ref → rfrs, else vector].")
@@ -51,6 +80,7 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
 
     \b
     Examples:
+      rfrs-ref conformance --rule krum --callable examples/wrong_krum.py:krum
       rfrs-ref conformance --rule krum --callable flwr.server.strategy.aggregate:aggregate_krum
       rfrs-ref conformance --rule trmean --callable byzfl.aggregators:TrMean
       rfrs-ref conformance --rule krum --callable rfrs_ref.aggregate:Krum
@@ -66,8 +96,8 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
         raise click.UsageError("give exactly one of --rule and --optimizer")
     opts = _parse_options(options)
     try:
-        obj = A.resolve_callable(target)
-    except (A.AdapterError, ModuleNotFoundError) as exc:
+        obj = _resolve(target, A)
+    except (A.AdapterError, ModuleNotFoundError, OSError, SyntaxError) as exc:
         raise click.ClickException(str(exc)) from exc
     if rule is not None:
         name = adapter or A.guess_adapter(target, obj)

@@ -47,36 +47,44 @@ def _parse_overrides(items) -> dict:
 
 
 class _Progress:
-    """A click progress bar over runs, fed by run_sweep's events."""
+    """Run-level progress (:class:`rfrs_ref.cli.progress.Progress`), fed by run_sweep's events."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         self.bar = None
-        self.last = ""
+        self.runs_done_at = None  # elapsed seconds when the last run finished
+        self.started = time.perf_counter() if started is None else started
 
     def __call__(self, event, spec, outcome, report) -> None:
+        from rfrs_ref.cli.progress import Progress
+
         if event == "plan":
             todo = report.total - report.skipped
             where = (f"{report.workers} Dask worker(s)" if report.workers else "this process")
             click.echo(f"{report.total} runs: {report.skipped} already finished, {todo} to run "
                        f"on {where}")
-            self.bar = click.progressbar(length=todo, label="runs", show_eta=True, show_pos=True,
-                                         item_show_func=lambda _: self.last)
-            self.bar.__enter__()
+            self.bar = Progress(todo, label="run", started=self.started,
+                                first_note="the first runs also compile the Numba kernels "
+                                           "(up to a minute the first time; cached afterwards)")
             return
         label = ", ".join(f"{v}" for v in spec.labels.values())
         c = spec.config
         what = f"{c.dataset} {label} seed {c.seed}".strip()
         if event == "failed":
-            self.last = f"FAILED {what}"
+            last = f"FAILED {what}"
             click.echo(f"\nrun {spec.key} ({what}) failed: {outcome.get('error')}", err=True)
         else:
-            self.last = f"{what} {outcome.get('wall_s', 0):.0f}s"
+            model = ((outcome.get("final") or {}).get("model") or {})
+            kmax = max(c.ks)
+            p = model.get(f"precision@{kmax}")
+            last = f"last: {what} {outcome.get('wall_s', 0):.0f}s" + (
+                f" P@{kmax} {p:.4f}" if p is not None else "")
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.update(report.finished + report.failed, last)
 
     def close(self) -> None:
         if self.bar is not None:
-            self.bar.__exit__(None, None, None)
+            self.runs_done_at = self.bar.last_update
+            self.bar.close()
             self.bar = None
 
 
@@ -108,10 +116,32 @@ def _run(go, progress: _Progress):
         progress.close()
 
 
-def _report(report, started: float) -> None:
+def _check_extras(workers, scheduler) -> None:
+    """Before anything is written: Dask asked for but not installed is a one-line error; the
+    default without it runs in this process, and says so."""
+    from rfrs_ref.experiments.sweep import DASK_MISSING, dask_available
+
+    if workers == 0 or dask_available():
+        return
+    if scheduler is not None or workers is not None:
+        raise click.UsageError(DASK_MISSING)
+    click.echo("Dask is not installed (pip install 'rfrs-ref[distributed]' for parallel runs): "
+               "running the runs one after the other in this process")
+
+
+def _tables(out: pathlib.Path) -> None:
+    names = [n for n in ("results.parquet", "results.csv", "summary.md") if (out / n).exists()]
+    click.echo("tables: " + ", ".join(str(out / n) for n in names))
+
+
+def _report(report, started: float, progress: _Progress, after: str = "tables") -> None:
+    from rfrs_ref.cli.progress import duration
+
+    runs = ("" if progress.runs_done_at is None else
+            f" (runs done at {duration(progress.runs_done_at)}, then {after})")
     click.echo(f"{report.total} runs: {report.skipped} skipped (already finished), "
                f"{report.finished} finished, {report.failed} failed "
-               f"in {time.perf_counter() - started:.0f} s -> {report.out}")
+               f"in {duration(time.perf_counter() - started)}{runs} -> {report.out}")
     for spec, error in report.failures:
         click.echo(f"  failed: {spec.key} {dict(spec.labels)} seed {spec.config.seed}: {error}",
                    err=True)
@@ -151,7 +181,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
       rfrs-ref reproduce 4 --quick
       rfrs-ref reproduce defenses --scheduler tcp://10.0.0.5:8786
     """
-    from rfrs_ref.experiments.figures import Scale, figure, reproduce as run_figure
+    from rfrs_ref.experiments.figures import Scale, describe_runs, figure, reproduce as run_figure
     from rfrs_ref.experiments.results import summary_markdown
 
     try:
@@ -162,20 +192,26 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
                   trials=trials, rounds=rounds, resilience=resilience, backend=backend,
                   overrides=_parse_overrides(overrides))
     out = pathlib.Path(out) if out else fig.default_out(quick)
-    click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{scale.describe()} -> {out}")
-    progress = _Progress()
+    _check_extras(workers, scheduler)
+    try:
+        runs = fig.runs(scale)
+    except (ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc.args[0] if exc.args else exc)) from None
+    click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{describe_runs(runs)} -> {out}")
     started = time.perf_counter()
+    progress = _Progress(started)
+    after = "tables" if no_plot else "tables and figures"
     report, paths = _run(lambda: run_figure(
         fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
         shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
-        on_event=progress), progress)
-    _report(report, started)
+        on_event=progress, runs=runs), progress)
+    _report(report, started, progress, after)
     if report.summary is not None and not report.summary.empty:
-        metrics = ("recall",) if fig.metric == "recall" else ("precision",)
+        metrics = (fig.metric, "ndcg", "hr", "mrr")
         click.echo("")
         click.echo(summary_markdown(report.summary, metrics=metrics,
                                     label_columns=("label_series",)))
-    click.echo(f"tables: {out / 'results.parquet'}, {out / 'results.csv'}, {out / 'summary.md'}")
+    _tables(out)
     for p in paths:
         click.echo(f"figure: {p}")
     if report.failed:
@@ -189,7 +225,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
 @click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")
 @_execution_options
 def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
-    """Run the grid of training runs described in the TOML file SPEC.
+    """Run the grid of training runs described in the TOML file FILE.
 
     \b
     The file has a [base] table (TrainConfig fields), an [axes] table whose
@@ -225,19 +261,19 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
         except (ValueError, KeyError, OSError) as exc:
             raise click.ClickException(_message(exc)) from None
         return
+    _check_extras(workers, scheduler)
     click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")
-    progress = _Progress()
     started = time.perf_counter()
+    progress = _Progress(started)
     report = _run(lambda: run_sweep(
         sw.runs, out, scheduler=scheduler, workers=workers, threads=threads, shared_fs=shared_fs,
         retry_failed=retry_failed, keep_state=keep_state, on_event=progress,
         label_columns=label_columns), progress)
-    _report(report, started)
+    _report(report, started, progress)
     if report.summary is not None and not report.summary.empty:
         click.echo("")
-        click.echo(summary_markdown(report.summary, metrics=("precision",),
-                                    label_columns=label_columns))
-    click.echo(f"tables: {out / 'results.parquet'}, {out / 'results.csv'}, {out / 'summary.md'}")
+        click.echo(summary_markdown(report.summary, label_columns=label_columns))
+    _tables(out)
     if report.failed:
         raise SystemExit(1)
 

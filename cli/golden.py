@@ -18,7 +18,7 @@ def golden() -> None:
     """
 
 
-@golden.command("export")
+@golden.command("export", short_help="Write every golden case into DIRECTORY.")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--only", multiple=True, metavar="PATTERN",
               help="Export only the cases matching this glob or family folder (repeatable), "
@@ -46,7 +46,7 @@ def export_cmd(directory, only):
                f"in {time.perf_counter() - started:.1f} s")
 
 
-@golden.command("check")
+@golden.command("check", short_help="Recompute the cases in DIRECTORY and compare.")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
 @click.option("--backend", type=click.Choice(["numpy", "numba", "all"]), default="numpy", show_default=True,
               help="Recompute with the NumPy oracles, the Numba fast paths, or both.")

@@ -22,7 +22,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("experiments", "plot", "Plot a results table like the paper's figures."),
     "golden": ("golden", "golden", "Export or check language-neutral golden test vectors."),
     "trace": ("trace", "trace", "Compare per-round traces of two implementations."),
-    "conformance": ("conformance", "conformance", "Check a third-party rule against the laws of SPEC §9."),
+    "recommend": ("recommend", "recommend", "A user's top-K items from a trained run, by name."),
+    "conformance": ("conformance", "conformance", "Check a third-party rule or optimiser against the paper's laws."),
 }
 
 

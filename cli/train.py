@@ -6,13 +6,13 @@ import contextlib
 import datetime
 import errno
 import pathlib
-import time
 
 import click
 
 from rfrs_ref.aggregate import PRESETS, RULES
 from rfrs_ref.attack import ATTACKS
 from rfrs_ref.cli.options import apply, collect, registry_options
+from rfrs_ref.cli.progress import Progress
 from rfrs_ref.data import DATASETS
 from rfrs_ref.federated.config import DEFAULT_ROUNDS, TrainConfig
 from rfrs_ref.files import DirectoryLock, DirectoryLocked
@@ -50,9 +50,16 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               help="θ̄⁰ ~ N(0, scale²).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Trial seed.")
+@click.option("--valid-fraction", type=click.FloatRange(0, 0.8, max_open=True), default=0.0,
+              show_default=True,
+              help="Share of each client's items held out for validation, taken from its "
+                   "training items (0: none, the paper's protocol; the test set is the same "
+                   "either way). Metrics on it go to valid_metrics.csv (docs/datasets.md).")
 @click.option("--eval-every", type=click.IntRange(min=1), default=None,
               help="Evaluate every N rounds and at the end [default: rounds // 10].")
-@click.option("--ks", default="1,2,3,4,5", show_default=True, help="K values of Precision/Recall@K.")
+@click.option("--ks", default="1,2,3,4,5", show_default=True,
+              help="K values of Precision, Recall, NDCG, HR and MRR@K (integers 1..n_items; "
+                   "e.g. 1,2,3,4,5,10,20; docs/training.md).")
 @click.option("--defense", type=click.Choice(DEFENSES), default="none", show_default=True,
               help="Aggregation rule (none: weighted mean, the paper's Option I).")
 @click.option("--detect", type=click.Choice(["gradient", "parameter"]), default="gradient",
@@ -82,13 +89,14 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               help="Also write a per-round trace to this file (JSON Lines, docs/traces.md).")
 @apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _attack_opts)
 def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_scale, dtype, seed,
-          eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
+          valid_fraction, eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
           resilience, backend, checkpoint_every, out, resume, trace_path, **hyper):
-    """Train a federated recommender and evaluate Precision@K and Recall@K.
+    """Train a federated recommender and evaluate Precision, Recall, NDCG, HR and MRR@K.
 
     With no options: FISM with federated Adam (the paper's A-FRS) on the
     synthetic dataset. Results go to a run directory (config.json,
-    metrics.csv, rounds.jsonl, final_metrics.json, state.npz).
+    metrics.csv, rounds.jsonl, final_metrics.json, state.npz, ids.npz);
+    `rfrs-ref recommend RUN_DIR --user U` then lists a user's top items.
 
     \b
     Examples:
@@ -106,10 +114,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             _refuse_conflicts_with_preset(ctx, preset, defense=defense, detect=detect)
             defense, detect = PRESETS[preset]
             defense = "none" if defense == "mean" else defense
-        try:
-            ks_t = tuple(int(k) for k in ks.split(","))
-        except ValueError:
-            raise click.BadParameter(f"{ks!r} is not a comma-separated list of integers", param_hint="--ks")
+        ks_t = _parse_ks(ks)
         config = TrainConfig(
             dataset=dataset, data_dir=data_dir,
             dataset_params=collect(_GENERATED, hyper, "dataset", dataset, DATASETS),
@@ -123,7 +128,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             attack=attack, attack_params=collect(_GENERATED, hyper, "attack", attack, ATTACKS),
             byzantine_fraction=alpha, assumed_byzantine=assumed_byzantine, rounds=rounds,
             client_fraction=client_fraction, init_scale=init_scale, dtype=dtype, seed=seed,
-            eval_every=eval_every, ks=ks_t, verify=verify, resilience=resilience,
+            valid_fraction=valid_fraction, eval_every=eval_every, ks=ks_t, verify=verify, resilience=resilience,
             checkpoint_every=checkpoint_every, backend=backend)
         try:
             config.resolved()  # names and hyperparameters, before anything is written
@@ -176,42 +181,64 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
             raise click.ClickException(f"--trace {trace_path}: {exc.strerror or _one_line(exc)}; "
                                        "choose a writable file") from None
     c = trainer.config
-    click.echo(f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
-               f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
-               f"{c.optimizer}, defense {c.defense} ({c.detect}), attack {c.attack} "
-               f"α={c.byzantine_fraction}; {c.rounds} rounds -> {run_dir}")
+    if resume and done >= c.rounds and (run_dir / "final_metrics.json").exists():
+        import json
 
-    started = time.perf_counter()
-    status = {"metric": "", "round": 0}
-    kmax = max(c.ks)
-
-    def show(_):
-        el = time.perf_counter() - started
-        return f"round {status['round']}  {el:6.1f}s  {status['metric']}"
-
-    with click.progressbar(length=c.rounds, label="training", item_show_func=show,
-                           show_eta=True) as bar:
-        bar.update(done)
-
-        def progress(t, record, latest):
-            status["round"] = t
-            if latest is not None:
-                status["metric"] = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}"
-            bar.update(1)
-            if tracer is not None:
-                tracer.write_round(record, latest)
-
+        click.echo(f"{run_dir} already finished all {c.rounds} rounds; nothing to resume. "
+                   "Its final evaluation:")
         try:
-            result = trainer.run(run_dir, resume=bool(resume), progress=progress, locked=True)
-        except (ValueError, KeyError, FileNotFoundError) as exc:
-            raise click.ClickException(_one_line(exc)) from None
-        except OSError as exc:
-            raise click.ClickException(_os_error(exc, run_dir, started=True)) from None
-        finally:
-            if tracer is not None:
-                tracer.close()
+            final = json.loads((run_dir / "final_metrics.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"{run_dir / 'final_metrics.json'}: {_one_line(exc)}") from None
+        _print_summary(final, c.ks, run_dir, None)
+        return
+    what = (f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
+            f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
+            f"{c.optimizer}, defense {c.defense} ({c.detect}), attack {c.attack} "
+            f"α={c.byzantine_fraction}; {c.rounds} rounds")
+    if resume:
+        click.echo(f"resuming {run_dir} from round {done} of {c.rounds} ({what})")
+    else:
+        click.echo(f"{what} -> {run_dir}")
 
-    _print_summary(result)
+    kmax = max(c.ks)
+    note = ("the first round compiles the Numba kernels (up to a minute the first time; "
+            "cached for later runs)" if c.backend != "numpy" else None)
+    bar = Progress(c.rounds, done, label="round", first_note=note)
+
+    def progress(t, record, latest):
+        metric = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}" if latest is not None else None
+        bar.update(t, metric)
+        if tracer is not None:
+            tracer.write_round(record, latest)
+
+    try:
+        result = trainer.run(run_dir, resume=bool(resume), progress=progress, locked=True)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise click.ClickException(_one_line(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(_os_error(exc, run_dir, started=True)) from None
+    finally:
+        bar.close()
+        if tracer is not None:
+            tracer.close()
+
+    _print_summary(result.final, c.ks, result.run_dir, bar.elapsed())
+
+
+def _parse_ks(text: str) -> tuple[int, ...]:
+    """``--ks 1,5,10``: positive integers (the upper bound, n_items, is checked once the
+    dataset is loaded)."""
+    try:
+        ks = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers, "
+                                 "e.g. 1,2,3,4,5,10,20", param_hint="--ks") from None
+    bad = [k for k in ks if k < 1]
+    if bad:
+        raise click.BadParameter(f"K must be integers 1..n_items (the number of items), "
+                                 f"got {bad[0]}", param_hint="--ks")
+    return ks
 
 
 @contextlib.contextmanager
@@ -319,19 +346,28 @@ def _checkpoint_round(run_dir: pathlib.Path) -> int:
         return 0
 
 
-def _print_summary(result) -> None:
-    final = result.final
-    ks = result.config.ks
+def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
+    """The final evaluation as a table; ``elapsed``: this command's wall time (the
+    progress display's clock), None for a run finished earlier."""
     m, p = final["model"], final["popularity"]
     click.echo("")
-    click.echo(f"after round {final['round']} ({final['seconds']:.1f} s), "
-               f"{m['n_users']} benign clients evaluated")
-    header = f"{'K':>3}  {'P@K model':>10}  {'P@K popular':>11}  {'R@K model':>10}  {'R@K popular':>11}"
-    click.echo(header)
+    when = "" if elapsed is None else f" ({elapsed:.1f} s)"
+    click.echo(f"after round {final['round']}{when}, {m['n_users']} benign clients evaluated")
+    names = [("Precision", "precision"), ("Recall", "recall"), ("NDCG", "ndcg"), ("HR", "hr"),
+             ("MRR", "mrr")]
+    names = [(a, n) for a, n in names if f"{n}@{ks[0]}" in m]  # runs made before NDCG/HR/MRR
+    click.echo((" " * 4 + "".join(f"  {a + '@K':<15}" for a, _ in names)).rstrip())
+    click.echo(f"{'K':>4}" + "  model   popular" * len(names))
     for k in ks:
-        click.echo(f"{k:>3}  {m[f'precision@{k}']:>10.4f}  {p[f'precision@{k}']:>11.4f}  "
-                   f"{m[f'recall@{k}']:>10.4f}  {p[f'recall@{k}']:>11.4f}")
+        click.echo(f"{k:>4}" + "".join(f"  {m[f'{n}@{k}']:.4f}  {p[f'{n}@{k}']:.4f} "
+                                       for _, n in names).rstrip())
     kmax = max(ks)
+    if final.get("valid"):
+        v = final["valid"]
+        click.echo(f"validation items ({v['model']['n_users']} clients): "
+                   + ", ".join(f"{a}@{kmax} {v['model'][f'{n}@{kmax}']:.4f} "
+                               f"(popular {v['popularity'][f'{n}@{kmax}']:.4f})"
+                               for a, n in names))
     verdict = "beats" if final["beats_popularity"] else "does NOT beat"
     click.echo(f"the model {verdict} the popularity ranking on Precision@{kmax}")
     sel = final["selection"]
@@ -340,5 +376,11 @@ def _print_summary(result) -> None:
                    f"{sel['byzantine_share_kept']:.3f} of kept clients; "
                    f"{final['exclusions']} uploads excluded by verification")
     if final.get("resilience"):
-        click.echo("resilience sums: " + ", ".join(f"{k} {v:.4g}" for k, v in final["resilience"].items()))
-    click.echo(f"results: {result.run_dir}")
+        click.echo("resilience sums (the paper's Definitions 1-4; docs/optimizers.md, "
+                   "\"Resilience quantities\"): " + ", ".join(
+                       f"{k} {v:.4g}" for k, v in final["resilience"].items()))
+        click.echo("  C_g = Σ over rounds, kept clients i and benign clients j of ‖ĝᵢ − gⱼ‖ "
+                   "(recovered vs true gradients); C_m, C_v, C_r, C_theta: the same distance "
+                   "for each uploaded array. Smaller is more resilient; compare runs, not "
+                   "absolute values (they grow with the rounds, clients and D)")
+    click.echo(f"results: {run_dir}")

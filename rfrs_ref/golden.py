@@ -92,7 +92,7 @@ class Expected:
         rtol, atol: the tolerance of a float output.
         exact: compare exactly (integers, booleans, names, selections).
         role: ``required`` (an implementation must match it) or
-            ``informational`` (depends on implementation choices the SPEC leaves
+            ``informational`` (depends on implementation choices the paper leaves
             open, e.g. an iteration count; checked exactly against rfrs-ref).
         note: why the output is what it is, when that is not obvious.
     """
@@ -247,7 +247,7 @@ def model_cases() -> list[Case]:
         cases.append(Case(
             name, "fism_scores", "FISM evaluation scores of every item for five users (one with a single item)",
             "score(u, k) = p_k · |S_u|^(−γ) Σ_{l ∈ S_u} q_l", _FISM_CONV +
-            " At evaluation every item is scored with all training items (SPEC §2).", "SPEC §2, paper Eq. 1",
+            " At evaluation every item is scored with all training items (docs/model.md).", "docs/model.md, paper Eq. 1",
             dtype, params, inp, {"scores": _close(out["scores"], dtype, C_REDUCTION)},
             f"rtol = {C_REDUCTION}u, atol = {C_REDUCTION}u·max|scores|: dot products of d terms and sums "
             "of |S| vectors, in the case's dtype"))
@@ -286,7 +286,7 @@ def model_cases() -> list[Case]:
                 desc += "; the client has one item, so its positive scores 0 ((n − 1)^(−γ) has no set)"
             cases.append(Case(
                 name, "bpr", desc, _FISM_FORMULA if model_name == "fism" else _FMF_FORMULA, conv,
-                "SPEC §2–3, paper Eqs. 1 and 7", dtype, params, inp, outs,
+                "docs/model.md, paper Eqs. 1 and 7", dtype, params, inp, outs,
                 f"rtol = {C_REDUCTION}u, atol = {C_REDUCTION}u·max|output|: sums over every "
                 "(positive, negative) pair, log σ and σ evaluated stably"))
     return cases
@@ -429,7 +429,7 @@ def optim_cases() -> list[Case]:
         bound = opt.recovery_bound(state, stored, t)
         outs["recovered"] = Expected(out["recovered"], rtol=0.0, atol=float(VERIFY_SAFETY * bound.max()),
                                      note="recovered from the upload stored in the case's dtype; equals g "
-                                          "to the rounding bound of SPEC §5's recovery")
+                                          "to the rounding bound of docs/optimizers.md recovery")
         if not np.all(np.abs(out["recovered"] - g.astype(np.float64)) <= VERIFY_SAFETY * bound):
             raise AssertionError(f"{name}: recovery is not exact within its bound")
         outs["verdict_honest_ok"] = _exact(True)
@@ -448,7 +448,7 @@ def optim_cases() -> list[Case]:
             "the bias correction; the upload is stored in the case's dtype before recovery and "
             "verification; a tampered upload fails with the first failed check in the order "
             f"{list(opt.checks)} ('nonfinite' for any NaN or ±inf).",
-            "SPEC §5", dtype, params, inp, outs,
+            "docs/optimizers.md", dtype, params, inp, outs,
             f"uploads: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·(max|upload| + max|state|) with "
             f"u = {u:.3g}; recovered: atol = {VERIFY_SAFETY:g} × the largest per-coordinate rounding "
             "bound of the recovery (rfrs_ref.optim.tolerance) for uploads stored in this dtype; "
@@ -486,7 +486,7 @@ _RULE_FORMULA = {
 
 _RULE_CONV = ("A non-finite feature or upload value makes its client infinitely far (per-client rules) "
               "or ranks as np.sort orders it, NaN as +inf (coordinate-wise rules); ties go to the smaller client index. "
-              "Parameter-space features are θᵢ − θ̄ (SPEC §6). The same decision (weights, or the "
+              "Parameter-space features are θᵢ − θ̄ (docs/aggregation.md). The same decision (weights, or the "
               "per-coordinate kept set) applies to every uploaded array.")
 
 
@@ -630,7 +630,7 @@ def aggregate_cases() -> list[Case]:
         tol = (f"aggregated arrays: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·max|finite upload|; "
                f"weights: {C_ELEMENTWISE}u absolute; kept: 4u; Krum scores: {C_REDUCTION}u relative "
                f"and {C_REDUCTION}u·D·max|x|² absolute; selections exact")
-        cases.append(Case(name, "aggregate", desc, _RULE_FORMULA[rule], _RULE_CONV, "SPEC §6", dtype, params,
+        cases.append(Case(name, "aggregate", desc, _RULE_FORMULA[rule], _RULE_CONV, "docs/aggregation.md", dtype, params,
                           inp, outs, tol))
     return cases
 
@@ -731,8 +731,8 @@ def attack_cases() -> list[Case]:
             cases.append(Case(
                 name, "attack", descriptions[attack_name] + f"; Adam, round {t}, Byzantine rows 1, 4, 5",
                 descriptions[attack_name], "The attack rewrites only the Byzantine rows; gradient-space "
-                "attacks push their gradient through the optimiser's rule (SPEC §7). Inputs 'honest_*' "
-                "are the honest uploads before the attack.", "SPEC §7", dtype, params, inp, outs,
+                "attacks push their gradient through the optimiser's rule (docs/attacks.md). Inputs 'honest_*' "
+                "are the honest uploads before the attack.", "docs/attacks.md", dtype, params, inp, outs,
                 f"uploads: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·(max|upload| + max|state|)"))
     return cases
 
@@ -919,14 +919,14 @@ def federated_cases() -> list[Case]:
                 f"{rule} on {detect}-space features, f = floor(0.25 · 8) = 2, verification on")
         cases.append(Case(
             name, "federated", desc,
-            "SPEC §4: sample, gradients on θ̄ᵗ⁻¹, client rule, attack, recovery, verification, "
+            "docs/training.md: sample, gradients on θ̄ᵗ⁻¹, client rule, attack, recovery, verification, "
             "features, rule, weighted combination",
             "Rounds are numbered from 1. Another implementation that cannot reproduce NumPy's "
             "generator takes r<t>_clients (and, for noise, r<t>_attack_noise) as given. Arrays "
             "r<t>_* with one row per sampled client follow r<t>_clients; r<t>_features are the rows "
             "that passed verification (r<t>_rule_rows), in that order; r<t>_weights (per-client rules "
             "only) and r<t>_kept are 0 for excluded clients; f_rule = max(0, f − excluded).",
-            "SPEC §4–7", dtype, params, inp, outs,
+            "docs/training.md", dtype, params, inp, outs,
             f"values: rtol = {c}u, atol = {c}u·max|value| (u of the case's dtype; a run accumulates "
             "roundings over rounds); recovered gradients and features in float32: atol scaled by "
             "max|m|/(1 − β₁), the magnitude recovery cancels; weights and kept: 64u of float64; "

@@ -1,13 +1,25 @@
-"""Ranking metrics (SPEC §8): Precision@K and Recall@K, and the popularity baseline.
+"""Ranking metrics (docs/training.md, "Evaluation"): Precision@K, Recall@K,
+NDCG@K, HR@K and MRR@K, and the popularity baseline.
 
 For each evaluated client, every item is scored, the client's training items
-are removed from the ranking, and the top K are compared with its test items:
+are removed from the ranking, and the top K are compared with its test items
+(binary relevance: rel_i = 1 when the item at rank i is a test item):
 
     Precision@K = hits@K / K,    Recall@K = hits@K / |test|,
+    NDCG@K      = DCG@K / IDCG@K,  DCG@K = sum_{i<=K} rel_i / log2(i + 1),
+                  IDCG@K = sum_{i<=min(K, |test|)} 1 / log2(i + 1),
+    HR@K        = 1 if hits@K > 0 else 0,
+    MRR@K       = 1 / (rank of the first test item) if it is within the top K, else 0,
 
 averaged over the evaluated clients, which are the benign clients that have at
-least one test item. Ties are broken towards the smaller item id (a ranking is
-a pure function of the scores) and NaN scores rank last.
+least one test item. MRR is truncated at K (the reciprocal rank of a first hit
+below rank K counts 0) so that all five metrics come from the same top-K list.
+Ties are broken towards the smaller item id (a ranking is a pure function of
+the scores).
+
+Preconditions, checked before any kernel runs: every K is an integer in
+1..n_items, and the scores are finite (a non-finite score means the model
+diverged, and a ranking of it would be meaningless).
 
 The popularity ranking scores every item by the number of training sets it
 appears in; a trained model that does not beat it is a failed run.
@@ -24,21 +36,50 @@ from rfrs_ref.data.base import Interactions
 from rfrs_ref.kernels.topk import topk_numba, topk_numpy
 
 
+#: the metrics of a ranking, in the order of metrics.csv and the tables
+METRIC_NAMES = ("precision", "recall", "ndcg", "hr", "mrr")
+
+
 @dataclasses.dataclass(frozen=True)
 class RankingMetrics:
-    """Mean Precision@K and Recall@K for K = ks[0..]; ``n_users`` evaluated."""
+    """Mean Precision@K, Recall@K, NDCG@K, HR@K and MRR@K for K = ks[0..];
+    ``n_users`` evaluated."""
 
     ks: tuple[int, ...]
     precision: tuple[float, ...]
     recall: tuple[float, ...]
     n_users: int
+    ndcg: tuple[float, ...] = ()
+    hr: tuple[float, ...] = ()
+    mrr: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
-        return {
-            "n_users": self.n_users,
-            **{f"precision@{k}": p for k, p in zip(self.ks, self.precision)},
-            **{f"recall@{k}": r for k, r in zip(self.ks, self.recall)},
-        }
+        out = {"n_users": self.n_users}
+        for name in METRIC_NAMES:
+            out.update({f"{name}@{k}": v for k, v in zip(self.ks, getattr(self, name))})
+        return out
+
+
+def check_ks(ks, n_items: int) -> tuple[int, ...]:
+    """``ks`` as a tuple of ints, each in 1..n_items; ValueError otherwise.
+
+    K = 0 would divide by zero in Precision@K, and a negative K or one above
+    the number of items has no top-K list: the ranking kernels are never
+    reached with such a K.
+    """
+    try:
+        out = tuple(ks)
+    except TypeError:
+        out = (ks,)
+    if not out:
+        raise ValueError("ks is empty: give at least one K in 1..n_items")
+    for k in out:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+            raise ValueError(f"K must be an integer in 1..{n_items} (the number of items), got {k!r}")
+        if not 1 <= int(k) <= n_items:
+            raise ValueError(f"K must be an integer in 1..{n_items} (the number of items), got {int(k)}; "
+                             "choose the K (--ks) within that range")
+    return tuple(int(k) for k in out)
 
 
 def eval_users(test: Interactions, exclude: np.ndarray | None = None) -> np.ndarray:
@@ -57,13 +98,48 @@ def _sub_csr(data: Interactions, users: np.ndarray):
     return indptr, idx.astype(np.int64)
 
 
-def hits_at_k(top: np.ndarray, test: Interactions, users: np.ndarray) -> np.ndarray:
-    """(n_users, K) cumulative hits: hits[r, k-1] = |top[r, :k] ∩ test(users[r])|."""
+def hit_indicators(top: np.ndarray, test: Interactions, users: np.ndarray) -> np.ndarray:
+    """(n_users, K) 0/1: hits[r, i] = 1 when top[r, i] is a test item of users[r]."""
     hits = np.zeros(top.shape, dtype=np.int64)
     for r, u in enumerate(users):
         t = test.indices[test.indptr[u] : test.indptr[u + 1]]
-        hits[r] = np.cumsum(np.isin(top[r], t))
+        hits[r] = np.isin(top[r], t)
     return hits
+
+
+def hits_at_k(top: np.ndarray, test: Interactions, users: np.ndarray) -> np.ndarray:
+    """(n_users, K) cumulative hits: hits[r, k-1] = |top[r, :k] ∩ test(users[r])|."""
+    return np.cumsum(hit_indicators(top, test, users), axis=1)
+
+
+def metrics_from_hits(hits: np.ndarray, n_test: np.ndarray, ks) -> RankingMetrics:
+    """Every metric from the per-user hit indicators of one top-K list.
+
+    ``hits``: (n_users, kmax) with hits[r, i] = 1 when the item at rank i + 1
+    of user r is a test item; ``n_test``: (n_users,) test-set sizes (≥ 1).
+    NumPy float64 throughout; sums over users in user order.
+    """
+    hits = np.asarray(hits, dtype=np.int64)
+    n_users, kmax = hits.shape
+    n = max(n_users, 1)
+    n_test = np.maximum(np.asarray(n_test, dtype=np.int64), 1)
+    cum = np.cumsum(hits, axis=1)
+    discount = 1.0 / np.log2(np.arange(2, kmax + 2, dtype=np.float64))
+    dcg = np.cumsum(hits * discount, axis=1)
+    idcg_k = np.cumsum(discount)
+    # first hit's rank (1-based), kmax + 1 when there is none in the list
+    first = np.where(cum[:, -1] > 0, np.argmax(hits > 0, axis=1) + 1, kmax + 1)
+    prec, rec, ndcg, hr, mrr = [], [], [], [], []
+    for k in ks:
+        h = cum[:, k - 1]
+        prec.append(float(h.sum() / (k * n)))
+        rec.append(float((h / n_test).sum() / n))
+        ideal = idcg_k[np.minimum(n_test, k) - 1]
+        ndcg.append(float((dcg[:, k - 1] / ideal).sum() / n))
+        hr.append(float((h > 0).sum() / n))
+        mrr.append(float(np.where(first <= k, 1.0 / first, 0.0).sum() / n))
+    return RankingMetrics(tuple(ks), tuple(prec), tuple(rec), int(n_users),
+                          tuple(ndcg), tuple(hr), tuple(mrr))
 
 
 def rank_metrics(
@@ -76,12 +152,18 @@ def rank_metrics(
     chunk: int = 1024,
     backend: str = "numba",
 ) -> RankingMetrics:
-    """Precision@K and Recall@K of the ranking given by ``score_fn(users_chunk) -> scores``.
+    """Precision, Recall, NDCG, HR and MRR @K of the ranking given by
+    ``score_fn(users_chunk) -> scores`` (formulas in the module docstring).
 
     ``score_fn`` returns an (len(chunk), n_items) array; rankings exclude each
-    client's training items.
+    client's training items. One top-max(K) list per user feeds every metric.
+
+    Raises:
+        ValueError: a K outside 1..n_items, or a non-finite score (NaN, ±inf),
+            naming the first offending user; no metric is computed from such
+            scores.
     """
-    ks = tuple(int(k) for k in ks)
+    ks = check_ks(ks, train.n_items)
     kmax = max(ks)
     users = np.asarray(users, dtype=np.int64)
     # per-user hits first, sums last: the result does not depend on the chunking
@@ -89,14 +171,16 @@ def rank_metrics(
     for lo in range(0, users.size, chunk):
         u = users[lo : lo + chunk]
         scores = score_fn(u)
+        finite = np.isfinite(scores).all(axis=1)
+        if not finite.all():
+            bad = int(u[np.argmin(finite)])
+            raise ValueError(
+                f"the scores of user {bad} hold NaN or infinity (the model diverged): "
+                "ranking metrics are only defined for finite scores")
         indptr, idx = _sub_csr(train, u)
         top = (topk_numba if backend != "numpy" else topk_numpy)(scores, indptr, idx, kmax)
-        hits[lo : lo + u.size] = hits_at_k(top, test, u)
-    n = max(users.size, 1)
-    recall = hits / np.maximum(test.counts()[users], 1)[:, None]
-    prec = tuple(float(hits[:, k - 1].sum() / (k * n)) for k in ks)
-    rec = tuple(float(recall[:, k - 1].sum() / n) for k in ks)
-    return RankingMetrics(ks, prec, rec, int(users.size))
+        hits[lo : lo + u.size] = hit_indicators(top, test, u)
+    return metrics_from_hits(hits, test.counts()[users], ks)
 
 
 def popularity_scores(train: Interactions) -> np.ndarray:
@@ -105,6 +189,7 @@ def popularity_scores(train: Interactions) -> np.ndarray:
 
 
 def popularity_metrics(train, test, users, ks=(1, 2, 3, 4, 5), *, backend="numba") -> RankingMetrics:
+    """Every metric of :func:`rank_metrics` for the popularity ranking."""
     pop = popularity_scores(train)
     return rank_metrics(lambda u: np.broadcast_to(pop, (u.size, pop.size)), train, test, users, ks,
                         backend=backend)

@@ -1,4 +1,4 @@
-"""``mean``: the weighted mean of all uploads, no defence (the paper's Option I)."""
+"""``mean``: the weighted mean of all uploads, no defence (docs/aggregation.md, Option I)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Byzantine attacks (SPEC §7).
+"""Byzantine attacks (docs/attacks.md).
 
 ``ATTACKS`` maps the command line's names to the attack classes (frozen
 dataclasses whose fields are their hyperparameters). The round loop calls

@@ -1,8 +1,8 @@
-"""Attacks of Byzantine clients (SPEC §7): the interface.
+"""Attacks of Byzantine clients (docs/attacks.md): the interface.
 
 An attack is a frozen dataclass whose ``apply_inplace`` rewrites the Byzantine
 rows of the round's uploads. Byzantine clients hold real data and have already
-computed their real gradient and their honest upload (SPEC §4); the attack sees
+computed their real gradient and their honest upload (docs/training.md); the attack sees
 the round's context and returns JSON-serialisable diagnostics.
 
 Threat model (docs/attacks.md): the Byzantine clients of a round know the

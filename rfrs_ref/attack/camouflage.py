@@ -1,4 +1,4 @@
-"""The camouflage attack (paper §4.1, Eq. 6 and appendix F; SPEC §7).
+"""The camouflage attack (paper §4.1, Eq. 6 and appendix F; docs/attacks.md).
 
 Under Adam the update of one coordinate depends on the gradient g only through
 

@@ -76,3 +76,6 @@ class Split:
     test: Interactions
     seed: int
     test_fraction: float
+    #: validation items taken out of the training set (None without a validation split)
+    valid: Interactions | None = None
+    valid_fraction: float = 0.0

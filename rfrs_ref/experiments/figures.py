@@ -116,12 +116,26 @@ class Scale:
         return max(1, full // QUICK_ROUNDS_DIVISOR) if self.quick else full
 
     def describe(self) -> str:
+        """The scale in words, before the runs are built (see :func:`describe_runs`)."""
         ds = ", ".join(self.datasets) if self.datasets else ("ML100K" if self.quick else "all four")
         tr = self.trials or (QUICK_TRIALS if self.quick else FULL_TRIALS)
         rd = (f"{self.rounds} rounds" if self.rounds is not None else
               (f"DEFAULT_ROUNDS // {QUICK_ROUNDS_DIVISOR} rounds" if self.quick
                else "DEFAULT_ROUNDS rounds"))
         return f"datasets {ds}; {tr} trials; {rd}"
+
+
+def describe_runs(runs) -> str:
+    """What a list of runs actually is: how many, on which datasets, how many rounds,
+    how many trials; e.g. ``2 runs: ml100k 24 rounds; 1 trial``."""
+    per: dict[str, set] = {}
+    for r in runs:
+        c = r.config.resolved() if r.config.rounds is None else r.config
+        per.setdefault(c.dataset, set()).add(int(c.rounds))
+    trials = len({r.trial for r in runs})
+    ds = ", ".join(f"{d} {'/'.join(str(x) for x in sorted(rs))} rounds" for d, rs in per.items())
+    return (f"{len(runs)} run{'s' if len(runs) != 1 else ''}: {ds}; "
+            f"{trials} trial{'s' if trials != 1 else ''}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +360,8 @@ def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | Non
     from rfrs_ref.experiments.sweep import run_sweep
 
     out = pathlib.Path(out) if out is not None else fig.default_out(scale.quick)
-    report = run_sweep(fig.runs(scale), out, label_columns=("label_series",), **sweep_kwargs)
+    runs = sweep_kwargs.pop("runs", None) or fig.runs(scale)
+    report = run_sweep(runs, out, label_columns=("label_series",), **sweep_kwargs)
     paths: list[pathlib.Path] = []
     if plot and report.table is not None and (report.table["status"] == "ok").any():
         paths = plot_figure(fig, report.table, out, out / "figures")

@@ -41,8 +41,8 @@ SERIES_STYLE = {
 }
 _FALLBACK = ["#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 
-METRIC_NAMES = {"precision": "Precision", "recall": "Recall",
-                "popularity_precision": "Popularity precision",
+METRIC_NAMES = {"precision": "Precision", "recall": "Recall", "ndcg": "NDCG", "hr": "HR",
+                "mrr": "MRR", "popularity_precision": "Popularity precision",
                 "popularity_recall": "Popularity recall"}
 
 DATASET_NAMES = {"lastfm": "Last.fm", "ml100k": "ML100K", "citeulike-a": "Citeulike-a",
@@ -150,17 +150,18 @@ def _finish(fig, handles, order, title):
 def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = None,
                   cols: str | None = "dataset", series_order: Sequence[str] = (),
                   dataset_order: Sequence[str] = (), title: str | None = None,
-                  baseline: bool = False) -> list[pathlib.Path]:
+                  baseline: bool = True) -> list[pathlib.Path]:
     """Metric@K panels: x = K, one line per series (mean over trials, ± std error bars).
 
     Args:
         table: the tidy results table (finished runs are used).
         stem: output path without suffix.
-        metric: ``precision`` or ``recall``.
+        metric: ``precision``, ``recall``, ``ndcg``, ``hr`` or ``mrr``.
         rows, cols: columns laid out as panel rows / columns (None: one).
         series_order: series names in legend order (others follow).
         dataset_order: dataset order when ``dataset`` is a panel axis.
-        baseline: also draw the popularity ranking (dotted grey).
+        baseline: also draw the popularity ranking on the same clients (dotted
+            grey), the line a trained model has to beat; on by default.
     """
     plt = _pyplot()
     df = table[(table["status"] == "ok") & (table["metric"].isin([metric, f"popularity_{metric}"]))]
@@ -260,6 +261,12 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
                                 linewidth=0)
             handles[name] = h
             drawn += 1
+        # the popularity ranking does not train: one dotted level per panel
+        b = table[(table["status"] == "ok") & (table["metric"] == f"popularity_{metric}")
+                  & (table["k"] == k) & table["key"].isin(sub["key"])]
+        if not b.empty and np.isfinite(b["value"].mean()):
+            handles["Popularity"] = ax.axhline(b["value"].mean(), color="#999999", linestyle=":",
+                                               linewidth=1.2, label="Popularity")
         ax.set_title(panel_title, fontsize=9)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
@@ -268,7 +275,8 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
     if not drawn:
         plt.close(fig)
         raise ValueError(f"no evaluation history found under {base}")
-    _finish(fig, handles, [n for n in names if n in handles], title)
+    _finish(fig, handles, [n for n in names if n in handles]
+            + (["Popularity"] if "Popularity" in handles else []), title)
     return save(fig, stem)
 
 

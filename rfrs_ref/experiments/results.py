@@ -10,7 +10,8 @@ The store (a sweep's output directory)
                                 per-round summary, PCA capture (capture runs)
       runs/<key>/...            the trainer's run directory (config.json, metrics.csv,
                                 rounds.jsonl, final_metrics.json; state.npz with keep_state)
-      results.parquet, .csv     the tidy table of the sweep's runs (below)
+      results.csv, .parquet     the tidy table of the sweep's runs (below); Parquet only
+                                when pyarrow is installed (the ``distributed`` extra)
       summary.csv, summary.md   mean ± std over trials
       .lock                     held while a sweep writes here (rfrs_ref.files.DirectoryLock)
 
@@ -22,8 +23,12 @@ loses at most the runs that were still going.
 The tidy table
 --------------
 One row per run × K × metric, ``metric`` being ``precision``, ``recall``,
-``popularity_precision`` or ``popularity_recall`` (the popularity baseline on
-the same clients, SPEC §8) and ``value`` its final value. Every row carries
+``ndcg``, ``hr``, ``mrr`` or the same with a ``popularity_`` prefix (the
+popularity baseline on the same clients, docs/training.md "Evaluation") and
+``value`` its final value (NaN for a metric a run did not record, e.g. NDCG
+of a run made before it existed). A run with a validation split
+(``valid_fraction > 0``) also has ``valid_<metric>`` and
+``valid_popularity_<metric>`` rows, measured on its validation items. Every row carries
 the run's configuration (``dataset``, ``model``, ``optimizer``, ``defense``,
 ``detect``, ``attack``, ``alpha`` (= byzantine_fraction), ``seed``, ``trial``,
 ``rounds`` ..., the ``*_params`` as JSON), its paper name (``method``), its
@@ -57,12 +62,19 @@ from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 OUTCOME = "outcome.json"
 TABLE = "results"
 SUMMARY = "summary"
-METRICS = ("precision", "recall", "popularity_precision", "popularity_recall")
+METRICS = ("precision", "recall", "popularity_precision", "popularity_recall",
+           "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr")
+#: how the tables name each metric
+METRIC_LABELS = {"precision": "Precision", "recall": "Recall", "ndcg": "NDCG", "hr": "HR",
+                 "mrr": "MRR", **{f"popularity_{m}": f"Popularity {n}" for m, n in (
+                     ("precision", "precision"), ("recall", "recall"), ("ndcg", "NDCG"),
+                     ("hr", "HR"), ("mrr", "MRR"))}}
 
 #: configuration columns of the tidy table (besides the *_params JSON columns)
 CONFIG_COLUMNS = ("dataset", "model", "optimizer", "defense", "detect", "attack", "alpha",
                   "assumed_byzantine", "rounds", "client_fraction", "init_scale", "dtype",
-                  "test_fraction", "eval_every", "verify", "resilience", "backend", "trace")
+                  "test_fraction", "valid_fraction", "eval_every", "verify", "resilience",
+                  "backend", "trace")
 PARAM_COLUMNS = ("dataset_params", "model_params", "optimizer_params", "defense_params",
                  "attack_params", "ks")
 RUN_COLUMNS = ("key", "kind", "method", "trial", "seed", "status", "error", "traceback",
@@ -209,6 +221,7 @@ def _config_columns(config) -> dict:
     c = config.to_json()
     row = {name: c.get(name) for name in CONFIG_COLUMNS if name != "alpha"}
     row["alpha"] = c["byzantine_fraction"]
+    row["valid_fraction"] = c.get("valid_fraction", 0.0)  # absent from the JSON when 0
     for name in PARAM_COLUMNS:
         row[name] = json.dumps(c[name], sort_keys=True)
     return row
@@ -255,6 +268,15 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
             v = source.get(f"{name}@{k}")
             rows.append({**base, "k": int(k), "metric": metric,
                          "value": float("nan") if v is None else float(v)})
+    valid = final.get("valid")
+    if valid:  # runs with a validation split: the metrics that choose hyperparameters
+        for k in config.ks:
+            for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                for prefix, source in (("valid_", valid["model"]),
+                                       ("valid_popularity_", valid["popularity"])):
+                    v = source.get(f"{name}@{k}")
+                    rows.append({**base, "k": int(k), "metric": prefix + name,
+                                 "value": float("nan") if v is None else float(v)})
     return rows
 
 
@@ -293,17 +315,35 @@ def frame_from_rows(rows: list[dict]):
     return df
 
 
+def parquet_available() -> bool:
+    """Whether pandas can write Parquet here (pyarrow, from the ``distributed`` extra)."""
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
 def write_table(df, out: pathlib.Path, stem: str = TABLE) -> list[pathlib.Path]:
-    """Write ``df`` as ``stem.parquet`` and ``stem.csv`` in ``out``, atomically."""
+    """Write ``df`` as ``stem.csv`` and, when pyarrow is installed, ``stem.parquet``
+    in ``out``, atomically.
+
+    Without pyarrow (a plain ``pip install .``) the CSV file alone is written;
+    every reader of the project accepts either.
+    """
     import io
 
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
-    atomic_write_bytes(out / f"{stem}.parquet", buf.getvalue())
+    paths = []
+    if parquet_available():
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        atomic_write_bytes(out / f"{stem}.parquet", buf.getvalue())
+        paths.append(out / f"{stem}.parquet")
+    else:
+        # a stale Parquet file from an earlier install would shadow the fresh CSV in read_table
+        (out / f"{stem}.parquet").unlink(missing_ok=True)
     atomic_write_text(out / f"{stem}.csv", df.to_csv(index=False))
-    return [out / f"{stem}.parquet", out / f"{stem}.csv"]
+    return [*paths, out / f"{stem}.csv"]
 
 
 def read_table(path: str | os.PathLike):
@@ -313,10 +353,13 @@ def read_table(path: str | os.PathLike):
     path = pathlib.Path(path)
     if path.is_dir():
         path = path / f"{TABLE}.parquet" if (path / f"{TABLE}.parquet").exists() \
-            else path / f"{TABLE}.csv"
+            and parquet_available() else path / f"{TABLE}.csv"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no results table (results.parquet or results.csv)")
     if path.suffix == ".parquet":
+        if not parquet_available():
+            raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install "
+                             "'rfrs-ref[distributed]'); or give the results.csv beside it")
         return pd.read_parquet(path)
     if path.suffix == ".csv":
         return pd.read_csv(path)
@@ -365,9 +408,18 @@ _MD_COLUMNS = ("dataset", "alpha", "method", "model", "optimizer", "defense", "d
                "rounds")
 
 
-def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall"),
+#: columns that name the method; a popularity row shows "popularity" there
+_METHOD_COLUMNS = ("label_series", "method", "model", "optimizer", "defense", "detect", "attack")
+
+
+def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "ndcg", "hr", "mrr"),
                      label_columns: Sequence[str] = ()) -> str:
-    """Markdown tables (one per metric): a row per configuration, a column per K, mean ± std."""
+    """Markdown tables (one per metric): a row per configuration, a column per K, mean ± std.
+
+    Each table ends with the popularity ranking's rows (one per configuration
+    that differs in anything but the method: dataset, α, rounds...), the line a
+    trained model has to beat.
+    """
     if summary.empty:
         return "_no finished runs_\n"
     parts = []
@@ -376,14 +428,14 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall"),
         c for c in _MD_COLUMNS if c not in ("method", "defense", "detect"))
     ident = [c for c in (*label_columns, *shown) if c in summary.columns]
     varying = [c for c in ident if summary[c].astype(str).nunique() > 1] or ident[:3]
+    if not any(c in _METHOD_COLUMNS for c in varying) and "method" in summary.columns:
+        varying = ["method", *varying]  # so that the popularity rows can be told apart
     for metric in metrics:
         s = summary[summary["metric"] == metric]
         if s.empty:
             continue
         ks = sorted(int(k) for k in s["k"].unique())
-        name = {"precision": "Precision", "recall": "Recall",
-                "popularity_precision": "Popularity precision",
-                "popularity_recall": "Popularity recall"}.get(metric, metric)
+        name = METRIC_LABELS.get(metric, metric)
         head = [*varying, *[f"{name}@{k}" for k in ks], "trials"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         rows: dict[tuple, dict] = {}
@@ -393,7 +445,14 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall"),
             std = None if pd_isna(r["std"]) else float(r["std"])
             row[int(r["k"])] = _fmt(float(r["mean"]), std)
             row["n"] = min(row["n"], r["n"])
-        for ident_key, row in rows.items():
+        pop: dict[tuple, dict] = {}
+        for _, r in summary[summary["metric"] == f"popularity_{metric}"].iterrows():
+            ident_key = tuple("popularity" if c in _METHOD_COLUMNS else str(r[c]) for c in varying)
+            row = pop.setdefault(ident_key, {"n": r["n"]})
+            if int(r["k"]) not in row:
+                std = None if pd_isna(r["std"]) else float(r["std"])
+                row[int(r["k"])] = _fmt(float(r["mean"]), std)
+        for ident_key, row in [*rows.items(), *pop.items()]:
             cells = [*ident_key, *[row.get(k, "") for k in ks], str(int(row["n"]))]
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines))

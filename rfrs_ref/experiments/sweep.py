@@ -24,7 +24,9 @@
   whose workers keep their own settings (they need ``rfrs_ref`` installed and
   the datasets reachable: their own ``RFRS_DATA_DIR``, else the driver's).
 - ``workers=0`` runs everything in this process, one run after the other,
-  without Dask.
+  without Dask; so does the default when Dask is not installed (a plain
+  ``pip install .``). Asking for Dask workers or a scheduler without it is a
+  ``ValueError`` naming the extra to install, raised before anything is written.
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ from rfrs_ref.experiments.worker import execute_run
 
 #: share of the available memory the default LocalCluster plans to use
 MEMORY_SHARE = 0.8
+
+#: the one-line answer when Dask is needed but not installed
+DASK_MISSING = ("running on Dask needs the distributed extra: pip install 'rfrs-ref[distributed]' "
+                "(or run in this process with --workers 0)")
+
+
+def dask_available() -> bool:
+    """Whether ``distributed`` (Dask's scheduler, the ``distributed`` extra) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("distributed") is not None
 
 
 @dataclasses.dataclass
@@ -246,6 +259,10 @@ def run_sweep(
         raise ValueError("invalid configuration(s), nothing was run:\n  " + "\n  ".join(invalid))
     keys = check_unique(runs)
     by_key = dict(zip(keys, runs))
+    if workers != 0 and client is None and not dask_available():
+        if scheduler is not None or workers is not None:
+            raise ValueError(DASK_MISSING)
+        workers = 0  # the default without Dask: one run after the other, here
     store = Store(out)
     started = time.perf_counter()
     with store_lock(store.path):

@@ -11,8 +11,8 @@ machine that collects results does not have to see the worker's files.
 Run directories. When the driver and the workers share a filesystem (a
 LocalCluster, or a remote cluster declared as sharing it), the trainer writes
 straight into the sweep's ``runs/<key>/``; a run interrupted half-way leaves
-its last checkpoint there, and the next attempt resumes from it (SPEC §8's
-determinism makes the resumed run end exactly where an uninterrupted one
+its last checkpoint there, and the next attempt resumes from it (the determinism of
+docs/training.md makes the resumed run end exactly where an uninterrupted one
 ends). Otherwise the worker trains in a temporary directory and returns the
 small files (``config.json``, ``metrics.csv``, ``final_metrics.json``) in the
 outcome for the driver to write.
@@ -158,7 +158,7 @@ def _history(rows) -> list[dict]:
     """Evaluation rows reduced to round and metrics (a resumed run's rows, read back from
     metrics.csv, carry nothing else, so every run's history has the same fields)."""
     return jsonable([{k: v for k, v in row.items()
-                       if k == "round" or k.startswith(("precision@", "recall@"))}
+                       if k == "round" or k.startswith(("precision@", "recall@", "ndcg@", "hr@", "mrr@"))}
                       for row in rows])
 
 

@@ -27,13 +27,15 @@ FALLBACK_ROUNDS = 300
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything that determines a run (SPEC §1–8).
+    """Everything that determines a run (docs/training.md).
 
     Attributes:
         dataset: dataset name (``rfrs_ref.data.DATASETS``).
         data_dir: explicit dataset directory (else RFRS_DATA_DIR, cache, download).
         dataset_params: generator parameters (synthetic only).
-        test_fraction: per-client test share of the split (SPEC §1: 0.2).
+        test_fraction: per-client test share of the split (docs/datasets.md: 0.2).
+        valid_fraction: per-client validation share, taken out of the training
+            items (0: none, the paper's protocol; docs/datasets.md).
         model: ``fism`` or ``fmf``; model_params: its hyperparameters (dim, gamma, lam, negatives).
         optimizer: optimiser name; optimizer_params: lr, beta1, ...
         defense: aggregation rule name (``none`` is the plain weighted mean, Option I).
@@ -60,6 +62,7 @@ class TrainConfig:
     data_dir: str | None = None
     dataset_params: dict = dataclasses.field(default_factory=dict)
     test_fraction: float = 0.2
+    valid_fraction: float = 0.0
     model: str = "fism"
     model_params: dict = dataclasses.field(default_factory=dict)
     optimizer: str = "adam"
@@ -101,6 +104,9 @@ class TrainConfig:
         if not (isinstance(c.init_scale, (int, float)) and math.isfinite(c.init_scale)
                 and c.init_scale >= 0):
             raise ValueError(f"init_scale must be a finite number ≥ 0, got {c.init_scale!r}")
+        if not (0.0 <= c.valid_fraction and c.test_fraction + c.valid_fraction < 1.0):
+            raise ValueError(f"valid_fraction must be in [0, 1 - test_fraction) = "
+                             f"[0, {1 - c.test_fraction:g}), got {c.valid_fraction}")
         if c.rounds is None:
             c.rounds = DEFAULT_ROUNDS.get(c.dataset, FALLBACK_ROUNDS)
         if c.rounds < 1:
@@ -127,6 +133,10 @@ class TrainConfig:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["ks"] = list(self.ks)
+        # absent means 0: configurations without a validation split keep the JSON (and the
+        # sweep keys hashed from it) they had before the field existed
+        if not d["valid_fraction"]:
+            del d["valid_fraction"]
         return d
 
     @classmethod

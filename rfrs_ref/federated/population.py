@@ -1,4 +1,4 @@
-"""Who takes part in a round, and who is Byzantine (SPEC §4)."""
+"""Who takes part in a round, and who is Byzantine (docs/training.md)."""
 
 from __future__ import annotations
 

@@ -5,12 +5,16 @@ A run directory holds:
 - ``config.json``: the resolved configuration, the dataset's provenance and
   counts, the software versions and the machine;
 - ``metrics.csv``: one row per evaluation and K (model and popularity);
+- ``valid_metrics.csv``: the same on the validation items, when the run has a
+  validation split (``valid_fraction > 0``);
 - ``rounds.jsonl``: one JSON record per round (sampled clients, Byzantine
   flags, exclusions, kept clients and weights, rule and attack diagnostics,
   resilience sums, timings);
 - ``final_metrics.json``: the final evaluation, the popularity baseline, the
   selection statistics and the resilience totals;
 - ``state.npz``: the final server state (``allow_pickle=False``);
+- ``ids.npz``: the dataset's own id of each user and item (``user_ids``,
+  ``item_ids``), for showing recommendations in the dataset's terms;
 - ``checkpoint.npz``: the latest checkpoint, from which ``resume`` continues;
 - ``.lock``: present while a process owns the directory
   (:class:`rfrs_ref.files.DirectoryLock`).
@@ -54,7 +58,13 @@ from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
 from rfrs_ref.files import DirectoryLock, atomic_write
 from rfrs_ref.seeding import generator
 
-METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall"]
+# the first six columns are those of earlier versions, so older readers keep working
+METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall",
+                  "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr"]
+
+
+#: the validation metrics of a run with a validation split, same columns as metrics.csv
+VALID_METRICS = "valid_metrics.csv"
 
 
 #: the files a run writes into its directory (see the module docstring)
@@ -183,7 +193,10 @@ class Trainer:
             require_cuda()  # fail before loading anything, with the reason
         self.data = data if data is not None else load_dataset(c.dataset, c.data_dir,
                                                                **c.dataset_params)
-        self.split = split_interactions(self.data, c.seed, c.test_fraction)
+        from rfrs_ref.metrics import check_ks
+
+        check_ks(c.ks, self.data.n_items)  # before anything is trained or written
+        self.split = split_interactions(self.data, c.seed, c.test_fraction, c.valid_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
         self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
         self.rule = RULES.get(_rule_name(c.defense))(**c.defense_params)
@@ -200,6 +213,8 @@ class Trainer:
         from rfrs_ref.metrics import eval_users
 
         self.eval_users = eval_users(self.split.test, exclude=self.byzantine)
+        self.valid_users = (None if self.split.valid is None
+                            else eval_users(self.split.valid, exclude=self.byzantine))
 
     def _check_rule_precondition(self) -> None:
         """Every round samples the same n clients and assumes the same f, so a rule
@@ -258,6 +273,23 @@ class Trainer:
         from rfrs_ref.metrics import popularity_metrics
 
         return popularity_metrics(self.split.train, self.split.test, self.eval_users, self.config.ks)
+
+    def evaluate_valid(self, state, private=None):
+        """The metrics of :meth:`evaluate` on the validation items (None without them); the
+        model's and the popularity ranking's."""
+        if self.split.valid is None:
+            return None
+        from rfrs_ref.metrics import popularity_metrics, rank_metrics
+
+        backend = "numpy" if self.config.backend == "numpy" else "numba"
+        priv = None if private is None else private["theta"]
+        model = rank_metrics(
+            lambda u: self.model.scores(state["theta"], self.split.train, u, private=priv,
+                                        backend=backend),
+            self.split.train, self.split.valid, self.valid_users, self.config.ks, backend=backend)
+        pop = popularity_metrics(self.split.train, self.split.valid, self.valid_users,
+                                 self.config.ks, backend=backend)
+        return model, pop
 
     # -- the loop -------------------------------------------------------------------
     def run(self, run_dir: str | os.PathLike | None = None, *, resume: bool = False,
@@ -355,6 +387,12 @@ class Trainer:
         row = {"round": t, **m.as_dict()}
         if out is not None:
             out.append_metrics(t, m, pop)
+        valid = self.evaluate_valid(state, private)
+        if valid is not None:
+            self._last_valid = {"round": t, "model": valid[0].as_dict(),
+                                "popularity": valid[1].as_dict()}
+            if out is not None:
+                out.append_metrics(t, *valid, name=VALID_METRICS)
         return row
 
     def _final(self, last: dict, pop, acc: "_Accumulators", seconds: float) -> dict:
@@ -363,7 +401,7 @@ class Trainer:
                  **{k: v for k, v in last.items() if k not in ("round", "n_users")}}
         popd = pop.as_dict()
         kmax = max(ks)
-        return {
+        final = {
             "round": last["round"],
             "model": model,
             "popularity": popd,
@@ -373,6 +411,10 @@ class Trainer:
             "resilience": acc.resilience or None,
             "seconds": seconds,
         }
+        valid = getattr(self, "_last_valid", None)
+        if valid is not None and valid["round"] == last["round"]:
+            final["valid"] = valid
+        return final
 
 
 def state_checksums(state: dict[str, np.ndarray]) -> dict[str, str]:
@@ -487,6 +529,7 @@ class RunDirectory:
                 "random_streams": ["split", "init", "sampling[t]", "byzantine",
                                    "negatives[t, client]", "attack[t]"],
             },
+            **_provenance(trainer, self.path),
             "versions": software_versions(),
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -497,12 +540,21 @@ class RunDirectory:
             csv.writer(fh).writerow(METRICS_FIELDS)
         (self.path / "rounds.jsonl").write_text("")
 
-    def append_metrics(self, t: int, m, pop) -> None:
-        with open(self.path / "metrics.csv", "a", newline="") as fh:
+    def append_metrics(self, t: int, m, pop, *, name: str = "metrics.csv") -> None:
+        path = self.path / name
+        if not path.exists():
+            with open(path, "w", newline="") as fh:
+                csv.writer(fh).writerow(METRICS_FIELDS)
+        with open(path, newline="") as fh:  # a run started by an older version keeps its columns
+            header = next(csv.reader(fh), METRICS_FIELDS)
+        with open(path, "a", newline="") as fh:
             w = csv.writer(fh)
             for i, k in enumerate(m.ks):
-                w.writerow([t, k, repr(m.precision[i]), repr(m.recall[i]),
-                            repr(pop.precision[i]), repr(pop.recall[i])])
+                row = {"round": t, "k": k}
+                for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                    row[name] = repr(getattr(m, name)[i])
+                    row[f"popularity_{name}"] = repr(getattr(pop, name)[i])
+                w.writerow([row.get(f, "") for f in header])
 
     def append_round(self, record: dict) -> None:
         with open(self.path / "rounds.jsonl", "a") as fh:
@@ -514,8 +566,9 @@ class RunDirectory:
             for r in csv.DictReader(fh):
                 t, k = int(r["round"]), int(r["k"])
                 row = rows.setdefault(t, {"round": t})
-                row[f"precision@{k}"] = float(r["precision"])
-                row[f"recall@{k}"] = float(r["recall"])
+                for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                    if r.get(name):
+                        row[f"{name}@{k}"] = float(r[name])
         return [rows[t] for t in sorted(rows)]
 
     # -- checkpoints ---------------------------------------------------------------
@@ -571,17 +624,23 @@ class RunDirectory:
         return state, private, t, acc
 
     def truncate_after(self, t: int) -> None:
-        """Drop what was written after round t (metrics rows, round records).
+        """Drop what was written after round t (metrics rows, validation rows, round records).
 
-        Both files are read and checked before either is rewritten (atomically),
-        so a damaged file raises :class:`CheckpointError` and changes nothing."""
-        metrics, rounds = self.path / "metrics.csv", self.path / "rounds.jsonl"
+        Every file is read and checked before any is rewritten (atomically), so a
+        damaged file raises :class:`CheckpointError` and changes nothing."""
+        rounds = self.path / "rounds.jsonl"
+        tables = {}
         try:
-            with open(metrics, newline="") as fh:
-                reader = csv.reader(fh)
-                header = next(reader)
-                rows = [r for r in reader if int(r[0]) <= t]
-            self._check_metrics(header, rows)
+            for name in ("metrics.csv", VALID_METRICS):
+                path = self.path / name
+                if name != "metrics.csv" and not path.exists():
+                    continue
+                with open(path, newline="") as fh:
+                    reader = csv.reader(fh)
+                    header = next(reader)
+                    rows = [r for r in reader if int(r[0]) <= t]
+                self._check_metrics(header, rows)
+                tables[path] = (header, rows)
             kept = []
             with open(rounds) as fh:
                 for line in fh:
@@ -595,20 +654,23 @@ class RunDirectory:
                         kept.append(line if line.endswith("\n") else line + "\n")
         except (OSError, ValueError, KeyError, IndexError, TypeError, StopIteration,
                 UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{self.path}: the run's metrics.csv or rounds.jsonl is damaged "
-                                  f"({type(exc).__name__}: {exc}); restore it, or start a new "
-                                  "run in another directory") from None
+            raise CheckpointError(f"{self.path}: the run's metrics tables or rounds.jsonl are "
+                                  f"damaged ({type(exc).__name__}: {exc}); restore them, or start "
+                                  "a new run in another directory") from None
 
-        def write_csv(fh):
-            import io
+        def write_csv(header, rows):
+            def write(fh):
+                import io
 
-            text = io.StringIO(newline="")
-            w = csv.writer(text)
-            w.writerow(header)
-            w.writerows(rows)
-            fh.write(text.getvalue().encode("utf-8"))
+                text = io.StringIO(newline="")
+                w = csv.writer(text)
+                w.writerow(header)
+                w.writerows(rows)
+                fh.write(text.getvalue().encode("utf-8"))
+            return write
 
-        atomic_write(metrics, write_csv)
+        for path, (header, rows) in tables.items():
+            atomic_write(path, write_csv(header, rows))
         atomic_write(rounds, lambda fh: fh.write("".join(kept).encode("utf-8")))
 
     @staticmethod
@@ -637,6 +699,27 @@ def _comparable(config_json: dict) -> dict:
     d = json.loads(json.dumps(config_json))
     d.pop("trace", None)
     return d
+def _provenance(trainer: "Trainer", path: pathlib.Path) -> dict:
+    """``data_files`` (sha256 of each data file read) and ``code`` (version, git commit) for
+    config.json, and ``ids.npz`` (the dataset's own user and item ids) beside it.
+
+    Never fails a run: what cannot be determined is recorded as ``"unknown"`` with the reason.
+    """
+    from rfrs_ref.provenance import code_version, data_files, dataset_ids
+
+    c = trainer.config
+    out: dict = {"code": code_version()}
+    try:
+        out["data_files"] = data_files(c.dataset, c.data_dir)
+    except Exception as exc:  # noqa: BLE001 - e.g. data handed in by a caller, found nowhere
+        out["data_files"] = f"unknown ({type(exc).__name__}: {exc})"
+    try:
+        users, items = dataset_ids(c.dataset, trainer.data, c.data_dir)
+        if users.size == trainer.data.n_users and items.size == trainer.data.n_items:
+            atomic_write(path / "ids.npz", lambda fh: np.savez(fh, user_ids=users, item_ids=items))
+    except Exception:  # noqa: BLE001 - `rfrs-ref recommend` then says the ids are missing
+        pass
+    return out
 
 
 def load_config(run_dir) -> TrainConfig:

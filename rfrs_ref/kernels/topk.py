@@ -1,4 +1,4 @@
-"""Top-K ranking with training items excluded (evaluation, SPEC §8).
+"""Top-K ranking with training items excluded (evaluation, docs/training.md).
 
 Ties are broken towards the smaller item id, and NaN scores rank below every
 number, so a ranking is a pure function of the scores.

@@ -1,4 +1,4 @@
-"""Models: FISM and FMF with the BPR loss and hand-written gradients (SPEC §2–3).
+"""Models: FISM and FMF with the BPR loss and hand-written gradients (docs/model.md).
 
 ``MODELS`` maps the command line's model names to the model classes; a model
 is built for a dataset as ``MODELS.get(name)(n_items, **hyperparameters)``.

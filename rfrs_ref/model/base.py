@@ -1,4 +1,4 @@
-"""Models of the federated recommender (SPEC §2–3): the interface.
+"""Models of the federated recommender (docs/model.md): the interface.
 
 A model is a frozen dataclass built for a dataset's item count. It owns the
 layout of the flat parameter vector θ (length D), the initialisation, the
@@ -23,7 +23,7 @@ Conventions shared by every model:
   negative drawn twice counts twice and the sum is not rescaled, so the
   sampled loss estimates N/|S⁻| times the exact pair sum.
 - The regulariser is λ‖θ‖² (squared norm over the whole θ, gradient 2λθ), added
-  to every client's loss: the paper writes λ‖θ‖ (SPEC §3).
+  to every client's loss: the paper writes λ‖θ‖ (docs/model.md).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def check_backend(name: str, backend: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Model(abc.ABC):
-    """A recommendation model trained with the BPR loss (SPEC §2–3).
+    """A recommendation model trained with the BPR loss (docs/model.md).
 
     Attributes:
         n_items: number of items (structural: fixed by the dataset, not a

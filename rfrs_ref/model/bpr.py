@@ -1,4 +1,4 @@
-"""The BPR pair terms (SPEC §3), NumPy float64 oracle.
+"""The BPR pair terms (docs/model.md), NumPy float64 oracle.
 
 For one client with positive scores ``y_pos`` (its training items S⁺) and
 negative scores (items of S⁻), the BPR loss without regulariser is

@@ -6,7 +6,7 @@ Scores of client i with training items S (n = |S|):
 
 so an unrated item k scores p_k·s/n^γ with s = Σ_{l∈S} q_l, a rated item j
 scores p_j·(s − q_j)/(n − 1)^γ (its own q excluded), and 0 when S \\ {j} is
-empty (n = 1). At evaluation every item scores p_k·s/n^γ (SPEC §2).
+empty (n = 1). At evaluation every item scores p_k·s/n^γ (docs/model.md).
 
 Layout: θ = concat(P.ravel(), Q.ravel()), P and Q of shape (n_items, d),
 row-major, D = 2·n_items·d. FISM has no private state.
@@ -28,7 +28,7 @@ from rfrs_ref.params import hyper
 
 @dataclasses.dataclass(frozen=True)
 class FISM(Model):
-    """FISM trained with BPR (SPEC §2–3).
+    """FISM trained with BPR (docs/model.md).
 
     Loss of one client (exact mode; sampled mode replaces S⁻ by each positive's
     N sampled negatives):

@@ -21,13 +21,13 @@ from rfrs_ref.model.bpr import bpr_exact, bpr_sampled
 
 @dataclasses.dataclass(frozen=True)
 class FMF(Model):
-    """Matrix factorisation with private user vectors, trained with BPR (SPEC §2–3).
+    """Matrix factorisation with private user vectors, trained with BPR (docs/model.md).
 
     Loss of client i (exact mode; sampled mode as for FISM):
 
         ℓ_i(θ, u_i) = −Σ_{j∈S} Σ_{k∉S} log σ(u_i·p_j − u_i·p_k) + λ‖θ‖² + λ‖u_i‖².
 
-    The regulariser λ‖θ‖² on the federated P is the SPEC's; the private vector
+    The regulariser λ‖θ‖² on the federated P is the project's (docs/model.md); the private vector
     gets the same λ, squared norm, so ∂/∂u_i includes 2λu_i.
 
     Gradient: with a_j = −Σ_k σ(ŷ_k − ŷ_j), b_k = Σ_j σ(ŷ_k − ŷ_j),

@@ -1,4 +1,4 @@
-"""Optimisers in federated form (SPEC §5): client rule, server recovery, verification.
+"""Optimisers in federated form (docs/optimizers.md): client rule, server recovery, verification.
 
 ``OPTIMIZERS`` maps the CLI names to the optimiser classes (frozen dataclasses
 whose fields are the hyperparameters ``lr``, ``beta1``, ``beta2``, ``beta3``,

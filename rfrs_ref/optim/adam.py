@@ -1,4 +1,4 @@
-"""Adam in federated form (SPEC §5; paper Eqs. 2–6, Algorithms 1–2, appendix B)."""
+"""Adam in federated form (docs/optimizers.md; paper Eqs. 2–6, Algorithms 1–2, appendix B)."""
 
 from __future__ import annotations
 

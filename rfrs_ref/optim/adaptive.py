@@ -1,4 +1,4 @@
-"""AdaGrad and RMSProp in federated form (SPEC §5; paper appendices D and E).
+"""AdaGrad and RMSProp in federated form (docs/optimizers.md; paper appendices D and E).
 
 Both scale the gradient by the root of an accumulated square,
 θ = θ̄ − η·g/(√r + ε), with r = decay·r̄ + coef·g²: AdaGrad (1, 1), RMSProp

@@ -1,4 +1,4 @@
-"""Optimisers in federated form (SPEC §5).
+"""Optimisers in federated form (docs/optimizers.md).
 
 A federated optimiser is a set of pure functions over explicit state, in the
 manner of optax:
@@ -10,7 +10,7 @@ manner of optax:
   ``g`` on the server state of round ``t`` uploads (a dict with the same names).
 - ``recover(state, upload, t) -> g``: the server's recovery of the gradient.
 - ``verify(state, upload, t) -> Verdict``: whether the upload obeys the rule
-  (SPEC §5, the paper's footnote 1), within a tolerance derived from rounding
+  (docs/optimizers.md, the paper's footnote 1), within a tolerance derived from rounding
   (:mod:`rfrs_ref.optim.tolerance`).
 
 Round numbers t start at 1 (the first round); ``state`` is the server's state

@@ -1,4 +1,4 @@
-"""SGD with momentum in federated form (SPEC §5; paper appendix C)."""
+"""SGD with momentum in federated form (docs/optimizers.md; paper appendix C)."""
 
 from __future__ import annotations
 

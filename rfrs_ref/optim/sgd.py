@@ -1,4 +1,4 @@
-"""Plain SGD in federated form (SPEC §5): the client uploads θ only."""
+"""Plain SGD in federated form (docs/optimizers.md): the client uploads θ only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypothesis strategies and law checkers for SPEC §9, usable on any implementation.
+"""Hypothesis strategies and law checkers for docs/conformance.md, usable on any implementation.
 
 - :mod:`rfrs_ref.testing.strategies`: rounds with Byzantine rows (NaN, ±inf,
   1e38, copies, clusters), optimiser states and gradient pairs, multi-round

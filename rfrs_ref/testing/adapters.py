@@ -8,7 +8,7 @@ with ``features`` the (n, D) detection features (one row per client),
 ``n_samples`` the (n,) training-set sizes nᵢ (positive integers), ``f`` the
 assumed number of Byzantine clients, and the result the aggregated feature
 vector (D,) and, when the rule exposes them, the per-client weights (n,)
-(SPEC §6). An adapter turns a third-party callable into that form:
+(docs/aggregation.md). An adapter turns a third-party callable into that form:
 
 ==========  ==================================================================
 name        what the callable is

@@ -34,7 +34,7 @@ class LawSpec:
     Attributes:
         name: the checker's name in :mod:`rfrs_ref.testing.laws`.
         statement: one line for reports.
-        category: ``theory`` (SPEC §9) or ``convention`` (a definition of SPEC §4–6).
+        category: ``theory`` (docs/conformance.md) or ``convention`` (a definition of docs/conformance.md).
         needs_weights: the law reads per-client weights.
         options: keyword arguments of the checker (tolerances); a callable value
             is called with the example to give the value for that example.
@@ -323,7 +323,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
     """Run the optimiser laws of ``kind`` on ``obj``.
 
     ``obj`` is an optimiser object (``client_rule(state, g, t)``, ``recover(state,
-    upload, t)``, hyperparameter attributes named as in SPEC §5) or a factory
+    upload, t)``, hyperparameter attributes named as in docs/optimizers.md) or a factory
     (a class) that builds one from those hyperparameters as keyword arguments;
     with a factory, hyperparameters are drawn, else the object's are used.
     ``camouflage(state, g, t, optimizer) -> g̃`` is the attack under test for

@@ -1,4 +1,4 @@
-"""Law checkers for SPEC §9, usable on any implementation.
+"""Law checkers for docs/conformance.md, usable on any implementation.
 
 A checker is a plain function that returns None when the law holds on one
 example and raises :class:`LawViolation` (an ``AssertionError``) naming the
@@ -9,26 +9,26 @@ values when it does not. The conformance runner
 Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 :mod:`rfrs_ref.testing.adapters`) and a :class:`RoundCase`:
 
-- ``weights_sum_to_one``: wᵢ ≥ 0 and Σ wᵢ = 1 (SPEC §4 step 4, convex combination).
+- ``weights_sum_to_one``: wᵢ ≥ 0 and Σ wᵢ = 1 (docs/training.md, convex combination).
 - ``finite_output``: with at most f arbitrary rows the aggregate is finite.
 - ``krum_kept_bound``: every kept feature is within (n − f − 2)/(n − 2f − 2)·diam²
-  (squared distance) of some honest feature, diam the honest diameter (SPEC §9).
+  (squared distance) of some honest feature, diam the honest diameter (docs/conformance.md).
 - ``krum_output_bound``: the aggregate is within that squared distance of the
   convex hull of the honest features (implied by the previous law for any
   convex combination of kept features; checkable on vector-only outputs).
 - ``coordinate_range``: every output coordinate lies in the honest values'
-  range at that coordinate (trimmed mean, median; SPEC §9).
+  range at that coordinate (trimmed mean, median; docs/conformance.md).
 - ``bulyan_range``: [lo − w, hi + w] with w = hi − lo, Bulyan's guarantee.
 - ``permutation_invariance``: reordering the clients permutes the weights and
   leaves the aggregate unchanged (rows in general position: no ties).
 - ``translation_equivariance``: rule(X + c) = rule(X) + c (float64 features).
 - ``unanimity``: when every honest row is the same x, the aggregate is x.
-- ``weighted_mean``: the mean is Σ nᵢxᵢ / Σ nᵢ (SPEC §4, the convention of
+- ``weighted_mean``: the mean is Σ nᵢxᵢ / Σ nᵢ (docs/training.md, the convention of
   ``mean``; a library that averages without nᵢ breaks it).
 
 Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
 and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
-SPEC §5 (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
+docs/optimizers.md (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
 ``recovery_exact``, ``update_rule``, ``lemma2``, ``theorem1`` (Adam), ``theorem2`` (momentum),
 ``theorem3`` (AdaGrad), ``theorem4`` (RMSProp), ``camouflage_same_theta``.
 
@@ -312,7 +312,7 @@ def unanimity(rule, case: RoundCase, rtol: float = 0.0, atol: float = 0.0) -> No
 
 
 def weighted_mean(rule, case: RoundCase) -> None:
-    """The aggregate is Σ nᵢxᵢ / Σ nᵢ (the ``mean`` rule's convention, SPEC §4)."""
+    """The aggregate is Σ nᵢxᵢ / Σ nᵢ (the ``mean`` rule's convention, docs/training.md)."""
     law = "weighted_mean"
     out = _outcome(rule, case.features, case.n_samples, case.f, law)
     X = case.features.astype(np.float64)
@@ -336,7 +336,7 @@ def _h(opt, name: str, default=None) -> float:
 
 
 def adam_lr_t(opt, t: int) -> float:
-    """ηₜ = η·√(1 − β₂ᵗ)/(1 − β₁ᵗ) (SPEC §5), from the object's hyperparameters."""
+    """ηₜ = η·√(1 − β₂ᵗ)/(1 − β₁ᵗ) (docs/optimizers.md), from the object's hyperparameters."""
     from rfrs_ref.optim.base import one_minus_pow
 
     return _h(opt, "lr") * math.sqrt(one_minus_pow(_h(opt, "beta2"), t)) / one_minus_pow(_h(opt, "beta1"), t)
@@ -415,7 +415,7 @@ def _finite_where_reference_is(law: str, what: str, reference: dict, candidate, 
 
 def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
     """recover(state, client_rule(state, g, t), t) = g within the rounding bound of
-    SPEC §5's recovery (rfrs-ref's derived per-coordinate bound, times the
+    docs/optimizers.md recovery (rfrs-ref's derived per-coordinate bound, times the
     verification safety factor).
 
     ``reference`` names the rfrs-ref optimiser whose rule and bound apply
@@ -615,7 +615,7 @@ def theorem4(opt, case: PairCase) -> None:
 
 def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
     """Where camouflage applies, the camouflaged θ equals the honest θ to rounding
-    while the recovered gradient differs (SPEC §9).
+    while the recovered gradient differs (docs/conformance.md).
 
     ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
     apply). θ is compared with the tolerance the attack promises:
@@ -649,7 +649,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
 # -- federated rounds ---------------------------------------------------------------------------
 
 def round_record_invariants(record: dict) -> None:
-    """Invariants of one round record of the round loop (SPEC §4): weights convex,
+    """Invariants of one round record of the round loop (docs/training.md): weights convex,
     kept fractions in [0, 1], no honest client excluded by verification (honest
     uploads always pass), f_rule = max(0, f − excluded)."""
     law = "round_record"

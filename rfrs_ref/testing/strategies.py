@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the laws of SPEC §9.
+"""Hypothesis strategies for the laws of docs/conformance.md.
 
 Every strategy draws inputs in rfrs-ref's conventions, so that a third-party
 implementation can be exercised through an adapter
@@ -276,7 +276,7 @@ def gradient_sequences(draw, max_rounds: int = 25, max_n: int = 5, max_D: int = 
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """A tiny federation (SPEC §4) that runs a few rounds in milliseconds.
+    """A tiny federation (docs/training.md) that runs a few rounds in milliseconds.
 
     Attributes:
         train: the clients' training sets (``rfrs_ref.data.Interactions``).

@@ -18,9 +18,11 @@ def run(*args):
 def test_train_writes_a_run_and_prints_the_table(tmp_path):
     res = run("train", *SMALL, "--rounds", "6", "--eval-every", "3", "--out", str(tmp_path / "r"))
     assert res.exit_code == 0, res.output
-    assert "P@K model" in res.output and "P@K popular" in res.output
+    for metric in ("Precision@K", "Recall@K", "NDCG@K", "HR@K", "MRR@K"):
+        assert metric in res.output
+    assert "model   popular" in res.output
     for k in range(1, 6):
-        assert f"\n  {k} " in res.output
+        assert f"\n   {k}  " in res.output
     assert "popularity ranking on Precision@5" in res.output
     for name in ("config.json", "metrics.csv", "rounds.jsonl", "final_metrics.json", "state.npz"):
         assert (tmp_path / "r" / name).exists(), name
@@ -68,6 +70,8 @@ def test_resume_of_a_finished_run_reprints_the_result(tmp_path):
     res = run("train", "--resume", str(tmp_path / "r"))
     assert res.exit_code == 0, res.output
     assert (tmp_path / "r/metrics.csv").read_text() == before
+    assert "already finished all 4 rounds; nothing to resume" in res.output
+    assert "(0.0 s)" not in res.output and "after round 4," in res.output
 
 
 def test_help_lists_generated_options():

@@ -1,4 +1,4 @@
-"""The per-client split (SPEC §1): laws, exact sizes, determinism, agreement with a loop."""
+"""The per-client split (docs/datasets.md): laws, exact sizes, determinism, agreement with a loop."""
 
 from __future__ import annotations
 
@@ -111,3 +111,80 @@ def test_every_client_keeps_a_training_item_on_synthetic():
 def test_bad_fraction(tf):
     with pytest.raises(ValueError, match="test_fraction must be in"):
         split_interactions(Interactions.from_lists("x", 3, [[0, 1]]), 0, tf)
+
+
+# -- the validation split ------------------------------------------------------------------
+def _reference_split_without_validation(data, seed, test_fraction):
+    """The split as it was before validation existed: the n_test smallest keys are the test
+    items. A validation split must leave this, and the random stream, untouched."""
+    from rfrs_ref.data.split import n_test_items
+    from rfrs_ref.seeding import generator
+
+    keys = generator(int(seed), "split").random(data.n_interactions)
+    n_test = n_test_items(data.counts(), test_fraction)
+    train, test = [], []
+    for u in range(data.n_users):
+        lo, hi = data.indptr[u], data.indptr[u + 1]
+        items, k = data.indices[lo:hi], keys[lo:hi]
+        chosen = set(items[np.argsort(k, kind="stable")[: n_test[u]]].tolist())
+        test.append(sorted(chosen))
+        train.append(sorted(set(items.tolist()) - chosen))
+    return train, test
+
+
+def _lists(x):
+    return [x.indices[x.indptr[u]:x.indptr[u + 1]].tolist() for u in range(x.n_users)]
+
+
+@pytest.mark.parametrize("seed, test_fraction", [(0, 0.2), (5, 0.29), (1, 0.0)])
+def test_valid_fraction_zero_is_the_split_of_the_paper_protocol(seed, test_fraction):
+    from rfrs_ref.data import synthetic
+
+    data = synthetic(n_users=80, n_items=60, mean_items=9.0, seed=2)
+    s = split_interactions(data, seed, test_fraction, valid_fraction=0.0)
+    train, test = _reference_split_without_validation(data, seed, test_fraction)
+    assert _lists(s.train) == train and _lists(s.test) == test
+    assert s.valid is None and s.valid_fraction == 0.0
+    default = split_interactions(data, seed, test_fraction)
+    np.testing.assert_array_equal(default.train.indices, s.train.indices)
+    assert default.train.source == s.train.source
+
+
+@pytest.mark.parametrize("valid_fraction", [0.1, 0.25, 0.5])
+def test_validation_comes_out_of_training_and_leaves_the_test_set_alone(valid_fraction):
+    from rfrs_ref.data import synthetic
+    from rfrs_ref.data.split import n_test_items
+
+    data = synthetic(n_users=80, n_items=60, mean_items=9.0, seed=2)
+    plain = split_interactions(data, 3, 0.2)
+    s = split_interactions(data, 3, 0.2, valid_fraction=valid_fraction)
+    np.testing.assert_array_equal(s.test.indptr, plain.test.indptr)
+    np.testing.assert_array_equal(s.test.indices, plain.test.indices)
+    np.testing.assert_array_equal(s.valid.counts(), n_test_items(data.counts(), valid_fraction))
+    for u in range(data.n_users):
+        tr, va = set(_lists(s.train)[u]), set(_lists(s.valid)[u])
+        assert not tr & va and tr | va == set(_lists(plain.train)[u])
+        assert data.counts()[u] == 0 or len(tr) >= 1
+
+
+@pytest.mark.parametrize("valid_fraction", [-0.1, 0.8, 0.9, float("nan")])
+def test_valid_fraction_that_leaves_no_training_item_is_rejected(valid_fraction):
+    from rfrs_ref.data import synthetic
+
+    data = synthetic(n_users=10, n_items=20, mean_items=5.0)
+    with pytest.raises(ValueError, match="valid_fraction must be in"):
+        split_interactions(data, 0, 0.2, valid_fraction=valid_fraction)
+
+
+def test_valid_fraction_zero_keeps_the_configuration_json_and_sweep_keys():
+    from rfrs_ref.experiments.spec import RunSpec, key_payload
+    from rfrs_ref.federated.config import TrainConfig
+
+    c = TrainConfig(dataset="ml100k")
+    assert "valid_fraction" not in c.to_json()
+    assert TrainConfig.from_json(c.to_json()) == c
+    # what a sweep key hashes has no trace of the field: keys of existing results stay valid
+    assert "valid_fraction" not in key_payload(RunSpec(c))["config"]
+    with_v = TrainConfig(dataset="ml100k", valid_fraction=0.1)
+    assert with_v.to_json()["valid_fraction"] == 0.1
+    assert RunSpec(c).key != RunSpec(with_v).key

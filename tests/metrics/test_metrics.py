@@ -85,3 +85,90 @@ def test_popularity_ranks_by_training_counts():
     # popularity order 1, then 0/2/4 (ties by id: 0, 2, 4), then 3
     # top-1 without training items: u0 -> 2 (hit), u1 -> 0, u2 -> 0, u3 -> 1 (hit)
     assert m.precision == pytest.approx((0.5,))
+
+
+# -- NDCG, HR, MRR ---------------------------------------------------------------------------
+def direct_reference(scores, train_lists, test_lists, ks):
+    """Every metric of one user at a time, written from the definitions: a full
+    stable sort by (-score, item id), training items dropped, plain Python sums."""
+    import math
+
+    out = {name: [] for name in ("precision", "recall", "ndcg", "hr", "mrr")}
+    per_user = []
+    for s, tr, te in zip(scores, train_lists, test_lists):
+        ranking = [j for j in sorted(range(len(s)), key=lambda j: (-s[j], j)) if j not in set(tr)]
+        te = set(te)
+        row = {}
+        for k in ks:
+            top = ranking[:k]
+            hits = [1 if j in te else 0 for j in top]
+            dcg = sum(h / math.log2(i + 2) for i, h in enumerate(hits))
+            idcg = sum(1 / math.log2(i + 2) for i in range(min(k, len(te))))
+            first = next((i + 1 for i, h in enumerate(hits) if h), None)
+            row[k] = {"precision": sum(hits) / k, "recall": sum(hits) / len(te),
+                      "ndcg": dcg / idcg, "hr": float(any(hits)),
+                      "mrr": 0.0 if first is None else 1 / first}
+        per_user.append(row)
+    for name in out:
+        out[name] = tuple(sum(u[k][name] for u in per_user) / len(per_user) for k in ks)
+    return out
+
+
+@st.composite
+def metric_case(draw):
+    n_items = draw(st.integers(2, 25))
+    n_users = draw(st.integers(1, 8))
+    train_lists, test_lists = [], []
+    for _ in range(n_users):
+        items = draw(st.permutations(range(n_items)))
+        n_te = draw(st.integers(1, n_items - 1))
+        n_tr = draw(st.integers(0, n_items - n_te))
+        test_lists.append(sorted(items[:n_te]))
+        train_lists.append(sorted(items[n_te:n_te + n_tr]))
+    # integer-valued scores: ties are common and both rankings must break them by id
+    scores = draw(hnp.arrays(np.float64, (n_users, n_items), elements=st.integers(-3, 3).map(float)))
+    ks = tuple(sorted(draw(st.sets(st.integers(1, n_items), min_size=1, max_size=4))))
+    return n_items, train_lists, test_lists, scores, ks
+
+
+@given(metric_case())
+def test_every_metric_equals_a_direct_per_user_reference(case):
+    n_items, train_lists, test_lists, scores, ks = case
+    train, test = csr(train_lists, n_items), csr(test_lists, n_items)
+    users = np.arange(len(train_lists))
+    ref = direct_reference(scores, train_lists, test_lists, ks)
+    for backend in ("numpy", "numba"):
+        m = rank_metrics(lambda u: scores[u], train, test, users, ks, backend=backend, chunk=3)
+        for name, expected in ref.items():
+            assert getattr(m, name) == pytest.approx(expected, rel=1e-12, abs=1e-15), (backend, name)
+
+
+def test_ndcg_hr_mrr_known_answer():
+    # the case of test_rank_metrics_known_answer: user 0 ranks 2, 3, 4, 5, 1 (tests {2, 5});
+    # user 1 ranks 5, 4, 3, 0 (tests {3})
+    train = csr([[0], [1, 2]], 6)
+    test = csr([[2, 5], [3]], 6)
+    scores = np.array([[9.0, 1.0, 5.0, 4.0, 3.0, 2.0], [0.0, 9.0, 8.0, 1.0, 2.0, 3.0]])
+    m = rank_metrics(lambda u: scores[u], train, test, np.array([0, 1]), ks=(1, 3, 4))
+    l2 = np.log2
+    assert m.hr == pytest.approx((0.5, 1.0, 1.0))
+    assert m.mrr == pytest.approx((0.5, (1 + 1 / 3) / 2, (1 + 1 / 3) / 2))
+    ndcg_u0 = {1: 1.0, 3: 1 / (1 + 1 / l2(3)), 4: (1 + 1 / l2(5)) / (1 + 1 / l2(3))}
+    ndcg_u1 = {1: 0.0, 3: 1 / l2(4) / 1.0, 4: 1 / l2(4)}
+    assert m.ndcg == pytest.approx(tuple((ndcg_u0[k] + ndcg_u1[k]) / 2 for k in (1, 3, 4)))
+    d = m.as_dict()
+    assert d["ndcg@3"] == m.ndcg[1] and d["hr@4"] == 1.0 and d["mrr@1"] == 0.5
+
+
+def test_more_k_leave_precision_and_recall_at_1_to_5_unchanged():
+    # the paper's protocol reports K = 1..5: asking for K = 10 and 20 as well must not move them
+    rng = np.random.default_rng(3)
+    lists = [rng.choice(60, size=rng.integers(3, 20), replace=False) for _ in range(40)]
+    train = csr([x[: len(x) // 2] for x in lists], 60)
+    test = csr([x[len(x) // 2:] for x in lists], 60)
+    scores = rng.normal(size=(40, 60)).astype(np.float32)
+    users = np.arange(40)
+    a = rank_metrics(lambda u: scores[u], train, test, users, ks=(1, 2, 3, 4, 5))
+    b = rank_metrics(lambda u: scores[u], train, test, users, ks=(1, 2, 3, 4, 5, 10, 20))
+    assert b.precision[:5] == a.precision and b.recall[:5] == a.recall
+    assert b.ndcg[:5] == a.ndcg and b.hr[:5] == a.hr and b.mrr[:5] == a.mrr

@@ -1,0 +1,137 @@
+"""``rfrs-ref recommend`` and the provenance a run records."""
+
+import hashlib
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+
+SMALL = ["--dataset", "synthetic", "--synthetic-users", "60", "--synthetic-items", "80",
+         "--client-fraction", "0.1"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rec") / "run"
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "4", "--out", str(out)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_top_k_equals_the_evaluation_ranking(small_run):
+    from rfrs_ref.federated.trainer import Trainer, load_config
+    from rfrs_ref.kernels.topk import topk_numpy
+
+    res = CliRunner().invoke(main, ["recommend", str(small_run), "--user", "7", "-k", "6"])
+    assert res.exit_code == 0, res.output
+    got = [int(m) for m in re.findall(r"^\s*\d+\s+\S+\s+item (\d+)", res.output, re.M)]
+    trainer = Trainer(load_config(small_run))
+    theta = np.load(small_run / "state.npz")["theta"]
+    scores = trainer.model.scores(theta, trainer.split.train, np.array([7]), backend="numpy")
+    seen = trainer.split.train.items_of(7).astype(np.int64)
+    expected = topk_numpy(scores, np.array([0, seen.size]), seen, 6)[0].tolist()
+    assert got == expected and len(got) == 6
+    assert not set(got) & set(seen.tolist())
+
+
+def test_ids_npz_maps_dense_to_dataset_ids(small_run):
+    with np.load(small_run / "ids.npz", allow_pickle=False) as z:
+        assert z["user_ids"].tolist() == list(range(60))
+        assert z["item_ids"].tolist() == list(range(80))
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--user", "60"], 2, "user 60 is not in synthetic"),
+    (["--user", "-1"], 2, "user -1 is not in synthetic"),
+])
+def test_unknown_user_is_one_line(small_run, args, code, message):
+    res = CliRunner().invoke(main, ["recommend", str(small_run), *args])
+    assert res.exit_code == code and message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_run_without_final_state_is_one_line(small_run, tmp_path):
+    import shutil
+
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(small_run, unfinished)
+    (unfinished / "state.npz").unlink()
+    res = CliRunner().invoke(main, ["recommend", str(unfinished), "--user", "1"])
+    assert res.exit_code == 1
+    assert "has no final state" in res.output and "--resume" in res.output
+
+
+def test_config_records_code_version(small_run):
+    from rfrs_ref import __version__
+
+    code = json.loads((small_run / "config.json").read_text())["code"]
+    assert code["package"] == __version__
+    assert code["git_commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}", code["git_commit"])
+    assert json.loads((small_run / "config.json").read_text())["data_files"] == []
+
+
+def test_code_version_never_fails_without_git(monkeypatch):
+    import subprocess
+
+    from rfrs_ref import provenance
+
+    def no_git(*a, **k):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert provenance.code_version()["git_commit"] == "unknown"
+
+
+DATA = os.environ.get("RFRS_DATA_DIR")
+
+
+@pytest.mark.skipif(not DATA or not os.path.isdir(os.path.join(DATA or "", "ml-100k")),
+                    reason="needs RFRS_DATA_DIR with ml-100k")
+def test_ml100k_run_pins_its_data_and_names_its_items(tmp_path):
+    from rfrs_ref.data.datasets import load_item_names
+
+    out = tmp_path / "ml"
+    res = CliRunner().invoke(main, ["train", "--dataset", "ml100k", "--rounds", "2",
+                                    "--out", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    files = json.loads((out / "config.json").read_text())["data_files"]
+    assert [f["file"] for f in files] == ["u.data"]
+    raw = open(files[0]["path"], "rb").read()
+    assert files[0]["sha256"] == hashlib.sha256(raw).hexdigest() and files[0]["bytes"] == len(raw)
+    ids = np.load(out / "ids.npz")
+    assert ids["user_ids"].size == 943 and ids["item_ids"].size == 1682
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1", "-k", "10"])
+    assert res.exit_code == 0, res.output
+    rows = re.findall(r"^\s*\d+\s+\S+\s+item (\d+)  (.*?)(  \[test item\])?$", res.output, re.M)
+    assert len(rows) == 10
+    names = load_item_names("ml100k")
+    item_ids = ids["item_ids"].tolist()
+    for source_id, name, _ in rows:
+        assert names[item_ids.index(int(source_id))] == name
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "944"])
+    assert res.exit_code == 2 and "user 944 is not in ml100k" in res.output
+
+
+def test_damaged_files_are_one_line(small_run, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(small_run, bad)
+    (bad / "state.npz").write_bytes(b"not a zip file")
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output
+    np.savez(bad / "state.npz", theta=np.zeros(3, np.float32), round=np.array(4))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output
+    np.savez(bad / "ids.npz", user_ids=np.arange(5), item_ids=np.arange(80))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not this run's" in res.output
+    (bad / "config.json").write_text("{")
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
+    assert res.exit_code == 1 and "not a run's configuration" in res.output
