@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import math
 import os
 import pathlib
@@ -38,6 +39,7 @@ import time
 import traceback
 from typing import Callable, Sequence
 
+from rfrs_ref.experiments.committed import record_call
 from rfrs_ref.experiments.results import (Store, frame_from_rows, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
@@ -248,12 +250,13 @@ def run_sweep(
     by_key = dict(zip(keys, runs))
     store = Store(out)
     started = time.perf_counter()
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
         outcomes: dict[str, dict] = {}
         for k in keys:
             o = store.read_outcome(k)
             if o is not None:
-                outcomes[k] = o
+                outcomes[k] = store.compact(k, o)
         done = {k for k, o in outcomes.items() if o.get("status") == "ok"}
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
@@ -325,6 +328,14 @@ def run_sweep(
             flush()
             report.summary, _ = write_summary(report.table, store.path,
                                               label_columns=label_columns)
+            if report.finished or report.failed:
+                # a call that ran nothing leaves the directory byte for byte as it was
+                record_call(store.path, started=started_at, wall_s=report.wall_s,
+                            total=report.total, skipped=report.skipped,
+                            finished=report.finished, failed=report.failed,
+                            workers=report.workers,
+                            run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
+                                        if k in outcomes])
     return report
 
 
