@@ -364,6 +364,8 @@ def frame_from_rows(rows: list[dict]):
                 "evaluated_clients"):
         if col in df.columns:
             df[col] = df[col].astype("Int64")
+    if "assumed_byzantine" in df.columns and df["assumed_byzantine"].dropna().map(type).nunique() > 1:
+        df["assumed_byzantine"] = df["assumed_byzantine"].astype(str)  # fractions and "exact"
     for col in ("beats_popularity", "verify", "resilience", "trace"):
         if col in df.columns:
             df[col] = df[col].astype("boolean")

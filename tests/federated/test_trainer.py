@@ -142,3 +142,21 @@ def test_fmf_trains_and_keeps_private_vectors(tmp_path):
     state = read_state(tmp_path / "run/state.npz")
     assert "private_theta" in state and state["private_theta"].shape == (120, 64)
     assert "theta" in res.state and res.state["theta"].size == 150 * 64
+
+
+def test_exact_assumed_byzantine_tells_the_server_each_rounds_count(tmp_path):
+    attacked = dict(attack="ascent", byzantine_fraction=0.3, defense="krum", rounds=6,
+                    eval_every=6, dtype="float64", defense_params={"fallback": "reduce-f"})
+    res = train(small_config(assumed_byzantine="exact", **attacked), tmp_path / "exact")
+    recs = rounds_without_timing(tmp_path / "exact" / "rounds.jsonl")
+    assert [r["f"] for r in recs] == [r["n_byzantine_sampled"] for r in recs]
+    # the default (None: f = floor(α n)) and an explicit α are the same run, bit for bit
+    train(small_config(**attacked), tmp_path / "default")
+    train(small_config(assumed_byzantine=0.3, **attacked), tmp_path / "alpha")
+    default = rounds_without_timing(tmp_path / "default" / "rounds.jsonl")
+    assert default == rounds_without_timing(tmp_path / "alpha" / "rounds.jsonl")
+    assert [r["f"] for r in default] == [3] * 6  # floor(0.3 * 12)
+    assert [r["f"] for r in recs] != [r["f"] for r in default]
+    assert res.final["round"] == 6
+    with pytest.raises(ValueError, match="'exact'"):
+        small_config(assumed_byzantine="most").resolved()
