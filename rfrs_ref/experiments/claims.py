@@ -265,6 +265,7 @@ class Row:
     results: dict            # (metric, k) -> Paired
     directory: str | None
     note: str = ""
+    options: str = ""        # reproduce options that made these runs (Fig. 1: --trials, --set)
 
     @property
     def verdicts(self) -> dict:
@@ -285,7 +286,7 @@ class Row:
     def command(self) -> str:
         where = f" --out {self.directory}" if self.directory else ""
         if self.claim.kind == "separation":
-            return f"rfrs-ref reproduce {self.claim.figure}{where}"
+            return f"rfrs-ref reproduce {self.claim.figure}{self.options}{where}"
         ds = f" --datasets {self.dataset}" if self.dataset else ""
         return f"rfrs-ref reproduce {self.claim.figure}{ds}{where}"
 
@@ -297,12 +298,18 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
     ``directory_name`` evaluates the claim on that directory instead of the claim's own
     (an ablation of the same figure). A missing directory gives one "not run" row."""
     names = (directory_name,) if directory_name else c.dirs()
+    if c.kind == "separation":
+        # Fig. 1 may be run once per initialisation, in directories pca, pca-init1, ...
+        dirs = [results[n] for n in sorted(results)
+                if any(n == a or n.startswith(f"{a}-") for a in names)]
+        if not dirs:
+            return [Row(c, None, None, c.against[0], {}, None,
+                        note=f"no results directory ({' or '.join(names)})")]
+        return [r for d in dirs for r in _separation_rows(c, d)]
     d = next((results[n] for n in names if n in results), None)
     if d is None:
         return [Row(c, None, None, b, {}, None, note="no results directory "
                     f"({' or '.join(names)})") for b in c.against]
-    if c.kind == "separation":
-        return _separation_rows(c, d)
     table = _table(d)
     scol = "label_series" if "label_series" in table.columns else "method"
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
@@ -355,6 +362,7 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
     from rfrs_ref.experiments.results import Store
 
     by_series: dict[str, dict[int, float]] = {}
+    inits: dict[str, float] = {}
     dataset = None
     for o in Store(d).outcomes().values():
         cap = o.get("capture")
@@ -369,6 +377,7 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
         dataset = spec["config"]["dataset"]
         init = spec["config"].get("init_scale", 0.1)
         series = f"{series}, init N(0, {init:g}²)"
+        inits[series] = float(init)
         by_series.setdefault(series, {})[int(spec["config"]["seed"])] = float(ga) - float(gb)
     if not by_series:
         return [Row(c, None, None, c.against[0], {}, str(d), note="no finished capture run")]
@@ -376,7 +385,11 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
     for series, diffs in sorted(by_series.items()):
         seeds = sorted(diffs)
         p = paired_interval([diffs[s] for s in seeds], seeds=seeds)
-        rows.append(Row(c, dataset, None, series, {("separation", 0): p}, str(d)))
+        options = f" --trials {len(seeds)}" if len(seeds) > 1 else ""
+        if inits[series] != 0.1:
+            options += f" --set init_scale={inits[series]:g}"
+        rows.append(Row(c, dataset, None, series, {("separation", 0): p}, str(d),
+                        options=options))
     return rows
 
 

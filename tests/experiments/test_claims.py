@@ -180,10 +180,18 @@ def test_verdict_command_writes_the_table_and_reports_missing_results(tmp_path):
 def test_fig1_separation_claim_from_capture_runs(ex, tmp_path):
     from rfrs_ref.experiments.figures import Scale, figure, reproduce
 
-    scale = Scale(datasets=("synthetic",), overrides={"dataset_params": {
-        "n_users": 200, "n_items": 60, "mean_items": 10.0}})
-    reproduce(figure("1"), scale, tmp_path / "pca", workers=0, threads=1, plot=False)
+    data = {"dataset_params": {"n_users": 200, "n_items": 60, "mean_items": 10.0}}
+    reproduce(figure("1"), Scale(datasets=("synthetic",), overrides=data), tmp_path / "pca",
+              workers=0, threads=1, plot=False)
     rows = evaluate_claim(claim("pca"), find_results([tmp_path]))
     assert len(rows) == 2 and all(r.n == 1 for r in rows)
     assert all(r.verdict == INCONCLUSIVE for r in rows)  # one seed: no interval
     assert all(math.isfinite(r.results[("separation", 0)].mean) for r in rows)
+    # explicit trials give several seeds; another initialisation sits in pca-<name>
+    scale = Scale(datasets=("synthetic",), trials=2, overrides={**data, "init_scale": 1.0})
+    report, paths = reproduce(figure("1"), scale, tmp_path / "pca-init1", workers=0, threads=1)
+    assert report.finished == 4 and paths
+    rows = evaluate_claim(claim("pca"), find_results([tmp_path]))
+    assert [r.n for r in rows] == [1, 1, 2, 2]
+    assert all("init N(0, 1²)" in r.against for r in rows[2:])
+    assert rows[2].command().startswith("rfrs-ref reproduce 1 --trials 2 --set init_scale=1 ")
