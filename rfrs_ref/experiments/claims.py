@@ -266,6 +266,7 @@ class Row:
     directory: str | None
     note: str = ""
     options: str = ""        # reproduce options that made these runs (Fig. 1: --trials, --set)
+    figure: str | None = None  # the experiment to reproduce, when not the claim's (ablations)
 
     @property
     def verdicts(self) -> dict:
@@ -288,7 +289,7 @@ class Row:
         if self.claim.kind == "separation":
             return f"rfrs-ref reproduce {self.claim.figure}{self.options}{where}"
         ds = f" --datasets {self.dataset}" if self.dataset else ""
-        return f"rfrs-ref reproduce {self.claim.figure}{ds}{where}"
+        return f"rfrs-ref reproduce {self.figure or self.claim.figure}{ds}{where}"
 
 
 def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
@@ -318,8 +319,6 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
         alphas = c.alphas or tuple(sorted({float(x) for x in
                                            table.loc[table["dataset"] == ds, "alpha"].dropna()}))
         alphas = alphas or (None,)
-        if len(alphas) == 1 and c.alphas is None:
-            alphas = (None,)  # one fraction per dataset (e.g. no attack): not a column
         for alpha in alphas:
             for b in c.against:
                 res, note = {}, ""
@@ -405,6 +404,7 @@ def evaluate(results: Mapping[str, pathlib.Path], claims: Sequence[Claim] = CLAI
             if c.experiment == "defenses":
                 for r in evaluate_claim(c, results, directory_name=name):
                     r.note = f"ablation {name}" + (f"; {r.note}" if r.note else "")
+                    r.figure = name
                     rows.append(r)
     return rows
 

@@ -146,6 +146,13 @@ def test_verdicts_from_directories_and_not_run_rows(tmp_path):
     assert "-23.8%" in best[0].note and "+33.7%" in best[0].note  # 0.32 / 0.42 - 1
     every = evaluate(found)
     assert {r.claim.id for r in every} == {c.id for c in CLAIMS}
+    (tmp_path / "fig4").rename(tmp_path / "ablation-init")
+    ablated = evaluate(find_results([tmp_path]), ablations=["ablation-init"])
+    krum = [r for r in ablated if r.figure == "ablation-init" and r.against == "Krum"]
+    assert krum and all(r.verdict == HOLDS and r.alpha == 0.4 for r in krum)
+    assert krum[0].command().startswith("rfrs-ref reproduce ablation-init --datasets lastfm")
+    assert all(r.verdict == NOT_RUN for r in ablated if r.figure is None
+               and r.claim.experiment == "defenses")
     missing = [r for r in every if r.claim.id == "adam-sgd"]
     assert missing and all(r.verdict == NOT_RUN for r in missing)
     md = verdict_markdown(every)
@@ -165,6 +172,7 @@ def test_verdict_command_writes_the_table_and_reports_missing_results(tmp_path):
     md = out.read_text()
     adam = [line for line in md.splitlines() if "Adam outperforms SGD" in line]
     assert len(adam) == 1 and "| does not hold |" in adam[0] and "| 3 |" in adam[0]
+    assert "| ml100k | 0 |" in adam[0]
     assert "rfrs-ref reproduce 10 --datasets ml100k" in adam[0]
     assert "not run" in md
     csv = pd.read_csv(out.with_suffix(".csv"))
