@@ -377,7 +377,8 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
 
     out = pathlib.Path(out)
     base = pathlib.Path(base)
-    stem = out / f"fig{fig.id}"
+    name = f"fig{fig.id}" if fig.id.isdigit() else fig.id  # ablations: ablation-init.png
+    stem = out / name
     if fig.kind == "pca":
         runs = table[(table["status"] == "ok") & (table["kind"] == "capture")]
         if runs.empty:
@@ -400,12 +401,12 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
     paths = plots.plot_k_panels(table, stem, metric=fig.metric, rows=fig.rows, cols=fig.cols,
                                 series_order=fig.series, dataset_order=DATASETS,
                                 title=fig.title)
-    paths += plots.plot_curves(table, base, out / f"fig{fig.id}_curves", metric=fig.metric,
+    paths += plots.plot_curves(table, base, out / f"{name}_curves", metric=fig.metric,
                                rows=fig.rows, cols=fig.cols, series_order=fig.series,
                                dataset_order=DATASETS, title=f"{fig.title}: training curves")
     if plots.has_resilience(table, base):
         panels = [p for p in (fig.rows, fig.cols) if p]
-        paths += plots.plot_resilience(table, base, out / f"fig{fig.id}_resilience",
+        paths += plots.plot_resilience(table, base, out / f"{name}_resilience",
                                        panels=panels, series_order=fig.series,
                                        title=f"{fig.title}: resilience sums")
     return paths

@@ -155,3 +155,18 @@ def test_each_ablation_is_fig4_at_forty_percent_with_one_change(name):
         assert set(map(frozenset, changed.values())) == {frozenset(expected[name])}
     quick = figure(name).runs(Scale(quick=True, rounds=3, trials=1))
     assert {r.config.dataset for r in quick} == {"ml100k"} and len(quick) == 5
+
+
+def test_an_ablation_runs_end_to_end_and_draws_its_figure(ex, tmp_path):
+    import pandas as pd
+
+    from rfrs_ref.experiments.figures import reproduce
+
+    scale = Scale(datasets=("synthetic",), rounds=3, trials=1,
+                  overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1})
+    report, paths = reproduce(figure("ablation-exact"), scale, tmp_path, workers=0, threads=1)
+    assert (report.finished, report.failed) == (5, 0), report.failures
+    assert tmp_path / "figures" / "ablation-exact.png" in paths
+    ex.assert_image_not_blank(tmp_path / "figures" / "ablation-exact.png")
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert set(table["assumed_byzantine"]) == {"exact"} and set(table["alpha"]) == {0.4}
