@@ -101,9 +101,10 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
         path = out / f"{stem}-{_slug(name)}.csv"
         atomic_write_text(path, df.to_csv(index=False))
         click.echo(f"per-round table: {path}")
-    lines = ["| series | honest cos | cos to honest mean: honest | Byzantine | "
-             "Spearman(score, norm): gradient | parameter | Byzantine share sampled → kept |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| series | honest cos | cos to honest mean: honest | honest, leaving itself out | "
+             "Byzantine | Spearman(score, norm): gradient | parameter | "
+             "Byzantine share sampled → kept |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, df in frames.items():
         s = summary(df)
 
@@ -112,6 +113,7 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
             return "—" if v is None else f"{v:.3f}"
 
         lines.append(f"| {name} | {g('honest_cos_mean')} | {g('honest_to_mean_cos')} | "
+                     f"{g('honest_to_others_cos')} | "
                      f"{g('byzantine_to_mean_cos')} | {g('spearman_gradient')} | "
                      f"{g('spearman_parameter')} | {g('byzantine_share_sampled')} → "
                      f"{g('byzantine_share_kept')} |")

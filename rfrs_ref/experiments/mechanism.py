@@ -10,7 +10,11 @@ seed), from the round's uploads, as Fig. 1's capture run reads them:
   of the round: mean, 10%, 50% and 90% quantiles;
 - ``honest_to_mean_cos`` / ``byzantine_to_mean_cos``: the mean over honest
   (Byzantine) clients of cos(ĝᵢ, ḡ_H), ḡ_H the mean honest gradient of the
-  round; an ascent client sends −gᵢ, so its cosine is the honest one negated;
+  round. An honest client's own gradient is part of ḡ_H, which with nearly
+  orthogonal gradients makes most of its cosine (about 1/√|H|), so
+  ``honest_to_others_cos`` gives the fair comparison with a Byzantine client:
+  the mean over honest i of cos(ĝᵢ, mean of the other honest gradients). An
+  ascent client sends −gᵢ, the negation of a gradient that is not in ḡ_H;
 - ``spearman_gradient``, ``spearman_parameter``: Spearman's rank correlation
   between Krum's score (sum of the m = n − f − 2 smallest squared distances
   to the others, ``rfrs_ref.aggregate.krum.krum_scores``) and the norm, of
@@ -36,7 +40,8 @@ import numpy as np
 
 #: columns of the per-round table, in order
 COLUMNS = ("round", "n", "n_byzantine", "f", "honest_cos_mean", "honest_cos_q10",
-           "honest_cos_q50", "honest_cos_q90", "honest_to_mean_cos", "byzantine_to_mean_cos",
+           "honest_cos_q50", "honest_cos_q90", "honest_to_mean_cos", "honest_to_others_cos",
+           "byzantine_to_mean_cos",
            "spearman_gradient", "spearman_parameter", "byzantine_share_sampled",
            "byzantine_share_kept", "loss")
 
@@ -121,6 +126,12 @@ def round_measures(grads: np.ndarray, params: np.ndarray, byzantine: np.ndarray,
             out["honest_to_mean_cos"] = float(np.nanmean(h))
         if b.size and np.isfinite(b).any():
             out["byzantine_to_mean_cos"] = float(np.nanmean(b))
+    if honest.size >= 2:
+        H = G[honest]
+        others = (H.sum(axis=0)[None, :] - H) / (honest.size - 1)
+        loo = [cosines(np.vstack([H[i], others[i]]))[0, 1] for i in range(honest.size)]
+        if np.isfinite(loo).any():
+            out["honest_to_others_cos"] = float(np.nanmean(loo))
     if n >= 3:
         for name, X in (("spearman_gradient", G), ("spearman_parameter", P)):
             scores, _ = krum_scores(squared_distances(X), int(f))

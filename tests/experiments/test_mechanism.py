@@ -25,6 +25,7 @@ def test_a_hand_computed_round():
     # honest mean (0.5, 1, 0): cos with g1 = 0.5/sqrt(1.25), with g2 = 1/sqrt(1.25)
     assert m["honest_to_mean_cos"] == pytest.approx((0.5 + 1.0) / 2 / math.sqrt(1.25))
     assert m["byzantine_to_mean_cos"] == pytest.approx(-0.5 / math.sqrt(1.25))
+    assert m["honest_to_others_cos"] == pytest.approx(0.0)  # the other honest one: orthogonal
     # squared distances: d(1,2) = 5, d(1,3) = 4, d(2,3) = 5; m = 1 (n - f - 2)
     # Krum scores 4, 5, 4; norms 1, 2, 1 -> ranks (1.5, 3, 1.5) for both: rho = 1
     assert m["spearman_gradient"] == pytest.approx(1.0)
