@@ -25,6 +25,10 @@ byte for byte. The repository's ``.gitignore`` states the same split;
 the commit of the code (and whether its working tree had changes), the
 machine, the software versions, the command, when it ran, its wall time and
 how many runs it finished. A call that runs nothing leaves it untouched.
+Runs recorded by a version that wrote no provenance get one entry, marked
+``reconstructed``, made from their outcomes (hosts, versions, first start,
+last finish, summed wall time; the commit and command are unknown), the first
+time a sweep reads them.
 """
 
 from __future__ import annotations
@@ -132,6 +136,35 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
         "versions": software_versions(),
     }
     doc["calls"].append(entry)
+    text = json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n"
+    atomic_write(out / PROVENANCE, lambda fh: fh.write(text.encode("utf-8")))
+    return entry
+
+
+def record_reconstructed(out: str | os.PathLike, outcomes: list[dict]) -> dict | None:
+    """Append the entry of runs recorded without provenance (see the module docstring),
+    unless ``out/provenance.json`` already exists; returns the entry or None."""
+    out = pathlib.Path(out)
+    if (out / PROVENANCE).exists() or not outcomes:
+        return None
+    started = [o["started"] for o in outcomes if o.get("started")]
+    finished = [o["finished"] for o in outcomes if o.get("finished")]
+    hosts = sorted({(o.get("worker") or {}).get("host") for o in outcomes} - {None})
+    versions = sorted({json.dumps(o.get("versions"), sort_keys=True) for o in outcomes
+                       if o.get("versions")})
+    entry = {
+        "reconstructed": True,
+        "started": min(started) if started else None,
+        "finished": max(finished) if finished else None,
+        "runs": {"total": len(outcomes),
+                 "finished": sum(o.get("status") == "ok" for o in outcomes),
+                 "failed": sum(o.get("status") != "ok" for o in outcomes)},
+        "run_wall_s_sum": round(float(sum(o.get("wall_s") or 0.0 for o in outcomes)), 3),
+        "hosts": hosts,
+        "versions": [json.loads(v) for v in versions],
+        "commit": None, "dirty": None, "command": None,
+    }
+    doc = {"calls": [entry]}
     text = json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n"
     atomic_write(out / PROVENANCE, lambda fh: fh.write(text.encode("utf-8")))
     return entry

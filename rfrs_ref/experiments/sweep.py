@@ -39,7 +39,7 @@ import time
 import traceback
 from typing import Callable, Sequence
 
-from rfrs_ref.experiments.committed import record_call
+from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, frame_from_rows, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
@@ -253,10 +253,15 @@ def run_sweep(
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
         outcomes: dict[str, dict] = {}
+        compacted = False
         for k in keys:
             o = store.read_outcome(k)
             if o is not None:
                 outcomes[k] = store.compact(k, o)
+                compacted |= outcomes[k] is not o
+        if compacted:
+            # outcomes written before provenance.json existed: say what they tell of their runs
+            record_reconstructed(store.path, list(outcomes.values()))
         done = {k for k, o in outcomes.items() if o.get("status") == "ok"}
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]

@@ -86,10 +86,18 @@ def test_an_outcome_written_with_its_rounds_inside_is_compacted_and_not_run_agai
     legacy = {**json.loads((d / OUTCOME).read_text()), "rounds": rounds}
     (d / OUTCOME).write_text(json.dumps(legacy, indent=1) + "\n")
     (d / ROUNDS_FILE).unlink()
+    (tmp_path / PROVENANCE).unlink()
     report = run_sweep([spec], tmp_path, workers=0, threads=1)
     assert (report.skipped, report.finished) == (1, 0)
     assert "rounds" not in json.loads((d / OUTCOME).read_text())
     assert Store(tmp_path).read_rounds(spec.key) == rounds
+    # runs recorded without provenance get one entry made from their outcomes
+    (entry,) = read_provenance(tmp_path)["calls"]
+    assert entry["reconstructed"] and entry["runs"]["finished"] == 1 and entry["commit"] is None
+    assert entry["run_wall_s_sum"] > 0 and entry["hosts"] and entry["versions"]
+    before = (tmp_path / PROVENANCE).read_bytes()
+    run_sweep([spec], tmp_path, workers=0, threads=1)
+    assert (tmp_path / PROVENANCE).read_bytes() == before
 
 
 def test_resilience_runs_keep_their_rounds_in_the_outcome(ex, tmp_path):
