@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sweep": ("experiments", "sweep", "Run a grid of training runs described in a TOML file."),
     "plot": ("experiments", "plot", "Plot a results table like the paper's figures."),
     "mechanism": ("mechanism", "mechanism",
-                  "Per-round cosines, Krum score vs norm, Byzantine share kept, for one run."),
+                  "Per-round gradient cosines, Krum score vs norm, Byzantine share kept."),
     "verdict": ("verdict", "verdict", "Judge the paper's claims from results (paired CIs)."),
     "golden": ("golden", "golden", "Export or check language-neutral golden test vectors."),
     "trace": ("trace", "trace", "Compare per-round traces of two implementations."),
