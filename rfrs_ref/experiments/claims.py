@@ -427,8 +427,10 @@ def verdict_markdown(rows: Sequence[Row]) -> str:
         cells = {}
         for m, p in r.results.items():
             name = _metric_name(m)
-            cells["P@1" if name == "separation" else name] = \
-                f"{p.describe()} ({p.verdict(r.claim.direction)})" if p.n else "—"
+            text = f"{p.describe()} ({p.verdict(r.claim.direction)})" if p.n else "—"
+            if name == "separation":  # Fig. 1 has one measure: shown in the first column
+                name, text = "P@1", f"separation: {text}"
+            cells[name] = text
         comparison = (f"{r.claim.a} vs {r.against}" if r.claim.kind == "table"
                       else f"{r.against}: gradient − θ separation")
         if r.note:
