@@ -200,15 +200,15 @@ def mechanism_frame(rows: Sequence[dict], labels: dict | None = None):
 
 def plot_mechanism(frames: dict, stem: pathlib.Path, title: str = "") -> list[pathlib.Path]:
     """Four panels against the round, one line per series (``frames``: series -> frame):
-    honest pairwise cosine (mean), cosine to the honest mean (honest solid, Byzantine
-    dashed), Spearman(Krum score, norm) in gradient space, Byzantine share kept (the
+    honest pairwise cosine (mean), cosine to the mean of the other honest gradients
+    (honest solid; Byzantine, to the honest mean, dashed), Spearman(Krum score, norm) in gradient space, Byzantine share kept (the
     sampled share dotted grey). Lines are smoothed over 25 rounds. Writes PNG only."""
     from rfrs_ref.experiments import plots
 
     plt = plots._pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     panels = [("honest_cos_mean", "cos between honest gradients"),
-              ("honest_to_mean_cos", "cos(gradient, honest mean)"),
+              ("honest_to_others_cos", "cos(gradient, mean of the other honest)"),
               ("spearman_gradient", "Spearman(Krum score, ‖ĝ‖)"),
               ("byzantine_share_kept", "Byzantine share kept")]
     for i, (series, df) in enumerate(frames.items()):
