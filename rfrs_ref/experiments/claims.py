@@ -174,6 +174,8 @@ class Claim:
         alphas: the fractions (None: every fraction in the results).
         metrics: (metric, K) pairs; paper_relative: the paper's relative difference, shown
         beside ours (e.g. 0.337); kind: ``table`` or ``separation`` (Fig. 1).
+        by_alpha: one row per fraction; False when the two series differ in α (Fig. 2:
+        no attack against 40% Byzantine clients), which then pair by seed alone.
     """
 
     id: str
@@ -188,6 +190,7 @@ class Claim:
     metrics: tuple[tuple[str, int], ...] = METRICS
     paper_relative: float | None = None
     kind: str = "table"
+    by_alpha: bool = True
 
     def dirs(self) -> tuple[str, ...]:
         from rfrs_ref.experiments.figures import FIGURES
@@ -200,7 +203,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("frs-fmf", "A-FRS outperforms FMF on all datasets (Fig. 3/7)", "3", "frs",
           "A-FRS", ("FMF",)),
     Claim("camouflage", "The camouflage attack (40% Byzantine) degrades A-FRS (Fig. 2)", "2",
-          "camouflage", "No attack", ("Camouflage attack (40%)",)),
+          "camouflage", "No attack", ("Camouflage attack (40%)",), by_alpha=False),
     Claim("arfrs-all", "A-RFRS outperforms every other defence at every fraction (Fig. 4/8)",
           "4", "defenses", "A-RFRS", BASELINES),
     Claim("arfrs-lastfm-33.7", "On Last.fm with 40% Byzantine clients, A-RFRS improves the best "
@@ -318,7 +321,7 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
     for ds in datasets:
         alphas = c.alphas or tuple(sorted({float(x) for x in
                                            table.loc[table["dataset"] == ds, "alpha"].dropna()}))
-        alphas = alphas or (None,)
+        alphas = alphas if c.by_alpha and alphas else (None,)
         for alpha in alphas:
             for b in c.against:
                 res, note = {}, ""

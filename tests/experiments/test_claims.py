@@ -203,3 +203,12 @@ def test_fig1_separation_claim_from_capture_runs(ex, tmp_path):
     assert [r.n for r in rows] == [1, 1, 2, 2]
     assert all("init N(0, 1²)" in r.against for r in rows[2:])
     assert rows[2].command().startswith("rfrs-ref reproduce 1 --trials 2 --set init_scale=1 ")
+
+
+def test_fig2_pairs_no_attack_with_the_attacked_runs_across_fractions(tmp_path):
+    clean = _table({("No attack", s): 0.30 + 0.01 * s for s in range(3)}, alpha=0.0)
+    attacked = _table({("Camouflage attack (40%)", s): 0.20 + 0.012 * s for s in range(3)},
+                      alpha=0.4)
+    _write_store(tmp_path / "camouflage", pd.concat([clean, attacked]))
+    (row,) = evaluate_claim(claim("camouflage"), find_results([tmp_path]))
+    assert row.n == 3 and row.alpha is None and row.verdict == HOLDS
