@@ -250,10 +250,21 @@ def _has_table(d: pathlib.Path) -> bool:
     return (d / "results.csv").is_file() or (d / "results.parquet").is_file()
 
 
+#: columns a results table needs for a verdict
+NEEDED = ("status", "dataset", "alpha", "seed", "metric", "k", "value")
+
+
 def _table(d: pathlib.Path):
     from rfrs_ref.experiments.results import read_table
 
-    return read_table(d / "results.csv" if (d / "results.csv").is_file() else d)
+    path = d / "results.csv" if (d / "results.csv").is_file() else d
+    table = read_table(path)
+    missing = [c for c in NEEDED if c not in table.columns]
+    if missing or ("label_series" not in table.columns and "method" not in table.columns):
+        raise ValueError(f"{path}: not a results table of rfrs-ref (missing column(s) "
+                         f"{', '.join(missing) or 'label_series or method'}); give the "
+                         "directories written by rfrs-ref reproduce")
+    return table
 
 
 # -- verdict rows --------------------------------------------------------------------------------

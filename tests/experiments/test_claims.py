@@ -181,6 +181,11 @@ def test_verdict_command_writes_the_table_and_reports_missing_results(tmp_path):
     bad = CliRunner().invoke(main, ["verdict", str(tmp_path), "--out", str(tmp_path / "x.txt")])
     assert bad.exit_code != 0 and ".md" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "x.txt").exists()
+    (tmp_path / "fig3").mkdir()
+    (tmp_path / "fig3" / "results.csv").write_text("a,b\n1,2\n")
+    hostile = CliRunner().invoke(main, ["verdict", str(tmp_path)])
+    assert hostile.exit_code != 0 and "not a results table" in hostile.output
+    assert "Traceback" not in hostile.output
     unknown = CliRunner().invoke(main, ["verdict", str(tmp_path), "--claim", "nope"])
     assert unknown.exit_code != 0 and "unknown claim" in unknown.output
 
