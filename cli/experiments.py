@@ -152,6 +152,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     scale = Scale(quick=quick, datasets=tuple(datasets.split(",")) if datasets else None,
                   trials=trials, rounds=rounds, resilience=resilience, backend=backend,
                   overrides=_parse_overrides(overrides))
+    scale = fig.scale(scale)
     out = pathlib.Path(out) if out else fig.default_out(quick)
     click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{scale.describe()} -> {out}")
     progress = _Progress()

@@ -154,6 +154,7 @@ class Figure:
         rows, cols: panel layout (table columns), None for one.
         series: legend order.
         datasets: the datasets of the full figure.
+        trials: trials of the full figure (None: FULL_TRIALS).
     """
 
     id: str
@@ -168,9 +169,16 @@ class Figure:
     cols: str | None = "dataset"
     series: tuple[str, ...] = ()
     datasets: tuple[str, ...] = DATASETS
+    trials: int | None = None
 
     def runs(self, scale: Scale = Scale()) -> list[RunSpec]:
-        return self.build(self, scale)
+        return self.build(self, self.scale(scale))
+
+    def scale(self, scale: Scale) -> Scale:
+        """``scale`` with this figure's own number of trials where it sets none (not quick)."""
+        if self.trials is not None and scale.trials is None and not scale.quick:
+            return dataclasses.replace(scale, trials=self.trials)
+        return scale
 
     def default_out(self, quick: bool) -> pathlib.Path:
         return pathlib.Path("results") / (f"{self.experiment}-quick" if quick else self.experiment)
@@ -292,8 +300,6 @@ ABLATIONS = (
 
 def _ablation_builder(change):
     def build(fig: Figure, scale: Scale) -> list[RunSpec]:
-        if scale.trials is None and not scale.quick:
-            scale = dataclasses.replace(scale, trials=ABLATION_TRIALS)
         cases = []
         for d in scale.pick_datasets(fig.datasets):
             for name, preset in DEFENSES:
@@ -345,7 +351,8 @@ for _fig in (
            series=_series("AG-RFRS"), datasets=("lastfm", "ml100k")),
     *(Figure(name, name, "", f"Ablation of Fig. 4 (α = {ABLATION_FRACTION}): {title}", name,
              _ablation_builder(change), cols="dataset", series=_series("A-RFRS"),
-             datasets=ABLATION_DATASETS) for name, title, change in ABLATIONS),
+             datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS)
+      for name, title, change in ABLATIONS),
 ):
     FIGURES.register(_fig.id, _fig)
 
