@@ -170,7 +170,9 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
 
     FIGURE is the paper's figure number or name: 1 (pca), 2 (camouflage),
     3 (frs), 4 (defenses), 7 (frs-recall), 8 (defenses-recall),
-    10 (adam-sgd), 11 (momentum), 12 (adagrad).
+    10 (adam-sgd), 11 (momentum), 12 (adagrad); or an ablation of Fig. 4:
+    ablation-init, ablation-sampled, ablation-krum1, ablation-exact,
+    ablation-rounds (see docs/reproduction.md).
 
     Runs already finished in the output directory are skipped, so an
     interrupted reproduction continues where it stopped, and figures that
@@ -191,6 +193,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     scale = Scale(quick=quick, datasets=tuple(datasets.split(",")) if datasets else None,
                   trials=trials, rounds=rounds, resilience=resilience, backend=backend,
                   overrides=_parse_overrides(overrides))
+    scale = fig.scale(scale)
     out = pathlib.Path(out) if out else fig.default_out(quick)
     _check_extras(workers, scheduler)
     try:

@@ -8,7 +8,10 @@
 - :mod:`~rfrs_ref.experiments.results`: the store, the tidy and summary tables;
 - :mod:`~rfrs_ref.experiments.figures`: the paper's figures (``FIGURES``) and
   :func:`reproduce`;
-- :mod:`~rfrs_ref.experiments.plots`: matplotlib figures.
+- :mod:`~rfrs_ref.experiments.plots`: matplotlib figures;
+- :mod:`~rfrs_ref.experiments.committed`: what of a results directory is committed, provenance;
+- :mod:`~rfrs_ref.experiments.claims`: the paper's claims, paired intervals over seeds, verdicts;
+- :mod:`~rfrs_ref.experiments.mechanism`: per-round cosines, Krum score vs norm, Byzantine share.
 
 See docs/reproduction.md.
 """

@@ -208,10 +208,9 @@ def _history(run_dir: pathlib.Path) -> list[dict]:
 
 
 def _rounds(run_dir: pathlib.Path) -> list[dict]:
-    try:
-        return json.loads((run_dir / "outcome.json").read_text()).get("rounds") or []
-    except (OSError, ValueError):
-        return []
+    from rfrs_ref.experiments.results import read_rounds
+
+    return read_rounds(run_dir)
 
 
 def _runs(table):

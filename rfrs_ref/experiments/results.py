@@ -7,7 +7,10 @@ The store (a sweep's output directory)
     OUT/
       runs/<key>/outcome.json   one per attempted run: the run (spec), its status, error and
                                 traceback, wall time, final metrics, evaluation history,
-                                per-round summary, PCA capture (capture runs)
+                                PCA capture (capture runs)
+      runs/<key>/round_summary.json  the run's per-round summary (bulky: 1000 rounds are
+                                about 200 kB, so it stays beside the outcome; runs that
+                                recorded the resilience sums keep it inside outcome.json)
       runs/<key>/...            the trainer's run directory (config.json, metrics.csv,
                                 rounds.jsonl, final_metrics.json; state.npz with keep_state)
       results.csv, .parquet     the tidy table of the sweep's runs (below); Parquet only
@@ -60,6 +63,8 @@ from rfrs_ref.experiments.spec import RunSpec
 from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 
 OUTCOME = "outcome.json"
+#: the per-round summary of a run, beside its outcome (see the module docstring)
+ROUNDS_FILE = "round_summary.json"
 TABLE = "results"
 SUMMARY = "summary"
 METRICS = ("precision", "recall", "popularity_precision", "popularity_recall",
@@ -184,19 +189,47 @@ class Store:
                     out[d.name] = o
         return out
 
+    def read_rounds(self, key: str) -> list[dict]:
+        """The per-round summary of run ``key`` ([] when not recorded or not kept)."""
+        return read_rounds(self.run_dir(key))
+
     def write_outcome(self, spec: RunSpec, outcome: dict) -> dict:
-        """Record a run's outcome (atomically) with its spec; write returned files."""
+        """Record a run's outcome (atomically) with its spec; write returned files.
+
+        The per-round summary goes to ``ROUNDS_FILE`` beside the outcome, unless it
+        carries the resilience sums (plotted from it), so that outcome.json stays a
+        few kilobytes whatever the number of rounds.
+        """
         key = spec.key
         d = self.run_dir(key)
         d.mkdir(parents=True, exist_ok=True)
         outcome = dict(outcome)
         for name, text in (outcome.pop("files", None) or {}).items():
             atomic_write_text(d / pathlib.Path(name).name, text)
+        rounds = outcome.pop("rounds", None)
+        if rounds and any("resilience" in r for r in rounds):
+            outcome["rounds"] = rounds
+        elif rounds:
+            atomic_write_text(d / ROUNDS_FILE, json.dumps(rounds, allow_nan=False,
+                                                          default=_json_default) + "\n")
         record = {**outcome, "key": key, "spec": spec.to_json()}
-        atomic_write_text(self.outcome_path(key),
-                          json.dumps(record, indent=1, allow_nan=False,
-                                     default=_json_default) + "\n")
+        atomic_write_text(self.outcome_path(key), _outcome_text(record))
         return record
+
+    def compact(self, key: str, outcome: dict) -> dict:
+        """``outcome`` of run ``key`` in its compact form: an outcome.json written with its
+        per-round summary inside (by an older version) is rewritten with the summary moved
+        to ``ROUNDS_FILE``, as :meth:`write_outcome` does now. Resilience runs keep theirs."""
+        rounds = outcome.get("rounds")
+        if not rounds or any("resilience" in r for r in rounds):
+            return outcome
+        d = self.run_dir(key)
+        if not (d / ROUNDS_FILE).exists():
+            atomic_write_text(d / ROUNDS_FILE, json.dumps(rounds, allow_nan=False,
+                                                          default=_json_default) + "\n")
+        outcome = {k: v for k, v in outcome.items() if k != "rounds"}
+        atomic_write_text(self.outcome_path(key), _outcome_text(outcome))
+        return outcome
 
     def finished(self, keys: Iterable[str]) -> dict[str, dict]:
         """The outcomes with status ``ok`` among ``keys``."""
@@ -206,6 +239,26 @@ class Store:
             if o is not None and o.get("status") == "ok":
                 out[k] = o
         return out
+
+
+def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
+    """A run directory's per-round summary: inside outcome.json (resilience runs, and
+    stores written before the summary moved out of it), else ``ROUNDS_FILE``; [] if neither."""
+    run_dir = pathlib.Path(run_dir)
+    try:
+        rounds = json.loads((run_dir / OUTCOME).read_text()).get("rounds")
+    except (OSError, ValueError, AttributeError):
+        rounds = None
+    if rounds:
+        return rounds
+    try:
+        return json.loads((run_dir / ROUNDS_FILE).read_text()) or []
+    except (OSError, ValueError):
+        return []
+
+
+def _outcome_text(record: dict) -> str:
+    return json.dumps(record, indent=1, allow_nan=False, default=_json_default) + "\n"
 
 
 def _json_default(o):
@@ -309,6 +362,8 @@ def frame_from_rows(rows: list[dict]):
                 "evaluated_clients"):
         if col in df.columns:
             df[col] = df[col].astype("Int64")
+    if "assumed_byzantine" in df.columns and df["assumed_byzantine"].dropna().map(type).nunique() > 1:
+        df["assumed_byzantine"] = df["assumed_byzantine"].astype(str)  # fractions and "exact"
     for col in ("beats_popularity", "verify", "resilience", "trace"):
         if col in df.columns:
             df[col] = df[col].astype("boolean")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import math
 import os
 import pathlib
@@ -40,6 +41,7 @@ import time
 import traceback
 from typing import Callable, Sequence
 
+from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, frame_from_rows, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
@@ -265,12 +267,18 @@ def run_sweep(
         workers = 0  # the default without Dask: one run after the other, here
     store = Store(out)
     started = time.perf_counter()
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
         outcomes: dict[str, dict] = {}
+        compacted = False
         for k in keys:
             o = store.read_outcome(k)
             if o is not None:
-                outcomes[k] = o
+                outcomes[k] = store.compact(k, o)
+                compacted |= outcomes[k] is not o
+        if compacted:
+            # outcomes written before provenance.json existed: say what they tell of their runs
+            record_reconstructed(store.path, list(outcomes.values()))
         done = {k for k, o in outcomes.items() if o.get("status") == "ok"}
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
@@ -342,6 +350,14 @@ def run_sweep(
             flush()
             report.summary, _ = write_summary(report.table, store.path,
                                               label_columns=label_columns)
+            if report.finished or report.failed:
+                # a call that ran nothing leaves the directory byte for byte as it was
+                record_call(store.path, started=started_at, wall_s=report.wall_s,
+                            total=report.total, skipped=report.skipped,
+                            finished=report.finished, failed=report.failed,
+                            workers=report.workers,
+                            run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
+                                        if k in outcomes])
     return report
 
 

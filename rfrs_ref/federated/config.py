@@ -43,7 +43,8 @@ class TrainConfig:
         defense_params: the rule's hyperparameters.
         attack: attack name; attack_params: its hyperparameters.
         byzantine_fraction: α, the fixed Byzantine share of all clients.
-        assumed_byzantine: α_assumed (None: α); f = floor(α_assumed · |sampled|).
+        assumed_byzantine: α_assumed (None: α); f = floor(α_assumed · |sampled|); ``"exact"``:
+            f = the number of Byzantine clients actually sampled (an ablation).
         rounds: T (None: the dataset's default, DEFAULT_ROUNDS).
         client_fraction: e, clients sampled per round.
         init_scale: θ̄⁰ ~ N(0, init_scale²).
@@ -73,7 +74,7 @@ class TrainConfig:
     attack: str = "none"
     attack_params: dict = dataclasses.field(default_factory=dict)
     byzantine_fraction: float = 0.0
-    assumed_byzantine: float | None = None
+    assumed_byzantine: float | str | None = None
     rounds: int | None = None
     client_fraction: float = 0.01
     init_scale: float = 0.1
@@ -117,6 +118,9 @@ class TrainConfig:
             c.checkpoint_every = c.eval_every
         if c.assumed_byzantine is None:
             c.assumed_byzantine = c.byzantine_fraction
+        elif isinstance(c.assumed_byzantine, str) and c.assumed_byzantine != "exact":
+            raise ValueError(f"assumed_byzantine must be a fraction in [0, 1) or 'exact', got "
+                             f"{c.assumed_byzantine!r}")
         c.ks = tuple(int(k) for k in c.ks)
         opt_cls = OPTIMIZERS.get(c.optimizer)
         c.optimizer_params = values(opt_cls(**c.optimizer_params))

@@ -37,8 +37,29 @@ def byzantine_mask(seed: int, n_clients: int, alpha: float) -> np.ndarray:
     return mask
 
 
-def assumed_byzantine(alpha_assumed: float, n_sampled: int) -> int:
-    """f = floor(α_assumed · |sampled|): the number of Byzantine clients the server assumes."""
+#: ``assumed_byzantine`` value telling the server the round's true number of Byzantine clients
+EXACT = "exact"
+
+
+def assumed_byzantine(alpha_assumed: float | str, n_sampled: int,
+                      byzantine: np.ndarray | None = None) -> int:
+    """f, the number of Byzantine clients the server assumes among the |sampled| clients.
+
+    f = floor(α_assumed · |sampled|) for a fraction α_assumed in [0, 1) (the
+    paper's server, which knows only α). With α_assumed = ``"exact"`` the
+    server is told the truth: f = the number of Byzantine clients among the
+    sampled ones, ``byzantine`` being the round's (|sampled|,) boolean mask (an
+    ablation, not the paper's protocol; f may then break a rule's condition,
+    e.g. Krum's n > 2f + 2, and the rule's fallback applies).
+    """
+    if isinstance(alpha_assumed, str):
+        if alpha_assumed != EXACT:
+            raise ValueError(f"assumed Byzantine fraction must be a number in [0, 1) or "
+                             f"{EXACT!r}, got {alpha_assumed!r}")
+        if byzantine is None or len(byzantine) != n_sampled:
+            raise ValueError(f"assumed_byzantine={EXACT!r} needs the round's Byzantine mask "
+                             f"of the {n_sampled} sampled clients")
+        return int(np.count_nonzero(byzantine))
     if not 0.0 <= alpha_assumed < 1.0:
         raise ValueError(f"assumed Byzantine fraction must be in [0, 1), got {alpha_assumed}")
     return math.floor(alpha_assumed * n_sampled)

@@ -151,7 +151,7 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     n = clients.size
     byz = fed.byzantine[clients]
     n_samples = fed.n_samples[clients]
-    f = assumed_byzantine(fed.assumed_fraction, n)
+    f = assumed_byzantine(fed.assumed_fraction, n, byz)
 
     # -- clients: gradient, then the optimiser's rule --------------------------------
     G = buf.grads[:n]

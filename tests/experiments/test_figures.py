@@ -15,10 +15,12 @@ from rfrs_ref.federated.config import DEFAULT_ROUNDS
 from rfrs_ref.federated.population import clients_per_round
 
 PAPER_FIGURES = ["1", "2", "3", "4", "7", "8", "10", "11", "12"]
+ABLATION_NAMES = ["ablation-init", "ablation-sampled", "ablation-krum1", "ablation-exact",
+                  "ablation-rounds"]
 
 
 def test_registry_has_the_papers_figures():
-    assert list(FIGURES) == PAPER_FIGURES
+    assert list(FIGURES) == PAPER_FIGURES + ABLATION_NAMES
     assert figure("defenses") is figure("4") is figure("fig:performance2") is figure("Fig. 4")
     with pytest.raises(KeyError, match="unknown figure '5'"):
         figure("5")
@@ -115,3 +117,56 @@ def test_scale_overrides_apply_to_every_run():
     # overriding what a figure varies collapses its grid: reported as duplicates
     with pytest.raises(ValueError, match="same key"):
         check_unique(figure("3").runs(Scale(quick=True, overrides={"model": "fism"})))
+
+
+def _fig4_at_forty_percent(trials=3):
+    runs = figure("4").runs(Scale(trials=trials, datasets=("lastfm", "ml100k")))
+    return {(r.config.dataset, r.labels["series"], r.config.seed): r.config.resolved().to_json()
+            for r in runs if r.config.byzantine_fraction == 0.4}
+
+
+@pytest.mark.parametrize("name", ABLATION_NAMES)
+def test_each_ablation_is_fig4_at_forty_percent_with_one_change(name):
+    runs = figure(name).runs()
+    assert len(check_unique(runs)) == len(runs) == 2 * 5 * 3
+    reference = _fig4_at_forty_percent()
+    changed = {}
+    for r in runs:
+        ours = r.config.resolved().to_json()
+        theirs = reference[(r.config.dataset, r.labels["series"], r.config.seed)]
+        changed[r.labels["series"]] = {k for k in ours if ours[k] != theirs[k]}
+        if name == "ablation-rounds":
+            assert ours["rounds"] == 3 * theirs["rounds"]
+    expected = {"ablation-init": {"init_scale"}, "ablation-sampled": {"model_params"},
+                "ablation-rounds": {"rounds",
+                "eval_every", "checkpoint_every"}}
+    if name == "ablation-krum1":
+        assert changed == {"No defense": set(), "RFA": set(), "Trmean": set(),
+                           "Krum": {"defense_params"}, "A-RFRS": {"defense_params"}}
+        assert {r.config.resolved().defense_params["k"] for r in runs
+                if r.labels["series"] in ("Krum", "A-RFRS")} == {1}
+    elif name == "ablation-exact":
+        assert changed.pop("No defense") == {"assumed_byzantine"}
+        assert set(map(frozenset, changed.values())) == {frozenset({"assumed_byzantine",
+                                                                    "defense_params"})}
+        assert {r.config.resolved().defense_params["fallback"] for r in runs
+                if r.labels["series"] != "No defense"} == {"reduce-f"}
+    else:
+        assert set(map(frozenset, changed.values())) == {frozenset(expected[name])}
+    quick = figure(name).runs(Scale(quick=True, rounds=3, trials=1))
+    assert {r.config.dataset for r in quick} == {"ml100k"} and len(quick) == 5
+
+
+def test_an_ablation_runs_end_to_end_and_draws_its_figure(ex, tmp_path):
+    import pandas as pd
+
+    from rfrs_ref.experiments.figures import reproduce
+
+    scale = Scale(datasets=("synthetic",), rounds=3, trials=1,
+                  overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1})
+    report, paths = reproduce(figure("ablation-exact"), scale, tmp_path, workers=0, threads=1)
+    assert (report.finished, report.failed) == (5, 0), report.failures
+    assert tmp_path / "figures" / "ablation-exact.png" in paths
+    ex.assert_image_not_blank(tmp_path / "figures" / "ablation-exact.png")
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert set(table["assumed_byzantine"]) == {"exact"} and set(table["alpha"]) == {0.4}

@@ -243,7 +243,8 @@ def test_an_existing_cluster_without_shared_files(ex, tmp_path):
         d = tmp_path / "runs" / r.key
         assert {"outcome.json", "config.json", "metrics.csv", "final_metrics.json"} <= \
             {p.name for p in d.iterdir()}
-        assert not (d / "rounds.jsonl").exists()  # the per-round summary is in outcome.json
-        assert len(json.loads((d / "outcome.json").read_text())["rounds"]) == 4
+        assert not (d / "rounds.jsonl").exists()  # the outcome carried the per-round summary
+        assert "rounds" not in json.loads((d / "outcome.json").read_text())
+        assert len(Store(tmp_path).read_rounds(r.key)) == 4
     reference = run_sweep(runs, tmp_path / "ref", workers=0, threads=1)
     pd.testing.assert_frame_equal(_values(report.table), _values(reference.table))

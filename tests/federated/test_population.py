@@ -46,3 +46,14 @@ def test_assumed_f():
     assert assumed_byzantine(0.0, 55) == 0
     with pytest.raises(ValueError):
         assumed_byzantine(1.0, 10)
+
+
+def test_assumed_f_exact_is_the_number_of_byzantine_clients_sampled():
+    byz = np.array([True, False, True, True, False])
+    assert assumed_byzantine("exact", 5, byz) == 3
+    assert assumed_byzantine("exact", 5, np.zeros(5, dtype=bool)) == 0
+    assert assumed_byzantine(0.4, 5, byz) == 2  # a fraction ignores the mask
+    with pytest.raises(ValueError, match="Byzantine mask"):
+        assumed_byzantine("exact", 5)
+    with pytest.raises(ValueError, match="'exact'"):
+        assumed_byzantine("all", 5, byz)

@@ -237,3 +237,19 @@ def test_a_checkpoint_of_another_configuration_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="does not belong"):
         Trainer(small_config(rounds=2, eval_every=1, dtype="float64")).run(tmp_path / "run",
                                                                           resume=True)
+def test_exact_assumed_byzantine_tells_the_server_each_rounds_count(tmp_path):
+    attacked = dict(attack="ascent", byzantine_fraction=0.3, defense="krum", rounds=6,
+                    eval_every=6, dtype="float64", defense_params={"fallback": "reduce-f"})
+    res = train(small_config(assumed_byzantine="exact", **attacked), tmp_path / "exact")
+    recs = rounds_without_timing(tmp_path / "exact" / "rounds.jsonl")
+    assert [r["f"] for r in recs] == [r["n_byzantine_sampled"] for r in recs]
+    # the default (None: f = floor(α n)) and an explicit α are the same run, bit for bit
+    train(small_config(**attacked), tmp_path / "default")
+    train(small_config(assumed_byzantine=0.3, **attacked), tmp_path / "alpha")
+    default = rounds_without_timing(tmp_path / "default" / "rounds.jsonl")
+    assert default == rounds_without_timing(tmp_path / "alpha" / "rounds.jsonl")
+    assert [r["f"] for r in default] == [3] * 6  # floor(0.3 * 12)
+    assert [r["f"] for r in recs] != [r["f"] for r in default]
+    assert res.final["round"] == 6
+    with pytest.raises(ValueError, match="'exact'"):
+        small_config(assumed_byzantine="most").resolved()

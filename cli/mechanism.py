@@ -1,0 +1,127 @@
+"""``rfrs-ref mechanism``: per-round measurements of why a defence keeps Byzantine clients."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import click
+
+from rfrs_ref.cli.experiments import _parse_overrides
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", str(text).lower()).strip("-")
+
+
+@click.command("mechanism")
+@click.argument("figure_name", metavar="FIGURE")
+@click.option("--dataset", required=True, help="The dataset of the figure's runs to measure.")
+@click.option("--alpha", type=float, default=None,
+              help="Byzantine fraction of the runs (required when the figure has several).")
+@click.option("--series", "series", multiple=True,
+              help="Series to measure (repeatable) [default: every series of the figure].")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=None,
+              help="Rounds [default: the figure's].")
+@click.option("--every", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Measure every N-th round (and the last).")
+@click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
+              help="Set a TrainConfig field, as in `rfrs-ref reproduce`.")
+@click.option("--out", type=click.Path(file_okay=False), required=True,
+              help="Directory for the per-round CSV files, the summary and the PNG.")
+def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, overrides, out):
+    """Measure, after every round of a figure's runs, the cosines between gradients, the
+    rank correlation of Krum's score with the gradient norm, and the Byzantine share
+    sampled -> kept.
+
+    The runs are the figure's own (same configuration and seed as in
+    `rfrs-ref reproduce FIGURE`), one per series. Writes one CSV per series
+    (a row per round), a Markdown summary (means over the rounds) and a PNG.
+    See docs/reproduction.md.
+
+    \b
+    Example:
+      rfrs-ref mechanism 4 --dataset ml100k --alpha 0.4 --out results/mechanism
+    """
+    from rfrs_ref.experiments.figures import Scale, figure
+    from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
+                                                summary)
+    from rfrs_ref.experiments.results import atomic_write_text
+
+    try:
+        fig = figure(figure_name)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="FIGURE") from None
+    if fig.kind != "k":
+        raise click.BadParameter(f"figure {fig.id} has no training runs to measure",
+                                 param_hint="FIGURE")
+    try:
+        scale = Scale(datasets=(dataset,), trials=seed + 1, rounds=rounds,
+                      overrides=_parse_overrides(overrides))
+        runs = [r for r in fig.runs(scale) if r.config.seed == seed]
+    except (ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    alphas = sorted({r.config.byzantine_fraction for r in runs})
+    if alpha is None and len(alphas) > 1:
+        raise click.BadParameter(f"figure {fig.id} runs α = {', '.join(map(str, alphas))}; "
+                                 "choose one", param_hint="--alpha")
+    if alpha is not None:
+        runs = [r for r in runs if abs(r.config.byzantine_fraction - alpha) < 1e-12]
+        if not runs:
+            raise click.BadParameter(f"figure {fig.id} has no run at α = {alpha}; it runs "
+                                     f"{', '.join(map(str, alphas))}", param_hint="--alpha")
+    known = [r.labels["series"] for r in runs]
+    unknown = [s for s in series if s not in known]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: not a series of figure {fig.id}; "
+                                 f"series: {', '.join(known)}", param_hint="--series")
+    runs = [r for r in runs if not series or r.labels["series"] in series]
+    a = runs[0].config.byzantine_fraction
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{_slug(fig.experiment)}-{dataset}-a{a:g}-seed{seed}"
+    frames = {}
+    for r in runs:
+        name = r.labels["series"]
+        with click.progressbar(length=r.config.resolved().rounds, label=name) as bar:
+            last = [0]
+
+            def progress(t, total, bar=bar, last=last):
+                bar.update(t - last[0])
+                last[0] = t
+
+            try:
+                rows = measure_run(r, every=every, progress=progress)
+            except (ValueError, FileNotFoundError, KeyError) as exc:
+                raise click.ClickException(f"{name}: {exc}") from exc
+        df = mechanism_frame(rows, {"series": name, "dataset": dataset, "alpha": a,
+                                    "seed": seed, "key": r.key})
+        frames[name] = df
+        path = out / f"{stem}-{_slug(name)}.csv"
+        atomic_write_text(path, df.to_csv(index=False))
+        click.echo(f"per-round table: {path}")
+    lines = ["| series | honest cos | cos to honest mean: honest | honest, leaving itself out | "
+             "Byzantine | Spearman(score, norm): gradient | parameter | "
+             "Byzantine share sampled → kept |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, df in frames.items():
+        s = summary(df)
+
+        def g(k, s=s):
+            v = s.get(k)
+            return "—" if v is None else f"{v:.3f}"
+
+        lines.append(f"| {name} | {g('honest_cos_mean')} | {g('honest_to_mean_cos')} | "
+                     f"{g('honest_to_others_cos')} | "
+                     f"{g('byzantine_to_mean_cos')} | {g('spearman_gradient')} | "
+                     f"{g('spearman_parameter')} | {g('byzantine_share_sampled')} → "
+                     f"{g('byzantine_share_kept')} |")
+    text = (f"Means over the rounds: {fig.title}, {dataset}, α = {a:g}, seed {seed}\n\n"
+            + "\n".join(lines) + "\n")
+    atomic_write_text(out / f"{stem}.md", text)
+    paths = plot_mechanism(frames, out / stem, title=f"{fig.title}: {dataset}, α = {a:g}, "
+                                                     f"seed {seed}")
+    click.echo(text, nl=False)
+    for p in paths:
+        click.echo(f"figure: {p}")

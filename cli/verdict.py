@@ -1,0 +1,53 @@
+"""``rfrs-ref verdict``: the paper's claims judged from results directories."""
+
+from __future__ import annotations
+
+import pathlib
+
+import click
+
+
+@click.command("verdict")
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the verdict table to this Markdown file, and its tidy form beside it "
+                   "(same name, .csv).")
+@click.option("--claim", "claim_ids", multiple=True, metavar="ID",
+              help="Only these claims (repeatable) [default: every claim].")
+def verdict(results, out, claim_ids):
+    """Judge each claim of the paper from the results in RESULTS.
+
+    RESULTS are results directories of `rfrs-ref reproduce` (e.g. results/defenses or
+    results/fig4), or folders holding them. For each claim, the two series it compares
+    are paired by seed (same split, sampling and Byzantine set) per dataset, fraction and
+    metric (P@1, P@5, R@5); the mean difference gets a 95% Student-t interval, and the
+    claim "holds" only where the interval excludes 0 in the paper's direction, "does not
+    hold" where it excludes 0 the other way, and is "inconclusive" otherwise. Claims
+    whose results are missing are listed as "not run". Directories named ablation-*
+    are judged on the claims of Fig. 4 as well. See docs/reproduction.md.
+    """
+    from rfrs_ref.experiments.claims import (CLAIMS, claim, evaluate, find_results,
+                                             verdict_frame, verdict_markdown)
+    from rfrs_ref.experiments.results import atomic_write_text
+
+    if out and pathlib.Path(out).suffix != ".md":
+        raise click.BadParameter(f"{out}: the verdict table is a Markdown file (.md)",
+                                 param_hint="--out")
+    try:
+        claims = [claim(i) for i in claim_ids] if claim_ids else list(CLAIMS)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="--claim") from None
+    try:
+        found = find_results(results)
+        ablations = sorted(n for n in found if n.startswith("ablation-"))
+        rows = evaluate(found, claims, ablations=ablations)
+    except (OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    text = verdict_markdown(rows)
+    click.echo(text, nl=False)
+    if out:
+        path = pathlib.Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+        atomic_write_text(path.with_suffix(".csv"), verdict_frame(rows).to_csv(index=False))
+        click.echo(f"verdict table: {path}, {path.with_suffix('.csv')}")

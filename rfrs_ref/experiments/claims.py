@@ -1,0 +1,477 @@
+"""The paper's claims as data, and their verdicts from paired differences over seeds.
+
+Statistics
+----------
+Two series of a results table are compared on the runs that share a seed
+(same seed = same split, client sampling and Byzantine set), per dataset × α
+× metric@K. With dᵢ = value(a, seed i) − value(b, seed i) over the n seeds
+both series finished (non-finite values dropped), the interval is Student's
+t with n − 1 degrees of freedom::
+
+    d̄ = mean(dᵢ),  s = std(dᵢ, ddof = 1),
+    CI = d̄ ± t₀.₉₇₅,ₙ₋₁ · s / √n          (95 %)
+
+The verdict, for a claim that a > b (``direction = +1``; −1 for a < b):
+"holds" only where the interval excludes 0 in the claim's direction, "does
+not hold" where it excludes 0 the other way, otherwise "inconclusive" (also
+with n < 2: no interval). Identical runs (d = 0 for every seed) are
+inconclusive: the interval is the single point 0.
+
+Claims
+------
+:data:`CLAIMS` lists every claim of the paper this project checks, each
+naming the experiment (the results directory of ``rfrs-ref reproduce``), the
+two series, the direction, and where it applies (datasets, fractions,
+metrics). "The best baseline" is, per dataset × α × metric@K, the baseline
+series with the highest mean over seeds (chosen on the same runs, so the
+comparison favours the baseline). Fig. 1's claim compares, per capture run,
+the separation of the Byzantine and benign clients in gradient space with
+that in parameter space (``rfrs_ref.experiments.worker.separation``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
+CONFIDENCE = 0.95
+#: the metrics of every verdict: (metric, K)
+METRICS = (("precision", 1), ("precision", 5), ("recall", 5))
+BASELINES = ("No defense", "Krum", "RFA", "Trmean")
+
+
+# -- statistics ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Paired:
+    """The paired difference a − b over seeds and its confidence interval.
+
+    Attributes:
+        n: pairs used; mean: d̄ (None when n = 0); sd: s (None when n < 2);
+        lo, hi: the interval (None when n < 2); confidence: its level;
+        seeds: the seeds of the pairs; mean_a, mean_b: the two series' means on them.
+    """
+
+    n: int
+    mean: float | None
+    sd: float | None
+    lo: float | None
+    hi: float | None
+    confidence: float = CONFIDENCE
+    seeds: tuple = ()
+    mean_a: float | None = None
+    mean_b: float | None = None
+
+    def verdict(self, direction: int = 1) -> str:
+        """holds / does not hold / inconclusive for the claim sign(a − b) = ``direction``."""
+        return verdict(self.lo, self.hi, direction)
+
+    def describe(self) -> str:
+        if self.n == 0:
+            return "no pairs"
+        if self.lo is None:
+            return f"{self.mean:+.4f} (n = 1, no interval)"
+        return f"{self.mean:+.4f} [{self.lo:+.4f}, {self.hi:+.4f}]"
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (scipy)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(p, df))
+
+
+def paired_interval(diffs: Iterable[float], confidence: float = CONFIDENCE,
+                    seeds: Sequence = (), mean_a=None, mean_b=None) -> Paired:
+    """d̄ and the Student-t interval d̄ ± t_{(1+c)/2, n−1} · s/√n of the differences ``diffs``.
+
+    Non-finite differences are an error (the caller decides what to drop);
+    ``confidence`` must be in (0, 1).
+    """
+    d = np.asarray(list(diffs), dtype=np.float64)
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if d.size and not np.isfinite(d).all():
+        raise ValueError("paired differences must be finite; drop the runs with NaN or inf "
+                         "metrics first")
+    n = int(d.size)
+    if n == 0:
+        return Paired(0, None, None, None, None, confidence, tuple(seeds), mean_a, mean_b)
+    mean = float(d.mean())
+    if n < 2:
+        return Paired(1, mean, None, None, None, confidence, tuple(seeds), mean_a, mean_b)
+    sd = float(d.std(ddof=1))
+    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * sd / math.sqrt(n)
+    return Paired(n, mean, sd, mean - half, mean + half, confidence, tuple(seeds), mean_a,
+                  mean_b)
+
+
+def verdict(lo: float | None, hi: float | None, direction: int = 1) -> str:
+    """"holds" if the interval [lo, hi] excludes 0 on the side of ``direction`` (+1: a > b,
+    −1: a < b), "does not hold" if it excludes 0 on the other side, else "inconclusive"."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}")
+    if lo is None or hi is None:
+        return INCONCLUSIVE
+    if lo > 0:
+        return HOLDS if direction == 1 else FAILS
+    if hi < 0:
+        return HOLDS if direction == -1 else FAILS
+    return INCONCLUSIVE
+
+
+def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
+            series_col: str) -> dict:
+    """seed -> value of the finished runs of ``series`` in one cell (finite values only)."""
+    t = table
+    sel = ((t["status"] == "ok") & (t[series_col].astype(str) == series)
+           & (t["dataset"] == dataset) & (t["metric"] == metric) & (t["k"] == k))
+    if alpha is not None:
+        sel &= np.isclose(t["alpha"].astype(float), float(alpha))
+    out = {}
+    for seed, v in zip(t.loc[sel, "seed"], t.loc[sel, "value"]):
+        if v is not None and np.isfinite(float(v)):
+            out[int(seed)] = float(v)
+    return out
+
+
+def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric: str,
+                      k: int, series_col: str = "label_series",
+                      confidence: float = CONFIDENCE) -> Paired:
+    """The paired difference a − b over the seeds both series finished, in one cell
+    (dataset, α (None: any), metric@k) of a tidy results table."""
+    va = _values(table, a, dataset=dataset, alpha=alpha, metric=metric, k=k,
+                 series_col=series_col)
+    vb = _values(table, b, dataset=dataset, alpha=alpha, metric=metric, k=k,
+                 series_col=series_col)
+    seeds = sorted(set(va) & set(vb))
+    return paired_interval([va[s] - vb[s] for s in seeds], confidence, seeds,
+                           _mean([va[s] for s in seeds]), _mean([vb[s] for s in seeds]))
+
+
+def _mean(xs):
+    return float(np.mean(xs)) if xs else None
+
+
+# -- claims -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One claim of the paper.
+
+    Attributes:
+        id: short identifier; text: the claim as the paper makes it; figure: the paper's
+        figure number (the reproduce command's FIGURE); experiment: the results directory
+        name of ``rfrs-ref reproduce`` (also found as ``fig<figure>``).
+        a: the series claimed better; against: the series it is compared with (one row each;
+        ``"best baseline"`` is the best of BASELINES per cell).
+        direction: +1 (a above) or −1 (a below).
+        datasets: where the claim applies (None: every dataset in the results).
+        alphas: the fractions (None: every fraction in the results).
+        metrics: (metric, K) pairs; paper_relative: the paper's relative difference, shown
+        beside ours (e.g. 0.337); kind: ``table`` or ``separation`` (Fig. 1).
+        by_alpha: one row per fraction; False when the two series differ in α (Fig. 2:
+        no attack against 40% Byzantine clients), which then pair by seed alone.
+    """
+
+    id: str
+    text: str
+    figure: str
+    experiment: str
+    a: str
+    against: tuple[str, ...]
+    direction: int = 1
+    datasets: tuple[str, ...] | None = None
+    alphas: tuple[float, ...] | None = None
+    metrics: tuple[tuple[str, int], ...] = METRICS
+    paper_relative: float | None = None
+    kind: str = "table"
+    by_alpha: bool = True
+
+    def dirs(self) -> tuple[str, ...]:
+        from rfrs_ref.experiments.figures import FIGURES
+
+        ids = [i for i, f in FIGURES.items() if f.experiment == self.experiment]
+        return (self.experiment, *(f"fig{i}" for i in ids))
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("frs-fmf", "A-FRS outperforms FMF on all datasets (Fig. 3/7)", "3", "frs",
+          "A-FRS", ("FMF",)),
+    Claim("camouflage", "The camouflage attack (40% Byzantine) degrades A-FRS (Fig. 2)", "2",
+          "camouflage", "No attack", ("Camouflage attack (40%)",), by_alpha=False),
+    Claim("arfrs-all", "A-RFRS outperforms every other defence at every fraction (Fig. 4/8)",
+          "4", "defenses", "A-RFRS", BASELINES),
+    Claim("arfrs-lastfm-33.7", "On Last.fm with 40% Byzantine clients, A-RFRS improves the best "
+          "baseline by 33.7% on Precision@1", "4", "defenses", "A-RFRS", ("best baseline",),
+          datasets=("lastfm",), alphas=(0.4,), metrics=(("precision", 1),),
+          paper_relative=0.337),
+    Claim("arfrs-krum", "A-RFRS outperforms Krum on all four datasets (Fig. 4)", "4", "defenses",
+          "A-RFRS", ("Krum",)),
+    Claim("pca", "Model parameters of Byzantine and benign clients are less distinguishable "
+          "than their gradients (Fig. 1; separation, gradient minus parameter)", "1", "pca",
+          "gradient", ("theta",), kind="separation"),
+    Claim("adam-sgd", "Adam outperforms SGD (Fig. 10)", "10", "adam-sgd", "Adam", ("SGD",)),
+    Claim("srfrs", "With momentum, S-RFRS outperforms the other defences (Fig. 11)", "11",
+          "momentum", "S-RFRS", BASELINES),
+    Claim("agrfrs", "With AdaGrad, AG-RFRS outperforms the other defences (Fig. 12)", "12",
+          "adagrad", "AG-RFRS", BASELINES),
+)
+
+
+def claim(name: str) -> Claim:
+    for c in CLAIMS:
+        if c.id == name:
+            return c
+    raise KeyError(f"unknown claim {name!r}; claims: {', '.join(c.id for c in CLAIMS)}")
+
+
+# -- finding results -----------------------------------------------------------------------------
+def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]:
+    """Results directories by name: each path is a results directory (it holds results.csv or
+    results.parquet) or a folder of them (its subdirectories that do). The first wins."""
+    found: dict[str, pathlib.Path] = {}
+    for p in map(pathlib.Path, paths):
+        if not p.is_dir():
+            raise FileNotFoundError(f"{p}: not a directory; give results directories "
+                                    "(e.g. results/defenses) or a folder holding them")
+        candidates = [p] if _has_table(p) else sorted(c for c in p.iterdir() if c.is_dir()
+                                                      and _has_table(c))
+        for c in candidates:
+            found.setdefault(c.name, c)
+    return found
+
+
+def _has_table(d: pathlib.Path) -> bool:
+    return (d / "results.csv").is_file() or (d / "results.parquet").is_file()
+
+
+#: columns a results table needs for a verdict
+NEEDED = ("status", "dataset", "alpha", "seed", "metric", "k", "value")
+
+
+def _table(d: pathlib.Path):
+    from rfrs_ref.experiments.results import read_table
+
+    path = d / "results.csv" if (d / "results.csv").is_file() else d
+    table = read_table(path)
+    missing = [c for c in NEEDED if c not in table.columns]
+    if missing or ("label_series" not in table.columns and "method" not in table.columns):
+        raise ValueError(f"{path}: not a results table of rfrs-ref (missing column(s) "
+                         f"{', '.join(missing) or 'label_series or method'}); give the "
+                         "directories written by rfrs-ref reproduce")
+    return table
+
+
+# -- verdict rows --------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Row:
+    """One row of the verdict table: a claim in one setting (dataset, α, comparator)."""
+
+    claim: Claim
+    dataset: str | None
+    alpha: float | None
+    against: str
+    results: dict            # (metric, k) -> Paired
+    directory: str | None
+    note: str = ""
+    options: str = ""        # reproduce options that made these runs (Fig. 1: --trials, --set)
+    figure: str | None = None  # the experiment to reproduce, when not the claim's (ablations)
+
+    @property
+    def verdicts(self) -> dict:
+        return {m: p.verdict(self.claim.direction) for m, p in self.results.items()}
+
+    @property
+    def verdict(self) -> str:
+        """The verdict shared by every metric; "mixed" when they differ; "not run"."""
+        if not self.results or all(p.n == 0 for p in self.results.values()):
+            return NOT_RUN
+        vs = set(self.verdicts.values())
+        return vs.pop() if len(vs) == 1 else "mixed"
+
+    @property
+    def n(self) -> int:
+        return min((p.n for p in self.results.values()), default=0)
+
+    def command(self) -> str:
+        where = f" --out {self.directory}" if self.directory else ""
+        if self.claim.kind == "separation":
+            return f"rfrs-ref reproduce {self.claim.figure}{self.options}{where}"
+        ds = f" --datasets {self.dataset}" if self.dataset else ""
+        return f"rfrs-ref reproduce {self.figure or self.claim.figure}{ds}{where}"
+
+
+def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
+                   directory_name: str | None = None) -> list[Row]:
+    """The rows of claim ``c`` from the results directories ``results`` (name -> path).
+
+    ``directory_name`` evaluates the claim on that directory instead of the claim's own
+    (an ablation of the same figure). A missing directory gives one "not run" row."""
+    names = (directory_name,) if directory_name else c.dirs()
+    if c.kind == "separation":
+        # Fig. 1 may be run once per initialisation, in directories pca, pca-init1, ...
+        dirs = [results[n] for n in sorted(results)
+                if any(n == a or n.startswith(f"{a}-") for a in names)]
+        if not dirs:
+            return [Row(c, None, None, c.against[0], {}, None,
+                        note=f"no results directory ({' or '.join(names)})")]
+        return [r for d in dirs for r in _separation_rows(c, d)]
+    d = next((results[n] for n in names if n in results), None)
+    if d is None:
+        return [Row(c, None, None, b, {}, None, note="no results directory "
+                    f"({' or '.join(names)})") for b in c.against]
+    table = _table(d)
+    scol = "label_series" if "label_series" in table.columns else "method"
+    datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
+    rows = []
+    for ds in datasets:
+        alphas = c.alphas or tuple(sorted({float(x) for x in
+                                           table.loc[table["dataset"] == ds, "alpha"].dropna()}))
+        alphas = alphas if c.by_alpha and alphas else (None,)
+        for alpha in alphas:
+            for b in c.against:
+                res, note = {}, ""
+                for metric, k in c.metrics:
+                    against = b
+                    if b == "best baseline":
+                        against = _best(table, BASELINES, ds, alpha, metric, k, scol)
+                        note = f"best baseline: {against}" if against else "no baseline run"
+                    res[(metric, k)] = (paired_difference(table, c.a, against, dataset=ds,
+                                                          alpha=alpha, metric=metric, k=k,
+                                                          series_col=scol)
+                                        if against else paired_interval([]))
+                if c.paper_relative is not None:
+                    p = res[c.metrics[0]]
+                    if p.mean_b:
+                        note += (f"; {c.a} vs it: {p.mean_a / p.mean_b - 1:+.1%} "
+                                 f"(paper: {c.paper_relative:+.1%})")
+                rows.append(Row(c, ds, alpha, b, res, str(d), note=note.strip("; ")))
+    return rows
+
+
+def _ordered(datasets) -> list[str]:
+    from rfrs_ref.experiments.figures import DATASETS
+
+    return sorted(map(str, datasets), key=lambda x: (DATASETS.index(x) if x in DATASETS
+                                                      else len(DATASETS), x))
+
+
+def _best(table, candidates, dataset, alpha, metric, k, scol) -> str | None:
+    best, best_mean = None, -math.inf
+    for s in candidates:
+        v = _values(table, s, dataset=dataset, alpha=alpha, metric=metric, k=k, series_col=scol)
+        if v and np.mean(list(v.values())) > best_mean:
+            best, best_mean = s, float(np.mean(list(v.values())))
+    return best
+
+
+def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
+    """Fig. 1: per model (series), the paired difference of separations, gradient − θ."""
+    from rfrs_ref.experiments.results import Store
+
+    by_series: dict[str, dict[int, float]] = {}
+    inits: dict[str, float] = {}
+    dataset = None
+    for o in Store(d).outcomes().values():
+        cap = o.get("capture")
+        if o.get("status") != "ok" or not cap:
+            continue
+        sep = cap.get("separation") or {}
+        ga, gb = sep.get(c.a), sep.get(c.against[0])
+        if ga is None or gb is None or not (np.isfinite(ga) and np.isfinite(gb)):
+            continue
+        spec = o.get("spec") or {}
+        series = (spec.get("labels") or {}).get("series") or spec["config"]["model"]
+        dataset = spec["config"]["dataset"]
+        init = spec["config"].get("init_scale", 0.1)
+        series = f"{series}, init N(0, {init:g}²)"
+        inits[series] = float(init)
+        by_series.setdefault(series, {})[int(spec["config"]["seed"])] = float(ga) - float(gb)
+    if not by_series:
+        return [Row(c, None, None, c.against[0], {}, str(d), note="no finished capture run")]
+    rows = []
+    for series, diffs in sorted(by_series.items()):
+        seeds = sorted(diffs)
+        p = paired_interval([diffs[s] for s in seeds], seeds=seeds)
+        options = f" --trials {len(seeds)}" if len(seeds) > 1 else ""
+        if inits[series] != 0.1:
+            options += f" --set init_scale={inits[series]:g}"
+        rows.append(Row(c, dataset, None, series, {("separation", 0): p}, str(d),
+                        options=options))
+    return rows
+
+
+def evaluate(results: Mapping[str, pathlib.Path], claims: Sequence[Claim] = CLAIMS,
+             ablations: Sequence[str] = ()) -> list[Row]:
+    """Every claim's rows; for each ablation directory name, the rows of the claims of its
+    figure (Fig. 4) evaluated on it, marked with the ablation's name."""
+    rows = []
+    for c in claims:
+        rows.extend(evaluate_claim(c, results))
+    for name in ablations:
+        for c in claims:
+            if c.experiment == "defenses":
+                for r in evaluate_claim(c, results, directory_name=name):
+                    r.note = f"ablation {name}" + (f"; {r.note}" if r.note else "")
+                    r.figure = name
+                    rows.append(r)
+    return rows
+
+
+# -- output ----------------------------------------------------------------------------------------
+def _metric_name(m) -> str:
+    metric, k = m
+    if metric == "separation":
+        return "separation"
+    return {"precision": "P", "recall": "R"}.get(metric, metric) + f"@{k}"
+
+
+def verdict_markdown(rows: Sequence[Row]) -> str:
+    """The verdict table: claim, dataset, α, comparison, verdict, Δ [95% CI] per metric, n,
+    command. A cell reads "mean difference [interval] (verdict)"."""
+    head = ["claim", "dataset", "α", "comparison", "verdict", "P@1 Δ [95% CI]",
+            "P@5 Δ [95% CI]", "R@5 Δ [95% CI]", "n", "command"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = {}
+        for m, p in r.results.items():
+            name = _metric_name(m)
+            text = f"{p.describe()} ({p.verdict(r.claim.direction)})" if p.n else "—"
+            if name == "separation":  # Fig. 1 has one measure: shown in the first column
+                name, text = "P@1", f"separation: {text}"
+            cells[name] = text
+        comparison = (f"{r.claim.a} vs {r.against}" if r.claim.kind == "table"
+                      else f"{r.against}: gradient − θ separation")
+        if r.note:
+            comparison += f" ({r.note})"
+        lines.append("| " + " | ".join([
+            r.claim.text, r.dataset or "—", "—" if r.alpha is None else f"{r.alpha:g}",
+            comparison, r.verdict, cells.get("P@1", "—"), cells.get("P@5", "—"),
+            cells.get("R@5", "—"), str(r.n), f"`{r.command()}`"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def verdict_frame(rows: Sequence[Row]):
+    """The verdict rows as a tidy table: one row per claim row × metric."""
+    import pandas as pd
+
+    out = []
+    for r in rows:
+        base = {"claim": r.claim.id, "text": r.claim.text, "dataset": r.dataset,
+                "alpha": r.alpha, "a": r.claim.a, "b": r.against,
+                "direction": r.claim.direction, "row_verdict": r.verdict, "note": r.note,
+                "directory": r.directory, "command": r.command()}
+        if not r.results:
+            out.append({**base, "metric": None, "k": None, "n": 0, "mean": None, "lo": None,
+                        "hi": None, "verdict": NOT_RUN, "seeds": ""})
+        for (metric, k), p in r.results.items():
+            out.append({**base, "metric": metric, "k": k, "n": p.n, "mean": p.mean,
+                        "lo": p.lo, "hi": p.hi, "mean_a": p.mean_a, "mean_b": p.mean_b,
+                        "verdict": p.verdict(r.claim.direction) if p.n else NOT_RUN,
+                        "seeds": json.dumps(list(p.seeds))})
+    return pd.DataFrame(out)

@@ -1,0 +1,247 @@
+"""Why a defence keeps or drops Byzantine clients: per-round measurements over a whole run.
+
+After every round of one run (the run of a sweep, same configuration and
+seed), from the round's uploads, as Fig. 1's capture run reads them:
+
+- ĝᵢ, the gradient the server recovers from client i's upload and the server
+  state before the round (an honest client's ĝᵢ is its gradient), and
+  δᵢ = θᵢ − θ̄, its upload in parameter space (what Krum on parameters sees);
+- ``honest_cos_*``: the cosine cos(ĝᵢ, ĝⱼ) over the pairs of honest clients
+  of the round: mean, 10%, 50% and 90% quantiles;
+- ``honest_to_mean_cos`` / ``byzantine_to_mean_cos``: the mean over honest
+  (Byzantine) clients of cos(ĝᵢ, ḡ_H), ḡ_H the mean honest gradient of the
+  round. An honest client's own gradient is part of ḡ_H, which with nearly
+  orthogonal gradients makes most of its cosine (about 1/√|H|), so
+  ``honest_to_others_cos`` gives the fair comparison with a Byzantine client:
+  the mean over honest i of cos(ĝᵢ, mean of the other honest gradients). An
+  ascent client sends −gᵢ, the negation of a gradient that is not in ḡ_H;
+- ``spearman_gradient``, ``spearman_parameter``: Spearman's rank correlation
+  between Krum's score (sum of the m = n − f − 2 smallest squared distances
+  to the others, ``rfrs_ref.aggregate.krum.krum_scores``) and the norm, of
+  ĝᵢ and of δᵢ: near 1, Krum ranks clients by their norm, keeping the
+  smallest uploads whatever their direction;
+- ``byzantine_share_sampled`` → ``byzantine_share_kept``, and the rule's f,
+  from the round record.
+
+Conventions: float64 throughout; rows that verification excluded are left
+out (as the rule never saw them); a non-finite row (a hostile upload) has no
+cosine and an infinite Krum score, and is left out of the cosines and the
+correlations; a measure without enough rows (fewer than 2 honest clients, no
+Byzantine client, constant ranks) is NaN (an empty cell of the CSV).
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from typing import Callable, Sequence
+
+import numpy as np
+
+#: columns of the per-round table, in order
+COLUMNS = ("round", "n", "n_byzantine", "f", "honest_cos_mean", "honest_cos_q10",
+           "honest_cos_q50", "honest_cos_q90", "honest_to_mean_cos", "honest_to_others_cos",
+           "byzantine_to_mean_cos",
+           "spearman_gradient", "spearman_parameter", "byzantine_share_sampled",
+           "byzantine_share_kept", "loss")
+
+
+def cosines(X: np.ndarray) -> np.ndarray:
+    """cos(xᵢ, xⱼ) for every pair of rows of X (n × n, float64); NaN for a zero or
+    non-finite row."""
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    bad = ~np.isfinite(norms) | (norms == 0)
+    safe = np.where(bad[:, None], 0.0, X) / np.where(bad, 1.0, norms)[:, None]
+    C = safe @ safe.T
+    C[bad, :] = np.nan
+    C[:, bad] = np.nan
+    return C
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties) of the finite pairs; NaN with
+    fewer than 3 pairs or a constant side."""
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3:
+        return math.nan
+    ra, rb = rankdata(a[ok]), rankdata(b[ok])
+    if ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def squared_distances(X: np.ndarray) -> np.ndarray:
+    """‖xᵢ − xⱼ‖² for every pair of rows (float64, by differences: exact for close rows);
+    +inf where a row is non-finite."""
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    finite = np.isfinite(X).all(axis=1)
+    D2 = np.full((n, n), np.inf)
+    for i in range(n):
+        if finite[i]:
+            diff = X[finite] - X[i]
+            D2[i, finite] = np.einsum("ij,ij->i", diff, diff)
+    return D2
+
+
+def round_measures(grads: np.ndarray, params: np.ndarray, byzantine: np.ndarray, f: int) -> dict:
+    """The measurements of one round (see the module docstring).
+
+    Args:
+        grads: (n, D) recovered gradients ĝᵢ of the clients the rule saw.
+        params: (n, D) their uploads in parameter space, θᵢ − θ̄.
+        byzantine: (n,) bool, which of them are Byzantine.
+        f: the assumed number of Byzantine clients the rule used.
+    """
+    from rfrs_ref.aggregate.krum import krum_scores
+
+    G = np.asarray(grads, dtype=np.float64)
+    P = np.asarray(params, dtype=np.float64)
+    byz = np.asarray(byzantine, dtype=bool)
+    if G.ndim != 2 or G.shape != P.shape or byz.shape != (G.shape[0],):
+        raise ValueError(f"round_measures needs grads and params of one shape (n, D) and an "
+                         f"(n,) mask; got {G.shape}, {P.shape}, {byz.shape}")
+    n = G.shape[0]
+    out = {name: math.nan for name in COLUMNS}
+    out.update(n=n, n_byzantine=int(byz.sum()), f=int(f))
+    honest = np.flatnonzero(~byz & np.isfinite(G).all(axis=1))
+    if honest.size >= 2:
+        C = cosines(G[honest])
+        pairs = C[np.triu_indices(honest.size, k=1)]
+        pairs = pairs[np.isfinite(pairs)]
+        if pairs.size:
+            out["honest_cos_mean"] = float(pairs.mean())
+            q = np.quantile(pairs, [0.1, 0.5, 0.9])
+            out["honest_cos_q10"], out["honest_cos_q50"], out["honest_cos_q90"] = map(float, q)
+    if honest.size >= 1:
+        mean = G[honest].mean(axis=0)
+        to_mean = cosines(np.vstack([mean[None, :], G]))[0, 1:]
+        h = to_mean[~byz]
+        b = to_mean[byz]
+        if np.isfinite(h).any():
+            out["honest_to_mean_cos"] = float(np.nanmean(h))
+        if b.size and np.isfinite(b).any():
+            out["byzantine_to_mean_cos"] = float(np.nanmean(b))
+    if honest.size >= 2:
+        H = G[honest]
+        others = (H.sum(axis=0)[None, :] - H) / (honest.size - 1)
+        loo = [cosines(np.vstack([H[i], others[i]]))[0, 1] for i in range(honest.size)]
+        if np.isfinite(loo).any():
+            out["honest_to_others_cos"] = float(np.nanmean(loo))
+    if n >= 3:
+        for name, X in (("spearman_gradient", G), ("spearman_parameter", P)):
+            scores, _ = krum_scores(squared_distances(X), int(f))
+            with np.errstate(over="ignore", invalid="ignore"):
+                norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+            out[name] = spearman(scores, norms)
+    return out
+
+
+def measure_run(spec, *, every: int = 1, progress: Callable[[int, int], None] | None = None,
+                data=None) -> list[dict]:
+    """Train ``spec``'s run round by round and measure every ``every``-th round.
+
+    The training is the trainer's (same configuration, seed, buffers and round
+    function as a sweep run, so the run is the one the sweep ran); the
+    measurement only reads the round's buffers afterwards.
+    """
+    from rfrs_ref.federated.round import run_round
+    from rfrs_ref.federated.trainer import Trainer
+
+    if every < 1:
+        raise ValueError(f"every must be at least 1, got {every}")
+    trainer = Trainer(spec.config, data=data)
+    c = trainer.config
+    opt = trainer.optimizer
+    state, private = trainer.initial_state()
+    buf = trainer.buffers()
+    rows = []
+    for t in range(1, c.rounds + 1):
+        prev = state
+        state, record = run_round(trainer.federation, state, t, buf, private)
+        if t % every and t != c.rounds:
+            if progress is not None:
+                progress(t, c.rounds)
+            continue
+        excluded = {e["client"] for e in record["excluded"]}
+        ok = np.array([cl not in excluded for cl in record["clients"]], dtype=bool)
+        m = int(ok.sum())
+        byz = np.asarray(record["byzantine"], dtype=bool)[ok]
+        # rows that passed verification are the first m rows of the buffers after the round
+        uploads = {k: buf.uploads[k][:m] for k in opt.arrays}
+        params = uploads["theta"].astype(np.float64) - prev["theta"].astype(np.float64)
+        grads = np.empty((m, prev["theta"].size), dtype=np.float64)
+        opt.recover_batch(prev, uploads, t, grads,
+                          backend="numpy" if c.backend == "numpy" else "numba")
+        row = round_measures(grads, params, byz, record["f"])
+        row.update(round=t, byzantine_share_sampled=record["byzantine_share_sampled"],
+                   byzantine_share_kept=record["byzantine_share_kept"],
+                   loss=record.get("loss", math.nan))
+        rows.append(row)
+        if progress is not None:
+            progress(t, c.rounds)
+    return rows
+
+
+def mechanism_frame(rows: Sequence[dict], labels: dict | None = None):
+    """The per-round rows as a DataFrame (COLUMNS, then the labels as constant columns)."""
+    import pandas as pd
+
+    df = pd.DataFrame([{k: r.get(k, math.nan) for k in COLUMNS} for r in rows],
+                      columns=list(COLUMNS))
+    for k, v in (labels or {}).items():
+        df[k] = v
+    return df
+
+
+def plot_mechanism(frames: dict, stem: pathlib.Path, title: str = "") -> list[pathlib.Path]:
+    """Four panels against the round, one line per series (``frames``: series -> frame):
+    honest pairwise cosine (mean), cosine to the mean of the other honest gradients
+    (honest solid; Byzantine, to the honest mean, dashed), Spearman(Krum score, norm) in gradient space, Byzantine share kept (the
+    sampled share dotted grey). Lines are smoothed over 25 rounds. Writes PNG only."""
+    from rfrs_ref.experiments import plots
+
+    plt = plots._pyplot()
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    panels = [("honest_cos_mean", "cos between honest gradients"),
+              ("honest_to_others_cos", "cos(gradient, mean of the other honest)"),
+              ("spearman_gradient", "Spearman(Krum score, ‖ĝ‖)"),
+              ("byzantine_share_kept", "Byzantine share kept")]
+    for i, (series, df) in enumerate(frames.items()):
+        color, _ = plots._style(series, i)
+        for ax, (col, _) in zip(axes, panels):
+            ax.plot(df["round"], _smooth(df[col]), color=color, linewidth=1.2, label=series)
+        axes[1].plot(df["round"], _smooth(df["byzantine_to_mean_cos"]), color=color,
+                     linewidth=1.0, linestyle="--")
+        if i == 0:
+            axes[3].plot(df["round"], _smooth(df["byzantine_share_sampled"]), color="grey",
+                         linestyle=":", linewidth=1.0, label="sampled")
+    for ax, (_, name) in zip(axes, panels):
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("round", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[3].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    stem = pathlib.Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    path = stem.parent / f"{stem.name}.png"  # the stem may hold dots (a0.4)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return [path]
+
+
+def _smooth(s, window: int = 25):
+    return s.astype(float).rolling(window, min_periods=1).mean()
+
+
+def summary(df) -> dict:
+    """Means over the run's rounds of every measure (NaN cells skipped)."""
+    return {c: float(df[c].astype(float).mean()) for c in COLUMNS
+            if c not in ("round",) and df[c].notna().any()}

@@ -1,0 +1,133 @@
+"""The committed record of a results directory: enough to skip every run and redraw the same
+tables and figures; the .gitignore keeps exactly the bulk out; provenance of each call."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from rfrs_ref.experiments.committed import (COMMITTED_GLOBS, PROVENANCE, committed_files,
+                                            read_provenance)
+from rfrs_ref.experiments.figures import Scale, figure, reproduce
+from rfrs_ref.experiments.results import OUTCOME, ROUNDS_FILE, Store, read_rounds
+from rfrs_ref.experiments.spec import RunSpec
+from rfrs_ref.experiments.sweep import run_sweep
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+#: files whose bytes a re-run from the record must reproduce
+REDRAWN = ("results.csv", "summary.csv", "summary.md", "figures/fig10.png",
+           "figures/fig10_curves.png")
+
+
+def _scale(ex):
+    return Scale(datasets=("synthetic",), rounds=3, trials=2,
+                 overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1,
+                            "eval_every": 1})
+
+
+def test_the_record_alone_runs_nothing_and_redraws_the_same_files(ex, tmp_path):
+    first = tmp_path / "first"
+    report, _ = reproduce(figure("10"), _scale(ex), first, workers=0, threads=1)
+    assert (report.finished, report.failed) == (4, 0)
+    record = committed_files(first)
+    assert {str(p) for p in record} >= {*REDRAWN, PROVENANCE}
+    outcomes = [p for p in record if p.name == OUTCOME]
+    assert len(outcomes) == 4
+    # the bulk is not part of the record
+    assert not any(p.suffix in (".parquet", ".pdf", ".jsonl") or p.name == ROUNDS_FILE
+                   for p in record)
+
+    fresh = tmp_path / "fresh"
+    for rel in record:
+        (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(first / rel, fresh / rel)
+    again, _ = reproduce(figure("10"), _scale(ex), fresh, workers=0, threads=1)
+    assert (again.total, again.skipped, again.finished, again.failed) == (4, 4, 0, 0)
+    for rel in REDRAWN:
+        assert (fresh / rel).read_bytes() == (first / rel).read_bytes(), rel
+    # a call that ran nothing leaves the provenance as it was
+    assert (fresh / PROVENANCE).read_bytes() == (first / PROVENANCE).read_bytes()
+
+
+def test_provenance_records_each_call_that_ran_something(ex, tmp_path):
+    runs = [RunSpec(ex.tiny_config(seed=s, rounds=2)) for s in range(2)]
+    run_sweep(runs[:1], tmp_path, workers=0, threads=1)
+    run_sweep(runs, tmp_path, workers=0, threads=1)
+    before = (tmp_path / PROVENANCE).read_bytes()
+    run_sweep(runs, tmp_path, workers=0, threads=1)
+    assert (tmp_path / PROVENANCE).read_bytes() == before
+    calls = read_provenance(tmp_path)["calls"]
+    assert [c["runs"] for c in calls] == [
+        {"total": 1, "skipped": 0, "finished": 1, "failed": 0},
+        {"total": 2, "skipped": 1, "finished": 1, "failed": 0}]
+    for c in calls:
+        assert c["wall_s"] > 0 and c["run_wall_s_sum"] > 0
+        assert c["machine"]["cores"] >= 1 and c["versions"]["numpy"]
+        assert "commit" in c and "dirty" in c and c["started"] <= c["finished"]
+
+
+def test_outcomes_stay_small_and_the_round_summary_sits_beside_them(ex, tmp_path):
+    spec = RunSpec(ex.tiny_config(rounds=6))
+    run_sweep([spec], tmp_path, workers=0, threads=1)
+    d = tmp_path / "runs" / spec.key
+    assert "rounds" not in json.loads((d / OUTCOME).read_text())
+    assert [r["round"] for r in read_rounds(d)] == list(range(1, 7))
+
+
+def test_an_outcome_written_with_its_rounds_inside_is_compacted_and_not_run_again(ex, tmp_path):
+    spec = RunSpec(ex.tiny_config(rounds=3))
+    run_sweep([spec], tmp_path, workers=0, threads=1)
+    d = tmp_path / "runs" / spec.key
+    rounds = read_rounds(d)
+    legacy = {**json.loads((d / OUTCOME).read_text()), "rounds": rounds}
+    (d / OUTCOME).write_text(json.dumps(legacy, indent=1) + "\n")
+    (d / ROUNDS_FILE).unlink()
+    (tmp_path / PROVENANCE).unlink()
+    report = run_sweep([spec], tmp_path, workers=0, threads=1)
+    assert (report.skipped, report.finished) == (1, 0)
+    assert "rounds" not in json.loads((d / OUTCOME).read_text())
+    assert Store(tmp_path).read_rounds(spec.key) == rounds
+    # runs recorded without provenance get one entry made from their outcomes
+    (entry,) = read_provenance(tmp_path)["calls"]
+    assert entry["reconstructed"] and entry["runs"]["finished"] == 1 and entry["commit"] is None
+    assert entry["run_wall_s_sum"] > 0 and entry["hosts"] and entry["versions"]
+    before = (tmp_path / PROVENANCE).read_bytes()
+    run_sweep([spec], tmp_path, workers=0, threads=1)
+    assert (tmp_path / PROVENANCE).read_bytes() == before
+
+
+def test_resilience_runs_keep_their_rounds_in_the_outcome(ex, tmp_path):
+    spec = RunSpec(ex.tiny_config(rounds=2, resilience=True, attack="ascent",
+                                  byzantine_fraction=0.2))
+    run_sweep([spec], tmp_path, workers=0, threads=1)
+    d = tmp_path / "runs" / spec.key
+    assert all("resilience" in r for r in json.loads((d / OUTCOME).read_text())["rounds"])
+    assert not (d / ROUNDS_FILE).exists()
+
+
+def _git_ignored(paths: list[str]) -> set[str]:
+    res = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "--stdin"],
+                         input="\n".join(paths) + "\n", capture_output=True, text=True)
+    if res.returncode not in (0, 1):
+        pytest.skip(f"git check-ignore is not usable here: {res.stderr.strip()}")
+    return set(res.stdout.split())
+
+
+def test_gitignore_keeps_exactly_the_record(ex, tmp_path):
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = tmp_path / "out"
+    reproduce(figure("10"), _scale(ex), out, workers=0, threads=1)
+    (out / "runs" / "0123456789abcdef").mkdir()
+    for name in ("checkpoint.npz", "state.npz", "capture.npz", "capture.json"):
+        (out / "runs" / "0123456789abcdef" / name).write_text("x")
+    every = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    record = set(committed_files(out))
+    assert record and set(every) - record
+    where = {f"results/fig10/{p}": p for p in every}
+    ignored = _git_ignored(list(where))
+    assert {p for name, p in where.items() if name not in ignored} == record, COMMITTED_GLOBS

@@ -1,0 +1,103 @@
+"""Per-round mechanism measurements: hand-computed rounds, the run is the sweep's run,
+and ``rfrs-ref mechanism`` on a tiny synthetic figure."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.experiments.mechanism import (COLUMNS, cosines, measure_run, round_measures,
+                                            spearman, squared_distances)
+from rfrs_ref.experiments.spec import RunSpec
+
+
+def test_a_hand_computed_round():
+    g1, g2 = np.array([1.0, 0.0, 0.0]), np.array([0.0, 2.0, 0.0])
+    G = np.vstack([g1, g2, -g1])          # the third client sends the ascent of the first
+    byz = np.array([False, False, True])
+    m = round_measures(G, 0.1 * G, byz, f=0)
+    assert m["honest_cos_mean"] == pytest.approx(0.0)
+    # honest mean (0.5, 1, 0): cos with g1 = 0.5/sqrt(1.25), with g2 = 1/sqrt(1.25)
+    assert m["honest_to_mean_cos"] == pytest.approx((0.5 + 1.0) / 2 / math.sqrt(1.25))
+    assert m["byzantine_to_mean_cos"] == pytest.approx(-0.5 / math.sqrt(1.25))
+    assert m["honest_to_others_cos"] == pytest.approx(0.0)  # the other honest one: orthogonal
+    # squared distances: d(1,2) = 5, d(1,3) = 4, d(2,3) = 5; m = 1 (n - f - 2)
+    # Krum scores 4, 5, 4; norms 1, 2, 1 -> ranks (1.5, 3, 1.5) for both: rho = 1
+    assert m["spearman_gradient"] == pytest.approx(1.0)
+    assert m["spearman_parameter"] == pytest.approx(1.0)
+    assert (m["n"], m["n_byzantine"], m["f"]) == (3, 1, 0)
+
+
+def test_hostile_rows_are_left_out_not_a_crash():
+    G = np.array([[1.0, 0.0], [0.0, 1.0], [np.nan, 1.0], [1e38, 1e38]])
+    byz = np.array([False, False, True, True])
+    m = round_measures(G, G, byz, f=1)
+    assert m["honest_cos_mean"] == pytest.approx(0.0)
+    assert np.isfinite(m["byzantine_to_mean_cos"])  # the 1e38 row still has a direction
+    # the NaN row is left out; 1e38 is finite: scores (2, 2, 2e76), norms (1, 1, 1.4e38)
+    assert m["spearman_gradient"] == pytest.approx(1.0)
+    assert math.isnan(round_measures(G[1:3], G[1:3], byz[1:3], f=0)["spearman_gradient"])
+    C = cosines(G)
+    assert np.isnan(C[2]).all() and C[0, 0] == pytest.approx(1.0)
+    assert np.isinf(squared_distances(G)[2]).all()
+    one = round_measures(G[:1], G[:1], byz[:1], f=0)
+    assert math.isnan(one["honest_cos_mean"]) and math.isnan(one["byzantine_to_mean_cos"])
+
+
+def test_spearman_by_hand():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ranks (1, 2, 3) vs (2, 1, 3): 1 - 6 * 2 / (3 * 8) = 0.5
+    assert spearman([1, 2, 3], [5, 4, 9]) == pytest.approx(0.5)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_the_measured_run_is_the_sweeps_run(ex, tmp_path):
+    from rfrs_ref.federated.trainer import train
+
+    spec = RunSpec(ex.tiny_config(attack="ascent", byzantine_fraction=0.3, preset="a-rfrs",
+                                  rounds=5))
+    rows = measure_run(spec)
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
+    train(spec.config, tmp_path / "run")
+    recs = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().split()
+            if line]
+    assert [r["byzantine_share_kept"] for r in rows] == [r["byzantine_share_kept"] for r in recs]
+    assert [r["f"] for r in rows] == [r["f"] for r in recs]
+    for r in rows:
+        assert set(r) == set(COLUMNS)
+        # gradient ascent: a Byzantine client points away from the honest mean
+        assert r["byzantine_to_mean_cos"] < 0 < r["honest_to_mean_cos"]
+    thinned = measure_run(spec, every=2)
+    assert [r["round"] for r in thinned] == [2, 4, 5]
+    assert thinned[0] == rows[1]
+
+
+def test_mechanism_command(ex, tmp_path):
+    from rfrs_ref.cli.main import main
+
+    sets = ["--set", "client_fraction=0.1", "--set",
+            f"dataset_params={json.dumps(ex.TINY_DATA)}"]
+    args = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--rounds", "4",
+            "--series", "A-RFRS", "--series", "Krum", *sets, "--out", str(tmp_path)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    csvs = sorted(p.name for p in tmp_path.glob("*.csv"))
+    assert csvs == ["defenses-synthetic-a0.4-seed0-a-rfrs.csv",
+                    "defenses-synthetic-a0.4-seed0-krum.csv"]
+    df = pd.read_csv(tmp_path / csvs[0])
+    assert list(df["round"]) == [1, 2, 3, 4] and (df["series"] == "A-RFRS").all()
+    ex.assert_image_not_blank(tmp_path / "defenses-synthetic-a0.4-seed0.png")
+    assert "| A-RFRS |" in (tmp_path / "defenses-synthetic-a0.4-seed0.md").read_text()
+    bad = CliRunner().invoke(main, ["mechanism", "4", "--dataset", "synthetic", *sets,
+                                    "--out", str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "--alpha" in bad.output and "Traceback" not in bad.output
+    bad = CliRunner().invoke(main, ["mechanism", "4", "--dataset", "synthetic", "--alpha",
+                                    "0.4", "--series", "Nope", *sets, "--out",
+                                    str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "not a series" in bad.output
