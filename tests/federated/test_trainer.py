@@ -237,6 +237,8 @@ def test_a_checkpoint_of_another_configuration_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="does not belong"):
         Trainer(small_config(rounds=2, eval_every=1, dtype="float64")).run(tmp_path / "run",
                                                                           resume=True)
+
+
 def test_exact_assumed_byzantine_tells_the_server_each_rounds_count(tmp_path):
     attacked = dict(attack="ascent", byzantine_fraction=0.3, defense="krum", rounds=6,
                     eval_every=6, dtype="float64", defense_params={"fallback": "reduce-f"})
