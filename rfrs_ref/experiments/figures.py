@@ -134,8 +134,8 @@ class Scale:
         ds = ", ".join(self.datasets) if self.datasets else ("ML100K" if self.quick else "all four")
         tr = self.trials or (QUICK_TRIALS if self.quick else FULL_TRIALS)
         rd = (f"{self.rounds} rounds" if self.rounds is not None else
-              (f"DEFAULT_ROUNDS // {QUICK_ROUNDS_DIVISOR} rounds" if self.quick
-               else "DEFAULT_ROUNDS rounds"))
+              (f"each dataset's default rounds // {QUICK_ROUNDS_DIVISOR}" if self.quick
+               else "each dataset's default rounds"))
         return f"datasets {ds}; {tr} trials; {rd}"
 
 
