@@ -223,6 +223,13 @@ def _fraction(lo: float, hi: float, lo_open: bool, hi_open: bool) -> Callable[[A
     return check
 
 
+def _assumed_byzantine(v: Any) -> str | None:
+    if v == "exact":
+        return None
+    return None if _fraction(0.0, 1.0, False, True)(v) is None else (
+        "a number in [0, 1) or \"exact\" (each round's true count)")
+
+
 def _non_negative_number(v: Any) -> str | None:
     ok = _is_number(v) and math.isfinite(v) and v >= 0
     return None if ok else "a finite non-negative number"
@@ -257,8 +264,9 @@ def _choices() -> dict[str, Sequence[str]]:
 _FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "data_dir": _text,
     "test_fraction": _fraction(0.0, 1.0, False, True),
+    "valid_fraction": _fraction(0.0, 1.0, False, True),
     "byzantine_fraction": _fraction(0.0, 1.0, False, True),
-    "assumed_byzantine": _fraction(0.0, 1.0, False, True),
+    "assumed_byzantine": _assumed_byzantine,
     "rounds": _positive_int,
     "client_fraction": _fraction(0.0, 1.0, True, False),
     "init_scale": _non_negative_number,
