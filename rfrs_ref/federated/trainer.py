@@ -624,13 +624,19 @@ class RunDirectory:
                                   f"{bad[0]!r} at round {t}, so it cannot continue; {restart}")
         return state, private, t, acc
 
-    def truncate_after(self, t: int) -> None:
-        """Drop what was written after round t (metrics rows, validation rows, round records).
+    def check_resumable(self, trainer: "Trainer") -> int:
+        """Check, writing nothing, that the run can continue (its checkpoint and its
+        tables); returns the checkpoint's round. :class:`CheckpointError` otherwise."""
+        t = self.load_checkpoint(trainer)[2]
+        self._read_tables(t)
+        return t
 
-        Every file is read and checked before any is rewritten (atomically), so a
-        damaged file raises :class:`CheckpointError` and changes nothing."""
+    def _read_tables(self, t: int):
+        """The metrics tables' (header, rows up to round t) and round records up to round t,
+        each checked; :class:`CheckpointError` if any file is damaged."""
         rounds = self.path / "rounds.jsonl"
         tables = {}
+        path = rounds
         try:
             for name in ("metrics.csv", VALID_METRICS):
                 path = self.path / name
@@ -643,6 +649,7 @@ class RunDirectory:
                 self._check_metrics(header, rows)
                 tables[path] = (header, rows)
             kept = []
+            path = rounds
             with open(rounds) as fh:
                 for line in fh:
                     if not line.strip():
@@ -655,9 +662,17 @@ class RunDirectory:
                         kept.append(line if line.endswith("\n") else line + "\n")
         except (OSError, ValueError, KeyError, IndexError, TypeError, StopIteration,
                 UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{self.path}: the run's metrics tables or rounds.jsonl are "
-                                  f"damaged ({type(exc).__name__}: {exc}); restore them, or start "
-                                  "a new run in another directory") from None
+            raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); restore "
+                                  "it, or start a new run in another directory") from None
+        return tables, kept
+
+    def truncate_after(self, t: int) -> None:
+        """Drop what was written after round t (metrics rows, validation rows, round records).
+
+        Every file is read and checked before any is rewritten (atomically), so a
+        damaged file raises :class:`CheckpointError` and changes nothing."""
+        rounds = self.path / "rounds.jsonl"
+        tables, kept = self._read_tables(t)
 
         def write_csv(header, rows):
             def write(fh):
