@@ -487,7 +487,7 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
         varying = ["method", *varying]  # so that the popularity rows can be told apart
     for metric in metrics:
         s = summary[summary["metric"] == metric]
-        if s.empty:
+        if s.empty or s["mean"].isna().all():  # e.g. NDCG of runs recorded before it existed
             continue
         ks = sorted(int(k) for k in s["k"].unique())
         name = METRIC_LABELS.get(metric, metric)
