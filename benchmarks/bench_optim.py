@@ -99,9 +99,10 @@ def main() -> None:
     row_bytes = n * D * item
     rng = np.random.default_rng(0)
 
-    import numba
+    from machine import describe
 
-    print(f"D = {D:,}, rows = {n}, float32, {numba.get_num_threads()} threads, "
+    print(describe())
+    print(f"D = {D:,}, rows = {n}, float32, "
           f"one (n, D) array = {row_bytes / 1e6:.0f} MB")
 
     src = rng.standard_normal((n, D), dtype=dt)
