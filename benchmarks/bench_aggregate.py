@@ -6,10 +6,13 @@ run times on the same matrix X (n × D, the detection features, also the one
 uploaded array, as the other libraries aggregate the vectors they rank):
 
 - ours: ``rule.aggregate(X, {"theta": X}, n_samples, f)`` (``backend="numba"``);
-- NumPy: what one writes without kernels, with one OpenBLAS thread
-  (Gram-matrix distances ‖a‖² + ‖b‖² − 2a·b in float32 for krum and bulyan,
-  ``np.median``, ``np.partition``, one Weiszfeld step as a matrix-vector
-  product plus ``np.linalg.norm(X − z, axis=1)``);
+- NumPy: the best formulation one writes without kernels, with one OpenBLAS
+  thread: the mean as ``X.T @ w`` with w in X's dtype (a float64 w would
+  make NumPy copy X to float64 first), Gram-matrix distances
+  ‖a‖² + ‖b‖² − 2a·b in float32 for krum and bulyan, ``np.median``,
+  ``np.partition``, and a Weiszfeld step as two matrix-vector products
+  (z = Xᵀα/Σα, then ‖xᵢ − z‖² = ‖xᵢ‖² − 2xᵢ·z + ‖z‖² with the row norms
+  computed once per call): no n × D temporary;
 - Flower (``flwr.server.strategy.aggregate``) and ByzFL (``byzfl`` aggregators)
   when importable;
 - the machine's one-pass read of X (a parallel finiteness check of every
@@ -42,7 +45,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -53,6 +55,8 @@ import numpy as np  # noqa: E402
 
 from rfrs_ref.aggregate import RFA, RULES  # noqa: E402
 from rfrs_ref.kernels.weiszfeld import rows_finite, weiszfeld_pass  # noqa: E402
+
+from machine import describe  # noqa: E402
 
 ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan"]
 RFA_STEPS = 10
@@ -90,7 +94,8 @@ def np_krum_select(D2, f, candidates):
 
 
 def np_mean(X, ns, f):
-    return (ns / ns.sum()) @ X
+    # weights in X's dtype: a float64 vector times a float32 matrix would copy X to float64
+    return X.T @ (ns / ns.sum()).astype(X.dtype)
 
 
 def np_krum(X, ns, f):
@@ -98,7 +103,7 @@ def np_krum(X, ns, f):
     scores = np_krum_select(np_gram_sq_dists(X), f, np.arange(n))
     kept = np.argsort(scores, kind="stable")[: n - f]
     w = ns[kept] / ns[kept].sum()
-    return w @ X[kept]
+    return X[kept].T @ w.astype(X.dtype)
 
 
 def np_median(X, ns, f):
@@ -110,16 +115,24 @@ def np_trmean(X, ns, f):
     return np.partition(X, (f, n - f - 1), axis=0)[f: n - f].mean(axis=0)
 
 
-def np_weiszfeld_step(X, alpha):
-    z = (alpha @ X) / alpha.sum()
-    d = np.linalg.norm(X - z.astype(X.dtype), axis=1)
-    return z, d
+def np_sq_norms(X):
+    """‖xᵢ‖² of every row, accumulated in float64 (once per RFA call)."""
+    return np.einsum("ij,ij->i", X, X, dtype=np.float64)
+
+
+def np_weiszfeld_step(X, alpha, sq):
+    """One Weiszfeld step as two matrix-vector products: z = Σαᵢxᵢ/Σαᵢ and
+    ‖xᵢ − z‖² = ‖xᵢ‖² − 2xᵢ·z + ‖z‖² (no n × D temporary)."""
+    z = X.T @ (alpha / alpha.sum()).astype(X.dtype)
+    d2 = sq - 2.0 * (X @ z).astype(np.float64) + float(z.astype(np.float64) @ z.astype(np.float64))
+    return z, np.sqrt(np.maximum(d2, 0.0))
 
 
 def np_rfa(X, ns, f):
     alpha = ns.astype(np.float64)
+    sq = np_sq_norms(X)
     for _ in range(RFA_STEPS):
-        z, d = np_weiszfeld_step(X, alpha)
+        z, d = np_weiszfeld_step(X, alpha, sq)
         alpha = ns / np.maximum(1e-6, d)
     return z
 
@@ -224,11 +237,8 @@ def main(argv=None) -> None:
 
     fl = None if args.no_flower else load_flower()
     bz = None if args.no_byzfl else load_byzfl()
-    rows_finite(np.zeros((1, 1), np.float32))  # starts Numba's thread pool
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"numba {numba.__version__} ({numba.get_num_threads()} threads, "
-          f"{numba.threading_layer()} layer), numpy {np.__version__}, "
-          f"OpenBLAS threads 1; Flower: {'yes' if fl else 'no'}, ByzFL: {'yes' if bz else 'no'}")
+    print(describe())
+    print(f"# OpenBLAS threads 1; Flower: {'yes' if fl else 'no'}, ByzFL: {'yes' if bz else 'no'}")
     print("# times in seconds: min (median) over repeats; 'x' = speedup of ours over that column")
     header = (f"{'rule':8} {'n':>4} {'D':>9} {'f':>3} | {'read X':>7} | {'ours':>15} | "
               f"{'numpy':>15} {'x':>6} | {'flower':>15} {'x':>6} | {'byzfl':>15} {'x':>6} | {'dev':>8}")
@@ -276,7 +286,8 @@ def main(argv=None) -> None:
                     # per Weiszfeld step: our fused pass against one NumPy step
                     alpha = ns_rule / ns_rule.sum()
                     step = timed(lambda: weiszfeld_pass(X, alpha), args.repeat)
-                    npstep = timed(lambda: np_weiszfeld_step(X, alpha), args.repeat)
+                    sq = np_sq_norms(X)
+                    npstep = timed(lambda: np_weiszfeld_step(X, alpha, sq), args.repeat)
                     print(f"{'  1 step':8} {n:4d} {D:9d} {'':3} | {'':7} | {cell(step)} | {cell(npstep)} "
                           f"{ratio(npstep, step)} |", flush=True)
             del X

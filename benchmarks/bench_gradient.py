@@ -20,18 +20,17 @@ shared machine inflates the median more than the minimum.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 
-import numba
 import numpy as np
 
 import rfrs_ref.kernels  # noqa: F401  (picks Numba's threading layer, as training does)
 from rfrs_ref.data import load_dataset, split_interactions
 from rfrs_ref.model import MODELS
 from rfrs_ref.seeding import generator
+
+from machine import describe
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
@@ -118,10 +117,7 @@ def main() -> None:
     print(f"dataset {args.dataset}: {train.n_users} clients, {train.n_items} items; "
           f"batch of {clients.size} clients, training items per client: mean "
           f"{counts.mean():.1f}, max {counts.max()}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, numba "
-          f"{numba.__version__} with {numba.get_num_threads()} threads "
-          f"({numba.threading_layer() if hasattr(numba, 'threading_layer') else '?'}), "
-          f"numpy {np.__version__}")
+    print(describe())
     names = ["fism", "fmf"] if args.model == "all" else [args.model]
     header = f"{'model':6} {'dtype':8} {'path':24} {'clients':>7} {'ms/client':>10} " \
              f"{'(median)':>9} {'speedup':>8}"

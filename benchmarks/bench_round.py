@@ -8,7 +8,11 @@ float32. The benchmark measures the machine's copy bandwidth in the same run
 (np.copyto between pre-touched arrays, bytes read + written per second), turns
 the minimal traffic into a time, and compares the measured round with it. It
 also reports the process's peak memory and that of a short
-`rfrs-ref train --dataset citeulike-a` run.
+`rfrs-ref train --dataset citeulike-a` run, measured in a fresh process started
+before this one allocates (its own VmHWM, which is not inherited).
+
+A second case times an A-RFRS round (Krum on recovered gradients, the ascent
+attack with α = 0.4) on the same data, and reports its ratio to the A-FRS round.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -25,6 +29,8 @@ import time
 
 import numpy as np
 
+from machine import describe
+
 
 def copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
     """Bytes moved (read + written) per second by np.copyto on pre-touched arrays."""
@@ -38,6 +44,38 @@ def copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
     return 2 * a.nbytes / best
 
 
+#: run in the child: the CLI, then its own high-water mark of resident memory.
+#: VmHWM belongs to the process's address space, which exec replaces, so it is
+#: not inherited from the parent (getrusage's ru_maxrss survives exec on Linux
+#: and would report the parent's peak if that were larger)
+_CHILD = """
+import atexit, os, sys
+def _report():
+    with open('/proc/self/status') as fh:
+        hwm = next(line for line in fh if line.startswith('VmHWM'))
+    with open(os.environ['RFRS_BENCH_HWM'], 'w') as out:
+        out.write(hwm.split()[1])
+atexit.register(_report)
+from rfrs_ref.cli.main import main
+sys.argv = ['rfrs-ref'] + sys.argv[1:]
+main()
+"""
+
+
+def cli_peak(dataset: str, rounds: int) -> tuple[float, float]:
+    """(wall seconds, peak resident GiB) of `rfrs-ref train` in a fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hwm = os.path.join(tmp, "hwm")
+        cmd = [sys.executable, "-c", _CHILD, "train", "--dataset", dataset,
+               "--rounds", str(rounds), "--eval-every", str(rounds), "--out", os.path.join(tmp, "run")]
+        tick = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp,
+                       env={**os.environ, "RFRS_BENCH_HWM": hwm})
+        wall = time.perf_counter() - tick
+        with open(hwm) as fh:
+            return wall, int(fh.read()) / 2**20  # KiB -> GiB
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="citeulike-a")
@@ -48,60 +86,74 @@ def main(argv=None) -> None:
                     help="the paper's A-FRS exactly: no update-rule verification")
     ap.add_argument("--skip-cli", action="store_true", help="skip the peak-memory run of the CLI")
     args = ap.parse_args(argv)
+    print(describe())
+
+    # the CLI's run first, in a fresh process, while this one is still small
+    cli = None if args.skip_cli else cli_peak(args.dataset, 20)
 
     from rfrs_ref.federated.config import TrainConfig
-    from rfrs_ref.federated.trainer import Trainer
-    from rfrs_ref.federated.round import run_round
 
-    trainer = Trainer(TrainConfig(dataset=args.dataset, dtype=args.dtype, rounds=args.rounds + args.warmup,
-                                  verify=False if args.no_verify else None))
+    verify = False if args.no_verify else None
+    afrs = TrainConfig(dataset=args.dataset, dtype=args.dtype, rounds=args.rounds + args.warmup,
+                       verify=verify)
+    # A-RFRS: Krum on recovered gradients, under the ascent attack with α = 0.4
+    arfrs = TrainConfig(dataset=args.dataset, dtype=args.dtype, rounds=args.rounds + args.warmup,
+                        verify=verify, defense="krum", detect="gradient", attack="ascent",
+                        byzantine_fraction=0.4)
+    base = time_rounds(afrs, args.rounds, args.warmup)
+    robust = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"])
+
+    n, D = base["n"], base["D"]
+    itemsize = np.dtype(args.dtype).itemsize
+    minimal_bytes = 2 * n * base["k"] * D * itemsize
+    bw = copy_bandwidth(n * D * itemsize)
+    t_min = minimal_bytes / bw
+    peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+
+    print(f"dataset {args.dataset}: {base['data'].n_users} clients, {n} per round, D = {D:,}, "
+          f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
+    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10}")
+    print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
+    print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
+    print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
+    print(f"{'round, median of %d, s' % args.rounds:<50} {base['median']:>10.3f} {robust['median']:>10.3f}")
+    print(f"{'round / minimal-traffic time':<50} {base['median'] / t_min:>10.2f} "
+          f"{robust['median'] / t_min:>10.2f}")
+    print(f"{'A-RFRS round / A-FRS round':<50} {'':>10} {robust['median'] / base['median']:>10.2f}")
+    for name in dict.fromkeys([*base["phases"], *robust["phases"]]):
+        cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
+                 for r in (base, robust)]
+        print(f"{'  ' + name + ', s':<50} {' '.join(cells)}")
+    print(f"{'peak memory of this process (both cases), GiB':<50} {peak_self:>10.2f}")
+
+    if cli is not None:
+        print(f"{'rfrs-ref train, 20 rounds: wall s':<50} {cli[0]:>10.1f}")
+        print(f"{'rfrs-ref train: peak memory (fresh process), GiB':<50} {cli[1]:>10.2f}")
+
+
+def time_rounds(config, rounds: int, warmup: int, data=None) -> dict:
+    """Median round time and per-phase times of ``config`` after ``warmup`` rounds."""
+    from rfrs_ref.federated.round import run_round
+    from rfrs_ref.federated.trainer import Trainer
+
+    trainer = Trainer(config, data=data)
     fed = trainer.federation
     state, private = trainer.initial_state()
     buf = trainer.buffers()
-    n = buf.grads.shape[0]
-    D = trainer.model.n_params()
-    itemsize = np.dtype(args.dtype).itemsize
-    k = len(trainer.optimizer.arrays)
-
     times, phases = [], {}
-    for t in range(1, args.warmup + args.rounds + 1):
+    for t in range(1, warmup + rounds + 1):
         tick = time.perf_counter()
         state, rec = run_round(fed, state, t, buf, private)
         dt = time.perf_counter() - tick
-        if t > args.warmup:
+        if t > warmup:
             times.append(dt)
             for name, v in rec["timing"].items():
                 phases.setdefault(name, []).append(v)
-
-    minimal_bytes = 2 * n * k * D * itemsize
-    bw = copy_bandwidth(n * D * itemsize)
-    t_min = minimal_bytes / bw
-    med = float(np.median(times))
-    peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
-
-    print(f"dataset {args.dataset}: {trainer.data.n_users} clients, {n} per round, D = {D:,}, {args.dtype}, "
-          f"verification {'on' if trainer.config.verify else 'off'}")
-    print(f"{'quantity':<44} {'value':>12}")
-    print(f"{'copy bandwidth (read + write), GB/s':<44} {bw / 1e9:>12.2f}")
-    print(f"{'minimal traffic per round, GB':<44} {minimal_bytes / 1e9:>12.3f}")
-    print(f"{'minimal-traffic time, s':<44} {t_min:>12.3f}")
-    print(f"{'round, median of %d, s' % len(times):<44} {med:>12.3f}")
-    print(f"{'round / minimal-traffic time':<44} {med / t_min:>12.2f}")
-    for name, v in phases.items():
-        print(f"{'  ' + name + ', s':<44} {float(np.median(v)):>12.3f}")
-    print(f"{'peak memory of this process, GiB':<44} {peak_self:>12.2f}")
-
-    if not args.skip_cli:
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "rfrs_ref.cli.main", "train", "--dataset", args.dataset,
-                   "--rounds", "20", "--eval-every", "20", "--out", os.path.join(tmp, "run")]
-            tick = time.perf_counter()
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)
-            wall = time.perf_counter() - tick
-            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-        print(f"{'rfrs-ref train, 20 rounds: wall s':<44} {wall:>12.1f}")
-        print(f"{'rfrs-ref train: peak memory, GiB':<44} {peak:>12.2f}")
-
+    out = {"median": float(np.median(times)), "phases": phases, "data": trainer.data,
+           "n": buf.grads.shape[0], "D": trainer.model.n_params(), "k": len(trainer.optimizer.arrays),
+           "verify": trainer.config.verify}
+    del trainer, buf, state  # free this case's buffers before the next one
+    return out
 
 if __name__ == "__main__":
     main()

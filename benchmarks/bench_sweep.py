@@ -31,6 +31,8 @@ from rfrs_ref.experiments.figures import DATASETS, FIGURES, Scale  # noqa: E402
 from rfrs_ref.federated.round import run_round  # noqa: E402
 from rfrs_ref.federated.trainer import Trainer  # noqa: E402
 
+from machine import describe  # noqa: E402
+
 
 def kind_of(config) -> tuple:
     """What a run's cost depends on besides the dataset (seed, α and labels aside)."""
@@ -72,6 +74,7 @@ def main() -> None:
                 kinds.setdefault((c.dataset, *kind_of(c)), c)
 
     threads = os.environ["NUMBA_NUM_THREADS"]
+    print(describe())
     print(f"NUMBA_NUM_THREADS={threads}, {args.rounds} rounds timed per kind")
     print(f"{'dataset':12s} {'model':5s} {'optim':8s} {'defense':7s} {'detect':9s} {'attack':6s} "
           f"{'s/round':>8s} {'s/eval':>7s} {'run (est.)':>10s} {'× base':>7s}")

@@ -133,6 +133,18 @@ def _compact_rows_inplace(ok: np.ndarray, arrays: list[np.ndarray]) -> None:
             dst += 1
 
 
+@dataclasses.dataclass
+class _Round:
+    """What one round's phases hand to each other (rows: the sampled clients, in order)."""
+
+    t: int
+    clients: np.ndarray
+    byz: np.ndarray
+    n_samples: np.ndarray
+    f: int
+    timing: dict
+
+
 def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: RoundBuffers,
               private: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """Run round ``t`` on ``state`` (the server state after round t − 1).
@@ -140,20 +152,47 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     Returns the new server state (fresh arrays; ``state`` is not modified) and
     the round's record (JSON-serialisable). ``private`` (models with private
     client state, e.g. FMF) is updated in place for the sampled clients.
+
+    The body is the round's phases in the order of the paper's Algorithms 1
+    (clients) and 2 (server), one function each; their arithmetic lives in the
+    kernels of the families (model, optimiser, attack, rule), not here.
     """
-    timing: dict[str, float] = {}
-    tick = time.perf_counter()
-    opt, model = fed.optimizer, fed.model
-    names = opt.arrays
-    theta_bar = state["theta"]
+    rd = _sample(fed, t)                                        # server: who takes part
+    G, U, losses = _client_uploads(fed, state, rd, buf, private)  # Alg. 1: gradient, rule
+    attack_diag = _byzantine_uploads(fed, state, rd, G, U, buf)  # Byzantine clients rewrite
+    X = buf.features[:rd.clients.size] if buf.features is not None else None
+    ok, excluded = _recover_and_verify(fed, state, rd, U, X)    # Alg. 2: ĝ, update-rule check
+    grad_norms = None
+    if fed.trace and fed.needs_recovery:
+        grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(X.shape[0])]
+    rows, Gk, Xk, Uk = _keep_verified(ok, G, U, X, buf)          # excluded rows leave the buffers
+    new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, Xk, Uk)
+    record = _record(fed, rd, new_state, losses, excluded, rows, weights, kept_m, rule_diag,
+                     f_rule, attack_diag, grad_norms)
+    if fed.resilience and rows.size > 0:
+        tick = time.perf_counter()
+        gradients_in_x = fed.detect == "gradient" or not getattr(fed.rule, "uses_features", True)
+        record["resilience"] = _resilience(fed, Gk, Xk if gradients_in_x else None,
+                                           Uk, state, t, kept_m > 0, ~rd.byz[rows])
+        rd.timing["resilience"] = time.perf_counter() - tick
+    record["timing"] = rd.timing
+    return new_state, record
 
+
+def _sample(fed: Federation, t: int) -> _Round:
+    """The round's clients (stream ``sampling``), their Byzantine flags and sizes, and f."""
     clients = sample_clients(fed.seed, t, fed.n_clients, fed.client_fraction)
-    n = clients.size
     byz = fed.byzantine[clients]
-    n_samples = fed.n_samples[clients]
-    f = assumed_byzantine(fed.assumed_fraction, n, byz)
+    return _Round(t=t, clients=clients, byz=byz, n_samples=fed.n_samples[clients],
+                  f=assumed_byzantine(fed.assumed_fraction, clients.size, byz), timing={})
 
-    # -- clients: gradient, then the optimiser's rule --------------------------------
+
+def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
+    """Every sampled client's gradient on θ̄ᵗ⁻¹ (into ``buf.grads``) and its
+    optimiser's upload (into ``buf.uploads``); private vectors step in place."""
+    tick = time.perf_counter()
+    opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
+    n = clients.size
     G = buf.grads[:n]
     negatives = None
     if model.negatives:
@@ -164,85 +203,105 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     kw = {}
     if model.has_private:
         kw = dict(private=private["theta"], private_out=buf.private_grads[:n])
-    losses = model.grads_batch(theta_bar, fed.train, clients, G, negatives=negatives,
+    losses = model.grads_batch(state["theta"], fed.train, clients, G, negatives=negatives,
                                backend=fed.backend, **kw)
     if model.has_private:
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
-    timing["gradients"] = time.perf_counter() - tick
+    rd.timing["gradients"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
-    U = {k: buf.uploads[k][:n] for k in names}
+    U = {k: buf.uploads[k][:n] for k in opt.arrays}
     opt.client_rule_batch(state, G, t, U, backend=fed.backend)
-    timing["client_rule"] = time.perf_counter() - tick
+    rd.timing["client_rule"] = time.perf_counter() - tick
+    return G, U, losses
 
-    # -- Byzantine clients -------------------------------------------------------------
-    attack_diag: dict = {}
-    if byz.any() and fed.attack.name != "none":
-        tick = time.perf_counter()
-        G.flags.writeable = False
-        try:
-            attack_diag = fed.attack.apply_inplace(AttackContext(
-                t=t, optimizer=opt, state=state, grads=G, uploads=U, byzantine=byz,
-                clients=clients, n_samples=n_samples, f=f,
-                rng=generator(fed.seed, "attack", t), backend=fed.backend,
-                workspace=buf.attack_workspace))
-        finally:
-            G.flags.writeable = True
-        timing["attack"] = time.perf_counter() - tick
 
-    # -- server: recovery, verification, features --------------------------------------
+def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
+    """The attack rewrites the Byzantine rows of ``U`` in place (the honest gradients
+    ``G`` are read-only to it); returns its diagnostics."""
+    if not rd.byz.any() or fed.attack.name == "none":
+        return {}
     tick = time.perf_counter()
-    X = buf.features[:n] if buf.features is not None else None
+    G.flags.writeable = False
+    try:
+        diag = fed.attack.apply_inplace(AttackContext(
+            t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=rd.byz,
+            clients=rd.clients, n_samples=rd.n_samples, f=rd.f,
+            rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
+            workspace=buf.attack_workspace))
+    finally:
+        G.flags.writeable = True
+    rd.timing["attack"] = time.perf_counter() - tick
+    return diag
+
+
+def _recover_and_verify(fed, state, rd: _Round, U, X):
+    """ĝ of every upload into ``X`` when the server needs it, then update-rule
+    verification; returns (bool rows that passed, the exclusions' records)."""
+    tick = time.perf_counter()
+    opt, n = fed.optimizer, rd.clients.size
     if fed.needs_recovery:
-        opt.recover_batch(state, U, t, X, backend=fed.backend)
+        opt.recover_batch(state, U, rd.t, X, backend=fed.backend)
     excluded: list[dict] = []
     ok = np.ones(n, dtype=bool)
     if fed.verify:
+        # screened: the exact decisions, with the ratios computed for excluded rows only
         ok, checks, violation = opt.verify_batch(
-            state, U, t, recovered=X if fed.needs_recovery else None, backend=fed.backend)
+            state, U, rd.t, recovered=X if fed.needs_recovery else None, backend=fed.backend,
+            screen=True)
         ok = np.asarray(ok, dtype=bool)
         for r in np.flatnonzero(~ok):
-            excluded.append({"client": int(clients[r]), "byzantine": bool(byz[r]),
+            excluded.append({"client": int(rd.clients[r]), "byzantine": bool(rd.byz[r]),
                              "check": checks[r], "violation": float(violation[r])})
-    timing["recovery_verification"] = time.perf_counter() - tick
+    rd.timing["recovery_verification"] = time.perf_counter() - tick
+    return ok, excluded
 
-    grad_norms = None
-    if fed.trace and fed.needs_recovery:
-        grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(n)]
 
-    # rows that failed verification leave every buffer; the rest stay in order
+def _keep_verified(ok, G, U, X, buf: RoundBuffers):
+    """Move the rows that passed verification to the front of every buffer, in order;
+    returns their indices and the (m, D) views the rule sees."""
+    n = ok.size
     rows = np.flatnonzero(ok)
     m = rows.size
     if m < n:
         extra = [buf.private_grads[:n]] if buf.private_grads is not None else []
         _compact_rows_inplace(ok, [G, *U.values(), *extra] + ([X] if X is not None else []))
-    Gk = G[:m]
     # a rule that ignores the features is handed the θ uploads in their place
     Xk = X[:m] if X is not None else U["theta"][:m]
-    Uk = {k: v[:m] for k, v in U.items()}
-    f_rule = max(0, f - (n - m))
+    return rows, G[:m], Xk, {k: v[:m] for k, v in U.items()}
 
+
+def _aggregate(fed, state, rd: _Round, rows, Xk, Uk):
+    """The rule combines the verified uploads into the new state, with the assumed
+    Byzantine count reduced by one per exclusion."""
+    names, theta_bar = fed.optimizer.arrays, state["theta"]
+    m = rows.size
+    f_rule = max(0, rd.f - (rd.clients.size - m))
     if m == 0:
         # nothing trustworthy arrived: the state carries over unchanged
         new_state = {k: np.array(state[k], copy=True) for k in names}
-        weights, kept_m, rule_diag = None, np.zeros(0), {"skipped": "no upload passed verification"}
-    else:
-        tick = time.perf_counter()
-        if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
-            np.subtract(Uk["theta"], theta_bar, out=Xk)
-        result = fed.rule.aggregate(Xk, Uk, n_samples[rows], f_rule, backend=fed.backend)
-        new_state = {k: result.arrays[k] for k in names}
-        weights, kept_m, rule_diag = result.weights, np.asarray(result.kept, float), result.diagnostics
-        timing["aggregation"] = time.perf_counter() - tick
+        return new_state, None, np.zeros(0), {"skipped": "no upload passed verification"}, f_rule
+    tick = time.perf_counter()
+    if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
+        np.subtract(Uk["theta"], theta_bar, out=Xk)
+    result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend)
+    new_state = {k: result.arrays[k] for k in names}
+    rd.timing["aggregation"] = time.perf_counter() - tick
+    return new_state, result.weights, np.asarray(result.kept, float), result.diagnostics, f_rule
 
+
+def _record(fed, rd: _Round, new_state, losses, excluded, rows, weights, kept_m, rule_diag,
+            f_rule, attack_diag, grad_norms) -> dict[str, Any]:
+    """The round's JSON record."""
+    n, byz = rd.clients.size, rd.byz
     kept = np.zeros(n)
     kept[rows] = kept_m
     record: dict[str, Any] = {
-        "round": t,
-        "clients": clients.tolist(),
+        "round": rd.t,
+        "clients": rd.clients.tolist(),
         "byzantine": byz.tolist(),
-        "n_samples": n_samples.tolist(),
-        "f": f,
+        "n_samples": rd.n_samples.tolist(),
+        "f": rd.f,
         "f_rule": f_rule,
         "loss": float(np.mean(losses[~byz])) if (~byz).any() else None,
         "excluded": excluded,
@@ -254,18 +313,12 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
         "byzantine_share_kept": float(kept[byz].sum() / kept.sum()) if kept.sum() > 0 else 0.0,
         "rule": rule_diag,
         "attack": attack_diag,
-        "state_norms": {k: float(np.linalg.norm(new_state[k].astype(np.float64))) for k in names},
+        "state_norms": {k: float(np.linalg.norm(new_state[k].astype(np.float64)))
+                        for k in fed.optimizer.arrays},
     }
     if grad_norms is not None:
         record["grad_norms"] = grad_norms
-    if fed.resilience and m > 0:
-        tick = time.perf_counter()
-        gradients_in_x = fed.detect == "gradient" or not getattr(fed.rule, "uses_features", True)
-        record["resilience"] = _resilience(fed, Gk, Xk if gradients_in_x else None,
-                                           Uk, state, t, kept_m > 0, ~byz[rows])
-        timing["resilience"] = time.perf_counter() - tick
-    record["timing"] = timing
-    return new_state, record
+    return record
 
 
 def _expand(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:

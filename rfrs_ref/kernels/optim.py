@@ -226,14 +226,32 @@ def root_recover(theta_bar, r_up, theta, rows, lr, eps, out):
 
 
 # -- verification ----------------------------------------------------------------------
-# Each kernel returns float64 (n, n_checks): per row and check, inf for a structural
-# failure (the count of failing coordinates is > 0), else the largest
+# Each exact kernel returns float64 (len(rows), n_checks): per listed row and check, inf
+# for a structural failure (the count of failing coordinates is > 0), else the largest
 # residual/(safety·bound). Check order = the optimiser's ``checks``.
+#
+# Each screen kernel decides, per row, whether the row certainly passes, without a
+# division per check: coordinate k passes check j when |ρ| ≤ S·τ with 0 < S·τ ≤ the
+# largest finite float64, ρ and S·τ the very values the exact kernel computes (the same
+# inlined expressions, no fast-math, so the same roundings). Then |ρ|/(S·τ) ≤ 1 in real
+# arithmetic, and since rounding is monotone and 1 is representable, the exact kernel's
+# ratio fl(|ρ|/(S·τ)) ≤ 1 as well: a row the screen passes passes the exact check. Every
+# other row (a failed or merely close coordinate, a NaN, an overflow) is decided by the
+# exact kernel, so the decision is the exact kernel's in every case.
+
+_MAX_F64 = np.finfo(np.float64).max
+
 
 @njit(inline="always")
-def _ratio(residual, bound, safety):
+def _ratio(residual, sb):
     # the outer abs clears the sign of a NaN, so that its bit pattern sorts above +inf
-    return abs(abs(residual) / (safety * bound))
+    return abs(abs(residual) / sb)
+
+
+@njit(inline="always")
+def _unsure(residual, sb):
+    """0 when |residual| ≤ sb certainly gives a ratio ≤ 1, else 1 (division-free)."""
+    return 1 - np.int64((abs(residual) <= sb) & (sb > 0.0) & (sb <= _MAX_F64))
 
 
 @njit(inline="always")
@@ -266,34 +284,54 @@ def _finish(counts, bits, n_struct):
     return out
 
 
+@njit(cache=True)
+def _sure_rows(counts):
+    """bool (n,): the rows whose every per-chunk count is 0."""
+    n = counts.shape[0]
+    out = np.empty(n, dtype=np.bool_)
+    for r in range(n):
+        out[r] = counts[r].sum() == 0
+    return out
+
+
 @njit(cache=True, parallel=True)
-def sgd_verify(theta):
+def sgd_verify(theta, rows):
     """checks: (nonfinite,)."""
-    n, D = theta.shape
+    n = rows.shape[0]
+    D = theta.shape[1]
     nch = _n_chunks(D)
     counts = np.zeros((n, nch, 1), dtype=np.int64)
     for idx in prange(n * nch):
         c = idx // n
-        r = idx - c * n
+        i = idx - c * n
+        r = rows[i]
         lo = c * CHUNK
         th = theta[r, lo:min(D, lo + CHUNK)]
         bad = 0
         for k in range(th.shape[0]):
             bad += 1 - np.int64(np.isfinite(th[k]))
-        counts[r, c, 0] = bad
+        counts[i, c, 0] = bad
     return _finish(counts, np.zeros((n, nch, 0), dtype=np.int64), 1)
 
 
+@njit(inline="always")
+def _momentum_check(tbk, mk, th, lr, u, tiny, safety):
+    """(ρ, S·τ) of momentum's theta-rule at one coordinate."""
+    return th - (tbk - lr * mk), safety * _momentum_theta_bound(tbk, mk, lr, u, tiny)
+
+
 @njit(cache=True, parallel=True)
-def momentum_verify(theta_bar, m, theta, lr, u, tiny, safety):
+def momentum_verify(theta_bar, m, theta, rows, lr, u, tiny, safety):
     """checks: (nonfinite, theta-rule): θ = θ̄ − η·m."""
-    n, D = theta.shape
+    n = rows.shape[0]
+    D = theta.shape[1]
     nch = _n_chunks(D)
     counts = np.zeros((n, nch, 1), dtype=np.int64)
     bits = np.zeros((n, nch, 1), dtype=np.int64)
     for idx in prange(n * nch):
         c = idx // n
-        r = idx - c * n
+        i = idx - c * n
+        r = rows[i]
         lo = c * CHUNK
         hi = min(D, lo + CHUNK)
         tb, mr, tr = theta_bar[lo:hi], m[r, lo:hi], theta[r, lo:hi]
@@ -302,24 +340,113 @@ def momentum_verify(theta_bar, m, theta, lr, u, tiny, safety):
         for k in range(hi - lo):
             mk = np.float64(mr[k])
             th = np.float64(tr[k])
-            tbk = np.float64(tb[k])
             bad += 1 - np.int64(np.isfinite(mk) & np.isfinite(th))
-            q[k] = _ratio(th - (tbk - lr * mk), _momentum_theta_bound(tbk, mk, lr, u, tiny), safety)
-        counts[r, c, 0] = bad
-        bits[r, c, 0] = _bits_max(q)
+            res, sb = _momentum_check(np.float64(tb[k]), mk, th, lr, u, tiny, safety)
+            q[k] = _ratio(res, sb)
+        counts[i, c, 0] = bad
+        bits[i, c, 0] = _bits_max(q)
     return _finish(counts, bits, 1)
 
 
 @njit(cache=True, parallel=True)
-def adam_verify(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
+def momentum_screen(theta_bar, m, theta, lr, u, tiny, safety):
+    """bool (n,): the rows that certainly pass momentum_verify (see above)."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        tb, mr, tr = theta_bar[lo:hi], m[r, lo:hi], theta[r, lo:hi]
+        bad = 0
+        for k in range(hi - lo):
+            mk = np.float64(mr[k])
+            th = np.float64(tr[k])
+            res, sb = _momentum_check(np.float64(tb[k]), mk, th, lr, u, tiny, safety)
+            bad += (1 - np.int64(np.isfinite(mk) & np.isfinite(th))) + _unsure(res, sb)
+        counts[r, c] = bad
+    return _sure_rows(counts)
+
+
+@njit(inline="always")
+def _adam_checks(mk, vk, th, mbk, vbk, tbk, g, beta1, beta2, c2, lr_t, eps, u, tiny, safety):
+    """(ρ_v, S·τ_v, ρ_θ, S·τ_θ) of Adam's v-rule and theta-rule at one coordinate."""
+    b = _adam_recovery_bound(mbk, g, beta1, u, tiny)
+    rv = vk - beta2 * vbk - c2 * (g * g)
+    sv = safety * _second_moment_bound(vk, vbk, g, b, beta2, c2, u, tiny)
+    # the same 1/(√v + ε) as in the bound, which the compiler computes once
+    inv_s = 1.0 / (np.sqrt(vk) + eps)
+    rt = th - (tbk - lr_t * mk * inv_s)
+    st = safety * _adam_theta_bound(tbk, mk, vk, lr_t, eps, u, tiny)
+    return rv, sv, rt, st
+
+
+@njit(inline="always")
+def _adam_gradients(gs, mr, mb, recovered, r, lo, hi, has_recovered, beta1, inv_c1):
+    """ĝ of one chunk of one row, into gs: the recovered rows' values, or recovered here."""
+    if has_recovered:
+        rec = recovered[r, lo:hi]
+        for k in range(hi - lo):
+            gs[k] = rec[k]
+    else:
+        for k in range(hi - lo):
+            gs[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
+
+
+@njit(cache=True, parallel=True)
+def adam_verify(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered, rows,
                 beta1, c1, beta2, c2, lr_t, eps, u, tiny, safety):
     """checks: (nonfinite, negative-v, v-rule, theta-rule)."""
-    n, D = theta.shape
+    n = rows.shape[0]
+    D = theta.shape[1]
     nch = _n_chunks(D)
     counts = np.zeros((n, nch, 2), dtype=np.int64)
     bits = np.zeros((n, nch, 2), dtype=np.int64)
     # a division by a loop-invariant value stays a division without fast-math:
     # multiply by the reciprocal instead (one more rounding, counted)
+    inv_c1 = 1.0 / c1
+    for idx in prange(n * nch):
+        c = idx // n
+        i = idx - c * n
+        r = rows[i]
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        L = hi - lo
+        mb, vb, tb = m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi]
+        mr, vr, tr = m[r, lo:hi], v[r, lo:hi], theta[r, lo:hi]
+        gs = np.empty(L)
+        _adam_gradients(gs, mr, mb, recovered, r, lo, hi, has_recovered, beta1, inv_c1)
+        qv = np.empty(L)
+        qt = np.empty(L)
+        bad = 0
+        neg = 0
+        for k in range(L):
+            mk = np.float64(mr[k])
+            vk = np.float64(vr[k])
+            th = np.float64(tr[k])
+            bad += 1 - np.int64(np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th))
+            neg += np.int64(vk < 0.0)
+            rv, sv, rt, st = _adam_checks(mk, vk, th, np.float64(mb[k]), np.float64(vb[k]),
+                                          np.float64(tb[k]), gs[k], beta1, beta2, c2, lr_t, eps,
+                                          u, tiny, safety)
+            qv[k] = _ratio(rv, sv)
+            qt[k] = _ratio(rt, st)
+        counts[i, c, 0] = bad
+        counts[i, c, 1] = neg
+        bits[i, c, 0] = _bits_max(qv)
+        bits[i, c, 1] = _bits_max(qt)
+    return _finish(counts, bits, 2)
+
+
+@njit(cache=True, parallel=True)
+def adam_screen(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
+                beta1, c1, beta2, c2, lr_t, eps, u, tiny, safety):
+    """bool (n,): the rows that certainly pass adam_verify (see above)."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
     inv_c1 = 1.0 / c1
     for idx in prange(n * nch):
         c = idx // n
@@ -330,49 +457,86 @@ def adam_verify(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
         mb, vb, tb = m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi]
         mr, vr, tr = m[r, lo:hi], v[r, lo:hi], theta[r, lo:hi]
         gs = np.empty(L)
-        if has_recovered:
-            rec = recovered[r, lo:hi]
-            for k in range(L):
-                gs[k] = rec[k]
-        else:
-            for k in range(L):
-                gs[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
-        qv = np.empty(L)
-        qt = np.empty(L)
+        _adam_gradients(gs, mr, mb, recovered, r, lo, hi, has_recovered, beta1, inv_c1)
         bad = 0
-        neg = 0
         for k in range(L):
             mk = np.float64(mr[k])
             vk = np.float64(vr[k])
             th = np.float64(tr[k])
-            mbk = np.float64(mb[k])
-            vbk = np.float64(vb[k])
-            tbk = np.float64(tb[k])
-            g = gs[k]
-            bad += 1 - np.int64(np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th))
-            neg += np.int64(vk < 0.0)
-            b = _adam_recovery_bound(mbk, g, beta1, u, tiny)
-            qv[k] = _ratio(vk - beta2 * vbk - c2 * (g * g),
-                           _second_moment_bound(vk, vbk, g, b, beta2, c2, u, tiny), safety)
-            # the same 1/(√v + ε) as in the bound, which the compiler computes once
-            inv_s = 1.0 / (np.sqrt(vk) + eps)
-            qt[k] = _ratio(th - (tbk - lr_t * mk * inv_s),
-                           _adam_theta_bound(tbk, mk, vk, lr_t, eps, u, tiny), safety)
-        counts[r, c, 0] = bad
-        counts[r, c, 1] = neg
-        bits[r, c, 0] = _bits_max(qv)
-        bits[r, c, 1] = _bits_max(qt)
+            rv, sv, rt, st = _adam_checks(mk, vk, th, np.float64(mb[k]), np.float64(vb[k]),
+                                          np.float64(tb[k]), gs[k], beta1, beta2, c2, lr_t, eps,
+                                          u, tiny, safety)
+            bad += ((1 - np.int64(np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th)))
+                    + np.int64(vk < 0.0) + _unsure(rv, sv) + _unsure(rt, st))
+        counts[r, c] = bad
+    return _sure_rows(counts)
+
+
+@njit(inline="always")
+def _root_gradients(gs, tb, tr, rr, recovered, r, lo, hi, has_recovered, eps, inv_lr):
+    if has_recovered:
+        rec = recovered[r, lo:hi]
+        for k in range(hi - lo):
+            gs[k] = rec[k]
+    else:
+        for k in range(hi - lo):
+            d = np.float64(tb[k]) - np.float64(tr[k])
+            gs[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
+
+
+@njit(inline="always")
+def _root_check(rk, rbk, tbk, g, decay, coef, lr, eps, u, tiny, safety):
+    """(ρ, S·τ) of the r-rule at one coordinate."""
+    b = _root_recovery_bound(tbk, rk, g, lr, eps, u, tiny)
+    return (rk - decay * rbk - coef * (g * g),
+            safety * _second_moment_bound(rk, rbk, g, b, decay, coef, u, tiny))
+
+
+@njit(cache=True, parallel=True)
+def root_verify(r_bar, theta_bar, r_up, theta, recovered, has_recovered, rows,
+                decay, coef, lr, eps, u, tiny, safety):
+    """checks: (nonfinite, negative-r, r-rule)."""
+    n = rows.shape[0]
+    D = theta.shape[1]
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch, 2), dtype=np.int64)
+    bits = np.zeros((n, nch, 1), dtype=np.int64)
+    inv_lr = 1.0 / lr
+    for idx in prange(n * nch):
+        c = idx // n
+        i = idx - c * n
+        r = rows[i]
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        L = hi - lo
+        rb, tb = r_bar[lo:hi], theta_bar[lo:hi]
+        rr, tr = r_up[r, lo:hi], theta[r, lo:hi]
+        gs = np.empty(L)
+        _root_gradients(gs, tb, tr, rr, recovered, r, lo, hi, has_recovered, eps, inv_lr)
+        q = np.empty(L)
+        bad = 0
+        neg = 0
+        for k in range(L):
+            rk = np.float64(rr[k])
+            th = np.float64(tr[k])
+            bad += 1 - np.int64(np.isfinite(rk) & np.isfinite(th))
+            neg += np.int64(rk < 0.0)
+            res, sb = _root_check(rk, np.float64(rb[k]), np.float64(tb[k]), gs[k], decay, coef,
+                                  lr, eps, u, tiny, safety)
+            q[k] = _ratio(res, sb)
+        counts[i, c, 0] = bad
+        counts[i, c, 1] = neg
+        bits[i, c, 0] = _bits_max(q)
     return _finish(counts, bits, 2)
 
 
 @njit(cache=True, parallel=True)
-def root_verify(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
+def root_screen(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
                 decay, coef, lr, eps, u, tiny, safety):
-    """checks: (nonfinite, negative-r, r-rule)."""
+    """bool (n,): the rows that certainly pass root_verify (see above)."""
     n, D = theta.shape
     nch = _n_chunks(D)
-    counts = np.zeros((n, nch, 2), dtype=np.int64)
-    bits = np.zeros((n, nch, 1), dtype=np.int64)
+    counts = np.zeros((n, nch), dtype=np.int64)
     inv_lr = 1.0 / lr
     for idx in prange(n * nch):
         c = idx // n
@@ -383,29 +547,14 @@ def root_verify(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
         rb, tb = r_bar[lo:hi], theta_bar[lo:hi]
         rr, tr = r_up[r, lo:hi], theta[r, lo:hi]
         gs = np.empty(L)
-        if has_recovered:
-            rec = recovered[r, lo:hi]
-            for k in range(L):
-                gs[k] = rec[k]
-        else:
-            for k in range(L):
-                d = np.float64(tb[k]) - np.float64(tr[k])
-                gs[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
-        q = np.empty(L)
+        _root_gradients(gs, tb, tr, rr, recovered, r, lo, hi, has_recovered, eps, inv_lr)
         bad = 0
-        neg = 0
         for k in range(L):
             rk = np.float64(rr[k])
             th = np.float64(tr[k])
-            rbk = np.float64(rb[k])
-            tbk = np.float64(tb[k])
-            g = gs[k]
-            bad += 1 - np.int64(np.isfinite(rk) & np.isfinite(th))
-            neg += np.int64(rk < 0.0)
-            b = _root_recovery_bound(tbk, rk, g, lr, eps, u, tiny)
-            q[k] = _ratio(rk - decay * rbk - coef * (g * g),
-                          _second_moment_bound(rk, rbk, g, b, decay, coef, u, tiny), safety)
-        counts[r, c, 0] = bad
-        counts[r, c, 1] = neg
-        bits[r, c, 0] = _bits_max(q)
-    return _finish(counts, bits, 2)
+            res, sb = _root_check(rk, np.float64(rb[k]), np.float64(tb[k]), gs[k], decay, coef,
+                                  lr, eps, u, tiny, safety)
+            bad += ((1 - np.int64(np.isfinite(rk) & np.isfinite(th))) + np.int64(rk < 0.0)
+                    + _unsure(res, sb))
+        counts[r, c] = bad
+    return _sure_rows(counts)

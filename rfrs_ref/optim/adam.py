@@ -109,13 +109,22 @@ class Adam(Optimizer):
         K.adam_recover(np.asarray(state["m"]), uploads["m"], rows, float(self.beta1),
                        1.0 - self.beta1, out)
 
-    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety):
-        from rfrs_ref.kernels import optim as K
-
+    def _verify_args(self, state, uploads, t, recovered):
         has = recovered is not None
         rec = recovered if has else np.zeros((1, 1), dtype=uploads["m"].dtype)
-        return K.adam_verify(np.asarray(state["m"]), np.asarray(state["v"]),
-                             np.asarray(state["theta"]), uploads["m"], uploads["v"],
-                             uploads["theta"], rec, has, float(self.beta1), 1.0 - self.beta1,
-                             float(self.beta2), 1.0 - self.beta2, self.step_size(t),
-                             float(self.eps), u, tiny, safety)
+        return ((np.asarray(state["m"]), np.asarray(state["v"]), np.asarray(state["theta"]),
+                 uploads["m"], uploads["v"], uploads["theta"], rec, has),
+                (float(self.beta1), 1.0 - self.beta1, float(self.beta2), 1.0 - self.beta2,
+                 self.step_size(t), float(self.eps)))
+
+    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety, rows):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, t, recovered)
+        return K.adam_verify(*arrays, rows, *scalars, u, tiny, safety)
+
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, t, recovered)
+        return K.adam_screen(*arrays, *scalars, u, tiny, safety)

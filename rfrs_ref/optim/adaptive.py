@@ -77,15 +77,25 @@ class _RootScaled(Optimizer):
         K.root_recover(np.asarray(state["theta"]), uploads["r"], uploads["theta"], rows,
                        float(self.lr), float(self.eps), out)
 
-    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety):
-        from rfrs_ref.kernels import optim as K
-
+    def _verify_args(self, state, uploads, recovered):
         decay, coef = self._decay_coef()
         has = recovered is not None
         rec = recovered if has else np.zeros((1, 1), dtype=uploads["r"].dtype)
-        return K.root_verify(np.asarray(state["r"]), np.asarray(state["theta"]), uploads["r"],
-                             uploads["theta"], rec, has, decay, coef, float(self.lr),
-                             float(self.eps), u, tiny, safety)
+        return ((np.asarray(state["r"]), np.asarray(state["theta"]), uploads["r"],
+                 uploads["theta"], rec, has),
+                (decay, coef, float(self.lr), float(self.eps)))
+
+    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety, rows):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, recovered)
+        return K.root_verify(*arrays, rows, *scalars, u, tiny, safety)
+
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, recovered)
+        return K.root_screen(*arrays, *scalars, u, tiny, safety)
 
 
 @dataclasses.dataclass(frozen=True)

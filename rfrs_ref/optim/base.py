@@ -333,7 +333,7 @@ class Optimizer(abc.ABC):
     def verify_batch(
         self, state: State, uploads: Mapping[str, np.ndarray], t: int,
         recovered: np.ndarray | None = None, backend: str = "numba", *,
-        safety: float = VERIFY_SAFETY,
+        safety: float = VERIFY_SAFETY, screen: bool = False,
     ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
         """Verify every upload row (see :meth:`verify` for the checks).
 
@@ -341,6 +341,16 @@ class Optimizer(abc.ABC):
             recovered: (n, D) gradients already recovered from ``uploads`` (the
                 round loop's feature buffer); None recovers them in float64
                 registers inside the kernel.
+            screen: (numba backend) decide first, without a division per
+                check, which rows certainly pass (every coordinate has
+                |ρ| ≤ S·τ with the exact kernel's own ρ and S·τ, so its ratio
+                rounds to at most 1), and run the exact kernel on the other
+                rows only. Every ``ok`` and every failed row's ``check`` and
+                ``violation`` are those of the exact evaluation; a row the
+                screen passes reports ``violation`` NaN (not evaluated; it is
+                ≤ 1). The round loop screens: it only reports the violation of
+                excluded uploads. Derivation: docs/optimizers.md ("Verification
+                at speed").
 
         Returns:
             ``(ok, check, violation)``: bool (n,); the name of the first failed
@@ -371,9 +381,24 @@ class Optimizer(abc.ABC):
         u, tiny = roundoff(*dtypes)
         from rfrs_ref.kernels.optim import threads_for
 
+        all_rows = np.arange(n, dtype=np.int64)
         with threads_for(n * D):
-            ratios = self._verify_numba(state, uploads, t, recovered, u, tiny, float(safety))
-        return _summarise(ratios, self.checks)
+            sure = None
+            if screen:
+                sure = self._screen_numba(state, uploads, t, recovered, u, tiny, float(safety))
+            if sure is None:
+                return _summarise(
+                    self._verify_numba(state, uploads, t, recovered, u, tiny, float(safety), all_rows),
+                    self.checks)
+            ratios = np.zeros((n, len(self.checks)))
+            unsure = all_rows[~sure]
+        if unsure.size:
+            with threads_for(unsure.size * D):
+                ratios[unsure] = self._verify_numba(state, uploads, t, recovered, u, tiny,
+                                                    float(safety), unsure)
+        ok, check, violation = _summarise(ratios, self.checks)
+        violation[sure] = np.nan
+        return ok, check, violation
 
     # -- numba hooks (one fused kernel each) ----------------------------------------------
     @abc.abstractmethod
@@ -383,8 +408,14 @@ class Optimizer(abc.ABC):
     def _recover_numba(self, state, uploads, t, out, rows) -> None: ...
 
     @abc.abstractmethod
-    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety) -> np.ndarray:
-        """float64 (n, len(checks)) largest ratio of each check (inf: failed structurally)."""
+    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety, rows) -> np.ndarray:
+        """float64 (len(rows), len(checks)) largest ratio of each check of each listed
+        row (inf: failed structurally)."""
+
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety) -> np.ndarray | None:
+        """bool (n,): the rows that certainly pass the exact kernel; None when the
+        exact kernel is as cheap as a screen (no rule check)."""
+        return None
 
     # -- argument checks ------------------------------------------------------------------
     def _check_state(self, state: State) -> None:

@@ -73,8 +73,14 @@ class Momentum(Optimizer):
 
         K.momentum_recover(np.asarray(state["m"]), uploads["m"], rows, float(self.beta3), out)
 
-    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety):
+    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety, rows):
         from rfrs_ref.kernels import optim as K
 
-        return K.momentum_verify(np.asarray(state["theta"]), uploads["m"], uploads["theta"],
+        return K.momentum_verify(np.asarray(state["theta"]), uploads["m"], uploads["theta"], rows,
+                                 float(self.lr), u, tiny, safety)
+
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety):
+        from rfrs_ref.kernels import optim as K
+
+        return K.momentum_screen(np.asarray(state["theta"]), uploads["m"], uploads["theta"],
                                  float(self.lr), u, tiny, safety)

@@ -56,7 +56,7 @@ class SGD(Optimizer):
 
         K.sgd_recover(np.asarray(state["theta"]), uploads["theta"], rows, float(self.lr), out)
 
-    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety):
+    def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety, rows):
         from rfrs_ref.kernels import optim as K
 
-        return K.sgd_verify(uploads["theta"])
+        return K.sgd_verify(uploads["theta"], rows)

@@ -35,6 +35,8 @@ def test_honest_uploads_pass_even_without_the_safety_factor(name, dtype, data, o
         for kw in ({}, {"recovered": X}):
             ok, check, violation = opt.verify_batch(state, up, t, safety=1.0, **kw)
             assert ok.all(), (check, violation)
+            ok, check, violation = opt.verify_batch(state, up, t, safety=1.0, screen=True, **kw)
+            assert ok.all(), (check, violation)
             ok, check, violation = opt.verify_batch(state, up, t, backend="numpy", safety=1.0, **kw)
             assert ok.all(), (check, violation)
 
@@ -213,3 +215,62 @@ def test_kernel_and_oracle_verification_agree(name, dtype, data, ot):
 
 def test_safety_factor_is_the_documented_one():
     assert VERIFY_SAFETY == 4.0
+
+
+def _same_decisions(opt, state, up, t, recovered, safety):
+    """The screened verification decides every row as the exact one does, and reports
+    the exact check and violation of every failed row."""
+    exact = opt.verify_batch(state, up, t, recovered=recovered, safety=safety)
+    fast = opt.verify_batch(state, up, t, recovered=recovered, safety=safety, screen=True)
+    assert np.array_equal(exact[0], fast[0]), (safety, exact, fast)
+    assert exact[1] == fast[1]
+    failed = ~exact[0]
+    assert np.array_equal(exact[2][failed], fast[2][failed])
+    # a row the screen decided reports no ratio; one it left to the exact kernel reports it
+    assert np.all(np.isnan(fast[2][~failed]) | (fast[2][~failed] == exact[2][~failed]))
+    return exact
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_screened_verification_decides_exactly_as_the_exact_kernel(name, dtype, data, ot):
+    """At the extremes (gradients from subnormal to 1e15, second moments from 0 to
+    1e30, arbitrary hyperparameters), honest and corrupted rows, and with the safety
+    factor set so that a row's largest ratio lands on 1 to the last bit (ratios just
+    below, at and just above the threshold): the same verdicts, checks and
+    violations of failed rows."""
+    opt, state, grads, t = data.draw(ot.cases(name, dtype))
+    up = ot.upload_numba(opt, state, grads, t, dtype)
+    if data.draw(st.booleans()):
+        r = data.draw(st.integers(0, grads.shape[0] - 1))
+        k = data.draw(st.sampled_from(opt.arrays))
+        c = data.draw(st.integers(0, grads.shape[1] - 1))
+        scale = data.draw(st.sampled_from([1e-7, 1e-6, 1e-4, 1.0]))
+        up[k][r, c] = up[k][r, c] * (1 + scale) + data.draw(st.sampled_from([0.0, 1e-30, 1e-3]))
+    X = np.empty(grads.shape, dtype)
+    opt.recover_batch(state, up, t, X)
+    for rec in (None, X):
+        exact = _same_decisions(opt, state, up, t, rec, 1.0)
+        finite = np.isfinite(exact[2]) & (exact[2] > 0)
+        for v in exact[2][finite]:
+            # safety = the violation at safety 1, and its neighbours: ratios near 1
+            for s in (np.nextafter(v, 0), v, np.nextafter(v, np.inf), v * (1 - 2**-40), v * (1 + 2**-40)):
+                if s > 0 and np.isfinite(s):
+                    _same_decisions(opt, state, up, t, rec, float(s))
+
+
+@pytest.mark.parametrize("name", STATEFUL)
+def test_screen_hands_failed_and_close_rows_to_the_exact_kernel(name, rng, ot):
+    """Rows with a non-finite value, a negative moment, a tampered coordinate: failed
+    with the exact kernel's check and violation; honest rows pass with no ratio."""
+    opt, state, G, up, t = _honest(ot, name, np.float32, rng, n=5, D=3000)
+    up["theta"][1, 7] = np.nan
+    up["theta"][3] += (1e-4 * rng.standard_normal(up["theta"].shape[1])).astype(np.float32)
+    if opt.nonnegative:
+        up[opt.nonnegative][4, 11] = -1.0
+    exact = _same_decisions(opt, state, up, t, None, VERIFY_SAFETY)
+    fast = opt.verify_batch(state, up, t, screen=True)
+    assert not exact[0][1] and not exact[0][3]
+    assert np.isnan(fast[2][0]) and np.isnan(fast[2][2])
