@@ -222,7 +222,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
 
 
 @click.command("sweep")
-@click.argument("spec", type=click.Path(dir_okay=False, exists=True))
+@click.argument("spec", metavar="FILE", type=click.Path(dir_okay=False, exists=True))
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output directory [default: results/<sweep name>].")
 @click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")

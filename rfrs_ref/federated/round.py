@@ -1,4 +1,4 @@
-"""One federated round (SPEC §4, the paper's Algorithms 1 and 2).
+"""One federated round (docs/training.md, the paper's Algorithms 1 and 2).
 
 Round t (from 1), on the server state after round t − 1:
 

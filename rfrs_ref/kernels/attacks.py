@@ -1,4 +1,4 @@
-"""Numba kernels of the attack family (SPEC §7).
+"""Numba kernels of the attack family (docs/attacks.md).
 
 Each kernel is the fast path of a NumPy float64 oracle in :mod:`rfrs_ref.attack`
 and computes the same float64 expressions in the same order, so the two agree

@@ -1,4 +1,4 @@
-"""Numba kernels of FISM's BPR gradient (SPEC §2–3) and the BPR pair terms.
+"""Numba kernels of FISM's BPR gradient (docs/model.md) and the BPR pair terms.
 
 The oracle is ``rfrs_ref.model.fism.FISM.loss_grad``; ``docs/model.md`` derives
 the gradient. One client with training items S (n = |S|, sorted), client sums
@@ -305,7 +305,7 @@ def negatives_pass_sampled(P, S, neg, v, y_pos, lam, a, gP, B):
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def fism_norms(n, gamma):
-    """(c₁, c₂) = (n^−γ, (n−1)^−γ), each 0 where its set is empty (SPEC §2)."""
+    """(c₁, c₂) = (n^−γ, (n−1)^−γ), each 0 where its set is empty (docs/model.md)."""
     c1 = float(n) ** (-gamma) if n > 0 else 0.0
     c2 = float(n - 1) ** (-gamma) if n > 1 else 0.0
     return c1, c2

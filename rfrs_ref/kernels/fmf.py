@@ -1,4 +1,4 @@
-"""Numba kernels of FMF's BPR gradient (federated matrix factorisation, SPEC §2).
+"""Numba kernels of FMF's BPR gradient (federated matrix factorisation, docs/model.md).
 
 The oracle is ``rfrs_ref.model.fmf.FMF.loss_grad``. One client with private
 vector u and training items S: ŷ_k = u·p_k for every item, and with

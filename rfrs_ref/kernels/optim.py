@@ -1,4 +1,4 @@
-"""Fused Numba kernels of the optimiser family (SPEC §5).
+"""Fused Numba kernels of the optimiser family (docs/optimizers.md).
 
 One kernel per optimiser and direction (client rule, recovery, verification),
 each a single pass over D per client row: the gradient (or upload) row and the
