@@ -29,15 +29,20 @@ CLIENT_FRACTION = 0.01
 BYZANTINE_FRACTION = 0.4
 
 
+#: the rules the digests were recorded with; rules added since have no earlier
+#: results to keep (their own tests compare them with their NumPy oracle)
+RECORDED_RULES = ("mean", "krum", "median", "trmean", "rfa", "bulyan")
+
+
 def configurations():
-    """(optimizer, rule, detect, attack) of every run the round loop accepts."""
-    from rfrs_ref.aggregate import RULES
+    """(optimizer, rule, detect, attack) of every run the round loop accepts, for the
+    rules of :data:`RECORDED_RULES`."""
     from rfrs_ref.attack import ATTACKS
     from rfrs_ref.optim import OPTIMIZERS
 
     out = []
     for opt in OPTIMIZERS.names():
-        for rule in RULES.names():
+        for rule in RECORDED_RULES:
             for detect in ("gradient", "parameter"):
                 for attack in ATTACKS.names():
                     try:
