@@ -87,9 +87,12 @@ class Noise(Attack):
         D = theta.shape[1]
         z = ctx.scratch("noise", (D,), np.float64)
         norms = []
-        for r in rows:
-            ctx.rng.standard_normal(out=z)
-            np.multiply(z, float(self.sigma), out=z)
-            norms.append(float(np.linalg.norm(z)))
-            np.add(theta[r], z, out=theta[r], casting="same_kind")
+        # a huge σ overflows the upload to ±inf in its dtype: that is the attack (a hostile
+        # upload the server must survive), not an error to warn about
+        with np.errstate(over="ignore", invalid="ignore"):
+            for r in rows:
+                ctx.rng.standard_normal(out=z)
+                np.multiply(z, float(self.sigma), out=z)
+                norms.append(float(np.linalg.norm(z)))
+                np.add(theta[r], z, out=theta[r], casting="same_kind")
         return {"sigma": float(self.sigma), "noise_norm": norms}
