@@ -432,7 +432,7 @@ def test_download_killed_outright_is_cleaned_up_next_time(server, data_dir, tmp_
     env = {**os.environ, "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
     code = ("import sys; from rfrs_ref.data import fetch; "
             "fetch('citeulike-a', sys.argv[1], base_url=sys.argv[2])")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), server.url], env=env)
+    proc = subprocess.Popen([sys.executable, "-P", "-c", code, str(tmp_path), server.url], env=env)
     folder = tmp_path / "citeulike-a"
     try:
         for _ in range(600):  # wait (up to a minute) for the half-written temporary file
@@ -467,7 +467,7 @@ def test_full_disk_is_named_and_leaves_nothing(server, tmp_path):
         "    print(e)\n"
         "    sys.exit(3)\n")
     env = {**os.environ, "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
-    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d"), server.url],
+    res = subprocess.run([sys.executable, "-P", "-c", code, str(tmp_path / "d"), server.url],
                          env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 3, res.stdout + res.stderr
     msg = res.stdout.strip()
