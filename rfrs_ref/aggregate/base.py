@@ -95,6 +95,13 @@ class Rule(abc.ABC):
     coordinatewise: ClassVar[bool] = False
     #: False for rules that never read the features (the round loop may skip building them)
     uses_features: ClassVar[bool] = True
+    #: True for rules whose weights are a function of the nᵢ alone (:meth:`fixed_weights`),
+    #: whatever the uploads: the server may then sum while it verifies (``sums=``)
+    has_fixed_weights: ClassVar[bool] = False
+
+    def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
+        """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""
+        raise TypeError(f"{self.name}'s weights depend on the uploads: it has no fixed weights")
 
     def __post_init__(self) -> None:
         fb = getattr(self, "fallback", "error")
@@ -142,6 +149,7 @@ class Rule(abc.ABC):
         f: int,
         *,
         backend: str = "numba",
+        sums: Mapping[str, np.ndarray] | None = None,
     ) -> AggregationResult:
         """Aggregate the round's uploads.
 
@@ -151,6 +159,10 @@ class Rule(abc.ABC):
             n_samples: (n,) the clients' training-set sizes nᵢ (> 0).
             f: the assumed number of Byzantine clients (0 ≤ f).
             backend: ``"numpy"`` (float64 oracle), ``"numba"`` or ``"cuda"``.
+            sums: (rules with ``has_fixed_weights`` only) name -> Σᵢ wᵢ·A[i] already
+                computed with :meth:`fixed_weights` by the caller (the server's one
+                pass, :meth:`rfrs_ref.optim.base.Optimizer.screen_sum_batch`); the rule
+                then returns them as its aggregate instead of summing again.
 
         Inputs are never modified. Raises :class:`PreconditionError` when n and f
         violate the rule's precondition and its fallback is ``"error"``.
@@ -158,7 +170,16 @@ class Rule(abc.ABC):
         X, mats, w = validate_inputs(features, arrays, n_samples, f, backend)
         n = X.shape[0]
         f_used, record = self._resolve_f(n, f)
-        if f_used is None:
+        if sums is not None:
+            if not self.has_fixed_weights or f_used is None:
+                raise TypeError(f"{self.name} cannot take precomputed sums: its weights are not "
+                                "fixed by the nᵢ")
+            if set(sums) != set(mats) or any(np.shape(sums[k]) != (X.shape[1],) for k in mats):
+                raise ValueError(f"sums must hold one ({X.shape[1]},) array per uploaded array "
+                                 f"{sorted(mats)}, got {sorted(sums)}")
+            res = AggregationResult({k: sums[k] for k in mats}, self.fixed_weights(w),
+                                    np.ones(n), {})
+        elif f_used is None:
             from rfrs_ref.aggregate.mean import Mean
 
             res = Mean()._aggregate(X, mats, w, 0, backend)
@@ -217,6 +238,12 @@ def validate_inputs(features, arrays, n_samples, f, backend):
         if not np.issubdtype(A.dtype, np.floating):
             raise TypeError(f"uploaded array {name!r} must be floating point, got dtype {A.dtype}")
         mats[name] = A
+    return X, mats, sample_sizes(n_samples, n)
+
+
+def sample_sizes(n_samples, n: int) -> np.ndarray:
+    """The clients' training-set sizes nᵢ as the rules weigh them: float64, checked
+    finite and > 0, scaled by a power of two when their sum would overflow."""
     w = np.asarray(n_samples, dtype=np.float64)
     if w.shape != (n,):
         raise ValueError(f"n_samples must have one entry per client, shape ({n},), got {w.shape}")
@@ -232,7 +259,7 @@ def validate_inputs(features, arrays, n_samples, f, backend):
         # Every rule weighs by nᵢ/Σ nⱼ: a power-of-two scale keeps every ratio
         # exact, where Σ nᵢ = inf would turn every weight into 0 or NaN.
         w = np.ldexp(w, -int(np.frexp(w.max())[1]))
-    return X, mats, w
+    return w
 
 
 def parameter_features(

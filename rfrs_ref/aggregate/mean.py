@@ -30,8 +30,14 @@ class Mean(Rule):
     name: ClassVar[str] = "mean"
     coordinatewise: ClassVar[bool] = False
     uses_features: ClassVar[bool] = False
+    has_fixed_weights: ClassVar[bool] = True
+
+    def fixed_weights(self, n_samples):
+        """wᵢ = nᵢ / Σⱼ nⱼ."""
+        n_samples = np.asarray(n_samples, dtype=np.float64)
+        return n_samples / n_samples.sum()
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
-        w = n_samples / n_samples.sum()
+        w = self.fixed_weights(n_samples)
         out = combine(arrays, w, backend)
         return AggregationResult(out, w, np.ones(X.shape[0]), {})

@@ -161,12 +161,16 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     G, U, losses = _client_uploads(fed, state, rd, buf, private)  # Alg. 1: gradient, rule
     attack_diag = _byzantine_uploads(fed, state, rd, G, U, buf)  # Byzantine clients rewrite
     X = buf.features[:rd.clients.size] if buf.features is not None else None
-    ok, excluded = _recover_and_verify(fed, state, rd, U, X)    # Alg. 2: ĝ, update-rule check
+    sums = _screen_and_sum(fed, state, rd, U)                    # Alg. 2 in one pass, if it can
+    if sums is None:
+        ok, excluded = _recover_and_verify(fed, state, rd, U, X)  # Alg. 2: ĝ, update-rule check
+    else:
+        ok, excluded = np.ones(rd.clients.size, dtype=bool), []
     grad_norms = None
     if fed.trace and fed.needs_recovery:
         grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(X.shape[0])]
     rows, Gk, Xk, Uk = _keep_verified(ok, G, U, X, buf)          # excluded rows leave the buffers
-    new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, Xk, Uk)
+    new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, Xk, Uk, sums)
     record = _record(fed, rd, new_state, losses, excluded, rows, weights, kept_m, rule_diag,
                      f_rule, attack_diag, grad_norms)
     if fed.resilience and rows.size > 0:
@@ -235,6 +239,30 @@ def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
     return diag
 
 
+def _screen_and_sum(fed, state, rd: _Round, U):
+    """The server's one pass for a rule with fixed weights (the weighted mean): the
+    verification screen and the weighted sums together, reading every upload once.
+
+    Returns the sums when every upload certainly passes verification, and None when the
+    pass does not apply (no verification, recovered gradients wanted, a rule whose
+    weights depend on the uploads, another backend) or some upload needs the exact
+    check, which :func:`_recover_and_verify` then runs as usual. Either way the
+    round's state and record are the same, bit for bit (docs/performance.md).
+    """
+    if not (fed.verify and fed.backend == "numba" and not fed.needs_recovery
+            and getattr(fed.rule, "has_fixed_weights", False)):
+        return None
+    from rfrs_ref.aggregate.base import sample_sizes
+
+    tick = time.perf_counter()
+    w = fed.rule.fixed_weights(sample_sizes(rd.n_samples, rd.clients.size))
+    out = fed.optimizer.screen_sum_batch(state, U, rd.t, w)
+    rd.timing["verification_sums"] = time.perf_counter() - tick
+    if out is None or not out[0].all():
+        return None
+    return out[1]
+
+
 def _recover_and_verify(fed, state, rd: _Round, U, X):
     """ĝ of every upload into ``X`` when the server needs it, then update-rule
     verification; returns (bool rows that passed, the exclusions' records)."""
@@ -271,9 +299,10 @@ def _keep_verified(ok, G, U, X, buf: RoundBuffers):
     return rows, G[:m], Xk, {k: v[:m] for k, v in U.items()}
 
 
-def _aggregate(fed, state, rd: _Round, rows, Xk, Uk):
+def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
     """The rule combines the verified uploads into the new state, with the assumed
-    Byzantine count reduced by one per exclusion."""
+    Byzantine count reduced by one per exclusion (``sums``: the weighted sums the
+    server's one pass already computed, every upload having passed)."""
     names, theta_bar = fed.optimizer.arrays, state["theta"]
     m = rows.size
     f_rule = max(0, rd.f - (rd.clients.size - m))
@@ -284,7 +313,7 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk):
     tick = time.perf_counter()
     if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
         np.subtract(Uk["theta"], theta_bar, out=Xk)
-    result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend)
+    result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend, sums=sums)
     new_state = {k: result.arrays[k] for k in names}
     rd.timing["aggregation"] = time.perf_counter() - tick
     return new_state, result.weights, np.asarray(result.kept, float), result.diagnostics, f_rule

@@ -41,6 +41,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
 from rfrs_ref.optim import tolerance as _tol
 
 #: columns per work item: the state's chunk (up to 3 arrays × 8192 × 8 B) stays
@@ -359,15 +360,21 @@ def momentum_screen(theta_bar, m, theta, lr, u, tiny, safety):
         r = idx - c * n
         lo = c * CHUNK
         hi = min(D, lo + CHUNK)
-        tb, mr, tr = theta_bar[lo:hi], m[r, lo:hi], theta[r, lo:hi]
-        bad = 0
-        for k in range(hi - lo):
-            mk = np.float64(mr[k])
-            th = np.float64(tr[k])
-            res, sb = _momentum_check(np.float64(tb[k]), mk, th, lr, u, tiny, safety)
-            bad += (1 - np.int64(np.isfinite(mk) & np.isfinite(th))) + _unsure(res, sb)
-        counts[r, c] = bad
+        counts[r, c] = _momentum_unsure(theta_bar[lo:hi], m[r, lo:hi], theta[r, lo:hi], lr, u,
+                                        tiny, safety)
     return _sure_rows(counts)
+
+
+@njit(inline="always")
+def _momentum_unsure(tb, mr, tr, lr, u, tiny, safety):
+    """How many coordinates of one row's block the momentum screen cannot pass."""
+    bad = 0
+    for k in range(tr.shape[0]):
+        mk = np.float64(mr[k])
+        th = np.float64(tr[k])
+        res, sb = _momentum_check(np.float64(tb[k]), mk, th, lr, u, tiny, safety)
+        bad += (1 - np.int64(np.isfinite(mk) & np.isfinite(th))) + _unsure(res, sb)
+    return bad
 
 
 @njit(inline="always")
@@ -458,18 +465,25 @@ def adam_screen(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
         mr, vr, tr = m[r, lo:hi], v[r, lo:hi], theta[r, lo:hi]
         gs = np.empty(L)
         _adam_gradients(gs, mr, mb, recovered, r, lo, hi, has_recovered, beta1, inv_c1)
-        bad = 0
-        for k in range(L):
-            mk = np.float64(mr[k])
-            vk = np.float64(vr[k])
-            th = np.float64(tr[k])
-            rv, sv, rt, st = _adam_checks(mk, vk, th, np.float64(mb[k]), np.float64(vb[k]),
-                                          np.float64(tb[k]), gs[k], beta1, beta2, c2, lr_t, eps,
-                                          u, tiny, safety)
-            bad += ((1 - np.int64(np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th)))
-                    + np.int64(vk < 0.0) + _unsure(rv, sv) + _unsure(rt, st))
-        counts[r, c] = bad
+        counts[r, c] = _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps, u,
+                                    tiny, safety)
     return _sure_rows(counts)
+
+
+@njit(inline="always")
+def _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps, u, tiny, safety):
+    """How many coordinates of one row's block the Adam screen cannot pass (gs: its ĝ)."""
+    bad = 0
+    for k in range(tr.shape[0]):
+        mk = np.float64(mr[k])
+        vk = np.float64(vr[k])
+        th = np.float64(tr[k])
+        rv, sv, rt, st = _adam_checks(mk, vk, th, np.float64(mb[k]), np.float64(vb[k]),
+                                      np.float64(tb[k]), gs[k], beta1, beta2, c2, lr_t, eps,
+                                      u, tiny, safety)
+        bad += ((1 - np.int64(np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th)))
+                + np.int64(vk < 0.0) + _unsure(rv, sv) + _unsure(rt, st))
+    return bad
 
 
 @njit(inline="always")
@@ -548,13 +562,160 @@ def root_screen(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
         rr, tr = r_up[r, lo:hi], theta[r, lo:hi]
         gs = np.empty(L)
         _root_gradients(gs, tb, tr, rr, recovered, r, lo, hi, has_recovered, eps, inv_lr)
-        bad = 0
-        for k in range(L):
-            rk = np.float64(rr[k])
-            th = np.float64(tr[k])
-            res, sb = _root_check(rk, np.float64(rb[k]), np.float64(tb[k]), gs[k], decay, coef,
-                                  lr, eps, u, tiny, safety)
-            bad += ((1 - np.int64(np.isfinite(rk) & np.isfinite(th))) + np.int64(rk < 0.0)
-                    + _unsure(res, sb))
-        counts[r, c] = bad
+        counts[r, c] = _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety)
+    return _sure_rows(counts)
+
+
+@njit(inline="always")
+def _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety):
+    """How many coordinates of one row's block the AdaGrad/RMSProp screen cannot pass."""
+    bad = 0
+    for k in range(tr.shape[0]):
+        rk = np.float64(rr[k])
+        th = np.float64(tr[k])
+        res, sb = _root_check(rk, np.float64(rb[k]), np.float64(tb[k]), gs[k], decay, coef,
+                              lr, eps, u, tiny, safety)
+        bad += ((1 - np.int64(np.isfinite(rk) & np.isfinite(th))) + np.int64(rk < 0.0)
+                + _unsure(res, sb))
+    return bad
+
+
+# -- the server's one pass for a rule with fixed weights: screen and weighted sums -------
+# For a rule whose weights do not depend on the uploads (the weighted mean, no defence:
+# wᵢ = nᵢ/Σnⱼ), the server used to read every upload twice: the screen of verification,
+# then the weighted sums. These kernels do both in one pass over column blocks small
+# enough (a block of every row: n · arrays · SCREEN_SUM_BLOCK · 4 B, 330 kB for 55 Adam
+# rows in float32) to stay in L2 between the screen and the sums.
+#
+# Bit for bit: the screen's per-coordinate tests are the screen kernels' (the same inlined
+# functions, ĝ recovered in registers as there), and the sums are ``add_weighted_block``'s
+# (rows grouped by four in the same order, float64, no fast-math), which is what
+# ``rfrs_ref.aggregate.combine.combine_rows`` computes; the column blocking only splits the
+# coordinates, it does not change any coordinate's sum. The sums stand for the aggregate
+# only when every row passes the screen: the caller checks that and otherwise runs the
+# exact verification and the rule on the rows that pass.
+
+SCREEN_SUM_BLOCK = 512
+
+
+@njit(inline="always")
+def _block_range(c, nchunks, D):
+    nblocks = (D + SCREEN_SUM_BLOCK - 1) // SCREEN_SUM_BLOCK
+    return c * nblocks // nchunks, (c + 1) * nblocks // nchunks
+
+
+@njit(inline="always")
+def _sum_store(A, w, live, nl, k0, bw, acc, out):
+    """out[k0:k0+bw] = Σᵢ wᵢ·A[i, k0:k0+bw] exactly as combine_rows sums it."""
+    acc[:bw] = 0.0
+    add_weighted_block(A, w, live, nl, k0, bw, acc)
+    o = out[k0:k0 + bw]
+    for k in range(bw):
+        o[k] = acc[k]
+
+
+@njit(cache=True, parallel=True)
+def sgd_screen_sum(theta, w, out_theta, nchunks):
+    """bool (n,): rows whose θ is finite (SGD's only check); out_theta = Σᵢ wᵢθᵢ."""
+    n, D = theta.shape
+    live, nl = live_rows(w)
+    counts = np.zeros((n, nchunks), dtype=np.int64)
+    for c in prange(nchunks):
+        acc = np.empty(SCREEN_SUM_BLOCK)
+        b0, b1 = _block_range(c, nchunks, D)
+        for b in range(b0, b1):
+            k0 = b * SCREEN_SUM_BLOCK
+            hi = min(D, k0 + SCREEN_SUM_BLOCK)
+            for r in range(n):
+                tr = theta[r, k0:hi]
+                bad = 0
+                for k in range(hi - k0):
+                    bad += 1 - np.int64(np.isfinite(tr[k]))
+                counts[r, c] += bad
+            _sum_store(theta, w, live, nl, k0, hi - k0, acc, out_theta)
+    return _sure_rows(counts)
+
+
+@njit(cache=True, parallel=True)
+def momentum_screen_sum(theta_bar, m, theta, w, lr, u, tiny, safety, out_m, out_theta, nchunks):
+    """momentum_screen's rows and Σᵢ wᵢ·(m, θ)ᵢ in one pass (see above)."""
+    n, D = theta.shape
+    live, nl = live_rows(w)
+    counts = np.zeros((n, nchunks), dtype=np.int64)
+    for c in prange(nchunks):
+        am = np.empty(SCREEN_SUM_BLOCK)
+        at = np.empty(SCREEN_SUM_BLOCK)
+        b0, b1 = _block_range(c, nchunks, D)
+        for b in range(b0, b1):
+            k0 = b * SCREEN_SUM_BLOCK
+            hi = min(D, k0 + SCREEN_SUM_BLOCK)
+            tb = theta_bar[k0:hi]
+            for r in range(n):
+                counts[r, c] += _momentum_unsure(tb, m[r, k0:hi], theta[r, k0:hi], lr, u, tiny,
+                                                 safety)
+            _sum_store(m, w, live, nl, k0, hi - k0, am, out_m)
+            _sum_store(theta, w, live, nl, k0, hi - k0, at, out_theta)
+    return _sure_rows(counts)
+
+
+@njit(cache=True, parallel=True)
+def adam_screen_sum(m_bar, v_bar, theta_bar, m, v, theta, w, beta1, c1, beta2, c2, lr_t, eps,
+                    u, tiny, safety, out_m, out_v, out_theta, nchunks):
+    """adam_screen's rows (ĝ recovered in registers) and Σᵢ wᵢ·(m, v, θ)ᵢ in one pass."""
+    n, D = theta.shape
+    live, nl = live_rows(w)
+    counts = np.zeros((n, nchunks), dtype=np.int64)
+    inv_c1 = 1.0 / c1
+    for c in prange(nchunks):
+        am = np.empty(SCREEN_SUM_BLOCK)
+        av = np.empty(SCREEN_SUM_BLOCK)
+        at = np.empty(SCREEN_SUM_BLOCK)
+        gs = np.empty(SCREEN_SUM_BLOCK)
+        b0, b1 = _block_range(c, nchunks, D)
+        for b in range(b0, b1):
+            k0 = b * SCREEN_SUM_BLOCK
+            hi = min(D, k0 + SCREEN_SUM_BLOCK)
+            L = hi - k0
+            mb, vb, tb = m_bar[k0:hi], v_bar[k0:hi], theta_bar[k0:hi]
+            g = gs[:L]
+            for r in range(n):
+                mr, vr, tr = m[r, k0:hi], v[r, k0:hi], theta[r, k0:hi]
+                for k in range(L):
+                    g[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
+                counts[r, c] += _adam_unsure(mb, vb, tb, mr, vr, tr, g, beta1, beta2, c2, lr_t,
+                                             eps, u, tiny, safety)
+            _sum_store(m, w, live, nl, k0, L, am, out_m)
+            _sum_store(v, w, live, nl, k0, L, av, out_v)
+            _sum_store(theta, w, live, nl, k0, L, at, out_theta)
+    return _sure_rows(counts)
+
+
+@njit(cache=True, parallel=True)
+def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, tiny, safety,
+                    out_r, out_theta, nchunks):
+    """root_screen's rows (ĝ recovered in registers) and Σᵢ wᵢ·(r, θ)ᵢ in one pass."""
+    n, D = theta.shape
+    live, nl = live_rows(w)
+    counts = np.zeros((n, nchunks), dtype=np.int64)
+    inv_lr = 1.0 / lr
+    for c in prange(nchunks):
+        ar = np.empty(SCREEN_SUM_BLOCK)
+        at = np.empty(SCREEN_SUM_BLOCK)
+        gs = np.empty(SCREEN_SUM_BLOCK)
+        b0, b1 = _block_range(c, nchunks, D)
+        for b in range(b0, b1):
+            k0 = b * SCREEN_SUM_BLOCK
+            hi = min(D, k0 + SCREEN_SUM_BLOCK)
+            L = hi - k0
+            rb, tb = r_bar[k0:hi], theta_bar[k0:hi]
+            g = gs[:L]
+            for r in range(n):
+                rr, tr = r_up[r, k0:hi], theta[r, k0:hi]
+                for k in range(L):
+                    d = np.float64(tb[k]) - np.float64(tr[k])
+                    g[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
+                counts[r, c] += _root_unsure(rb, tb, rr, tr, g, decay, coef, lr, eps, u, tiny,
+                                             safety)
+            _sum_store(r_up, w, live, nl, k0, L, ar, out_r)
+            _sum_store(theta, w, live, nl, k0, L, at, out_theta)
     return _sure_rows(counts)

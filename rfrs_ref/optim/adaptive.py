@@ -97,6 +97,13 @@ class _RootScaled(Optimizer):
         arrays, scalars = self._verify_args(state, uploads, recovered)
         return K.root_screen(*arrays, *scalars, u, tiny, safety)
 
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, None)
+        return K.root_screen_sum(*arrays[:4], w, *scalars, u, tiny, safety, sums["r"],
+                                 sums["theta"], nchunks)
+
 
 @dataclasses.dataclass(frozen=True)
 class AdaGrad(_RootScaled):

@@ -400,6 +400,49 @@ class Optimizer(abc.ABC):
         violation[sure] = np.nan
         return ok, check, violation
 
+    def screen_sum_batch(
+        self, state: State, uploads: Mapping[str, np.ndarray], t: int, weights: np.ndarray, *,
+        safety: float = VERIFY_SAFETY,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """The server's one pass over the uploads for a rule with fixed weights (numba).
+
+        Formula: ``sums[name] = Σᵢ wᵢ · uploads[name][i]`` (float64 sums rounded once to
+        the uploads' dtype, rows grouped by four exactly as
+        :func:`rfrs_ref.aggregate.combine.combine_rows` groups them, so the result is
+        that function's bit for bit), and ``sure``, the rows the screen of
+        :meth:`verify_batch` certainly passes (ĝ recovered in registers).
+
+        Guarantee: when ``sure.all()``, every upload passes verification and ``sums`` is
+        the weighted aggregate of all of them, the same bits as verifying then
+        combining. Otherwise ``sums`` includes rows that may fail: the caller must
+        verify exactly (:meth:`verify_batch`) and aggregate the rows that pass.
+
+        Args:
+            weights: (n,) float64 weights, every one > 0 (a rule that gives some
+                client weight 0 does not have fixed weights).
+
+        Returns ``None`` when the optimiser has no such kernel (the caller verifies,
+        then aggregates). Derivation: docs/performance.md ("One pass of the server").
+        """
+        t = check_round(t)
+        self._check_state(state)
+        D = state["theta"].shape[0]
+        n = self._check_uploads(uploads, D)
+        w = np.ascontiguousarray(weights, dtype=np.float64)
+        if w.shape != (n,) or not (w > 0).all():
+            raise ValueError(f"screen_sum_batch needs {n} weights, every one > 0; got shape "
+                             f"{w.shape} with {int((~(w > 0)).sum())} not > 0")
+        check_positive("safety", safety)
+        from rfrs_ref.kernels.distances import n_chunks
+        from rfrs_ref.kernels.optim import SCREEN_SUM_BLOCK, threads_for
+
+        u, tiny = roundoff(*[uploads[k].dtype for k in self.arrays])
+        sums = {k: np.empty(D, dtype=uploads[k].dtype) for k in self.arrays}
+        with threads_for(n * D):
+            sure = self._screen_sum_numba(state, uploads, t, w, u, tiny, float(safety), sums,
+                                          n_chunks(D, SCREEN_SUM_BLOCK))
+        return None if sure is None else (sure, sums)
+
     # -- numba hooks (one fused kernel each) ----------------------------------------------
     @abc.abstractmethod
     def _rule_numba(self, state, grads, t, out, rows) -> None: ...
@@ -411,6 +454,11 @@ class Optimizer(abc.ABC):
     def _verify_numba(self, state, uploads, t, recovered, u, tiny, safety, rows) -> np.ndarray:
         """float64 (len(rows), len(checks)) largest ratio of each check of each listed
         row (inf: failed structurally)."""
+
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+        """bool (n,) sure rows, with ``sums`` filled (see :meth:`screen_sum_batch`);
+        None when the optimiser has no such kernel."""
+        return None
 
     def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety) -> np.ndarray | None:
         """bool (n,): the rows that certainly pass the exact kernel; None when the

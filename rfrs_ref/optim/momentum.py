@@ -84,3 +84,10 @@ class Momentum(Optimizer):
 
         return K.momentum_screen(np.asarray(state["theta"]), uploads["m"], uploads["theta"],
                                  float(self.lr), u, tiny, safety)
+
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+        from rfrs_ref.kernels import optim as K
+
+        return K.momentum_screen_sum(np.asarray(state["theta"]), uploads["m"], uploads["theta"], w,
+                                     float(self.lr), u, tiny, safety, sums["m"], sums["theta"],
+                                     nchunks)

@@ -60,3 +60,8 @@ class SGD(Optimizer):
         from rfrs_ref.kernels import optim as K
 
         return K.sgd_verify(uploads["theta"], rows)
+
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+        from rfrs_ref.kernels import optim as K
+
+        return K.sgd_screen_sum(uploads["theta"], w, sums["theta"], nchunks)
