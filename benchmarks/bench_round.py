@@ -13,6 +13,9 @@ before this one allocates (its own VmHWM, which is not inherited).
 
 A second case times an A-RFRS round (Krum on recovered gradients, the ascent
 attack with α = 0.4) on the same data, and reports its ratio to the A-FRS round.
+A third times the A-FRS round as it was before the server's one pass (the
+verification screen, then the weighted sums, each reading every upload): the
+same rounds, bit for bit, so the ratio of the two is the one pass's gain.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -102,6 +105,7 @@ def main(argv=None) -> None:
                         byzantine_fraction=0.4)
     base = time_rounds(afrs, args.rounds, args.warmup)
     robust = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"])
+    two_pass = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
 
     n, D = base["n"], base["D"]
     itemsize = np.dtype(args.dtype).itemsize
@@ -112,17 +116,21 @@ def main(argv=None) -> None:
 
     print(f"dataset {args.dataset}: {base['data'].n_users} clients, {n} per round, D = {D:,}, "
           f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
-    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10}")
+    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10}")
     print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
     print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
     print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
-    print(f"{'round, median of %d, s' % args.rounds:<50} {base['median']:>10.3f} {robust['median']:>10.3f}")
-    print(f"{'round / minimal-traffic time':<50} {base['median'] / t_min:>10.2f} "
-          f"{robust['median'] / t_min:>10.2f}")
+    cases = (base, robust, two_pass)
+    print(f"{'round, median of %d, s' % args.rounds:<50} "
+          + " ".join(f"{r['median']:>10.3f}" for r in cases))
+    print(f"{'round / minimal-traffic time':<50} "
+          + " ".join(f"{r['median'] / t_min:>10.2f}" for r in cases))
     print(f"{'A-RFRS round / A-FRS round':<50} {'':>10} {robust['median'] / base['median']:>10.2f}")
-    for name in dict.fromkeys([*base["phases"], *robust["phases"]]):
+    print(f"{'A-FRS round, two passes / one pass':<50} {'':>10} {'':>10} "
+          f"{two_pass['median'] / base['median']:>10.2f}")
+    for name in dict.fromkeys([*base["phases"], *robust["phases"], *two_pass["phases"]]):
         cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
-                 for r in (base, robust)]
+                 for r in cases]
         print(f"{'  ' + name + ', s':<50} {' '.join(cells)}")
     print(f"{'peak memory of this process (both cases), GiB':<50} {peak_self:>10.2f}")
 
@@ -131,13 +139,23 @@ def main(argv=None) -> None:
         print(f"{'rfrs-ref train: peak memory (fresh process), GiB':<50} {cli[1]:>10.2f}")
 
 
-def time_rounds(config, rounds: int, warmup: int, data=None) -> dict:
-    """Median round time and per-phase times of ``config`` after ``warmup`` rounds."""
+def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False) -> dict:
+    """Median round time and per-phase times of ``config`` after ``warmup`` rounds
+    (``two_pass``: the weighted mean without the server's one pass)."""
+    import dataclasses
+
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
 
     trainer = Trainer(config, data=data)
     fed = trainer.federation
+    if two_pass:
+        from rfrs_ref.aggregate.mean import Mean
+
+        class TwoPassMean(Mean):
+            has_fixed_weights = False  # the round verifies, then combines
+
+        fed = dataclasses.replace(fed, rule=TwoPassMean())
     state, private = trainer.initial_state()
     buf = trainer.buffers()
     times, phases = [], {}
@@ -150,7 +168,8 @@ def time_rounds(config, rounds: int, warmup: int, data=None) -> dict:
             for name, v in rec["timing"].items():
                 phases.setdefault(name, []).append(v)
     out = {"median": float(np.median(times)), "phases": phases, "data": trainer.data,
-           "n": buf.grads.shape[0], "D": trainer.model.n_params(), "k": len(trainer.optimizer.arrays),
+           "n": buf.uploads["theta"].shape[0], "D": trainer.model.n_params(),
+           "k": len(trainer.optimizer.arrays),
            "verify": trainer.config.verify}
     del trainer, buf, state  # free this case's buffers before the next one
     return out

@@ -149,7 +149,6 @@ class Rule(abc.ABC):
         f: int,
         *,
         backend: str = "numba",
-        sums: Mapping[str, np.ndarray] | None = None,
     ) -> AggregationResult:
         """Aggregate the round's uploads.
 
@@ -159,10 +158,6 @@ class Rule(abc.ABC):
             n_samples: (n,) the clients' training-set sizes nᵢ (> 0).
             f: the assumed number of Byzantine clients (0 ≤ f).
             backend: ``"numpy"`` (float64 oracle), ``"numba"`` or ``"cuda"``.
-            sums: (rules with ``has_fixed_weights`` only) name -> Σᵢ wᵢ·A[i] already
-                computed with :meth:`fixed_weights` by the caller (the server's one
-                pass, :meth:`rfrs_ref.optim.base.Optimizer.screen_sum_batch`); the rule
-                then returns them as its aggregate instead of summing again.
 
         Inputs are never modified. Raises :class:`PreconditionError` when n and f
         violate the rule's precondition and its fallback is ``"error"``.
@@ -170,21 +165,36 @@ class Rule(abc.ABC):
         X, mats, w = validate_inputs(features, arrays, n_samples, f, backend)
         n = X.shape[0]
         f_used, record = self._resolve_f(n, f)
-        if sums is not None:
-            if not self.has_fixed_weights or f_used is None:
-                raise TypeError(f"{self.name} cannot take precomputed sums: its weights are not "
-                                "fixed by the nᵢ")
-            if set(sums) != set(mats) or any(np.shape(sums[k]) != (X.shape[1],) for k in mats):
-                raise ValueError(f"sums must hold one ({X.shape[1]},) array per uploaded array "
-                                 f"{sorted(mats)}, got {sorted(sums)}")
-            res = AggregationResult({k: sums[k] for k in mats}, self.fixed_weights(w),
-                                    np.ones(n), {})
-        elif f_used is None:
+        if f_used is None:
             from rfrs_ref.aggregate.mean import Mean
 
             res = Mean()._aggregate(X, mats, w, 0, backend)
         else:
             res = self._aggregate(X, mats, w, f_used, backend)
+        return self._described(res, n, f, f_used, record, backend)
+
+    def from_sums(self, sums: Mapping[str, np.ndarray], n_samples: np.ndarray, f: int, *,
+                  backend: str = "numba") -> AggregationResult:
+        """The result of a rule with fixed weights whose sums the caller computed.
+
+        ``sums[name] = Σᵢ wᵢ·A[i]`` with wᵢ = :meth:`fixed_weights` of the nᵢ, over every
+        client (the server's one pass, ``Optimizer.screen_sum_batch``, which sums while
+        it verifies, a batch of clients at a time). The result, weights and diagnostics
+        are those :meth:`aggregate` returns for the same uploads.
+        """
+        if not self.has_fixed_weights:
+            raise TypeError(f"{self.name} cannot take precomputed sums: its weights depend on "
+                            "the uploads")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+        n = np.shape(n_samples)[0] if np.ndim(n_samples) == 1 else -1
+        _check_counts(n, f)
+        w = sample_sizes(n_samples, n)
+        f_used, record = self._resolve_f(n, f)
+        res = AggregationResult(dict(sums), self.fixed_weights(w), np.ones(n), {})
+        return self._described(res, n, f, f_used, record, backend)
+
+    def _described(self, res: AggregationResult, n, f, f_used, record, backend) -> AggregationResult:
         diag = {"rule": self.name, "n": n, "f": int(f), "f_used": f_used,
                 "hyperparameters": values(self), "backend": backend}
         diag.update(res.diagnostics)

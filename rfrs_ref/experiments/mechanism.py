@@ -158,7 +158,7 @@ def measure_run(spec, *, every: int = 1, progress: Callable[[int, int], None] | 
     c = trainer.config
     opt = trainer.optimizer
     state, private = trainer.initial_state()
-    buf = trainer.buffers()
+    buf = trainer.buffers(full=True)  # the uploads are read after each round
     rows = []
     for t in range(1, c.rounds + 1):
         prev = state

@@ -290,7 +290,7 @@ def _capture(spec, run_dir: pathlib.Path) -> dict:
     c = trainer.config
     started = time.perf_counter()
     state, private = trainer.initial_state()
-    buf = trainer.buffers()
+    buf = trainer.buffers(full=True)  # the uploads are read after each round
     summaries = []
     prev = state
     record = None

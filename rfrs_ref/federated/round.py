@@ -90,6 +90,24 @@ class Federation:
         return self.needs_recovery or getattr(self.rule, "uses_features", True)
 
     @property
+    def keeps_gradients(self) -> bool:
+        """Whether the sampled clients' honest gradients are read after the client rule
+        (an attack reads them, the resilience monitor compares with them); when not,
+        the round computes them a batch of clients at a time (:class:`RoundBuffers`)."""
+        return self.attack.name != "none" or self.resilience
+
+    @property
+    def streams(self) -> bool:
+        """Whether rounds can run a batch of clients at a time from the gradients to the
+        aggregate (:func:`run_round` with :class:`RoundBuffers` of fewer upload rows than
+        clients): nobody rewrites or rereads the uploads (no attack, no resilience
+        monitor, no recovered gradients wanted) and the rule's weights are fixed by the
+        nᵢ (the weighted mean), so the server's one pass can sum each batch as it
+        comes. The numba backend only."""
+        return (not self.keeps_gradients and not self.needs_recovery and self.backend == "numba"
+                and getattr(self.rule, "has_fixed_weights", False))
+
+    @property
     def needs_recovery(self) -> bool:
         """Whether the server materialises ĝ for every upload (verification
         recovers it on the fly when nothing else needs it)."""
@@ -97,19 +115,42 @@ class Federation:
         return gradient_features or self.resilience or self.trace
 
 
+#: rows of the gradient buffer of a run that does not keep its gradients, and of the
+#: upload buffers of a run that streams (``RoundBuffers(grad_rows=, upload_rows=)``):
+#: enough clients per batch for the gradient kernel to balance its threads, and a
+#: multiple of four, the group of rows of the weighted sums
+GRADIENT_BATCH = 16
+
+
 class RoundBuffers:
     """Per-run scratch: gradients, uploads and features, each (n_max, D).
 
     ``grads`` holds the clients' honest gradients, ``uploads[name]`` what they
     send, ``features`` what the rule compares (recovered gradients or θ − θ̄).
+    ``grad_rows`` < n_max makes ``grads`` that many rows only, for a run that
+    reads no gradient after the client rule (``Federation.keeps_gradients`` is
+    False): the round then computes gradients and uploads a batch of clients at
+    a time, the same rows bit for bit (each client's gradient is computed on its
+    own), with one n × D array less. ``upload_rows`` < n_max (a multiple of 4)
+    does the same for the uploads of a run that streams (``Federation.streams``):
+    the round then goes from gradients to the weighted sums a batch at a time,
+    holding O(batch · D) instead of O(n · D).
     """
 
     def __init__(self, n_max: int, n_params: int, dtype, names: tuple[str, ...],
-                 private_dim: int = 0, features: bool = True) -> None:
+                 private_dim: int = 0, features: bool = True, grad_rows: int | None = None,
+                 upload_rows: int | None = None) -> None:
         dtype = np.dtype(dtype)
+        if upload_rows is not None and upload_rows < n_max and upload_rows % 4:
+            raise ValueError(f"upload_rows must be a multiple of 4 (the weighted sums' group of "
+                             f"rows), got {upload_rows}")
+        self.n_max, self.n_params, self.dtype, self.names = n_max, n_params, dtype, tuple(names)
+        self.private_dim = private_dim
+        rows = n_max if upload_rows is None else min(n_max, upload_rows)
         # np.ones touches every page now rather than during the first round
-        self.grads = np.ones((n_max, n_params), dtype)
-        self.uploads = {k: np.ones((n_max, n_params), dtype) for k in names}
+        self.grads = np.ones((n_max if grad_rows is None else min(n_max, grad_rows), n_params),
+                             dtype)
+        self.uploads = {k: np.ones((rows, n_params), dtype) for k in names}
         #: None when the run never needs features (a rule that ignores them, and
         #: no recovered gradients wanted): one n × D array less
         self.features = np.ones((n_max, n_params), dtype) if features else None
@@ -117,9 +158,16 @@ class RoundBuffers:
         #: scratch arrays an attack keeps from round to round
         self.attack_workspace: dict = {}
 
+    def full(self, features: bool) -> "RoundBuffers":
+        """Buffers of the same run with every row (a streamed round that has to hold
+        every upload after all)."""
+        return RoundBuffers(self.n_max, self.n_params, self.dtype, self.names,
+                            private_dim=self.private_dim, features=features)
+
     @property
     def nbytes(self) -> int:
-        return self.grads.nbytes * (1 + len(self.uploads) + (self.features is not None))
+        rows = sum(a.nbytes for a in self.uploads.values())
+        return self.grads.nbytes + rows + (0 if self.features is None else self.features.nbytes)
 
 
 def _compact_rows_inplace(ok: np.ndarray, arrays: list[np.ndarray]) -> None:
@@ -158,6 +206,13 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     kernels of the families (model, optimiser, attack, rule), not here.
     """
     rd = _sample(fed, t)                                        # server: who takes part
+    if buf.uploads["theta"].shape[0] < rd.clients.size:
+        streamed = _streamed_round(fed, state, rd, buf, private)  # Alg. 1 and 2, by batches
+        if streamed is not None:
+            return streamed
+        # an upload failed verification, which the guarantee rules out for honest ones:
+        # the round again, holding every upload, excludes it as any round would
+        rd, buf = _sample(fed, t), buf.full(fed.needs_features)
     G, U, losses = _client_uploads(fed, state, rd, buf, private)  # Alg. 1: gradient, rule
     attack_diag = _byzantine_uploads(fed, state, rd, G, U, buf)  # Byzantine clients rewrite
     X = buf.features[:rd.clients.size] if buf.features is not None else None
@@ -183,6 +238,56 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     return new_state, record
 
 
+def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
+    """The round a batch of clients at a time, for a run that streams
+    (``Federation.streams``): each batch's gradients, client rule, then the server's one
+    pass (verification screen and weighted sums, ``Optimizer.screen_sum_batch``) adding
+    into float64 running sums, so that no array of n × D is held.
+
+    The same state and record as :func:`run_round` with every row held, bit for bit:
+    gradients and uploads are computed client by client, the screen is the screen, and
+    batches of a multiple of four rows continue the weighted sums' grouping of rows.
+    Returns None, before anything is modified, when an upload fails verification (the
+    caller runs the round again holding every upload).
+    """
+    opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
+    n, batch = clients.size, buf.uploads["theta"].shape[0]
+    from rfrs_ref.aggregate.base import sample_sizes
+
+    w = fed.rule.fixed_weights(sample_sizes(rd.n_samples, n))
+    acc = {k: np.zeros(buf.n_params) for k in opt.arrays}
+    negatives = _negatives(fed, rd)
+    losses = np.empty(n)
+    for name in ("gradients", "client_rule", "verification_sums"):
+        rd.timing[name] = 0.0
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        tick = time.perf_counter()
+        G = buf.grads[:hi - lo]
+        losses[lo:hi] = _gradients(fed, state, clients[lo:hi], G,
+                                   None if negatives is None else negatives[lo:hi], private,
+                                   None if buf.private_grads is None else buf.private_grads[lo:hi])
+        rd.timing["gradients"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        U = {k: buf.uploads[k][:hi - lo] for k in opt.arrays}
+        opt.client_rule_batch(state, G, t, U, backend=fed.backend)
+        rd.timing["client_rule"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        sure, _ = opt.screen_sum_batch(state, U, t, w[lo:hi], into=acc, screen=fed.verify)
+        if fed.verify and not sure.all() and not opt.verify_batch(state, U, t, screen=True)[0].all():
+            return None
+        rd.timing["verification_sums"] += time.perf_counter() - tick
+    if model.has_private:
+        _update_private_inplace(opt, private, clients, buf.private_grads[:n])
+    sums = {k: acc[k].astype(buf.dtype) for k in opt.arrays}
+    rows = np.arange(n)
+    new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, None, None, sums)
+    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule, {},
+                     None)
+    record["timing"] = rd.timing
+    return new_state, record
+
+
 def _sample(fed: Federation, t: int) -> _Round:
     """The round's clients (stream ``sampling``), their Byzantine flags and sizes, and f."""
     clients = sample_clients(fed.seed, t, fed.n_clients, fed.client_fraction)
@@ -194,30 +299,52 @@ def _sample(fed: Federation, t: int) -> _Round:
 def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     """Every sampled client's gradient on θ̄ᵗ⁻¹ (into ``buf.grads``) and its
     optimiser's upload (into ``buf.uploads``); private vectors step in place."""
-    tick = time.perf_counter()
     opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
     n = clients.size
-    G = buf.grads[:n]
-    negatives = None
-    if model.negatives:
-        negatives = [
-            model.sample_negatives(fed.train.items_of(c), generator(fed.seed, "negatives", t, c))
-            for c in clients
-        ]
-    kw = {}
-    if model.has_private:
-        kw = dict(private=private["theta"], private_out=buf.private_grads[:n])
-    losses = model.grads_batch(state["theta"], fed.train, clients, G, negatives=negatives,
-                               backend=fed.backend, **kw)
-    if model.has_private:
-        _update_private_inplace(opt, private, clients, buf.private_grads[:n])
-    rd.timing["gradients"] = time.perf_counter() - tick
-
-    tick = time.perf_counter()
     U = {k: buf.uploads[k][:n] for k in opt.arrays}
-    opt.client_rule_batch(state, G, t, U, backend=fed.backend)
-    rd.timing["client_rule"] = time.perf_counter() - tick
-    return G, U, losses
+    batch = buf.grads.shape[0]
+    if batch < n and fed.keeps_gradients:
+        raise ValueError(f"this run reads the clients' gradients after the client rule, but the "
+                         f"round's gradient buffer holds {batch} rows for {n} clients")
+    negatives = _negatives(fed, rd)
+    losses = np.empty(n)
+    rd.timing["gradients"] = rd.timing["client_rule"] = 0.0
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        tick = time.perf_counter()
+        G = buf.grads[:hi - lo]
+        losses[lo:hi] = _gradients(fed, state, clients[lo:hi], G,
+                                   None if negatives is None else negatives[lo:hi], private,
+                                   None if buf.private_grads is None else buf.private_grads[lo:hi])
+        rd.timing["gradients"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        opt.client_rule_batch(state, G, t, {k: v[lo:hi] for k, v in U.items()}, backend=fed.backend)
+        rd.timing["client_rule"] += time.perf_counter() - tick
+    if model.has_private:
+        tick = time.perf_counter()
+        _update_private_inplace(opt, private, clients, buf.private_grads[:n])
+        rd.timing["gradients"] += time.perf_counter() - tick
+    # the honest gradients of the round, when the buffer holds them all
+    return (buf.grads[:n] if batch >= n else None), U, losses
+
+
+def _negatives(fed, rd: _Round):
+    """Each sampled client's BPR negatives (stream ``negatives``, keys t and the client),
+    or None for exact BPR."""
+    if not fed.model.negatives:
+        return None
+    return [fed.model.sample_negatives(fed.train.items_of(c), generator(fed.seed, "negatives", rd.t, c))
+            for c in rd.clients]
+
+
+def _gradients(fed, state, clients, G, negatives, private, private_out):
+    """The gradients of ``clients`` on θ̄ᵗ⁻¹ into G (a model's private gradients into
+    ``private_out``); returns their losses."""
+    kw = {}
+    if fed.model.has_private:
+        kw = dict(private=private["theta"], private_out=private_out)
+    return fed.model.grads_batch(state["theta"], fed.train, clients, G, negatives=negatives,
+                                 backend=fed.backend, **kw)
 
 
 def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
@@ -293,10 +420,11 @@ def _keep_verified(ok, G, U, X, buf: RoundBuffers):
     m = rows.size
     if m < n:
         extra = [buf.private_grads[:n]] if buf.private_grads is not None else []
-        _compact_rows_inplace(ok, [G, *U.values(), *extra] + ([X] if X is not None else []))
+        kept = ([G] if G is not None else []) + ([X] if X is not None else [])
+        _compact_rows_inplace(ok, [*kept, *U.values(), *extra])
     # a rule that ignores the features is handed the θ uploads in their place
     Xk = X[:m] if X is not None else U["theta"][:m]
-    return rows, G[:m], Xk, {k: v[:m] for k, v in U.items()}
+    return rows, None if G is None else G[:m], Xk, {k: v[:m] for k, v in U.items()}
 
 
 def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
@@ -311,9 +439,12 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
         new_state = {k: np.array(state[k], copy=True) for k in names}
         return new_state, None, np.zeros(0), {"skipped": "no upload passed verification"}, f_rule
     tick = time.perf_counter()
-    if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
-        np.subtract(Uk["theta"], theta_bar, out=Xk)
-    result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend, sums=sums)
+    if sums is not None:
+        result = fed.rule.from_sums(sums, rd.n_samples[rows], f_rule, backend=fed.backend)
+    else:
+        if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
+            np.subtract(Uk["theta"], theta_bar, out=Xk)
+        result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend)
     new_state = {k: result.arrays[k] for k in names}
     rd.timing["aggregation"] = time.perf_counter() - tick
     return new_state, result.weights, np.asarray(result.kept, float), result.diagnostics, f_rule

@@ -54,7 +54,7 @@ import numpy as np
 
 from rfrs_ref.federated.config import TrainConfig, _rule_name
 from rfrs_ref.federated.population import assumed_byzantine, byzantine_mask, clients_per_round
-from rfrs_ref.federated.round import Federation, RoundBuffers, run_round
+from rfrs_ref.federated.round import GRADIENT_BATCH, Federation, RoundBuffers, run_round
 from rfrs_ref.files import DirectoryLock, atomic_write
 from rfrs_ref.seeding import generator
 
@@ -252,11 +252,17 @@ class Trainer:
             private["steps"] = np.zeros(self.data.n_users, dtype=np.int64)
         return state, private
 
-    def buffers(self) -> RoundBuffers:
+    def buffers(self, full: bool = False) -> RoundBuffers:
+        """The round's buffers: a batch of rows where the run allows it
+        (``Federation.keeps_gradients``, ``Federation.streams``); ``full``: every row of
+        every buffer, for code that reads the round's uploads after it."""
         n = clients_per_round(self.data.n_users, self.config.client_fraction)
+        fed = self.federation
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
                             private_dim=self.model.dim if self.model.has_private else 0,
-                            features=self.federation.needs_features)
+                            features=fed.needs_features,
+                            grad_rows=None if full or fed.keeps_gradients else GRADIENT_BATCH,
+                            upload_rows=GRADIENT_BATCH if fed.streams and not full else None)
 
     # -- evaluation -----------------------------------------------------------------
     def evaluate(self, state, private=None):

@@ -591,9 +591,13 @@ def _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety):
 # functions, ĝ recovered in registers as there), and the sums are ``add_weighted_block``'s
 # (rows grouped by four in the same order, float64, no fast-math), which is what
 # ``rfrs_ref.aggregate.combine.combine_rows`` computes; the column blocking only splits the
-# coordinates, it does not change any coordinate's sum. The sums stand for the aggregate
-# only when every row passes the screen: the caller checks that and otherwise runs the
-# exact verification and the rule on the rows that pass.
+# coordinates, it does not change any coordinate's sum. The sums are added into float64
+# accumulators ``acc_*`` (D,), so that rows may come in batches: batches of a multiple of
+# four rows, in order, continue the grouping of one call over every row, and rounding the
+# accumulators to the uploads' dtype at the end gives combine_rows's result. The sums
+# stand for the aggregate only when every row passes the screen: the caller checks that
+# and otherwise runs the exact verification and the rule on the rows that pass.
+# ``screen`` False skips the screen (no verification) and returns every row as sure.
 
 SCREEN_SUM_BLOCK = 512
 
@@ -604,118 +608,105 @@ def _block_range(c, nchunks, D):
     return c * nblocks // nchunks, (c + 1) * nblocks // nchunks
 
 
-@njit(inline="always")
-def _sum_store(A, w, live, nl, k0, bw, acc, out):
-    """out[k0:k0+bw] = Σᵢ wᵢ·A[i, k0:k0+bw] exactly as combine_rows sums it."""
-    acc[:bw] = 0.0
-    add_weighted_block(A, w, live, nl, k0, bw, acc)
-    o = out[k0:k0 + bw]
-    for k in range(bw):
-        o[k] = acc[k]
-
-
 @njit(cache=True, parallel=True)
-def sgd_screen_sum(theta, w, out_theta, nchunks):
-    """bool (n,): rows whose θ is finite (SGD's only check); out_theta = Σᵢ wᵢθᵢ."""
+def sgd_screen_sum(theta, w, acc_theta, nchunks, screen):
+    """bool (n,): rows whose θ is finite (SGD's only check); acc_theta += Σᵢ wᵢθᵢ."""
     n, D = theta.shape
     live, nl = live_rows(w)
     counts = np.zeros((n, nchunks), dtype=np.int64)
     for c in prange(nchunks):
-        acc = np.empty(SCREEN_SUM_BLOCK)
         b0, b1 = _block_range(c, nchunks, D)
         for b in range(b0, b1):
             k0 = b * SCREEN_SUM_BLOCK
             hi = min(D, k0 + SCREEN_SUM_BLOCK)
-            for r in range(n):
-                tr = theta[r, k0:hi]
-                bad = 0
-                for k in range(hi - k0):
-                    bad += 1 - np.int64(np.isfinite(tr[k]))
-                counts[r, c] += bad
-            _sum_store(theta, w, live, nl, k0, hi - k0, acc, out_theta)
+            if screen:
+                for r in range(n):
+                    tr = theta[r, k0:hi]
+                    bad = 0
+                    for k in range(hi - k0):
+                        bad += 1 - np.int64(np.isfinite(tr[k]))
+                    counts[r, c] += bad
+            add_weighted_block(theta, w, live, nl, k0, hi - k0, acc_theta[k0:hi])
     return _sure_rows(counts)
 
 
 @njit(cache=True, parallel=True)
-def momentum_screen_sum(theta_bar, m, theta, w, lr, u, tiny, safety, out_m, out_theta, nchunks):
-    """momentum_screen's rows and Σᵢ wᵢ·(m, θ)ᵢ in one pass (see above)."""
+def momentum_screen_sum(theta_bar, m, theta, w, lr, u, tiny, safety, acc_m, acc_theta, nchunks,
+                        screen):
+    """momentum_screen's rows; acc += Σᵢ wᵢ·(m, θ)ᵢ, in one pass (see above)."""
     n, D = theta.shape
     live, nl = live_rows(w)
     counts = np.zeros((n, nchunks), dtype=np.int64)
     for c in prange(nchunks):
-        am = np.empty(SCREEN_SUM_BLOCK)
-        at = np.empty(SCREEN_SUM_BLOCK)
         b0, b1 = _block_range(c, nchunks, D)
         for b in range(b0, b1):
             k0 = b * SCREEN_SUM_BLOCK
             hi = min(D, k0 + SCREEN_SUM_BLOCK)
-            tb = theta_bar[k0:hi]
-            for r in range(n):
-                counts[r, c] += _momentum_unsure(tb, m[r, k0:hi], theta[r, k0:hi], lr, u, tiny,
-                                                 safety)
-            _sum_store(m, w, live, nl, k0, hi - k0, am, out_m)
-            _sum_store(theta, w, live, nl, k0, hi - k0, at, out_theta)
+            if screen:
+                tb = theta_bar[k0:hi]
+                for r in range(n):
+                    counts[r, c] += _momentum_unsure(tb, m[r, k0:hi], theta[r, k0:hi], lr, u,
+                                                     tiny, safety)
+            add_weighted_block(m, w, live, nl, k0, hi - k0, acc_m[k0:hi])
+            add_weighted_block(theta, w, live, nl, k0, hi - k0, acc_theta[k0:hi])
     return _sure_rows(counts)
 
 
 @njit(cache=True, parallel=True)
 def adam_screen_sum(m_bar, v_bar, theta_bar, m, v, theta, w, beta1, c1, beta2, c2, lr_t, eps,
-                    u, tiny, safety, out_m, out_v, out_theta, nchunks):
-    """adam_screen's rows (ĝ recovered in registers) and Σᵢ wᵢ·(m, v, θ)ᵢ in one pass."""
+                    u, tiny, safety, acc_m, acc_v, acc_theta, nchunks, screen):
+    """adam_screen's rows (ĝ recovered in registers); acc += Σᵢ wᵢ·(m, v, θ)ᵢ, in one pass."""
     n, D = theta.shape
     live, nl = live_rows(w)
     counts = np.zeros((n, nchunks), dtype=np.int64)
     inv_c1 = 1.0 / c1
     for c in prange(nchunks):
-        am = np.empty(SCREEN_SUM_BLOCK)
-        av = np.empty(SCREEN_SUM_BLOCK)
-        at = np.empty(SCREEN_SUM_BLOCK)
         gs = np.empty(SCREEN_SUM_BLOCK)
         b0, b1 = _block_range(c, nchunks, D)
         for b in range(b0, b1):
             k0 = b * SCREEN_SUM_BLOCK
             hi = min(D, k0 + SCREEN_SUM_BLOCK)
             L = hi - k0
-            mb, vb, tb = m_bar[k0:hi], v_bar[k0:hi], theta_bar[k0:hi]
-            g = gs[:L]
-            for r in range(n):
-                mr, vr, tr = m[r, k0:hi], v[r, k0:hi], theta[r, k0:hi]
-                for k in range(L):
-                    g[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
-                counts[r, c] += _adam_unsure(mb, vb, tb, mr, vr, tr, g, beta1, beta2, c2, lr_t,
-                                             eps, u, tiny, safety)
-            _sum_store(m, w, live, nl, k0, L, am, out_m)
-            _sum_store(v, w, live, nl, k0, L, av, out_v)
-            _sum_store(theta, w, live, nl, k0, L, at, out_theta)
+            if screen:
+                mb, vb, tb = m_bar[k0:hi], v_bar[k0:hi], theta_bar[k0:hi]
+                g = gs[:L]
+                for r in range(n):
+                    mr, vr, tr = m[r, k0:hi], v[r, k0:hi], theta[r, k0:hi]
+                    for k in range(L):
+                        g[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
+                    counts[r, c] += _adam_unsure(mb, vb, tb, mr, vr, tr, g, beta1, beta2, c2,
+                                                 lr_t, eps, u, tiny, safety)
+            add_weighted_block(m, w, live, nl, k0, L, acc_m[k0:hi])
+            add_weighted_block(v, w, live, nl, k0, L, acc_v[k0:hi])
+            add_weighted_block(theta, w, live, nl, k0, L, acc_theta[k0:hi])
     return _sure_rows(counts)
 
 
 @njit(cache=True, parallel=True)
 def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, tiny, safety,
-                    out_r, out_theta, nchunks):
-    """root_screen's rows (ĝ recovered in registers) and Σᵢ wᵢ·(r, θ)ᵢ in one pass."""
+                    acc_r, acc_theta, nchunks, screen):
+    """root_screen's rows (ĝ recovered in registers); acc += Σᵢ wᵢ·(r, θ)ᵢ, in one pass."""
     n, D = theta.shape
     live, nl = live_rows(w)
     counts = np.zeros((n, nchunks), dtype=np.int64)
     inv_lr = 1.0 / lr
     for c in prange(nchunks):
-        ar = np.empty(SCREEN_SUM_BLOCK)
-        at = np.empty(SCREEN_SUM_BLOCK)
         gs = np.empty(SCREEN_SUM_BLOCK)
         b0, b1 = _block_range(c, nchunks, D)
         for b in range(b0, b1):
             k0 = b * SCREEN_SUM_BLOCK
             hi = min(D, k0 + SCREEN_SUM_BLOCK)
             L = hi - k0
-            rb, tb = r_bar[k0:hi], theta_bar[k0:hi]
-            g = gs[:L]
-            for r in range(n):
-                rr, tr = r_up[r, k0:hi], theta[r, k0:hi]
-                for k in range(L):
-                    d = np.float64(tb[k]) - np.float64(tr[k])
-                    g[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
-                counts[r, c] += _root_unsure(rb, tb, rr, tr, g, decay, coef, lr, eps, u, tiny,
-                                             safety)
-            _sum_store(r_up, w, live, nl, k0, L, ar, out_r)
-            _sum_store(theta, w, live, nl, k0, L, at, out_theta)
+            if screen:
+                rb, tb = r_bar[k0:hi], theta_bar[k0:hi]
+                g = gs[:L]
+                for r in range(n):
+                    rr, tr = r_up[r, k0:hi], theta[r, k0:hi]
+                    for k in range(L):
+                        d = np.float64(tb[k]) - np.float64(tr[k])
+                        g[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
+                    counts[r, c] += _root_unsure(rb, tb, rr, tr, g, decay, coef, lr, eps, u,
+                                                 tiny, safety)
+            add_weighted_block(r_up, w, live, nl, k0, L, acc_r[k0:hi])
+            add_weighted_block(theta, w, live, nl, k0, L, acc_theta[k0:hi])
     return _sure_rows(counts)

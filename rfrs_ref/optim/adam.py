@@ -129,9 +129,9 @@ class Adam(Optimizer):
         arrays, scalars = self._verify_args(state, uploads, t, recovered)
         return K.adam_screen(*arrays, *scalars, u, tiny, safety)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, t, None)
-        return K.adam_screen_sum(*arrays[:6], w, *scalars, u, tiny, safety, sums["m"], sums["v"],
-                                 sums["theta"], nchunks)
+        return K.adam_screen_sum(*arrays[:6], w, *scalars, u, tiny, safety, acc["m"], acc["v"],
+                                 acc["theta"], nchunks, screen)

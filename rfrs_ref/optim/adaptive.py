@@ -97,12 +97,12 @@ class _RootScaled(Optimizer):
         arrays, scalars = self._verify_args(state, uploads, recovered)
         return K.root_screen(*arrays, *scalars, u, tiny, safety)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, None)
-        return K.root_screen_sum(*arrays[:4], w, *scalars, u, tiny, safety, sums["r"],
-                                 sums["theta"], nchunks)
+        return K.root_screen_sum(*arrays[:4], w, *scalars, u, tiny, safety, acc["r"],
+                                 acc["theta"], nchunks, screen)
 
 
 @dataclasses.dataclass(frozen=True)

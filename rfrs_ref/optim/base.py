@@ -402,7 +402,8 @@ class Optimizer(abc.ABC):
 
     def screen_sum_batch(
         self, state: State, uploads: Mapping[str, np.ndarray], t: int, weights: np.ndarray, *,
-        safety: float = VERIFY_SAFETY,
+        safety: float = VERIFY_SAFETY, into: Mapping[str, np.ndarray] | None = None,
+        screen: bool = True,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """The server's one pass over the uploads for a rule with fixed weights (numba).
 
@@ -420,9 +421,16 @@ class Optimizer(abc.ABC):
         Args:
             weights: (n,) float64 weights, every one > 0 (a rule that gives some
                 client weight 0 does not have fixed weights).
+            into: name -> float64 (D,) running sums to add this call's weighted rows
+                into, for uploads that come in batches: batches of a multiple of four
+                rows, in order (the last may be shorter), continue the grouping of one
+                call over every row, so rounding ``into`` to the uploads' dtype at the
+                end gives the one call's sums. The returned sums are then ``into``.
+            screen: False skips the screen (every row is returned as sure): the sums
+                alone, for a server that does not verify.
 
         Returns ``None`` when the optimiser has no such kernel (the caller verifies,
-        then aggregates). Derivation: docs/performance.md ("One pass of the server").
+        then aggregates). Derivation: docs/optimizers.md ("The server's one pass").
         """
         t = check_round(t)
         self._check_state(state)
@@ -433,15 +441,26 @@ class Optimizer(abc.ABC):
             raise ValueError(f"screen_sum_batch needs {n} weights, every one > 0; got shape "
                              f"{w.shape} with {int((~(w > 0)).sum())} not > 0")
         check_positive("safety", safety)
+        if into is not None:
+            for k in self.arrays:
+                a = into.get(k) if hasattr(into, "get") else None
+                if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.shape == (D,)
+                        and a.flags.c_contiguous and a.flags.writeable):
+                    raise ValueError(f"into[{k!r}] must be a writeable contiguous float64 array of "
+                                     f"shape ({D},)")
         from rfrs_ref.kernels.distances import n_chunks
         from rfrs_ref.kernels.optim import SCREEN_SUM_BLOCK, threads_for
 
         u, tiny = roundoff(*[uploads[k].dtype for k in self.arrays])
-        sums = {k: np.empty(D, dtype=uploads[k].dtype) for k in self.arrays}
+        acc = into if into is not None else {k: np.zeros(D) for k in self.arrays}
         with threads_for(n * D):
-            sure = self._screen_sum_numba(state, uploads, t, w, u, tiny, float(safety), sums,
-                                          n_chunks(D, SCREEN_SUM_BLOCK))
-        return None if sure is None else (sure, sums)
+            sure = self._screen_sum_numba(state, uploads, t, w, u, tiny, float(safety), acc,
+                                          n_chunks(D, SCREEN_SUM_BLOCK), bool(screen))
+        if sure is None:
+            return None
+        if into is not None:
+            return sure, dict(into)
+        return sure, {k: acc[k].astype(uploads[k].dtype) for k in self.arrays}
 
     # -- numba hooks (one fused kernel each) ----------------------------------------------
     @abc.abstractmethod
@@ -455,9 +474,9 @@ class Optimizer(abc.ABC):
         """float64 (len(rows), len(checks)) largest ratio of each check of each listed
         row (inf: failed structurally)."""
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
-        """bool (n,) sure rows, with ``sums`` filled (see :meth:`screen_sum_batch`);
-        None when the optimiser has no such kernel."""
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
+        """bool (n,) sure rows, with the weighted rows added into ``acc`` (see
+        :meth:`screen_sum_batch`); None when the optimiser has no such kernel."""
         return None
 
     def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety) -> np.ndarray | None:

@@ -85,9 +85,9 @@ class Momentum(Optimizer):
         return K.momentum_screen(np.asarray(state["theta"]), uploads["m"], uploads["theta"],
                                  float(self.lr), u, tiny, safety)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         from rfrs_ref.kernels import optim as K
 
         return K.momentum_screen_sum(np.asarray(state["theta"]), uploads["m"], uploads["theta"], w,
-                                     float(self.lr), u, tiny, safety, sums["m"], sums["theta"],
-                                     nchunks)
+                                     float(self.lr), u, tiny, safety, acc["m"], acc["theta"],
+                                     nchunks, screen)

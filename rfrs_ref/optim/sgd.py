@@ -61,7 +61,7 @@ class SGD(Optimizer):
 
         return K.sgd_verify(uploads["theta"], rows)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, sums, nchunks):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         from rfrs_ref.kernels import optim as K
 
-        return K.sgd_screen_sum(uploads["theta"], w, sums["theta"], nchunks)
+        return K.sgd_screen_sum(uploads["theta"], w, acc["theta"], nchunks, screen)

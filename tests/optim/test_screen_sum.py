@@ -111,16 +111,41 @@ def test_a_rule_takes_precomputed_sums_only_when_its_weights_are_fixed(rng):
     mean = RULES.get("mean")()
     plain = mean.aggregate(X, arrays, n_samples, 0)
     w = mean.fixed_weights(n_samples.astype(np.float64))
-    given_sums = mean.aggregate(X, arrays, n_samples, 0, sums={"theta": combine_rows(X, w)})
+    given_sums = mean.from_sums({"theta": combine_rows(X, w)}, n_samples, 0)
     assert _same_bits(plain.arrays["theta"], given_sums.arrays["theta"])
     assert np.array_equal(plain.weights, given_sums.weights)
+    assert np.array_equal(plain.kept, given_sums.kept)
     assert plain.diagnostics == given_sums.diagnostics
-    with pytest.raises(ValueError, match="one \\(40,\\) array per uploaded array"):
-        mean.aggregate(X, arrays, n_samples, 0, sums={"m": combine_rows(X, w)})
     for name in RULES.names():
         rule = RULES.get(name)()
         if not rule.has_fixed_weights:
             with pytest.raises(TypeError, match="weights"):
                 rule.fixed_weights(n_samples)
             with pytest.raises(TypeError, match="precomputed sums"):
-                rule.aggregate(X, arrays, n_samples, 0, sums={"theta": X[0]})
+                rule.from_sums({"theta": X[0]}, n_samples, 0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batches_of_rows_continue_the_sums_of_one_call(name, rng, ot):
+    """Rows added into running sums in batches of a multiple of four (the last shorter)
+    give one call's sums bit for bit; the sure rows are the same."""
+    D, n = 700, 23
+    opt = OPTIMIZERS.get(name)()
+    state = ot.realistic_state(opt, rng, D, np.float32)
+    up = ot.upload_numba(opt, state, (0.01 * rng.standard_normal((n, D))).astype(np.float32), 3,
+                         np.float32)
+    up["theta"][9, 5] = np.nan
+    w = _weights(rng, n)
+    sure, sums = opt.screen_sum_batch(state, up, 3, w)
+    for batch in (4, 8, 12):
+        acc = {k: np.zeros(D) for k in opt.arrays}
+        parts = [opt.screen_sum_batch(state, {k: v[lo:lo + batch] for k, v in up.items()}, 3,
+                                      w[lo:lo + batch], into=acc)[0] for lo in range(0, n, batch)]
+        assert np.array_equal(np.concatenate(parts), sure)
+        for k in opt.arrays:
+            assert _same_bits(acc[k].astype(np.float32), sums[k]), (batch, k)
+    unscreened = opt.screen_sum_batch(state, up, 3, w, screen=False)
+    assert unscreened[0].all()
+    assert all(_same_bits(unscreened[1][k], sums[k]) for k in opt.arrays)
+    with pytest.raises(ValueError, match="float64 array"):
+        opt.screen_sum_batch(state, up, 3, w, into={k: np.zeros(D, np.float32) for k in opt.arrays})

@@ -1,0 +1,114 @@
+"""A run that reads no gradient after the client rule computes gradients a batch of
+clients at a time (``RoundBuffers(grad_rows=)``), and a run that streams goes from the
+gradients to the weighted sums a batch at a time (``RoundBuffers(upload_rows=)``): the same
+rounds, bit for bit, with less memory (docs/performance.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rfrs_ref.federated.config import TrainConfig
+from rfrs_ref.federated.round import GRADIENT_BATCH, RoundBuffers, run_round
+from rfrs_ref.federated.trainer import Trainer
+
+SMALL = dict(n_users=200, n_items=120, n_clusters=4, mean_items=10.0)
+
+
+def _rounds(trainer, buf, rounds=4):
+    state, private = trainer.initial_state()
+    records = []
+    for t in range(1, rounds + 1):
+        state, rec = run_round(trainer.federation, state, t, buf, private)
+        rec.pop("timing")
+        records.append(rec)
+    return state, private, records
+
+
+def _buffers(trainer, grad_rows, upload_rows=None):
+    fed, c = trainer.federation, trainer.config
+    n = trainer.buffers(full=True).uploads["theta"].shape[0]
+    return RoundBuffers(n, trainer.model.n_params(), c.dtype, trainer.optimizer.arrays,
+                        private_dim=trainer.model.dim if trainer.model.has_private else 0,
+                        features=fed.needs_features, grad_rows=grad_rows, upload_rows=upload_rows)
+
+
+def _same_rounds(a, b, label):
+    for k in a[0]:
+        assert np.array_equal(a[0][k].view(np.uint8), b[0][k].view(np.uint8)), (label, k)
+    if a[1] is not None:
+        for k in a[1]:
+            assert np.array_equal(a[1][k], b[1][k]), (label, k)
+    assert a[2] == b[2], label
+
+
+@pytest.mark.parametrize("model,negatives,optimizer", [
+    ("fism", 0, "adam"), ("fism", 1, "momentum"), ("fmf", 0, "adagrad"), ("fmf", 1, "sgd")])
+def test_batches_of_gradients_give_the_same_rounds(model, negatives, optimizer):
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.1,
+                         model=model, model_params={"dim": 8, "negatives": negatives},
+                         optimizer=optimizer, seed=3)
+    trainer = Trainer(config)
+    assert not trainer.federation.keeps_gradients
+    full = _rounds(trainer, _buffers(trainer, None))
+    for rows in (1, 3, 7):
+        _same_rounds(full, _rounds(trainer, _buffers(trainer, rows)), rows)
+    # streamed: gradients to weighted sums by batches of 4, 8, 16 (20 clients a round)
+    assert trainer.federation.streams
+    for rows in (4, 8, 16):
+        _same_rounds(full, _rounds(trainer, _buffers(trainer, rows, rows)), ("streamed", rows))
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_the_trainer_streams_the_weighted_mean(verify):
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         verify=verify, seed=1)
+    trainer = Trainer(config)
+    buf = trainer.buffers()
+    assert buf.uploads["theta"].shape[0] == GRADIENT_BATCH < 40
+    _same_rounds(_rounds(trainer, trainer.buffers(full=True)), _rounds(trainer, buf), verify)
+    for kw in (dict(defense="krum"), dict(detect="gradient", resilience=True),
+               dict(attack="noise", byzantine_fraction=0.2)):
+        other = Trainer(TrainConfig(dataset="synthetic", dataset_params=SMALL,
+                                    client_fraction=0.2, **kw))
+        assert not other.federation.streams
+        assert other.buffers().uploads["theta"].shape[0] == 40
+
+
+def test_an_upload_that_fails_verification_in_a_streamed_round_is_excluded(monkeypatch):
+    """A client whose upload fails verification (here a client rule that writes NaN for
+    one client) is excluded as in a round that holds every upload."""
+    from rfrs_ref.optim.adam import Adam
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2, seed=2)
+    trainer = Trainer(config)
+    honest = Adam.client_rule_batch
+
+    def corrupt(self, state, grads, t, out, backend="numba", **kw):
+        honest(self, state, grads, t, out, backend=backend, **kw)
+        if out["theta"].shape[0] > 5:
+            out["theta"][5, 3] = np.nan
+
+    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+    full = _rounds(trainer, trainer.buffers(full=True), rounds=2)
+    streamed = _rounds(trainer, trainer.buffers(), rounds=2)
+    _same_rounds(full, streamed, "corrupt")
+    assert all(len(r["excluded"]) >= 1 for r in streamed[2])
+
+
+def test_the_trainer_keeps_every_gradient_only_when_a_run_reads_them():
+    base = dict(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2)
+    plain = Trainer(TrainConfig(**base))
+    assert plain.buffers().grads.shape[0] == min(GRADIENT_BATCH, 40)
+    for kw in (dict(attack="ascent", byzantine_fraction=0.2), dict(resilience=True)):
+        t = Trainer(TrainConfig(**base, **kw))
+        assert t.federation.keeps_gradients
+        assert t.buffers().grads.shape[0] == 40
+
+
+def test_a_run_that_reads_gradients_refuses_a_short_buffer():
+    trainer = Trainer(TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                                  attack="ascent", byzantine_fraction=0.2))
+    state, private = trainer.initial_state()
+    with pytest.raises(ValueError, match="gradient buffer holds 4 rows for 40 clients"):
+        run_round(trainer.federation, state, 1, _buffers(trainer, 4), private)
