@@ -157,7 +157,8 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
 
         fed = dataclasses.replace(fed, rule=TwoPassMean())
     state, private = trainer.initial_state()
-    buf = trainer.buffers()
+    # the two-pass round holds every upload, as every round did before
+    buf = trainer.buffers(full=two_pass)
     times, phases = [], {}
     for t in range(1, warmup + rounds + 1):
         tick = time.perf_counter()

@@ -6,9 +6,14 @@ loop as it stood before its verification was screened and its phases split
 the numba backend and requires the same server state, bit for bit, after
 round 50 (a digest of every array of the state).
 
-Record again (only when a change of results is intended and documented):
+Numba compiles for the host CPU (LLVM's name for it: znver4, rocketlake...), and the
+kernels whose sums use fast-math reassociation may group terms differently on another
+CPU, so each recording names the CPU it was made on (``host_cpu``) and the test uses the
+one of the CPU it runs on. Record for a new CPU from the code before a change (a clean
+checkout of the earlier commit, installed), or again when a change of results is
+intended and documented:
 
-    RFRS_DATA_DIR=... python tests/federated/round_equivalence.py tests/federated/data/round_digests_ml100k.json
+    RFRS_DATA_DIR=... python tests/federated/round_equivalence.py tests/federated/data/round_digests_ml100k-CPU.json
 """
 
 from __future__ import annotations
@@ -94,8 +99,11 @@ def main(path: str) -> None:
     for cfg in configurations():
         table["/".join(cfg)] = run(data, *cfg)
         print("/".join(cfg), table["/".join(cfg)], flush=True)
+    import llvmlite.binding
+
     with open(path, "w") as fh:
-        json.dump({"dataset": DATASET, "rounds": ROUNDS, "dim": DIM, "digests": table}, fh,
+        json.dump({"dataset": DATASET, "rounds": ROUNDS, "dim": DIM,
+                   "host_cpu": llvmlite.binding.get_host_cpu_name(), "digests": table}, fh,
                   indent=1, sort_keys=True)
         fh.write("\n")
 
