@@ -106,6 +106,31 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         _FINITE, LawSpec("bulyan_range", "every coordinate within [lo − w, hi + w], w the honest width"),
         _TRANS, _UNAN,
     ]),
+    # the smallest-diameter subset is the first of equal diameters in index order, and
+    # two subsets share their diameter whenever they share the farthest pair: ties are
+    # common, so the aggregate is not permutation invariant (docs/conformance.md)
+    "mda": (lambda n: (n - 1) // 2, 1, [
+        _WEIGHTS, _FINITE,
+        LawSpec("mda_kept_diameter", "kept rows' diameter ≤ the honest diameter Δ", needs_weights=True),
+        LawSpec("mda_output_bound", "aggregate within Δ of some honest row"),
+        _TRANS, _UNAN,
+    ]),
+    "meamed": (lambda n: (n - 1) // 2, 1, [
+        _FINITE,
+        LawSpec("meamed_range", "every coordinate within max(med − lo, hi − med) of the median"),
+        _PERM, _TRANS, _UNAN,
+    ]),
+    # MoNNA's guarantee needs a trusted pivot (position 0, rfrs-ref's default): every
+    # example keeps that row honest. Permuting the rows moves the pivot, so the rule is
+    # not permutation invariant
+    "monna": (lambda n: (n - 1) // 2, 1, [
+        dataclasses.replace(_WEIGHTS, strategy={"trusted": 0}),
+        dataclasses.replace(_FINITE, strategy={"trusted": 0}),
+        LawSpec("monna_pivot_bound", "with an honest pivot, kept rows and aggregate within the "
+                "farthest honest row's distance of it", strategy={"trusted": 0}),
+        dataclasses.replace(_TRANS, strategy={"trusted": 0}),
+        dataclasses.replace(_UNAN, strategy={"trusted": 0}),
+    ]),
 }
 
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance
