@@ -284,7 +284,12 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk):
     tick = time.perf_counter()
     if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
         np.subtract(Uk["theta"], theta_bar, out=Xk)
-    result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend)
+    kw = {}
+    if getattr(fed.rule, "takes_round_inputs", False):
+        # pre-aggregation: clipping shrinks uploads toward the server's state; bucketing
+        # shuffles with the round's own stream
+        kw = dict(reference=state, rng=generator(fed.seed, "pre", rd.t))
+    result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend, **kw)
     new_state = {k: result.arrays[k] for k in names}
     rd.timing["aggregation"] = time.perf_counter() - tick
     return new_state, result.weights, np.asarray(result.kept, float), result.diagnostics, f_rule

@@ -199,7 +199,9 @@ class Trainer:
         self.split = split_interactions(self.data, c.seed, c.test_fraction, c.valid_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
         self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
-        self.rule = RULES.get(_rule_name(c.defense))(**c.defense_params)
+        from rfrs_ref.aggregate.pre import build as with_pre
+
+        self.rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
         self.attack = ATTACKS.get(c.attack)(**c.attack_params)
         self.byzantine = byzantine_mask(c.seed, self.data.n_users, c.byzantine_fraction)
         self.federation = Federation(
