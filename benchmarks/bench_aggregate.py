@@ -28,6 +28,13 @@ and ByzFL), the median beside it; speedups are ratios within this run.
     python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --rules krum median
     python benchmarks/bench_aggregate.py --n 20 --dim 100000 --no-flower
     python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --threads 1   # one core each
+    python benchmarks/bench_aggregate.py --pre nnm bucketing clip arc --n 100 --dim 100000
+
+``--pre`` times the pre-aggregators instead, each in front of ``mean`` on X
+and one uploaded array θ = X (so the mixing runs on both, as in a round): ours
+(``backend="numba"``: BLAS on column blocks for the mixing), our NumPy float64
+oracle (``backend="numpy"``, one output row at a time), and ByzFL's
+pre-aggregator followed by its ``Average`` (features only) when importable.
 
 On a shared machine the figures of the parallel kernels suffer most (a
 parallel region waits for its slowest thread); compare ratios from one run on a
@@ -229,12 +236,17 @@ def main(argv=None) -> None:
     ap.add_argument("--no-byzfl", action="store_true")
     ap.add_argument("--slow", action="store_true",
                     help="also run Flower's Bulyan (minutes at full size)")
+    ap.add_argument("--pre", nargs="+", default=None, choices=["nnm", "bucketing", "clip", "arc"],
+                    help="time these pre-aggregators (in front of mean) instead of the rules")
     ap.add_argument("--threads", type=int, default=None,
                     help="Numba threads for our kernels (default: all; 1 compares one core with one core)")
     args = ap.parse_args(argv)
     if args.threads:
         numba.set_num_threads(args.threads)
 
+    if args.pre:
+        bench_pre(args)
+        return
     fl = None if args.no_flower else load_flower()
     bz = None if args.no_byzfl else load_byzfl()
     print(describe())
@@ -293,6 +305,70 @@ def main(argv=None) -> None:
             del X
     print("# dev: max |ours − NumPy| / max |NumPy| on the aggregate (krum/bulyan: the float32 Gram "
           "baseline may rank clients differently; rfa: 10 steps from different starts)")
+
+
+def load_byzfl_pre():
+    if load_byzfl() is None:
+        return None
+    return importlib.import_module("byzfl.aggregators.preaggregators")
+
+
+def bench_pre(args) -> None:
+    from rfrs_ref.aggregate import Mean
+    from rfrs_ref.aggregate.pre import PRE, PreAggregated
+
+    bzp = None if args.no_byzfl else load_byzfl_pre()
+    bz = load_byzfl() if bzp is not None else None
+    print(describe())
+    print(f"# OpenBLAS threads 1; ByzFL: {'yes' if bzp else 'no'}")
+    print("# pre-aggregator then mean, on X and θ = X; seconds: min (median); 'x' = oracle or "
+          "ByzFL time / ours")
+    header = (f"{'pre':10} {'n':>4} {'D':>9} {'f':>3} | {'read X':>7} | {'ours':>15} | "
+              f"{'oracle':>15} {'x':>6} | {'byzfl':>15} {'x':>6} | {'dev':>8}")
+    print(header)
+    print("-" * len(header))
+
+    def cell(t):
+        return f"{t[0]:7.3f} ({t[1]:5.3f})" if t else f"{'-':>15}"
+
+    def ratio(base, ours):
+        return f"{base[0] / ours[0]:6.1f}" if base else f"{'-':>6}"
+
+    for D in args.dim:
+        for n in args.n:
+            rng = np.random.default_rng(0)
+            X = rng.standard_normal((n, D), dtype=np.float32)
+            T = X.copy()
+            ns = np.full(n, 40.0)
+            f = int(0.4 * n) if n > 4 else 0
+            ref = {"theta": np.zeros(D, np.float32)}
+            rows_finite(X)
+            read = timed(lambda: rows_finite(X), max(3, args.repeat))
+            for name in args.pre:
+                params = {"clip_norm": float(np.sqrt(D))} if name == "clip" else {}
+                rule = PreAggregated((PRE.get(name)(**params),), Mean())
+
+                def run(backend, X=X, rule=rule):
+                    return rule.aggregate(X, {"theta": T}, ns, f, backend=backend, reference=ref,
+                                          rng=np.random.default_rng(1))
+
+                small = X[:, :1000].copy()
+                rule.aggregate(small, {"theta": small.copy()}, ns, f, reference={"theta": ref["theta"][:1000]},
+                               rng=np.random.default_rng(1))  # compile
+                ours = timed(lambda: run("numba"), args.repeat)
+                base = timed(lambda: run("numpy"), 1)
+                a, b = ours[2].arrays["theta"], base[2].arrays["theta"]
+                dev = float(np.max(np.abs(a.astype(np.float64) - b)) / max(1e-30, np.max(np.abs(b))))
+                byz = None
+                if bzp is not None:
+                    obj = {"nnm": lambda: bzp.NNM(f), "bucketing": lambda: bzp.Bucketing(2),
+                           "clip": lambda: bzp.Clipping(float(np.sqrt(D))), "arc": lambda: bzp.ARC(f)}[name]()
+                    avg = bz.Average()
+                    byz = timed(lambda: avg(obj(X.copy())), args.repeat_slow)
+                print(f"{name:10} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | {cell(ours)} | {cell(base)} "
+                      f"{ratio(base, ours)} | {cell(byz)} {ratio(byz, ours)} | {dev:8.1e}", flush=True)
+            del X, T
+    print("# dev: max |ours − oracle| / max |oracle| on the aggregated θ")
 
 
 if __name__ == "__main__":
