@@ -42,6 +42,10 @@ class AttackContext:
         workspace: optional dict owned by the caller and kept across rounds;
             attacks keep their scratch buffers in it (allocated once per run
             instead of once per round). None: scratch is allocated per call.
+        rule: the server's aggregation rule (``rfrs_ref.aggregate``), read by the
+            attacks that tune themselves against it (``opt-ipm``, ``opt-alie``);
+            None when the caller does not say.
+        detect: the server's detection space, ``"gradient"`` or ``"parameter"``.
     """
 
     t: int
@@ -56,6 +60,8 @@ class AttackContext:
     rng: np.random.Generator
     backend: str = "numba"
     workspace: dict | None = None
+    rule: object | None = None
+    detect: str = "gradient"
 
     # -- helpers shared by the attacks ----------------------------------------------
     def byzantine_rows(self) -> np.ndarray:
