@@ -132,6 +132,8 @@ class PreAggregator(abc.ABC):
     name: ClassVar[str] = ""
     #: whether it needs the round's random generator
     random: ClassVar[bool] = False
+    #: whether it reads the finite-client mask (a pass over every upload)
+    needs_finite: ClassVar[bool] = False
 
     def rows_out(self, n: int) -> int:
         """n′, the number of rows it outputs for n input rows."""
@@ -184,6 +186,7 @@ class NNM(PreAggregator):
     """
 
     name: ClassVar[str] = "nnm"
+    needs_finite: ClassVar[bool] = True
 
     def condition(self, n: int, f: int) -> str | None:
         return None if f < n else "f < n (each row mixes its n − f nearest rows)"
@@ -444,7 +447,10 @@ class PreAggregated:
         X, mats, w = validate_inputs(features, arrays, n_samples, f, backend)
         n, D = X.shape
         self._shapes(n, f)
-        ok = finite_clients(X, mats, "numpy" if backend == "numpy" else "numba")
+        if any(p.needs_finite for p in self.pre):
+            ok = finite_clients(X, mats, "numpy" if backend == "numpy" else "numba")
+        else:
+            ok = np.ones(n, dtype=bool)  # not read
         Mcum = np.eye(n)
         Xc, ns, fc, okc = X, w, f, ok
         records: list[dict[str, Any]] = []

@@ -43,7 +43,6 @@ Sweep files (TOML)
         { label = "A-RFRS", preset = "a-rfrs" },
         { label = "Krum", preset = "krum" },
         { label = "Krum-1", defense = "krum", detect = "gradient", defense_params = { k = 1 } },
-        { label = "NNM-Krum", pre = ["nnm"], defense = "krum" },
     ]
     # the paper's five defences, more simply:
     # preset = ["no-defense", "krum", "rfa", "trmean", "a-rfrs"]
@@ -56,6 +55,9 @@ Sweep files (TOML)
   configuration (``*_params`` tables are merged key by key), and its optional
   ``label`` becomes the run's label for that axis (a column of the results
   table named after the axis).
+- ``pre`` is a list of pre-aggregator names run in front of the rule
+  (``{ label = "NNM-Krum", pre = ["nnm"], defense = "krum" }``), their
+  hyperparameters in ``pre_params``.
 - ``kind = "capture"`` (top level) makes every run a capture run.
 - Runs are ordered as the axes are written, the last axis varying fastest,
   trials innermost. Two runs of a sweep with the same key are an error.
