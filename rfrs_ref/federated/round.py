@@ -228,7 +228,8 @@ def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
             t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=rd.byz,
             clients=rd.clients, n_samples=rd.n_samples, f=rd.f,
             rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
-            workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect))
+            workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect,
+            model=fed.model))
     finally:
         G.flags.writeable = True
     rd.timing["attack"] = time.perf_counter() - tick
