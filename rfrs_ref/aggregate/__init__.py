@@ -18,6 +18,7 @@ from rfrs_ref.aggregate.base import (
     parameter_features,
 )
 from rfrs_ref.aggregate.bulyan import Bulyan
+from rfrs_ref.aggregate.cc import CenteredClipping
 from rfrs_ref.aggregate.coordinate import Meamed, Median, TrimmedMean
 from rfrs_ref.aggregate.krum import Krum
 from rfrs_ref.aggregate.mda import MDA
@@ -28,7 +29,7 @@ from rfrs_ref.aggregate.rfa import RFA
 from rfrs_ref.registry import Registry
 
 RULES: Registry = Registry("aggregation rule")
-for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed, MoNNA):
+for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed, MoNNA, CenteredClipping):
     RULES.register(_cls.name, _cls)
 
 #: The paper's defence names -> (rule, detection space). ``no-defense`` ignores
@@ -42,6 +43,6 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
-    "AggregationResult", "BACKENDS", "Bulyan", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
+    "AggregationResult", "BACKENDS", "Bulyan", "CenteredClipping", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
     "PRE", "PRESETS", "PreAggregated", "PreconditionError", "RFA", "RULES", "Rule", "TrimmedMean", "parameter_features",
 ]

@@ -74,12 +74,15 @@ class AggregationResult:
             ``None`` where a score or distance is infinite): the rule, n, f, the
             f actually used, scores, selected ids, iterations, convergence,
             fallback...
+        state: the rule's state for the next round, for rules that keep one
+            (``state_arrays``, e.g. ``cc``'s centre); None for the others.
     """
 
     arrays: dict[str, np.ndarray]
     weights: np.ndarray | None
     kept: np.ndarray
     diagnostics: dict
+    state: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -427,6 +427,13 @@ class PreAggregated:
     def fallback(self) -> str:
         return getattr(self.rule, "fallback", "error")
 
+    @property
+    def state_arrays(self) -> tuple[str, ...]:
+        return tuple(getattr(self.rule, "state_arrays", ()))
+
+    def init_state(self, D: int) -> dict:
+        return self.rule.init_state(D)
+
     def _shapes(self, n: int, f: int) -> tuple[int, int]:
         for p in self.pre:
             cond = p.condition(n, f)
@@ -443,7 +450,8 @@ class PreAggregated:
 
     def aggregate(self, features, arrays: Mapping[str, np.ndarray], n_samples, f: int, *,
                   backend: str = "numba", reference: Mapping[str, np.ndarray] | None = None,
-                  rng: np.random.Generator | None = None) -> AggregationResult:
+                  rng: np.random.Generator | None = None,
+                  rule_state: Mapping[str, np.ndarray] | None = None) -> AggregationResult:
         X, mats, w = validate_inputs(features, arrays, n_samples, f, backend)
         n, D = X.shape
         self._shapes(n, f)
@@ -482,7 +490,12 @@ class PreAggregated:
                 if S.shape != (D,):
                     raise ValueError(f"reference {name!r} has shape {S.shape}, expected ({D},)")
             mixed[name] = mix_rows(Mcum, A, S, backend=backend)
-        res = self.rule.aggregate(Xc, mixed, ns, fc, backend=backend)
+        kw = {}
+        if getattr(self.rule, "takes_round_inputs", False):
+            kw = dict(reference=reference, rng=rng)
+        if self.state_arrays:
+            kw["rule_state"] = rule_state
+        res = self.rule.aggregate(Xc, mixed, ns, fc, backend=backend, **kw)
         rows = Mcum.sum(axis=1)
         Mn = Mcum / rows[:, None]
         support = Mcum != 0
@@ -497,7 +510,7 @@ class PreAggregated:
         diag = dict(res.diagnostics)
         diag["pre"] = jsonable(records)
         diag["clients"] = n
-        return AggregationResult(res.arrays, weights, kept, diag)
+        return AggregationResult(res.arrays, weights, kept, diag, state=res.state)
 
 
 def _zero_if_needed(M: np.ndarray, D: int) -> np.ndarray | None:

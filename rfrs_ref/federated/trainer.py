@@ -245,6 +245,9 @@ class Trainer:
         c = self.config
         theta0 = self.model.init_params(generator(c.seed, "init"), c.init_scale, self.dtype)
         state = self.optimizer.init(theta0)
+        if getattr(self.rule, "state_arrays", ()):
+            # a rule with state (centered clipping's centre) keeps it with the server state
+            state.update(self.rule.init_state(theta0.size))
         private = None
         if self.model.has_private:
             u0 = self.model.private_init(self.data.n_users, generator(c.seed, "init", 1),
@@ -605,11 +608,14 @@ class RunDirectory:
         problems = []
         if not 0 <= t <= c.rounds:
             problems.append(f"round {t} is outside 0..{c.rounds}")
-        if set(state) != set(trainer.optimizer.arrays):
-            problems.append(f"state arrays {sorted(state)}, expected {sorted(trainer.optimizer.arrays)}")
+        rule_arrays = tuple(getattr(trainer.rule, "state_arrays", ()))
+        expected = (*trainer.optimizer.arrays, *rule_arrays)
+        if set(state) != set(expected):
+            problems.append(f"state arrays {sorted(state)}, expected {sorted(expected)}")
         for k, v in state.items():
-            if v.shape != (D,) or v.dtype != trainer.dtype:
-                problems.append(f"state {k!r} is {v.dtype}{list(v.shape)}, expected {trainer.dtype}[{D}]")
+            dt = np.dtype(np.float64) if k in rule_arrays else trainer.dtype  # rule state: float64
+            if v.shape != (D,) or v.dtype != dt:
+                problems.append(f"state {k!r} is {v.dtype}{list(v.shape)}, expected {dt}[{D}]")
         if (private is not None) != trainer.model.has_private:
             problems.append("private client state " + ("missing" if private is None else "unexpected"))
         for k, v in (private or {}).items():
