@@ -19,6 +19,7 @@ whether the attack can run with that optimiser. See docs/attacks.md.
 | ``mimic`` | a copy of one honest client's upload |
 | ``opt-ipm`` | rule(−τ · mean) of the honest gradients, τ by line search against the rule |
 | ``opt-alie`` | rule(μ + τ·σ) of the honest gradients, τ by line search against the rule |
+| ``a-ra`` | rule(g) promoting target items to approximated users (FISM, FMF) |
 """
 
 from __future__ import annotations
@@ -33,16 +34,18 @@ from rfrs_ref.attack.camouflage import (
 )
 from rfrs_ref.attack.colluding import ALIE, IPM, alie_gradient, alie_z, ipm_gradient
 from rfrs_ref.attack.nonfinite import NONFINITE_VALUES, Mimic, NonFinite
+from rfrs_ref.attack.promotion import ARA, parse_targets, promotion_gradient
 from rfrs_ref.attack.optimal import OptimalALIE, OptimalIPM, line_search, mean_std
 from rfrs_ref.registry import Registry
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 for _cls in (NoAttack, Ascent, Noise, Camouflage, ALIE, IPM, NonFinite, Mimic, OptimalIPM,
-             OptimalALIE):
+             OptimalALIE, ARA):
     ATTACKS.register(_cls.name, _cls)
 
 __all__ = [
     "ALIE",
+    "ARA",
     "ATTACKS",
     "IPM",
     "Mimic",
@@ -65,4 +68,6 @@ __all__ = [
     "line_search",
     "mean_std",
     "optimizer_name",
+    "parse_targets",
+    "promotion_gradient",
 ]

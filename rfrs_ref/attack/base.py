@@ -46,6 +46,8 @@ class AttackContext:
             attacks that tune themselves against it (``opt-ipm``, ``opt-alie``);
             None when the caller does not say.
         detect: the server's detection space, ``"gradient"`` or ``"parameter"``.
+        model: the recommender (``rfrs_ref.model``), read by the attacks that
+            craft gradients for it (``a-ra``); None when the caller does not say.
     """
 
     t: int
@@ -62,6 +64,7 @@ class AttackContext:
     workspace: dict | None = None
     rule: object | None = None
     detect: str = "gradient"
+    model: object | None = None
 
     # -- helpers shared by the attacks ----------------------------------------------
     def byzantine_rows(self) -> np.ndarray:
@@ -113,6 +116,8 @@ class Attack(abc.ABC):
     obeys_rule: ClassVar[bool] = True
     #: optimiser names the attack applies to (None: every optimiser)
     optimizers: ClassVar[tuple[str, ...] | None] = None
+    #: the attack reads the model from the context (and checks it with ``check_model``)
+    needs_model: ClassVar[bool] = False
 
     def check_optimizer(self, optimizer: Any) -> None:
         """Raise ValueError if the attack cannot run with ``optimizer`` (an
@@ -125,6 +130,9 @@ class Attack(abc.ABC):
             raise ValueError(
                 f"attack {self.name!r} applies to optimiser(s) {', '.join(self.optimizers)} only, "
                 f"got optimiser {name!r}{self._optimizer_reason()}")
+
+    def check_model(self, model) -> None:
+        """Raise ValueError if the attack cannot run with ``model``; every model by default."""
 
     def _optimizer_reason(self) -> str:
         return ""

@@ -61,6 +61,8 @@ from rfrs_ref.seeding import generator
 # the first six columns are those of earlier versions, so older readers keep working
 METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall",
                   "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr"]
+#: the columns a run with target items (an item-promotion attack) adds to metrics.csv
+TARGET_FIELDS = ["er", "target_hr"]
 
 
 #: the validation metrics of a run with a validation split, same columns as metrics.csv
@@ -203,6 +205,14 @@ class Trainer:
 
         self.rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
         self.attack = ATTACKS.get(c.attack)(**c.attack_params)
+        if self.attack.needs_model:
+            self.attack.check_model(self.model)
+        #: target items of an item-promotion attack, resolved once per run (None: no targets)
+        self.targets = None
+        if hasattr(self.attack, "resolve_targets"):
+            self.targets = self.attack.resolve_targets(self.data.n_items, c.seed)
+            self.attack = dataclasses.replace(self.attack,
+                                              targets=",".join(map(str, self.targets.tolist())))
         self.byzantine = byzantine_mask(c.seed, self.data.n_users, c.byzantine_fraction)
         self.federation = Federation(
             model=self.model, optimizer=self.optimizer, rule=self.rule, detect=c.detect,
@@ -273,7 +283,8 @@ class Trainer:
         return rank_metrics(
             lambda u: self.model.scores(state["theta"], self.split.train, u, private=priv,
                                         backend=backend),
-            self.split.train, self.split.test, self.eval_users, self.config.ks, backend=backend)
+            self.split.train, self.split.test, self.eval_users, self.config.ks, backend=backend,
+            targets=self.targets)
 
     def popularity(self):
         from rfrs_ref.metrics import popularity_metrics
@@ -420,6 +431,8 @@ class Trainer:
         valid = getattr(self, "_last_valid", None)
         if valid is not None and valid["round"] == last["round"]:
             final["valid"] = valid
+        if self.targets is not None:
+            final["target_items"] = self.targets.tolist()
         return final
 
 
@@ -540,10 +553,13 @@ class RunDirectory:
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
+        if trainer.targets is not None:
+            record["derived"]["target_items"] = trainer.targets.tolist()
         text = json.dumps(record, indent=2) + "\n"
         atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
         with open(self.path / "metrics.csv", "w", newline="") as fh:
-            csv.writer(fh).writerow(METRICS_FIELDS)
+            csv.writer(fh).writerow(METRICS_FIELDS + (TARGET_FIELDS if trainer.targets is not None
+                                                      else []))
         (self.path / "rounds.jsonl").write_text("")
 
     def append_metrics(self, t: int, m, pop, *, name: str = "metrics.csv") -> None:
@@ -560,6 +576,8 @@ class RunDirectory:
                 for name in ("precision", "recall", "ndcg", "hr", "mrr"):
                     row[name] = repr(getattr(m, name)[i])
                     row[f"popularity_{name}"] = repr(getattr(pop, name)[i])
+                for name in TARGET_FIELDS if m.er else ():
+                    row[name] = repr(getattr(m, name)[i])
                 w.writerow([row.get(f, "") for f in header])
 
     def append_round(self, record: dict) -> None:
@@ -572,7 +590,7 @@ class RunDirectory:
             for r in csv.DictReader(fh):
                 t, k = int(r["round"]), int(r["k"])
                 row = rows.setdefault(t, {"round": t})
-                for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                for name in ("precision", "recall", "ndcg", "hr", "mrr", *TARGET_FIELDS):
                     if r.get(name):
                         row[f"{name}@{k}"] = float(r[name])
         return [rows[t] for t in sorted(rows)]
