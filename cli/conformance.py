@@ -6,7 +6,7 @@ import json
 
 import click
 
-RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna"]
+RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna", "cc"]
 OPTIMIZERS = ["sgd", "momentum", "adam", "adagrad", "rmsprop"]
 
 

@@ -131,6 +131,15 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         dataclasses.replace(_TRANS, strategy={"trusted": 0}),
         dataclasses.replace(_UNAN, strategy={"trusted": 0}),
     ]),
+    # centered clipping from the centre 0 (a first round) with τ = 100 and one iteration
+    # (rfrs-ref's and ByzFL's defaults); f is not used. The centre does not move with the
+    # rows, so neither translation equivariance nor unanimity holds (docs/conformance.md)
+    "cc": (lambda n: n - 1, 1, [
+        _WEIGHTS, _FINITE,
+        LawSpec("cc_byzantine_pull", "Byzantine rows move the aggregate by at most τ·Σ_B pᵢ",
+                options={"tau": 100.0}, strategy={"equal_weights": True}),
+        _PERM,
+    ]),
 }
 
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance

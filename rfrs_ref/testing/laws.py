@@ -28,6 +28,8 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 - ``mda_kept_diameter``: the kept rows' diameter is at most the honest diameter Δ.
 - ``mda_output_bound``: the aggregate is within Δ of some honest feature.
 - ``meamed_range``: every coordinate within max(med − lo, hi − med) of the median of all values.
+- ``cc_byzantine_pull``: centered clipping's Byzantine rows move the aggregate by at
+  most τ·Σ_B pᵢ (one iteration).
 - ``monna_pivot_bound``: with an honest pivot, the kept rows and the aggregate are within
   the farthest honest row's distance of the pivot.
 
@@ -438,6 +440,26 @@ def monna_pivot_bound(rule, case: RoundCase, pivot: int = 0) -> None:
                            f"honest client is at {_r(r)} (n={case.n}, f={case.f})", distance=d, bound=r)
 
 
+def cc_byzantine_pull(rule, case: RoundCase, tau: float = 100.0) -> None:
+    """Centered clipping (one iteration from the centre 0, radius ``tau``): replacing the
+    Byzantine rows by the centre (no vote) moves the aggregate by at most τ·Σ_B pᵢ,
+    pᵢ = nᵢ/Σ nⱼ: each clipped difference has norm ≤ τ."""
+    law = "cc_byzantine_pull"
+    a = _outcome(rule, case.features, case.n_samples, case.f, law)
+    Xc = case.features.copy()
+    Xc[~case.honest] = 0
+    b = _outcome(rule, Xc, case.n_samples, case.f, law)
+    if not (np.isfinite(a.vector).all() and np.isfinite(b.vector).all()):
+        raise LawViolation(law, "the aggregate is not finite")
+    ns = case.n_samples.astype(np.float64)
+    bound = tau * float(ns[~case.honest].sum() / ns.sum())
+    d = nrm(a.vector - b.vector)
+    slack = 2 * _rounding_radius(case) + 64 * U64 * (nrm(a.vector) + nrm(b.vector)) + TINY
+    if not d <= bound * (1 + 1e-9) + slack:
+        raise LawViolation(law, f"the Byzantine rows move the aggregate by {_r(d)}; τ·Σ_B pᵢ = "
+                           f"{_r(bound)} (τ = {_r(tau)})", distance=d, bound=bound)
+
+
 # -- optimiser laws ------------------------------------------------------------------------------
 
 def _h(opt, name: str, default=None) -> float:
@@ -784,7 +806,7 @@ def round_record_invariants(record: dict) -> None:
 
 
 __all__ = [
-    "LawViolation", "bulyan_range", "camouflage_same_theta", "coordinate_range", "finite_output",
+    "LawViolation", "bulyan_range", "camouflage_same_theta", "cc_byzantine_pull", "coordinate_range", "finite_output",
     "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "mda_kept_diameter",
     "mda_output_bound", "meamed_range", "monna_pivot_bound", "nrm", "permutation_invariance",
     "recovery_exact", "round_record_invariants", "theorem1", "theorem2", "theorem3", "theorem4",

@@ -15,7 +15,7 @@ def _status(results):
     return {r.law: r.status for r in results}
 
 
-@pytest.mark.parametrize("rule", ["mda", "meamed", "monna"])
+@pytest.mark.parametrize("rule", ["mda", "meamed", "monna", "cc"])
 def test_numba_paths_obey_the_laws(rule):
     results = run_rule_conformance(rule, adapters.rfrs(rule, backend="numba"), max_examples=15)
     assert all(r.status == "holds" for r in results), format_results(results, rule)
@@ -92,3 +92,9 @@ def test_the_trusted_strategy_keeps_the_pivot_honest():
         assert case.honest[0]
 
     prop()
+
+
+def test_centered_clipping_without_clipping_breaks_its_law():
+    st = _status(run_rule_conformance("cc", adapters.result(_mean_of_all), max_examples=200,
+                                      laws=["cc_byzantine_pull"]))
+    assert st == {"cc_byzantine_pull": "fails"}
