@@ -317,3 +317,31 @@ def test_pre_aggregators_keep_hostile_rows_within_f_out_of_the_aggregate(seed, p
         # the hostile feature row is never kept (clip and arc scale a huge finite row into
         # the honest norms, where the rule may keep it: it is harmless there)
         assert res.kept[bad[0]] == 0
+
+
+# -- centered clipping -------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(CPU), st.integers(0, 8),
+       st.sampled_from([np.nan, np.inf, -np.inf, 1e38, -3.4e38]))
+def test_centered_clipping_any_number_of_hostile_rows(seed, backend, k, value):
+    """Non-finite rows do not vote and huge finite ones are clipped, however many:
+    the centre moves by at most τ per iteration and every aggregate is finite."""
+    from rfrs_ref.aggregate import CenteredClipping
+
+    rng = np.random.default_rng(seed)
+    n, D = 9, 5
+    X = rng.normal(size=(n, D)).astype(np.float32)
+    v = np.abs(rng.normal(size=(n, D))).astype(np.float32)
+    bad = rng.permutation(n)[:k]
+    X[bad] = value
+    v0 = rng.normal(size=D)
+    res = CenteredClipping(tau=0.5, iterations=2).aggregate(
+        X, {"x": X, "v": v}, np.ones(n), 0, backend=backend, rule_state={"cc_center": v0},
+        reference={"v": np.ones(D, np.float32)})
+    assert np.isfinite(res.arrays["x"]).all() and (res.arrays["v"] >= 0).all()
+    assert np.isfinite(res.arrays["v"]).all()
+    assert np.linalg.norm(res.state["cc_center"] - v0) <= 2 * 0.5 * (1 + 1e-9)
+    if not np.isfinite(value):
+        assert res.weights[bad].max(initial=0.0) == 0
