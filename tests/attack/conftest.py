@@ -40,7 +40,7 @@ def honest_uploads(opt, state, grads, t, backend="numba"):
 
 
 def context(opt, state, grads, byzantine, t, *, backend="numba", seed=0, f=None, workspace=None,
-            rule=None, detect="gradient", n_samples=None):
+            rule=None, detect="gradient", n_samples=None, model=None):
     """(ctx, honest): a context over freshly computed honest uploads, and a copy of them.
 
     ``rule`` defaults to the mean (the attacks that tune themselves against the
@@ -57,7 +57,7 @@ def context(opt, state, grads, byzantine, t, *, backend="numba", seed=0, f=None,
         n_samples=np.full(n, 5, dtype=np.int64) if n_samples is None else np.asarray(n_samples),
         f=int(byzantine.sum()) if f is None else f, rng=np.random.default_rng(seed),
         backend=backend, workspace=workspace, rule=Mean() if rule is None else rule,
-        detect=detect)
+        detect=detect, model=model)
     return ctx, honest
 
 
