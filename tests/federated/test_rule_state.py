@@ -57,3 +57,21 @@ def test_a_checkpoint_without_the_centre_is_refused(tmp_path):
 
         RunDirectory(tmp_path / "run").load_checkpoint(t)
     assert rec["config"]["defense"] == "krum"
+
+
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+def test_cli_runs_cc(tmp_path, detect):
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, [
+        "train", "--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
+        "--client-fraction", "0.1", "--rounds", "2", "--eval-every", "2", "--defense", "cc",
+        "--cc-tau", "0.1", "--cc-iterations", "2", "--detect", detect, "--attack", "ascent",
+        "--byzantine-fraction", "0.2", "--out", str(tmp_path / "r")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    c = json.loads((tmp_path / "r/config.json").read_text())["config"]
+    assert c["defense_params"] == {"tau": 0.1, "iterations": 2}
+    with np.load(tmp_path / "r/state.npz") as z:
+        assert "cc_center" in z.files
