@@ -66,14 +66,25 @@ def row_norms_numpy(X: np.ndarray) -> np.ndarray:
     return out
 
 
+@njit(cache=True)
+def _sum_sq(x):
+    acc = 0.0
+    for k in range(x.shape[0]):
+        v = np.float64(x[k])
+        acc += v * v
+    return acc
+
+
+# ``reassoc`` vectorises the sum of squares (its order differs from the oracle's by
+# rounding); it does not touch inf or NaN (no ``nnan``/``ninf``)
+_sum_sq_fast = njit(cache=True, fastmath={"reassoc", "contract"})(_sum_sq.py_func)
+
+
 @njit(cache=True, parallel=True)
 def _row_norms_numba(X, out):
     n, D = X.shape
     for i in prange(n):
-        acc = 0.0
-        for k in range(D):
-            v = np.float64(X[i, k])
-            acc += v * v
+        acc = _sum_sq_fast(X[i])
         if acc < np.inf:
             out[i] = math.sqrt(acc)
             continue
@@ -465,7 +476,7 @@ class PreAggregated:
         for p in self.pre:
             mx = p.mixing(Xc, ns, fc, okc, rng, backend)
             M = mx.matrix
-            Xc = mix_rows(M, Xc, _zero_if_needed(M, D), backend=backend)
+            Xc = mix_rows(M, Xc, _zero_if_needed(M, D), backend=backend, zero_reference=True)
             okc = ((M != 0).astype(np.int64) @ (~okc).astype(np.int64)) == 0
             Mcum = M @ Mcum
             ns = mx.n_samples
@@ -514,7 +525,8 @@ class PreAggregated:
 
 
 def _zero_if_needed(M: np.ndarray, D: int) -> np.ndarray | None:
-    """Features are deviations (θᵢ − θ̄ or ĝᵢ): their reference is 0."""
+    """Features are deviations (θᵢ − θ̄ or ĝᵢ): their reference is 0 (None where it
+    cancels or where M is diagonal, whose fast path scales without a reference)."""
     if np.allclose(M.sum(axis=1), 1.0, rtol=0, atol=1e-12):
         return None
     return np.zeros(D)

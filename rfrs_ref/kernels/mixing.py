@@ -111,7 +111,7 @@ def _is_diagonal(M: np.ndarray) -> bool:
 
 
 def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
-             backend: str = "numba") -> np.ndarray:
+             backend: str = "numba", zero_reference: bool = False) -> np.ndarray:
     """S + M (A − S) row by row, float64 sums, in A's dtype (see the module docstring).
 
     Args:
@@ -119,6 +119,8 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
         S: (D,) reference (the server's value of the array), or None when every
             row of M sums to 1 (then it cancels and is not needed).
         backend: numpy (oracle), numba or cuda.
+        zero_reference: S is known to be 0 (features): the fast path then scales
+            without reading S.
     """
     M = np.ascontiguousarray(M, dtype=np.float64)
     if S is None and not np.allclose(M.sum(axis=1), 1.0, rtol=0, atol=1e-12):
@@ -133,7 +135,8 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
     ref = np.zeros(D) if S is None else np.ascontiguousarray(S, dtype=np.float64)
     if _is_diagonal(M):
         out = np.empty((n, D), dtype=Af.dtype)
-        _scale_rows_numba(Af, np.diagonal(M).copy(), ref, S is not None, out, 1024,
+        has_ref = S is not None and not zero_reference
+        _scale_rows_numba(Af, np.diagonal(M).copy(), ref, has_ref, out, 1024,
                           n_chunks(D, 1024))
         return out.astype(A.dtype, copy=False)
     out = np.empty((M.shape[0], D), dtype=Af.dtype)
