@@ -197,3 +197,27 @@ def test_runs_without_targets_keep_their_files(tmp_path):
     assert "target_items" not in final and not any("er@" in k for k in final["model"])
     assert "target_items" not in json.loads((out / "config.json").read_text())["derived"]
     assert (out / "metrics.csv").read_text().splitlines()[0].endswith("popularity_mrr")
+
+
+def test_resume_gives_the_uninterrupted_run_and_its_target_metrics(tmp_path):
+    import dataclasses
+
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.trainer import Trainer, train
+
+    c = TrainConfig(dataset="synthetic", dataset_params={"n_users": 80, "n_items": 60},
+                    rounds=6, eval_every=3, client_fraction=0.1, attack="a-ra",
+                    attack_params={"n_targets": 3, "hum_steps": 2}, byzantine_fraction=0.2,
+                    defense="trmean")
+    full = train(c, tmp_path / "full")
+    Trainer(dataclasses.replace(c, rounds=3)).run(tmp_path / "part")
+    rec = json.loads((tmp_path / "part/config.json").read_text())
+    rec["config"]["rounds"] = 6
+    (tmp_path / "part/config.json").write_text(json.dumps(rec))
+    done = Trainer(c).run(tmp_path / "part", resume=True)
+    for k in full.state:
+        assert done.state[k].tobytes() == full.state[k].tobytes(), k
+    a = json.loads((tmp_path / "full/final_metrics.json").read_text())
+    b = json.loads((tmp_path / "part/final_metrics.json").read_text())
+    assert a["target_items"] == b["target_items"] and a["model"] == b["model"]
+    assert (tmp_path / "full/metrics.csv").read_text() == (tmp_path / "part/metrics.csv").read_text()
