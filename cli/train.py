@@ -400,6 +400,10 @@ def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
                                for a, n in names))
     verdict = "beats" if final["beats_popularity"] else "does NOT beat"
     click.echo(f"the model {verdict} the popularity ranking on Precision@{kmax}")
+    if final.get("target_items") is not None:
+        click.echo(f"target items {final['target_items']}: "
+                   + ", ".join(f"ER@{k} {m[f'er@{k}']:.4f}" for k in ks) + "; "
+                   + ", ".join(f"TargetHR@{k} {m[f'target_hr@{k}']:.4f}" for k in ks))
     sel = final["selection"]
     if sel["byzantine_share_sampled"] > 0:
         click.echo(f"Byzantine share: {sel['byzantine_share_sampled']:.3f} of sampled clients, "
