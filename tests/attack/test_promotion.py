@@ -172,6 +172,7 @@ def test_cli_run_records_targets_and_their_metrics(model, tmp_path):
     final = json.loads((out / "final_metrics.json").read_text())
     cfg = json.loads((out / "config.json").read_text())
     targets = final["target_items"]
+    assert f"target items {targets}: ER@1 " in res.output and "TargetHR@5" in res.output
     assert len(targets) == 2 and cfg["derived"]["target_items"] == targets
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert header[-2:] == ["er", "target_hr"]
