@@ -26,10 +26,12 @@ from rfrs_ref.aggregate.monna import MoNNA
 from rfrs_ref.aggregate.mean import Mean
 from rfrs_ref.aggregate.pre import PRE, PreAggregated
 from rfrs_ref.aggregate.rfa import RFA
+from rfrs_ref.aggregate.spectral import CAF, SMEA
 from rfrs_ref.registry import Registry
 
 RULES: Registry = Registry("aggregation rule")
-for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed, MoNNA, CenteredClipping):
+for _cls in (Mean, Krum, Median, TrimmedMean, RFA, Bulyan, MDA, Meamed, MoNNA, CenteredClipping,
+             CAF, SMEA):
     RULES.register(_cls.name, _cls)
 
 #: The paper's defence names -> (rule, detection space). ``no-defense`` ignores
@@ -43,6 +45,6 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
-    "AggregationResult", "BACKENDS", "Bulyan", "CenteredClipping", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
-    "PRE", "PRESETS", "PreAggregated", "PreconditionError", "RFA", "RULES", "Rule", "TrimmedMean", "parameter_features",
+    "AggregationResult", "BACKENDS", "Bulyan", "CAF", "CenteredClipping", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
+    "PRE", "PRESETS", "PreAggregated", "PreconditionError", "RFA", "RULES", "Rule", "SMEA", "TrimmedMean", "parameter_features",
 ]
