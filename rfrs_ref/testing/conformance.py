@@ -140,6 +140,18 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
                 options={"tau": 100.0}, strategy={"equal_weights": True}),
         _PERM,
     ]),
+    # CAF's filter has no per-example bound (its guarantee is asymptotic): the laws of any
+    # robust weighting rule
+    "caf": (lambda n: (n - 1) // 2, 1, [_WEIGHTS, _FINITE, _TRANS, _UNAN]),
+    # the first subset of smallest eigenvalue in index order: ties (copies, clusters) decide
+    # by index, so permutation invariance is not a law of SMEA
+    "smea": (lambda n: (n - 1) // 2, 1, [
+        _WEIGHTS, _FINITE,
+        LawSpec("smea_eigen_bound", "kept rows spread no more than the best n − f honest rows",
+                needs_weights=True),
+        # shifted rows round differently, and exactly tied subsets (copies) may swap
+        dataclasses.replace(_TRANS, strategy={"distinct": True}), _UNAN,
+    ]),
 }
 
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance

@@ -28,6 +28,7 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 - ``mda_kept_diameter``: the kept rows' diameter is at most the honest diameter Δ.
 - ``mda_output_bound``: the aggregate is within Δ of some honest feature.
 - ``meamed_range``: every coordinate within max(med − lo, hi − med) of the median of all values.
+- ``smea_eigen_bound``: SMEA's kept rows spread no more than the best n − f honest rows.
 - ``cc_byzantine_pull``: centered clipping's Byzantine rows move the aggregate by at
   most τ·Σ_B pᵢ (one iteration).
 - ``monna_pivot_bound``: with an honest pivot, the kept rows and the aggregate are within
@@ -460,6 +461,36 @@ def cc_byzantine_pull(rule, case: RoundCase, tau: float = 100.0) -> None:
                            f"{_r(bound)} (τ = {_r(tau)})", distance=d, bound=bound)
 
 
+def _cov_top(H: np.ndarray) -> float:
+    H = np.asarray(H, dtype=np.float64)
+    Y = H - H.mean(axis=0)
+    return float(np.linalg.eigvalsh(Y.T @ Y / H.shape[0])[-1]) if H.shape[0] > 1 else 0.0
+
+
+def smea_eigen_bound(rule, case: RoundCase) -> None:
+    """The kept rows (wᵢ > 0) are n − f finite rows whose covariance's largest eigenvalue
+    is at most that of every subset of n − f honest rows (one of them is a candidate)."""
+    import itertools
+
+    law = "smea_eigen_bound"
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    if out.weights is None:
+        raise LawViolation(law, "the rule exposes no weights")
+    X = case.features.astype(np.float64)
+    kept = np.flatnonzero(~(out.weights <= 0))
+    if not np.isfinite(X[kept]).all():
+        raise LawViolation(law, f"a kept row is not finite (kept {kept.tolist()})")
+    honest = np.flatnonzero(case.honest)
+    k = case.n - case.f
+    best = min(_cov_top(X[list(T)]) for T in itertools.combinations(honest, k))
+    got = _cov_top(X[kept])
+    scale = float(np.abs(X[honest] - X[honest].mean(axis=0)).max(initial=0.0)) ** 2
+    if kept.size != k or not got <= best * (1 + 1e-9) + 64 * _u(case.features.dtype) * scale * case.D + TINY:
+        raise LawViolation(law, f"{kept.size} rows kept with largest covariance eigenvalue {_r(got)}; "
+                           f"the best {k} honest rows have {_r(best)}", kept=kept.tolist(),
+                           eigenvalue=got, bound=best)
+
+
 # -- optimiser laws ------------------------------------------------------------------------------
 
 def _h(opt, name: str, default=None) -> float:
@@ -809,6 +840,6 @@ __all__ = [
     "LawViolation", "bulyan_range", "camouflage_same_theta", "cc_byzantine_pull", "coordinate_range", "finite_output",
     "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "mda_kept_diameter",
     "mda_output_bound", "meamed_range", "monna_pivot_bound", "nrm", "permutation_invariance",
-    "recovery_exact", "round_record_invariants", "theorem1", "theorem2", "theorem3", "theorem4",
+    "recovery_exact", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
     "translation_equivariance", "unanimity", "update_rule", "weighted_mean", "weights_sum_to_one",
 ]

@@ -15,7 +15,7 @@ def _status(results):
     return {r.law: r.status for r in results}
 
 
-@pytest.mark.parametrize("rule", ["mda", "meamed", "monna", "cc"])
+@pytest.mark.parametrize("rule", ["mda", "meamed", "monna", "cc", "caf", "smea"])
 def test_numba_paths_obey_the_laws(rule):
     results = run_rule_conformance(rule, adapters.rfrs(rule, backend="numba"), max_examples=15)
     assert all(r.status == "holds" for r in results), format_results(results, rule)
@@ -98,3 +98,9 @@ def test_centered_clipping_without_clipping_breaks_its_law():
     st = _status(run_rule_conformance("cc", adapters.result(_mean_of_all), max_examples=200,
                                       laws=["cc_byzantine_pull"]))
     assert st == {"cc_byzantine_pull": "fails"}
+
+
+def test_keeping_every_row_breaks_the_smea_law():
+    st = _status(run_rule_conformance("smea", adapters.result(_mean_of_all), max_examples=200,
+                                      laws=["smea_eigen_bound"]))
+    assert st == {"smea_eigen_bound": "fails"}
