@@ -345,3 +345,26 @@ def test_centered_clipping_any_number_of_hostile_rows(seed, backend, k, value):
     assert np.linalg.norm(res.state["cc_center"] - v0) <= 2 * 0.5 * (1 + 1e-9)
     if not np.isfinite(value):
         assert res.weights[bad].max(initial=0.0) == 0
+
+
+# -- CAF and SMEA ----------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["caf", "smea"]), st.sampled_from(CPU),
+       st.sampled_from([np.nan, np.inf, -np.inf, 1e38, -3.4e38]), st.integers(0, 3))
+def test_caf_and_smea_with_f_hostile_rows(seed, rule, backend, value, k):
+    rng = np.random.default_rng(seed)
+    n, D, f = 9, 4, 3
+    X = rng.normal(size=(n, D)).astype(np.float32)
+    m = rng.normal(size=(n, D)).astype(np.float32)
+    bad = rng.permutation(n)[:k]
+    X[bad[: (k + 1) // 2]] = value
+    m[bad[(k + 1) // 2:], 0] = value  # behind a harmless feature
+    res = RULES.get(rule)().aggregate(X, {"x": X, "m": m}, rng.integers(1, 9, size=n), f,
+                                      backend=backend)
+    assert np.isfinite(res.arrays["x"]).all() and np.isfinite(res.arrays["m"]).all()
+    if not np.isfinite(value):
+        assert res.weights[bad].max(initial=0.0) == 0
+    else:
+        assert res.weights[bad[: (k + 1) // 2]].max(initial=0.0) == 0  # the huge feature rows
