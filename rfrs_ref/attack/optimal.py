@@ -166,6 +166,23 @@ class _Optimal(Attack):
             X[honest] = theta[honest] - theta_bar
         else:
             X = theta  # the round hands such a rule the θ uploads as its features
+        # the server's other inputs to the rule, as the round passes them: its state to
+        # pre-aggregators (clipping around θ̄) and to a rule with state; the server's
+        # random choices (bucketing) are not known, so the simulation draws its own, the
+        # same for every τ (one seed per round from the attack's generator)
+        sim_seed = None
+        if getattr(rule, "takes_round_inputs", False):
+            sim_seed = int(ctx.rng.integers(2**63))
+        rule_state = {k: state[k] for k in getattr(rule, "state_arrays", ())}
+
+        def rule_inputs() -> dict:
+            kw = {}
+            if sim_seed is not None:
+                kw = dict(reference=state, rng=np.random.default_rng(sim_seed))
+            if rule_state:
+                kw["rule_state"] = rule_state
+            return kw
+
         g64 = ctx.scratch("opt_g64", (D,), np.float64)
         g = ctx.scratch("opt_g", (1, D), G.dtype)
         lead = byz[:1]
@@ -185,7 +202,7 @@ class _Optimal(Attack):
                 X[byz[1:]] = X[byz[0]]
             elif uses_features:
                 X[byz] = theta[byz] - theta_bar
-            res = rule.aggregate(X, U, ctx.n_samples, ctx.f, backend=ctx.backend)
+            res = rule.aggregate(X, U, ctx.n_samples, ctx.f, backend=ctx.backend, **rule_inputs())
             with np.errstate(over="ignore", invalid="ignore"):
                 return float(np.linalg.norm(res.arrays["theta"].astype(np.float64) - ref))
 
@@ -210,7 +227,10 @@ class OptimalIPM(_Optimal):
     θ̄_rule(τ) being the θ the server's rule (with its detection space, its
     weights nᵢ and the server's f) aggregates from the round's honest uploads
     and the Byzantine uploads for τ: the attackers simulate the server's round
-    exactly (verification included: their uploads obey the rule).
+    exactly (verification included: their uploads obey the rule), with the
+    rule's pre-aggregators and its state, but not the server's random choices:
+    bucketing is simulated with a permutation of the attackers' own, one per
+    round, the same for every τ.
 
     Conventions against ByzFL 0.0.11: ByzFL measures ‖agg − mean‖ on the
     gradients, with an unweighted mean and a ``Clipping`` pre-aggregation by

@@ -332,3 +332,49 @@ def test_sgd_run_under_inf_without_verification_stops_with_a_clear_error():
 
     with pytest.raises(NonFiniteState, match="without a robust defence or without update-rule"):
         _train("inf", defense="mean", optimizer="sgd")
+
+
+def _pre_rules():
+    from rfrs_ref.aggregate.cc import CenteredClipping
+    from rfrs_ref.aggregate.pre import build
+
+    return [build(("bucketing",), {}, TrimmedMean()), build(("clip", "nnm"), {}, Krum()),
+            CenteredClipping(tau=0.01)]
+
+
+@pytest.mark.parametrize("rule_index", range(3))
+@pytest.mark.parametrize("name", ["opt-ipm", "opt-alie"])
+def test_optimal_simulates_pre_aggregation_and_rule_state_as_the_round_does(name, rule_index, at):
+    # the round passes the server state to pre-aggregators and a rule with state; the
+    # simulation does too, and draws bucketing's permutation from one seed per round
+    rule = _pre_rules()[rule_index]
+    opt = Adam()
+    state, G = small_round(opt, n=9, D=16, seed=5)
+    state.update(rule.init_state(16) if getattr(rule, "state_arrays", ()) else {})
+    byz = np.zeros(9, bool)
+    byz[[0, 5]] = True
+    ctx, honest = at.context(opt, state, G, byz, 4, rule=rule, f=2, seed=11)
+    diag = ATTACKS.get(name)(evals=6).apply_inplace(ctx)
+    X = np.empty_like(G)
+    opt.recover_batch(state, ctx.uploads, 4, X, backend="numba")
+    kw = {}
+    if getattr(rule, "takes_round_inputs", False):
+        seed = int(np.random.default_rng(11).integers(2**63))
+        kw = dict(reference=state, rng=np.random.default_rng(seed))
+    if getattr(rule, "state_arrays", ()):
+        kw["rule_state"] = {k: state[k] for k in rule.state_arrays}
+    res = rule.aggregate(X, ctx.uploads, np.full(9, 5), 2, **kw)
+    hon = ~byz
+    ref = honest["theta"][hon].astype(np.float64).mean(axis=0)
+    dist = float(np.linalg.norm(res.arrays["theta"].astype(np.float64) - ref))
+    assert dist == pytest.approx(diag["objective"], rel=1e-9)
+    assert diag["evals"] == 6
+
+
+def test_runs_under_optimal_attacks_with_pre_aggregation_and_cc():
+    for attack, kw in [("opt-ipm", dict(defense="mean", pre=("bucketing",))),
+                       ("opt-ipm", dict(defense="trmean", pre=("clip",))),
+                       ("opt-alie", dict(defense="cc", defense_params={"tau": 0.05}))]:
+        result, records = _train(attack, **kw)
+        assert all(r["excluded"] == [] for r in records)
+        assert np.isfinite(result.state["theta"]).all()
