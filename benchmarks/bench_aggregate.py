@@ -21,7 +21,9 @@ uploaded array, as the other libraries aggregate the vectors they rank):
 f is ⌊0.4 n⌋ (the paper's largest Byzantine fraction), ⌊(n − 3)/4⌋ for Bulyan
 (n ≥ 4f + 3: 24 at n = 100); centered clipping (``cc``) runs one iteration from
 the centre 0 with τ = 100, the defaults of ours and of ByzFL, whose object
-starts from 0 too. RFA is timed per Weiszfeld step: ours runs 10
+starts from 0 too; ``caf`` with f = ⌊(n − 1)/2⌋ and ``smea`` with f = 2 (its
+search is combinatorial) are compared with our own NumPy oracle
+(``backend="numpy"``). RFA is timed per Weiszfeld step: ours runs 10
 steps (tolerance 0), NumPy and ByzFL run 10 steps of the same map. Every
 figure is the minimum over ``--repeat`` runs (``--repeat-slow`` for Flower
 and ByzFL), the median beside it; speedups are ratios within this run.
@@ -68,7 +70,7 @@ from rfrs_ref.kernels.weiszfeld import rows_finite, weiszfeld_pass  # noqa: E402
 
 from machine import describe  # noqa: E402
 
-ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "cc"]
+ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "cc", "caf", "smea"]
 RFA_STEPS = 10
 
 
@@ -85,6 +87,10 @@ def timed(fn, repeat: int) -> tuple[float, float, object]:
 def f_for(rule: str, n: int) -> int:
     if rule == "bulyan":
         return (n - 3) // 4
+    if rule == "smea":
+        return 2  # C(n, f) subsets: f = 2 keeps C(100, 2) = 4950
+    if rule == "caf":
+        return (n - 1) // 2
     return min(int(0.4 * n), (n - 3) // 2)
 
 
@@ -173,7 +179,15 @@ def np_cc(X, ns, f, tau=100.0):
     return X.T @ (p * c).astype(X.dtype)
 
 
-NUMPY = {"mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
+def np_oracle(rule):
+    """Our own float64 NumPy oracle (``backend="numpy"``): the baseline of the rules
+    whose plain NumPy formulation is the oracle itself (caf, smea)."""
+    def run(X, ns, f):
+        return RULES.get(rule)().aggregate(X, {"theta": X}, ns, f, backend="numpy").arrays["theta"]
+    return run
+
+
+NUMPY = {"caf": np_oracle("caf"), "smea": np_oracle("smea"), "mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
          "rfa": np_rfa, "bulyan": np_bulyan, "cc": np_cc}
 
 
@@ -234,6 +248,10 @@ def byzfl_call(bz, rule, X, ns, f):
         return bz.GeometricMedian(nu=1e-6, T=RFA_STEPS)
     if rule == "cc":
         return bz.CenteredClipping(L=1, tau=100.0)
+    if rule == "caf":
+        return bz.CAF(f)
+    if rule == "smea":
+        return bz.SMEA(f)
     return None
 
 
