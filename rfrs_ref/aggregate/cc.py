@@ -132,13 +132,20 @@ class CenteredClipping(Rule):
         if v0.shape != (D,) or not np.isfinite(v0).all():
             raise ValueError(f"cc: the centre must be a finite ({D},) array, got shape {v0.shape}")
         cpu = "numpy" if backend == "numpy" else "numba"
-        ok = finite_clients(X, mats, cpu)
+        # the features' own finiteness comes with the first distances (+inf for a row
+        # with NaN or ±inf): only the other uploads need a pass of their own
+        ok = np.ones(n, dtype=bool)
+        for A in mats.values():
+            if A is not X:
+                ok &= finite_clients(A, {}, cpu)
         p = w / w.sum()
         a, wts = 1.0, np.zeros(n)
         v = v0
         moves, clipped = [], []
         for _ in range(self.iterations):
             d = distances_to(X, v, cpu)
+            if not moves:
+                ok &= np.isfinite(d)  # v₀ is finite: an infinite distance is a non-finite row
             c = np.zeros(n)
             fin = ok & np.isfinite(d)
             df = d[fin]
