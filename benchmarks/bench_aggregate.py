@@ -19,7 +19,11 @@ uploaded array, as the other libraries aggregate the vectors they rank):
   value): the floor for any rule that reads X once.
 
 f is ⌊0.4 n⌋ (the paper's largest Byzantine fraction), ⌊(n − 3)/4⌋ for Bulyan
-(n ≥ 4f + 3: 24 at n = 100). RFA is timed per Weiszfeld step: ours runs 10
+(n ≥ 4f + 3: 24 at n = 100); centered clipping (``cc``) runs one iteration from
+the centre 0 with τ = 100, the defaults of ours and of ByzFL, whose object
+starts from 0 too; ``caf`` with f = ⌊(n − 1)/2⌋ and ``smea`` with f = 2 (its
+search is combinatorial) are compared with our own NumPy oracle
+(``backend="numpy"``). RFA is timed per Weiszfeld step: ours runs 10
 steps (tolerance 0), NumPy and ByzFL run 10 steps of the same map. Every
 figure is the minimum over ``--repeat`` runs (``--repeat-slow`` for Flower
 and ByzFL), the median beside it; speedups are ratios within this run.
@@ -28,6 +32,14 @@ and ByzFL), the median beside it; speedups are ratios within this run.
     python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --rules krum median
     python benchmarks/bench_aggregate.py --n 20 --dim 100000 --no-flower
     python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --threads 1   # one core each
+    python benchmarks/bench_aggregate.py --pre nnm bucketing clip arc --n 100 --dim 100000
+
+``--pre`` times the pre-aggregators instead, each in front of ``mean`` on X
+and one uploaded array θ = X (so the mixing runs on both, as in a round): ours
+(``backend="numba"``), our NumPy float64 oracle (``backend="numpy"``, one
+output row at a time), and ByzFL's pre-aggregator followed by its ``Average``
+when importable; ByzFL mixes the features only, so it is compared with ours on
+the features only (``X only``: the upload is X itself, mixed once).
 
 On a shared machine the figures of the parallel kernels suffer most (a
 parallel region waits for its slowest thread); compare ratios from one run on a
@@ -58,7 +70,7 @@ from rfrs_ref.kernels.weiszfeld import rows_finite, weiszfeld_pass  # noqa: E402
 
 from machine import describe  # noqa: E402
 
-ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan"]
+ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "cc", "caf", "smea"]
 RFA_STEPS = 10
 
 
@@ -75,6 +87,10 @@ def timed(fn, repeat: int) -> tuple[float, float, object]:
 def f_for(rule: str, n: int) -> int:
     if rule == "bulyan":
         return (n - 3) // 4
+    if rule == "smea":
+        return 2  # C(n, f) subsets: f = 2 keeps C(100, 2) = 4950
+    if rule == "caf":
+        return (n - 1) // 2
     return min(int(0.4 * n), (n - 3) // 2)
 
 
@@ -154,8 +170,25 @@ def np_bulyan(X, ns, f):
     return np.take_along_axis(S, idx, axis=0).mean(axis=0)
 
 
-NUMPY = {"mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
-         "rfa": np_rfa, "bulyan": np_bulyan}
+def np_cc(X, ns, f, tau=100.0):
+    """One centered-clipping iteration from the centre 0: ‖xᵢ‖ by a matrix-vector
+    free row norm, the clip factors, and one weighted sum (no n × D temporary)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))
+    c = np.minimum(1.0, tau / np.maximum(norms, 1e-300))
+    p = ns / ns.sum()
+    return X.T @ (p * c).astype(X.dtype)
+
+
+def np_oracle(rule):
+    """Our own float64 NumPy oracle (``backend="numpy"``): the baseline of the rules
+    whose plain NumPy formulation is the oracle itself (caf, smea)."""
+    def run(X, ns, f):
+        return RULES.get(rule)().aggregate(X, {"theta": X}, ns, f, backend="numpy").arrays["theta"]
+    return run
+
+
+NUMPY = {"caf": np_oracle("caf"), "smea": np_oracle("smea"), "mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
+         "rfa": np_rfa, "bulyan": np_bulyan, "cc": np_cc}
 
 
 # ------------------------------------------------------------------ other libraries
@@ -213,6 +246,12 @@ def byzfl_call(bz, rule, X, ns, f):
         return bz.TrMean(f)
     if rule == "rfa":
         return bz.GeometricMedian(nu=1e-6, T=RFA_STEPS)
+    if rule == "cc":
+        return bz.CenteredClipping(L=1, tau=100.0)
+    if rule == "caf":
+        return bz.CAF(f)
+    if rule == "smea":
+        return bz.SMEA(f)
     return None
 
 
@@ -229,12 +268,17 @@ def main(argv=None) -> None:
     ap.add_argument("--no-byzfl", action="store_true")
     ap.add_argument("--slow", action="store_true",
                     help="also run Flower's Bulyan (minutes at full size)")
+    ap.add_argument("--pre", nargs="+", default=None, choices=["nnm", "bucketing", "clip", "arc"],
+                    help="time these pre-aggregators (in front of mean) instead of the rules")
     ap.add_argument("--threads", type=int, default=None,
                     help="Numba threads for our kernels (default: all; 1 compares one core with one core)")
     args = ap.parse_args(argv)
     if args.threads:
         numba.set_num_threads(args.threads)
 
+    if args.pre:
+        bench_pre(args)
+        return
     fl = None if args.no_flower else load_flower()
     bz = None if args.no_byzfl else load_byzfl()
     print(describe())
@@ -293,6 +337,74 @@ def main(argv=None) -> None:
             del X
     print("# dev: max |ours − NumPy| / max |NumPy| on the aggregate (krum/bulyan: the float32 Gram "
           "baseline may rank clients differently; rfa: 10 steps from different starts)")
+
+
+def load_byzfl_pre():
+    if load_byzfl() is None:
+        return None
+    return importlib.import_module("byzfl.aggregators.preaggregators")
+
+
+def bench_pre(args) -> None:
+    from rfrs_ref.aggregate import Mean
+    from rfrs_ref.aggregate.pre import PRE, PreAggregated
+
+    bzp = None if args.no_byzfl else load_byzfl_pre()
+    bz = load_byzfl() if bzp is not None else None
+    print(describe())
+    print(f"# OpenBLAS threads 1; ByzFL: {'yes' if bzp else 'no'}")
+    print("# pre-aggregator then mean, on X and θ = X; seconds: min (median); 'x' = oracle or "
+          "ByzFL time / ours")
+    header = (f"{'pre':10} {'n':>4} {'D':>9} {'f':>3} | {'read X':>7} | {'ours X, θ':>15} | "
+              f"{'oracle X, θ':>15} {'x':>6} | {'ours X only':>15} | {'byzfl X only':>15} {'x':>6} | "
+              f"{'dev':>8}")
+    print(header)
+    print("-" * len(header))
+
+    def cell(t):
+        return f"{t[0]:7.3f} ({t[1]:5.3f})" if t else f"{'-':>15}"
+
+    def ratio(base, ours):
+        return f"{base[0] / ours[0]:6.1f}" if base else f"{'-':>6}"
+
+    for D in args.dim:
+        for n in args.n:
+            rng = np.random.default_rng(0)
+            X = rng.standard_normal((n, D), dtype=np.float32)
+            T = X.copy()
+            ns = np.full(n, 40.0)
+            f = int(0.4 * n) if n > 4 else 0
+            ref = {"theta": np.zeros(D, np.float32)}
+            rows_finite(X)
+            read = timed(lambda: rows_finite(X), max(3, args.repeat))
+            for name in args.pre:
+                params = {"clip_norm": float(np.sqrt(D))} if name == "clip" else {}
+                rule = PreAggregated((PRE.get(name)(**params),), Mean())
+
+                def run(backend, X=X, rule=rule):
+                    return rule.aggregate(X, {"theta": T}, ns, f, backend=backend, reference=ref,
+                                          rng=np.random.default_rng(1))
+
+                small = X[:, :1000].copy()
+                rule.aggregate(small, {"theta": small.copy()}, ns, f, reference={"theta": ref["theta"][:1000]},
+                               rng=np.random.default_rng(1))  # compile
+                ours = timed(lambda: run("numba"), args.repeat)
+                base = timed(lambda: run("numpy"), 1)
+                a, b = ours[2].arrays["theta"], base[2].arrays["theta"]
+                dev = float(np.max(np.abs(a.astype(np.float64) - b)) / max(1e-30, np.max(np.abs(b))))
+                ours_x = timed(lambda: rule.aggregate(X, {"x": X}, ns, f, backend="numba",
+                                                      rng=np.random.default_rng(1)), args.repeat)
+                byz = None
+                if bzp is not None:
+                    obj = {"nnm": lambda: bzp.NNM(f), "bucketing": lambda: bzp.Bucketing(2),
+                           "clip": lambda: bzp.Clipping(float(np.sqrt(D))), "arc": lambda: bzp.ARC(f)}[name]()
+                    avg = bz.Average()
+                    byz = timed(lambda: avg(obj(X.copy())), args.repeat_slow)
+                print(f"{name:10} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | {cell(ours)} | {cell(base)} "
+                      f"{ratio(base, ours)} | {cell(ours_x)} | {cell(byz)} {ratio(byz, ours_x)} | "
+                      f"{dev:8.1e}", flush=True)
+            del X, T
+    print("# dev: max |ours − oracle| / max |oracle| on the aggregated θ")
 
 
 if __name__ == "__main__":

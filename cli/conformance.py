@@ -6,7 +6,7 @@ import json
 
 import click
 
-RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan"]
+RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna", "cc", "caf", "smea"]
 OPTIMIZERS = ["sgd", "momentum", "adam", "adagrad", "rmsprop"]
 
 

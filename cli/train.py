@@ -9,7 +9,7 @@ import pathlib
 
 import click
 
-from rfrs_ref.aggregate import PRESETS, RULES
+from rfrs_ref.aggregate import PRE, PRESETS, RULES
 from rfrs_ref.attack import ATTACKS
 from rfrs_ref.cli.options import apply, collect, registry_options
 from rfrs_ref.cli.progress import Progress
@@ -24,7 +24,8 @@ _opt_opts, _opt_gen = registry_options("optimizer", OPTIMIZERS, prefixed=False)
 _rule_opts, _rule_gen = registry_options("defense", RULES, prefixed=True)
 _attack_opts, _attack_gen = registry_options("attack", ATTACKS, prefixed=True)
 _data_opts, _data_gen = registry_options("dataset", DATASETS, prefixed=False)
-_GENERATED = _model_gen + _opt_gen + _rule_gen + _attack_gen + _data_gen
+_pre_opts, _pre_gen = registry_options("pre", PRE, prefixed=False)
+_GENERATED = _model_gen + _opt_gen + _rule_gen + _attack_gen + _data_gen + _pre_gen
 
 DEFENSES = ["none", *[r for r in RULES.names() if r != "mean"]]
 
@@ -67,6 +68,9 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 @click.option("--preset", type=click.Choice(list(PRESETS)), default=None,
               help="The paper's defences by name (sets --defense and --detect; giving either with "
                    "another value is an error).")
+@click.option("--pre", "pre", type=click.Choice(PRE.names()), multiple=True,
+              help="Pre-aggregator run on the rows before the rule (repeat for a chain, applied "
+                   "in the order given, e.g. --pre clip --pre nnm; docs/aggregation.md).")
 @click.option("--attack", type=click.Choice(ATTACKS.names()), default="none", show_default=True)
 @click.option("--byzantine-fraction", "alpha", type=click.FloatRange(0, 1, max_open=True), default=0.0,
               show_default=True, help="Fraction α of clients that are Byzantine (fixed set).")
@@ -87,9 +91,9 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
                    "stopped before one); options that would change the run are refused.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a per-round trace to this file (JSON Lines, docs/traces.md).")
-@apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _attack_opts)
+@apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _pre_opts + _attack_opts)
 def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_scale, dtype, seed,
-          valid_fraction, eval_every, ks, defense, detect, preset, attack, alpha, assumed_byzantine, verify,
+          valid_fraction, eval_every, ks, defense, detect, preset, pre, attack, alpha, assumed_byzantine, verify,
           resilience, backend, checkpoint_every, out, resume, trace_path, **hyper):
     """Train a federated recommender and evaluate Precision, Recall, NDCG, HR and MRR@K.
 
@@ -125,6 +129,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             defense=defense, detect=detect,
             defense_params=collect(_GENERATED, hyper, "defense",
                                    "mean" if defense == "none" else defense, RULES),
+            pre=tuple(pre), pre_params=_collect_pre(hyper, pre),
             attack=attack, attack_params=collect(_GENERATED, hyper, "attack", attack, ATTACKS),
             byzantine_fraction=alpha, assumed_byzantine=assumed_byzantine, rounds=rounds,
             client_fraction=client_fraction, init_scale=init_scale, dtype=dtype, seed=seed,
@@ -201,7 +206,7 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
         return
     what = (f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
             f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
-            f"{c.optimizer}, defense {c.defense} ({c.detect}), attack {c.attack} "
+            f"{c.optimizer}, defense {' then '.join((*c.pre, c.defense))} ({c.detect}), attack {c.attack} "
             f"α={c.byzantine_fraction}; {c.rounds} rounds")
     if resume:
         click.echo(f"resuming {run_dir} from round {done} of {c.rounds} ({what})")
@@ -279,8 +284,26 @@ def _own(run_dir: pathlib.Path):
 #: parameters of `train` that make up the run's configuration (not --out, --resume, --trace)
 _CONFIG_PARAMS = ("dataset", "data_dir", "model", "optimizer", "rounds", "client_fraction",
                   "init_scale", "dtype", "seed", "eval_every", "ks", "defense", "detect", "preset",
-                  "attack", "alpha", "assumed_byzantine", "verify", "resilience", "backend",
+                  "pre", "attack", "alpha", "assumed_byzantine", "verify", "resilience", "backend",
                   "checkpoint_every", "out", *(g.param for g in _GENERATED))
+
+
+def _collect_pre(kwargs: dict, pre) -> dict:
+    """The pre-aggregators' hyperparameters given; an option none of them takes is an error."""
+    from rfrs_ref.aggregate.pre import pre_hyperparameters
+
+    takes = pre_hyperparameters(pre)
+    out = {}
+    for g in _pre_gen:
+        value = kwargs.pop(g.param, None)
+        if value is None:
+            continue
+        if g.field not in takes:
+            owners = [n for n, cls in PRE.items() if g.field in pre_hyperparameters([n])]
+            raise click.UsageError(f"--{g.flag} applies to --pre {' or '.join(owners)}, which is "
+                                   "not among the pre-aggregators given")
+        out[g.field] = value
+    return out
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -377,6 +400,10 @@ def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
                                for a, n in names))
     verdict = "beats" if final["beats_popularity"] else "does NOT beat"
     click.echo(f"the model {verdict} the popularity ranking on Precision@{kmax}")
+    if final.get("target_items") is not None:
+        click.echo(f"target items {final['target_items']}: "
+                   + ", ".join(f"ER@{k} {m[f'er@{k}']:.4f}" for k in ks) + "; "
+                   + ", ".join(f"TargetHR@{k} {m[f'target_hr@{k}']:.4f}" for k in ks))
     sel = final["selection"]
     if sel["byzantine_share_sampled"] > 0:
         click.echo(f"Byzantine share: {sel['byzantine_share_sampled']:.3f} of sampled clients, "

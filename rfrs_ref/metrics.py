@@ -23,6 +23,21 @@ diverged, and a ranking of it would be meaningless).
 
 The popularity ranking scores every item by the number of training sets it
 appears in; a trained model that does not beat it is a failed run.
+
+Target items (item-promotion attacks): for a set T of target items, from the
+same top-K lists,
+
+    ER@K        = (1/|T|) Σ_{t∈T} |{u : t ∉ train(u), t ∈ top_K(u)}| / |{u : t ∉ train(u)}|,
+    TargetHR@K  = |{u : top_K(u) ∩ T ≠ ∅}| / |U|,
+
+over the evaluated clients U: the exposure ratio of each target among the
+clients that have not trained on it (a client's training items are never
+ranked, so those who have are left out of its denominator), averaged over the
+targets, and the share of clients with at least one target in their top K. A
+target that every evaluated client trained on has no exposure ratio and is
+left out of the average (ER = 0 when no target has one). They are computed
+only when targets are given (:func:`rank_metrics` ``targets=``), so runs
+without targets produce the same records as before.
 """
 
 from __future__ import annotations
@@ -38,6 +53,8 @@ from rfrs_ref.kernels.topk import topk_numba, topk_numpy
 
 #: the metrics of a ranking, in the order of metrics.csv and the tables
 METRIC_NAMES = ("precision", "recall", "ndcg", "hr", "mrr")
+#: the metrics of target items (item-promotion attacks), recorded only when a run has targets
+TARGET_METRIC_NAMES = ("er", "target_hr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +69,14 @@ class RankingMetrics:
     ndcg: tuple[float, ...] = ()
     hr: tuple[float, ...] = ()
     mrr: tuple[float, ...] = ()
+    #: exposure ratio and target hit ratio @K; empty when the run has no target items
+    er: tuple[float, ...] = ()
+    target_hr: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
         out = {"n_users": self.n_users}
-        for name in METRIC_NAMES:
+        names = METRIC_NAMES + (TARGET_METRIC_NAMES if self.er else ())
+        for name in names:
             out.update({f"{name}@{k}": v for k, v in zip(self.ks, getattr(self, name))})
         return out
 
@@ -142,6 +163,55 @@ def metrics_from_hits(hits: np.ndarray, n_test: np.ndarray, ks) -> RankingMetric
                           tuple(ndcg), tuple(hr), tuple(mrr))
 
 
+def check_targets(targets, n_items: int) -> np.ndarray:
+    """The target items as a sorted int64 array of distinct ids in 0..n_items − 1.
+
+    Raises:
+        ValueError: empty, repeated, non-integer or out-of-range ids (named).
+    """
+    t = np.asarray(targets)
+    if t.ndim != 1 or t.size == 0 or not np.issubdtype(t.dtype, np.integer):
+        raise ValueError(f"target items must be a non-empty list of integer item ids, got {targets!r}")
+    bad = t[(t < 0) | (t >= n_items)]
+    if bad.size:
+        raise ValueError(f"target items must lie in 0..{n_items - 1} (the dataset has {n_items} "
+                         f"items), got {bad.tolist()[:10]}")
+    u = np.unique(t)
+    if u.size != t.size:
+        raise ValueError(f"target items must be distinct, got {t.tolist()[:20]}")
+    return u.astype(np.int64)
+
+
+def target_metrics_from_top(top: np.ndarray, train: Interactions, users: np.ndarray,
+                            targets, ks) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(ER@K, TargetHR@K) for every K of ``ks`` from the users' top-max(K) lists
+    (formulas in the module docstring; NumPy float64, sums in user order).
+
+    ``top``: (n_users, kmax) item ids, best first (−1 pads a list shorter than
+    kmax); ``users``: the evaluated clients, rows of ``top``.
+    """
+    top = np.asarray(top, dtype=np.int64)
+    users = np.asarray(users, dtype=np.int64)
+    T = check_targets(targets, train.n_items)
+    n_users, kmax = top.shape
+    # rank[r, j]: 1-based rank of target j in user r's list, kmax + 1 when absent
+    rank = np.full((n_users, T.size), kmax + 1, dtype=np.int64)
+    for j, t in enumerate(T):
+        r_idx, pos = np.nonzero(top == t)
+        rank[r_idx, j] = pos + 1
+    trained = np.zeros((n_users, T.size), dtype=bool)
+    for r, u in enumerate(users):
+        trained[r] = np.isin(T, train.indices[train.indptr[u]:train.indptr[u + 1]])
+    eligible = (~trained).sum(axis=0)
+    er, thr = [], []
+    for k in ks:
+        shown = rank <= k
+        per_target = [shown[:, j].sum() / eligible[j] for j in range(T.size) if eligible[j] > 0]
+        er.append(float(sum(per_target) / len(per_target)) if per_target else 0.0)
+        thr.append(float(shown.any(axis=1).sum() / max(n_users, 1)))
+    return tuple(er), tuple(thr)
+
+
 def rank_metrics(
     score_fn: Callable[[np.ndarray], np.ndarray],
     train: Interactions,
@@ -151,12 +221,15 @@ def rank_metrics(
     *,
     chunk: int = 1024,
     backend: str = "numba",
+    targets=None,
 ) -> RankingMetrics:
     """Precision, Recall, NDCG, HR and MRR @K of the ranking given by
     ``score_fn(users_chunk) -> scores`` (formulas in the module docstring).
 
     ``score_fn`` returns an (len(chunk), n_items) array; rankings exclude each
     client's training items. One top-max(K) list per user feeds every metric.
+    With ``targets`` (item ids), ER@K and TargetHR@K of those items are
+    computed from the same lists (:func:`target_metrics_from_top`).
 
     Raises:
         ValueError: a K outside 1..n_items, or a non-finite score (NaN, ±inf),
@@ -168,6 +241,9 @@ def rank_metrics(
     users = np.asarray(users, dtype=np.int64)
     # per-user hits first, sums last: the result does not depend on the chunking
     hits = np.zeros((users.size, kmax), dtype=np.int64)
+    if targets is not None:
+        targets = check_targets(targets, train.n_items)
+        tops = np.zeros((users.size, kmax), dtype=np.int64)
     for lo in range(0, users.size, chunk):
         u = users[lo : lo + chunk]
         scores = score_fn(u)
@@ -180,7 +256,13 @@ def rank_metrics(
         indptr, idx = _sub_csr(train, u)
         top = (topk_numba if backend != "numpy" else topk_numpy)(scores, indptr, idx, kmax)
         hits[lo : lo + u.size] = hit_indicators(top, test, u)
-    return metrics_from_hits(hits, test.counts()[users], ks)
+        if targets is not None:
+            tops[lo : lo + u.size] = top
+    m = metrics_from_hits(hits, test.counts()[users], ks)
+    if targets is None:
+        return m
+    er, thr = target_metrics_from_top(tops, train, users, targets, ks)
+    return dataclasses.replace(m, er=er, target_hr=thr)
 
 
 def popularity_scores(train: Interactions) -> np.ndarray:

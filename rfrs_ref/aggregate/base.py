@@ -7,7 +7,7 @@ gradients (``detect = gradient``) or the uploaded parameters minus the server's
 Byzantine clients f. It decides on the features, and applies the same decision
 to every uploaded array:
 
-- per-client rules (mean, krum, rfa, mda, monna) give weights wᵢ ≥ 0, Σ wᵢ = 1, and every
+- per-client rules (mean, krum, rfa, mda, monna, cc, caf, smea) give weights wᵢ ≥ 0, Σ wᵢ = 1, and every
   array is aggregated as ``Σᵢ wᵢ · A[i]``;
 - coordinate-wise rules (median, trmean, bulyan, meamed) choose at every coordinate a
   set of kept clients on the features, and every array is aggregated at that
@@ -74,12 +74,15 @@ class AggregationResult:
             ``None`` where a score or distance is infinite): the rule, n, f, the
             f actually used, scores, selected ids, iterations, convergence,
             fallback...
+        state: the rule's state for the next round, for rules that keep one
+            (``state_arrays``, e.g. ``cc``'s centre); None for the others.
     """
 
     arrays: dict[str, np.ndarray]
     weights: np.ndarray | None
     kept: np.ndarray
     diagnostics: dict
+    state: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,12 @@ class AttackContext:
         workspace: optional dict owned by the caller and kept across rounds;
             attacks keep their scratch buffers in it (allocated once per run
             instead of once per round). None: scratch is allocated per call.
+        rule: the server's aggregation rule (``rfrs_ref.aggregate``), read by the
+            attacks that tune themselves against it (``opt-ipm``, ``opt-alie``);
+            None when the caller does not say.
+        detect: the server's detection space, ``"gradient"`` or ``"parameter"``.
+        model: the recommender (``rfrs_ref.model``), read by the attacks that
+            craft gradients for it (``a-ra``); None when the caller does not say.
     """
 
     t: int
@@ -56,6 +62,9 @@ class AttackContext:
     rng: np.random.Generator
     backend: str = "numba"
     workspace: dict | None = None
+    rule: object | None = None
+    detect: str = "gradient"
+    model: object | None = None
 
     # -- helpers shared by the attacks ----------------------------------------------
     def byzantine_rows(self) -> np.ndarray:
@@ -107,6 +116,8 @@ class Attack(abc.ABC):
     obeys_rule: ClassVar[bool] = True
     #: optimiser names the attack applies to (None: every optimiser)
     optimizers: ClassVar[tuple[str, ...] | None] = None
+    #: the attack reads the model from the context (and checks it with ``check_model``)
+    needs_model: ClassVar[bool] = False
 
     def check_optimizer(self, optimizer: Any) -> None:
         """Raise ValueError if the attack cannot run with ``optimizer`` (an
@@ -119,6 +130,9 @@ class Attack(abc.ABC):
             raise ValueError(
                 f"attack {self.name!r} applies to optimiser(s) {', '.join(self.optimizers)} only, "
                 f"got optimiser {name!r}{self._optimizer_reason()}")
+
+    def check_model(self, model) -> None:
+        """Raise ValueError if the attack cannot run with ``model``; every model by default."""
 
     def _optimizer_reason(self) -> str:
         return ""

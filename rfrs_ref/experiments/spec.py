@@ -55,6 +55,9 @@ Sweep files (TOML)
   configuration (``*_params`` tables are merged key by key), and its optional
   ``label`` becomes the run's label for that axis (a column of the results
   table named after the axis).
+- ``pre`` is a list of pre-aggregator names run in front of the rule
+  (``{ label = "NNM-Krum", pre = ["nnm"], defense = "krum" }``), their
+  hyperparameters in ``pre_params``.
 - ``kind = "capture"`` (top level) makes every run a capture run.
 - Runs are ordered as the axes are written, the last axis varying fastest,
   trials innermost. Two runs of a sweep with the same key are an error.
@@ -95,7 +98,7 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 #: fields whose value is a table of hyperparameters, merged key by key
 PARAM_FIELDS = ("dataset_params", "model_params", "optimizer_params", "defense_params",
-                "attack_params")
+                "attack_params", "pre_params")
 
 KEY_LENGTH = 16
 
@@ -230,6 +233,14 @@ def _assumed_byzantine(v: Any) -> str | None:
         "a number in [0, 1) or \"exact\" (each round's true count)")
 
 
+def _pre_names(v: Any) -> str | None:
+    from rfrs_ref.aggregate import PRE
+
+    names = PRE.names()
+    ok = isinstance(v, (list, tuple)) and all(isinstance(p, str) and p in names for p in v)
+    return None if ok else f"a list of pre-aggregator names (each one of {', '.join(names)})"
+
+
 def _non_negative_number(v: Any) -> str | None:
     ok = _is_number(v) and math.isfinite(v) and v >= 0
     return None if ok else "a finite non-negative number"
@@ -277,6 +288,7 @@ _FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "resilience": _boolean,
     "checkpoint_every": _positive_int,
     "trace": _boolean,
+    "pre": _pre_names,
     **{name: _table for name in PARAM_FIELDS},
 }
 
@@ -337,8 +349,15 @@ def check_params(fields: Mapping[str, Any], origins: Mapping[str, str] | None = 
         table = fields.get(field) or {}
         if not table:
             continue
-        owner, name, cls = _param_owner(field, fields)
-        specs = {h.name: h for h in hyperparameters(cls)}
+        if field == "pre_params":
+            from rfrs_ref.aggregate import PRE
+
+            owner, name = "pre", ", ".join(fields.get("pre") or ()) or "none"
+            specs = {h.name: h for p in (fields.get("pre") or ()) if p in PRE.names()
+                     for h in hyperparameters(PRE.get(p))}
+        else:
+            owner, name, cls = _param_owner(field, fields)
+            specs = {h.name: h for h in hyperparameters(cls)}
         for key, value in table.items():
             where = origins.get(f"{field}.{key}", f"{field}.{key}")
             h = specs.get(key)
@@ -449,6 +468,8 @@ def apply_fields(base: Mapping[str, Any], fields: Mapping[str, Any], where: str 
                 origins.update({f"{name}.{k}": f"{label}.{k}" for k in value})
         elif name == "ks":
             out["ks"] = tuple(int(k) for k in value)
+        elif name == "pre":
+            out["pre"] = tuple(value)
         else:
             out[name] = value
         if origins is not None:

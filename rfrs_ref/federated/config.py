@@ -41,6 +41,9 @@ class TrainConfig:
         defense: aggregation rule name (``none`` is the plain weighted mean, Option I).
         detect: ``gradient`` or ``parameter``: what the rule compares.
         defense_params: the rule's hyperparameters.
+        pre: pre-aggregators run in front of the rule, in order (``rfrs_ref.aggregate.PRE``;
+            empty: none).
+        pre_params: their hyperparameters (one table for all of them).
         attack: attack name; attack_params: its hyperparameters.
         byzantine_fraction: α, the fixed Byzantine share of all clients.
         assumed_byzantine: α_assumed (None: α); f = floor(α_assumed · |sampled|); ``"exact"``:
@@ -71,6 +74,8 @@ class TrainConfig:
     defense: str = "none"
     detect: str = "gradient"
     defense_params: dict = dataclasses.field(default_factory=dict)
+    pre: tuple[str, ...] = ()
+    pre_params: dict = dataclasses.field(default_factory=dict)
     attack: str = "none"
     attack_params: dict = dataclasses.field(default_factory=dict)
     byzantine_fraction: float = 0.0
@@ -127,6 +132,7 @@ class TrainConfig:
         if c.verify is None:
             c.verify = opt_cls.arrays != ("theta",)
         c.defense_params = values(RULES.get(_rule_name(c.defense))(**c.defense_params))
+        c.pre, c.pre_params = _resolve_pre(c.pre, c.pre_params)
         attack = ATTACKS.get(c.attack)(**c.attack_params)
         attack.check_optimizer(c.optimizer)
         c.attack_params = values(attack)
@@ -141,6 +147,9 @@ class TrainConfig:
         # sweep keys hashed from it) they had before the field existed
         if not d["valid_fraction"]:
             del d["valid_fraction"]
+        d["pre"] = list(self.pre)
+        if not d["pre"] and not d["pre_params"]:
+            del d["pre"], d["pre_params"]
         return d
 
     @classmethod
@@ -152,10 +161,33 @@ class TrainConfig:
         d = dict(d)
         if "ks" in d:
             d["ks"] = tuple(d["ks"])
+        if "pre" in d:
+            d["pre"] = tuple(d["pre"])
         return cls(**d)
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=True)
+
+
+def _resolve_pre(pre, params: dict) -> tuple[tuple[str, ...], dict]:
+    """The pre-aggregators' names (checked) and every hyperparameter they take, with
+    defaults filled in; a hyperparameter none of them takes is an error."""
+    from rfrs_ref.aggregate.pre import PRE, build, pre_hyperparameters
+
+    if isinstance(pre, str) or not all(isinstance(p, str) for p in pre):
+        raise ValueError(f"pre must be a list of pre-aggregator names, got {pre!r}")
+    names = tuple(pre)
+    for name in names:
+        PRE.get(name)  # KeyError naming the choices
+    takes = pre_hyperparameters(names)
+    unknown = sorted(set(params) - set(takes))
+    if unknown:
+        which = ", ".join(names) if names else "no pre-aggregator"
+        raise ValueError(f"pre_params {unknown[0]!r} is not a hyperparameter of {which}; they take: "
+                         f"{', '.join(takes) or 'none'}")
+    resolved = {**takes, **params}
+    build(names, resolved, None)  # the pre-aggregators check their values
+    return names, resolved
 
 
 def _rule_name(defense: str) -> str:

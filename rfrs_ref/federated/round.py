@@ -359,7 +359,8 @@ def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
             t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=rd.byz,
             clients=rd.clients, n_samples=rd.n_samples, f=rd.f,
             rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
-            workspace=buf.attack_workspace))
+            workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect,
+            model=fed.model))
     finally:
         G.flags.writeable = True
     rd.timing["attack"] = time.perf_counter() - tick
@@ -436,16 +437,27 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
     f_rule = max(0, rd.f - (rd.clients.size - m))
     if m == 0:
         # nothing trustworthy arrived: the state carries over unchanged
-        new_state = {k: np.array(state[k], copy=True) for k in names}
+        new_state = {k: np.array(state[k], copy=True)
+                     for k in (*names, *getattr(fed.rule, "state_arrays", ()))}
         return new_state, None, np.zeros(0), {"skipped": "no upload passed verification"}, f_rule
     tick = time.perf_counter()
     if sums is not None:
+        # the server's one pass summed the uploads already (a rule with fixed weights)
         result = fed.rule.from_sums(sums, rd.n_samples[rows], f_rule, backend=fed.backend)
     else:
         if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
             np.subtract(Uk["theta"], theta_bar, out=Xk)
-        result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend)
+        kw = {}
+        if getattr(fed.rule, "takes_round_inputs", False):
+            # pre-aggregation: clipping shrinks uploads toward the server's state; bucketing
+            # shuffles with the round's own stream
+            kw = dict(reference=state, rng=generator(fed.seed, "pre", rd.t))
+        if getattr(fed.rule, "state_arrays", ()):
+            kw["rule_state"] = {k: state[k] for k in fed.rule.state_arrays}
+        result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend, **kw)
     new_state = {k: result.arrays[k] for k in names}
+    if result.state:
+        new_state.update(result.state)  # the rule's state for the next round
     rd.timing["aggregation"] = time.perf_counter() - tick
     return new_state, result.weights, np.asarray(result.kept, float), result.diagnostics, f_rule
 

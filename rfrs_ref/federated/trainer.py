@@ -61,6 +61,8 @@ from rfrs_ref.seeding import generator
 # the first six columns are those of earlier versions, so older readers keep working
 METRICS_FIELDS = ["round", "k", "precision", "recall", "popularity_precision", "popularity_recall",
                   "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr"]
+#: the columns a run with target items (an item-promotion attack) adds to metrics.csv
+TARGET_FIELDS = ["er", "target_hr"]
 
 
 #: the validation metrics of a run with a validation split, same columns as metrics.csv
@@ -199,8 +201,18 @@ class Trainer:
         self.split = split_interactions(self.data, c.seed, c.test_fraction, c.valid_fraction)
         self.model = MODELS.get(c.model)(n_items=self.data.n_items, **c.model_params)
         self.optimizer = OPTIMIZERS.get(c.optimizer)(**c.optimizer_params)
-        self.rule = RULES.get(_rule_name(c.defense))(**c.defense_params)
+        from rfrs_ref.aggregate.pre import build as with_pre
+
+        self.rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
         self.attack = ATTACKS.get(c.attack)(**c.attack_params)
+        if self.attack.needs_model:
+            self.attack.check_model(self.model)
+        #: target items of an item-promotion attack, resolved once per run (None: no targets)
+        self.targets = None
+        if hasattr(self.attack, "resolve_targets"):
+            self.targets = self.attack.resolve_targets(self.data.n_items, c.seed)
+            self.attack = dataclasses.replace(self.attack,
+                                              targets=",".join(map(str, self.targets.tolist())))
         self.byzantine = byzantine_mask(c.seed, self.data.n_users, c.byzantine_fraction)
         self.federation = Federation(
             model=self.model, optimizer=self.optimizer, rule=self.rule, detect=c.detect,
@@ -243,6 +255,9 @@ class Trainer:
         c = self.config
         theta0 = self.model.init_params(generator(c.seed, "init"), c.init_scale, self.dtype)
         state = self.optimizer.init(theta0)
+        if getattr(self.rule, "state_arrays", ()):
+            # a rule with state (centered clipping's centre) keeps it with the server state
+            state.update(self.rule.init_state(theta0.size))
         private = None
         if self.model.has_private:
             u0 = self.model.private_init(self.data.n_users, generator(c.seed, "init", 1),
@@ -274,7 +289,8 @@ class Trainer:
         return rank_metrics(
             lambda u: self.model.scores(state["theta"], self.split.train, u, private=priv,
                                         backend=backend),
-            self.split.train, self.split.test, self.eval_users, self.config.ks, backend=backend)
+            self.split.train, self.split.test, self.eval_users, self.config.ks, backend=backend,
+            targets=self.targets)
 
     def popularity(self):
         from rfrs_ref.metrics import popularity_metrics
@@ -421,6 +437,8 @@ class Trainer:
         valid = getattr(self, "_last_valid", None)
         if valid is not None and valid["round"] == last["round"]:
             final["valid"] = valid
+        if self.targets is not None:
+            final["target_items"] = self.targets.tolist()
         return final
 
 
@@ -541,10 +559,13 @@ class RunDirectory:
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
+        if trainer.targets is not None:
+            record["derived"]["target_items"] = trainer.targets.tolist()
         text = json.dumps(record, indent=2) + "\n"
         atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
         with open(self.path / "metrics.csv", "w", newline="") as fh:
-            csv.writer(fh).writerow(METRICS_FIELDS)
+            csv.writer(fh).writerow(METRICS_FIELDS + (TARGET_FIELDS if trainer.targets is not None
+                                                      else []))
         (self.path / "rounds.jsonl").write_text("")
 
     def append_metrics(self, t: int, m, pop, *, name: str = "metrics.csv") -> None:
@@ -561,6 +582,8 @@ class RunDirectory:
                 for name in ("precision", "recall", "ndcg", "hr", "mrr"):
                     row[name] = repr(getattr(m, name)[i])
                     row[f"popularity_{name}"] = repr(getattr(pop, name)[i])
+                for name in TARGET_FIELDS if m.er else ():
+                    row[name] = repr(getattr(m, name)[i])
                 w.writerow([row.get(f, "") for f in header])
 
     def append_round(self, record: dict) -> None:
@@ -573,7 +596,7 @@ class RunDirectory:
             for r in csv.DictReader(fh):
                 t, k = int(r["round"]), int(r["k"])
                 row = rows.setdefault(t, {"round": t})
-                for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                for name in ("precision", "recall", "ndcg", "hr", "mrr", *TARGET_FIELDS):
                     if r.get(name):
                         row[f"{name}@{k}"] = float(r[name])
         return [rows[t] for t in sorted(rows)]
@@ -609,11 +632,14 @@ class RunDirectory:
         problems = []
         if not 0 <= t <= c.rounds:
             problems.append(f"round {t} is outside 0..{c.rounds}")
-        if set(state) != set(trainer.optimizer.arrays):
-            problems.append(f"state arrays {sorted(state)}, expected {sorted(trainer.optimizer.arrays)}")
+        rule_arrays = tuple(getattr(trainer.rule, "state_arrays", ()))
+        expected = (*trainer.optimizer.arrays, *rule_arrays)
+        if set(state) != set(expected):
+            problems.append(f"state arrays {sorted(state)}, expected {sorted(expected)}")
         for k, v in state.items():
-            if v.shape != (D,) or v.dtype != trainer.dtype:
-                problems.append(f"state {k!r} is {v.dtype}{list(v.shape)}, expected {trainer.dtype}[{D}]")
+            dt = np.dtype(np.float64) if k in rule_arrays else trainer.dtype  # rule state: float64
+            if v.shape != (D,) or v.dtype != dt:
+                problems.append(f"state {k!r} is {v.dtype}{list(v.shape)}, expected {dt}[{D}]")
         if (private is not None) != trainer.model.has_private:
             problems.append("private client state " + ("missing" if private is None else "unexpected"))
         for k, v in (private or {}).items():

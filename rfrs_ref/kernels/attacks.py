@@ -13,7 +13,8 @@ next, so the server state's chunk is read from memory once.
 - :func:`camouflage_rows`: the camouflaged gradient g̃ of each Byzantine row
   (:func:`rfrs_ref.attack.camouflage.camouflage_gradient` is the oracle);
 - :func:`alie_row`: μ − z·σ over chosen rows (:func:`rfrs_ref.attack.colluding.alie_gradient`);
-- :func:`scaled_mean_row`: s · mean over chosen rows (:func:`rfrs_ref.attack.colluding.ipm_gradient`).
+- :func:`scaled_mean_row`: s · mean over chosen rows (:func:`rfrs_ref.attack.colluding.ipm_gradient`);
+- :func:`mean_std_rows`: μ and σ over chosen rows (:func:`rfrs_ref.attack.optimal.mean_std`).
 """
 
 from __future__ import annotations
@@ -148,3 +149,35 @@ def scaled_mean_row(grads, rows, scale, out):
                 acc[j - lo] += np.float64(grads[r, j])
         for j in range(lo, hi):
             out[j] = scale * (acc[j - lo] / k)
+
+
+@njit(cache=True, parallel=True)
+def mean_std_rows(grads, rows, ddof, mu_out, sd_out):
+    """mu_out[j] = μⱼ and sd_out[j] = σⱼ over ``grads[rows, j]`` (two-pass, float64).
+
+    μ sums the rows in their order and divides by k; σ² = Σ(x − μ)²/(k − ddof),
+    and σ = 0 when k ≤ ddof (:func:`rfrs_ref.attack.optimal.mean_std` is the oracle).
+    """
+    k = rows.shape[0]
+    D = grads.shape[1]
+    nch = _n_chunks(D)
+    for ch in prange(nch):
+        lo = ch * CHUNK
+        hi = min(D, lo + CHUNK)
+        for j in range(lo, hi):
+            mu_out[j] = 0.0
+            sd_out[j] = 0.0
+        for i in range(k):
+            r = rows[i]
+            for j in range(lo, hi):
+                mu_out[j] += np.float64(grads[r, j])
+        for j in range(lo, hi):
+            mu_out[j] /= k
+        if k > ddof:
+            for i in range(k):
+                r = rows[i]
+                for j in range(lo, hi):
+                    d = np.float64(grads[r, j]) - mu_out[j]
+                    sd_out[j] += d * d
+            for j in range(lo, hi):
+                sd_out[j] = np.sqrt(sd_out[j] / (k - ddof))

@@ -106,6 +106,52 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         _FINITE, LawSpec("bulyan_range", "every coordinate within [lo − w, hi + w], w the honest width"),
         _TRANS, _UNAN,
     ]),
+    # the smallest-diameter subset is the first of equal diameters in index order, and
+    # two subsets share their diameter whenever they share the farthest pair: ties are
+    # common, so the aggregate is not permutation invariant (docs/conformance.md)
+    "mda": (lambda n: (n - 1) // 2, 1, [
+        _WEIGHTS, _FINITE,
+        LawSpec("mda_kept_diameter", "kept rows' diameter ≤ the honest diameter Δ", needs_weights=True),
+        LawSpec("mda_output_bound", "aggregate within Δ of some honest row"),
+        _TRANS, _UNAN,
+    ]),
+    "meamed": (lambda n: (n - 1) // 2, 1, [
+        _FINITE,
+        LawSpec("meamed_range", "every coordinate within max(med − lo, hi − med) of the median"),
+        _PERM, _TRANS, _UNAN,
+    ]),
+    # MoNNA's guarantee needs a trusted pivot (position 0, rfrs-ref's default): every
+    # example keeps that row honest. Permuting the rows moves the pivot, so the rule is
+    # not permutation invariant
+    "monna": (lambda n: (n - 1) // 2, 1, [
+        dataclasses.replace(_WEIGHTS, strategy={"trusted": 0}),
+        dataclasses.replace(_FINITE, strategy={"trusted": 0}),
+        LawSpec("monna_pivot_bound", "with an honest pivot, kept rows and aggregate within the "
+                "farthest honest row's distance of it", strategy={"trusted": 0}),
+        dataclasses.replace(_TRANS, strategy={"trusted": 0}),
+        dataclasses.replace(_UNAN, strategy={"trusted": 0}),
+    ]),
+    # centered clipping from the centre 0 (a first round) with τ = 100 and one iteration
+    # (rfrs-ref's and ByzFL's defaults); f is not used. The centre does not move with the
+    # rows, so neither translation equivariance nor unanimity holds (docs/conformance.md)
+    "cc": (lambda n: n - 1, 1, [
+        _WEIGHTS, _FINITE,
+        LawSpec("cc_byzantine_pull", "Byzantine rows move the aggregate by at most τ·Σ_B pᵢ",
+                options={"tau": 100.0}, strategy={"equal_weights": True}),
+        _PERM,
+    ]),
+    # CAF's filter has no per-example bound (its guarantee is asymptotic): the laws of any
+    # robust weighting rule
+    "caf": (lambda n: (n - 1) // 2, 1, [_WEIGHTS, _FINITE, _TRANS, _UNAN]),
+    # the first subset of smallest eigenvalue in index order: ties (copies, clusters) decide
+    # by index, so permutation invariance is not a law of SMEA
+    "smea": (lambda n: (n - 1) // 2, 1, [
+        _WEIGHTS, _FINITE,
+        LawSpec("smea_eigen_bound", "kept rows spread no more than the best n − f honest rows",
+                needs_weights=True),
+        # shifted rows round differently, and exactly tied subsets (copies) may swap
+        dataclasses.replace(_TRANS, strategy={"distinct": True}), _UNAN,
+    ]),
 }
 
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance

@@ -25,6 +25,14 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 - ``unanimity``: when every honest row is the same x, the aggregate is x.
 - ``weighted_mean``: the mean is Σ nᵢxᵢ / Σ nᵢ (docs/training.md, the convention of
   ``mean``; a library that averages without nᵢ breaks it).
+- ``mda_kept_diameter``: the kept rows' diameter is at most the honest diameter Δ.
+- ``mda_output_bound``: the aggregate is within Δ of some honest feature.
+- ``meamed_range``: every coordinate within max(med − lo, hi − med) of the median of all values.
+- ``smea_eigen_bound``: SMEA's kept rows spread no more than the best n − f honest rows.
+- ``cc_byzantine_pull``: centered clipping's Byzantine rows move the aggregate by at
+  most τ·Σ_B pᵢ (one iteration).
+- ``monna_pivot_bound``: with an honest pivot, the kept rows and the aggregate are within
+  the farthest honest row's distance of the pivot.
 
 Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
 and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
@@ -324,6 +332,163 @@ def weighted_mean(rule, case: RoundCase) -> None:
         raise LawViolation(law, f"coordinate {k} is {_r(out.vector[k])}; Σ nᵢxᵢ/Σ nᵢ = {_r(expected[k])} "
                            f"(nᵢ = {case.n_samples.tolist()})", coordinate=k,
                            expected=float(expected[k]), got=float(out.vector[k]))
+
+
+def _honest_sq_diameter(case: RoundCase) -> tuple[float, np.ndarray]:
+    H = case.features[case.honest].astype(np.float64)
+    diff = H[:, None, :] - H[None, :, :]
+    return float(np.einsum("ijk,ijk->ij", diff, diff).max(initial=0.0)), H
+
+
+def mda_kept_diameter(rule, case: RoundCase) -> None:
+    """The kept rows (wᵢ > 0) are finite and their diameter is at most the honest
+    diameter Δ (some n − f honest rows form a subset of diameter ≤ Δ, so the
+    smallest-diameter subset is no wider)."""
+    law = "mda_kept_diameter"
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    if out.weights is None:
+        raise LawViolation(law, "the rule exposes no weights (use mda_output_bound)")
+    delta2, _ = _honest_sq_diameter(case)
+    X = case.features.astype(np.float64)
+    kept = np.flatnonzero(~(out.weights <= 0))  # a NaN weight counts as kept
+    for i in kept:
+        if not np.isfinite(X[i]).all():
+            raise LawViolation(law, f"client {int(i)} holds a non-finite feature and has weight "
+                               f"{_r(out.weights[i])}", client=int(i))
+    K = X[kept]
+    diff = K[:, None, :] - K[None, :, :]
+    with np.errstate(over="ignore"):
+        d2 = np.einsum("ijk,ijk->ij", diff, diff)
+    slack = (2 * _rounding_radius(case)) ** 2 + 8 * _u(case.features.dtype) * delta2
+    if not float(d2.max(initial=0.0)) <= delta2 * (1 + 1e-9) + slack + TINY:
+        i, j = np.unravel_index(int(np.argmax(d2)), d2.shape)
+        raise LawViolation(law, f"kept clients {int(kept[i])} and {int(kept[j])} are at squared "
+                           f"distance {_r(d2[i, j])}; the honest squared diameter is {_r(delta2)}",
+                           clients=[int(kept[i]), int(kept[j])], distance2=float(d2[i, j]),
+                           bound=delta2)
+
+
+def mda_output_bound(rule, case: RoundCase) -> None:
+    """The aggregate is within the honest diameter Δ of some honest feature (the kept
+    set has diameter ≤ Δ and holds at least n − 2f ≥ 1 honest rows, and the aggregate
+    is a convex combination of the kept rows)."""
+    law = "mda_output_bound"
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    z = out.vector
+    if not np.isfinite(z).all():
+        raise LawViolation(law, f"the aggregate is not finite: {z.tolist()}")
+    delta2, H = _honest_sq_diameter(case)
+    d = float(np.sqrt(np.min(np.sum((H - z) ** 2, axis=1))))
+    bound = math.sqrt(delta2)
+    if not d <= bound * (1 + 1e-9) + 2 * _rounding_radius(case):
+        raise LawViolation(law, f"the aggregate is at distance {_r(d)} from the nearest honest "
+                           f"feature; the honest diameter is {_r(bound)} (n={case.n}, f={case.f})",
+                           distance=d, bound=bound)
+
+
+def meamed_range(rule, case: RoundCase) -> None:
+    """At every coordinate the aggregate lies within w′ = max(med − lo, hi − med) of
+    the median med of all n values (the mean of the two middle ones for even n;
+    NaN ordered as +inf), [lo, hi] the honest range: the n − f values closest to
+    med are each no farther than some honest value."""
+    law = "meamed_range"
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    X = case.features.astype(np.float64)
+    n = case.n
+    S = np.sort(X, axis=0)  # NaN last, as +inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        med = S[(n - 1) // 2] if n % 2 else 0.5 * S[n // 2 - 1] + 0.5 * S[n // 2]
+    H = X[case.honest]
+    lo, hi = H.min(axis=0), H.max(axis=0)
+    w = np.maximum(med - lo, hi - med)
+    slack = 8 * _u(case.features.dtype) * np.maximum(np.abs(lo), np.abs(hi)) + TINY
+    z = out.vector
+    ok = (z >= med - w - slack) & (z <= med + w + slack)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        raise LawViolation(law, f"coordinate {k} is {_r(z[k])}, farther than w′ = {_r(w[k])} from "
+                           f"the median {_r(med[k])} (honest range [{_r(lo[k])}, {_r(hi[k])}])",
+                           coordinate=k, value=float(z[k]), median=float(med[k]), width=float(w[k]))
+
+
+def monna_pivot_bound(rule, case: RoundCase, pivot: int = 0) -> None:
+    """With an honest pivot p (the row at position ``pivot``), every kept row (wᵢ > 0,
+    when exposed) and the aggregate lie within r = maxₕ ‖xₕ − xₚ‖ of xₚ, h honest:
+    at least n − f honest rows lie within r, so the n − f nearest do too."""
+    law = "monna_pivot_bound"
+    if not case.honest[pivot]:
+        raise LawViolation(law, f"the pivot (row {pivot}) must be honest: the law assumes a trusted "
+                           "pivot")
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    X = case.features.astype(np.float64)
+    p = X[pivot]
+    H = X[case.honest]
+    r = float(np.sqrt(np.max(np.sum((H - p) ** 2, axis=1))))
+    slack = 2 * _rounding_radius(case)
+    if out.weights is not None:
+        for i in np.flatnonzero(~(out.weights <= 0)):
+            with np.errstate(over="ignore", invalid="ignore"):
+                d = float(np.sqrt(np.sum((X[i] - p) ** 2)))
+            if not d <= r * (1 + 1e-9) + slack:
+                raise LawViolation(law, f"kept client {int(i)} is at distance {_r(d)} from the pivot; "
+                                   f"the farthest honest client is at {_r(r)}", client=int(i),
+                                   distance=d, bound=r)
+    z = out.vector
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = float(np.sqrt(np.sum((z - p) ** 2)))
+    if not d <= r * (1 + 1e-9) + slack:
+        raise LawViolation(law, f"the aggregate is at distance {_r(d)} from the pivot; the farthest "
+                           f"honest client is at {_r(r)} (n={case.n}, f={case.f})", distance=d, bound=r)
+
+
+def cc_byzantine_pull(rule, case: RoundCase, tau: float = 100.0) -> None:
+    """Centered clipping (one iteration from the centre 0, radius ``tau``): replacing the
+    Byzantine rows by the centre (no vote) moves the aggregate by at most τ·Σ_B pᵢ,
+    pᵢ = nᵢ/Σ nⱼ: each clipped difference has norm ≤ τ."""
+    law = "cc_byzantine_pull"
+    a = _outcome(rule, case.features, case.n_samples, case.f, law)
+    Xc = case.features.copy()
+    Xc[~case.honest] = 0
+    b = _outcome(rule, Xc, case.n_samples, case.f, law)
+    if not (np.isfinite(a.vector).all() and np.isfinite(b.vector).all()):
+        raise LawViolation(law, "the aggregate is not finite")
+    ns = case.n_samples.astype(np.float64)
+    bound = tau * float(ns[~case.honest].sum() / ns.sum())
+    d = nrm(a.vector - b.vector)
+    slack = 2 * _rounding_radius(case) + 64 * U64 * (nrm(a.vector) + nrm(b.vector)) + TINY
+    if not d <= bound * (1 + 1e-9) + slack:
+        raise LawViolation(law, f"the Byzantine rows move the aggregate by {_r(d)}; τ·Σ_B pᵢ = "
+                           f"{_r(bound)} (τ = {_r(tau)})", distance=d, bound=bound)
+
+
+def _cov_top(H: np.ndarray) -> float:
+    H = np.asarray(H, dtype=np.float64)
+    Y = H - H.mean(axis=0)
+    return float(np.linalg.eigvalsh(Y.T @ Y / H.shape[0])[-1]) if H.shape[0] > 1 else 0.0
+
+
+def smea_eigen_bound(rule, case: RoundCase) -> None:
+    """The kept rows (wᵢ > 0) are n − f finite rows whose covariance's largest eigenvalue
+    is at most that of every subset of n − f honest rows (one of them is a candidate)."""
+    import itertools
+
+    law = "smea_eigen_bound"
+    out = _outcome(rule, case.features, case.n_samples, case.f, law)
+    if out.weights is None:
+        raise LawViolation(law, "the rule exposes no weights")
+    X = case.features.astype(np.float64)
+    kept = np.flatnonzero(~(out.weights <= 0))
+    if not np.isfinite(X[kept]).all():
+        raise LawViolation(law, f"a kept row is not finite (kept {kept.tolist()})")
+    honest = np.flatnonzero(case.honest)
+    k = case.n - case.f
+    best = min(_cov_top(X[list(T)]) for T in itertools.combinations(honest, k))
+    got = _cov_top(X[kept])
+    scale = float(np.abs(X[honest] - X[honest].mean(axis=0)).max(initial=0.0)) ** 2
+    if kept.size != k or not got <= best * (1 + 1e-9) + 64 * _u(case.features.dtype) * scale * case.D + TINY:
+        raise LawViolation(law, f"{kept.size} rows kept with largest covariance eigenvalue {_r(got)}; "
+                           f"the best {k} honest rows have {_r(best)}", kept=kept.tolist(),
+                           eigenvalue=got, bound=best)
 
 
 # -- optimiser laws ------------------------------------------------------------------------------
@@ -672,8 +837,9 @@ def round_record_invariants(record: dict) -> None:
 
 
 __all__ = [
-    "LawViolation", "bulyan_range", "camouflage_same_theta", "coordinate_range", "finite_output",
-    "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "nrm", "permutation_invariance",
-    "recovery_exact", "round_record_invariants", "theorem1", "theorem2", "theorem3", "theorem4",
+    "LawViolation", "bulyan_range", "camouflage_same_theta", "cc_byzantine_pull", "coordinate_range", "finite_output",
+    "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "mda_kept_diameter",
+    "mda_output_bound", "meamed_range", "monna_pivot_bound", "nrm", "permutation_invariance",
+    "recovery_exact", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
     "translation_equivariance", "unanimity", "update_rule", "weighted_mean", "weights_sum_to_one",
 ]

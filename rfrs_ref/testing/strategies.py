@@ -87,7 +87,7 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
                      max_f: Callable[[int], int] | None = None, max_D: int = 12,
                      dtypes=(np.float32, np.float64), hostile: bool = True,
                      byzantine: bool = True, equal_weights: bool = False,
-                     distinct: bool = False) -> RoundCase:
+                     distinct: bool = False, trusted: int | None = None) -> RoundCase:
     """A round: n clients, of which at most f Byzantine rows, anywhere.
 
     Args:
@@ -106,6 +106,8 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
             clusters stay close to what they copy but no longer tie. Laws
             that only hold without ties (permutation invariance of rules that
             break ties by index) use it.
+        trusted: a row position that is always honest (when n > it), e.g. the
+            pivot of MoNNA, whose guarantee needs a trusted pivot.
     """
     n = draw(st.integers(min_n, max_n), label="n")
     fmax = max(0, _f_bound(max_f)(n))
@@ -139,6 +141,10 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
             if distinct and np.isfinite(X[i]).all():
                 X[i] = X[i] + (rng.normal(size=D) * 1e-3 * spread).astype(dtype)
     order = rng.permutation(n)  # Byzantine rows anywhere, not only at the end
+    if trusted is not None and trusted < n and order[trusted] >= honest_n:
+        # swap an honest row into the trusted position (honest_n ≥ 1 since f < n)
+        j = int(np.flatnonzero(order < honest_n)[0])
+        order[[trusted, j]] = order[[j, trusted]]
     honest = np.zeros(n, dtype=bool)
     honest[:honest_n] = True
     ns = np.full(n, 7, dtype=np.int64) if equal_weights else rng.integers(1, 30, size=n)

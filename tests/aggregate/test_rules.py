@@ -41,14 +41,16 @@ def largest_f(name: str, n: int) -> int:
 
 
 def test_registry_and_presets():
-    assert RULES.names() == ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna"]
+    assert RULES.names() == ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna",
+                             "cc", "caf", "smea"]
     for name, cls in RULES.items():
         assert cls.name == name
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
         cls()  # defaults are valid
         for h in hyperparameters(cls):
             assert h.help
-    assert [RULES.get(n).coordinatewise for n in RULES] == [False, False, True, True, False, True, False, True, False]
+    assert [RULES.get(n).coordinatewise for n in RULES] == [False, False, True, True, False, True, False, True, False,
+                                                            False, False, False]
     assert PRESETS == {
         "no-defense": ("mean", "parameter"), "a-rfrs": ("krum", "gradient"),
         "krum": ("krum", "parameter"), "rfa": ("rfa", "parameter"), "trmean": ("trmean", "parameter"),

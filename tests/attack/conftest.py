@@ -12,7 +12,7 @@ from rfrs_ref.attack import ATTACKS, AttackContext
 from rfrs_ref.optim import OPTIMIZERS
 
 DTYPES = (np.float32, np.float64)
-GRADIENT_SPACE = ("ascent", "alie", "ipm", "camouflage")
+GRADIENT_SPACE = ("ascent", "alie", "ipm", "camouflage", "opt-ipm", "opt-alie")
 
 
 def optimizers_for(attack: str) -> tuple[str, ...]:
@@ -39,24 +39,34 @@ def honest_uploads(opt, state, grads, t, backend="numba"):
     return out
 
 
-def context(opt, state, grads, byzantine, t, *, backend="numba", seed=0, f=None, workspace=None):
-    """(ctx, honest): a context over freshly computed honest uploads, and a copy of them."""
+def context(opt, state, grads, byzantine, t, *, backend="numba", seed=0, f=None, workspace=None,
+            rule=None, detect="gradient", n_samples=None, model=None):
+    """(ctx, honest): a context over freshly computed honest uploads, and a copy of them.
+
+    ``rule`` defaults to the mean (the attacks that tune themselves against the
+    server's rule need one); every client has 5 samples unless ``n_samples``."""
+    from rfrs_ref.aggregate import Mean
+
     up = honest_uploads(opt, state, grads, t, backend)
     honest = {k: v.copy() for k, v in up.items()}
     byzantine = np.asarray(byzantine, dtype=bool)
     n = grads.shape[0]
     ctx = AttackContext(
         t=t, optimizer=opt, state=state, grads=grads, uploads=up, byzantine=byzantine,
-        clients=np.arange(n, dtype=np.int64), n_samples=np.full(n, 5, dtype=np.int64),
+        clients=np.arange(n, dtype=np.int64),
+        n_samples=np.full(n, 5, dtype=np.int64) if n_samples is None else np.asarray(n_samples),
         f=int(byzantine.sum()) if f is None else f, rng=np.random.default_rng(seed),
-        backend=backend, workspace=workspace)
+        backend=backend, workspace=workspace, rule=Mean() if rule is None else rule,
+        detect=detect, model=model)
     return ctx, honest
 
 
-def run(attack, opt, state, grads, byzantine, t, *, backend="numba", seed=0, workspace=None):
-    """(uploads, honest, diagnostics) of ``attack`` on a fresh context."""
+def run(attack, opt, state, grads, byzantine, t, *, backend="numba", seed=0, workspace=None,
+        **kw):
+    """(uploads, honest, diagnostics) of ``attack`` on a fresh context (``kw``: of
+    :func:`context`)."""
     ctx, honest = context(opt, state, grads, byzantine, t, backend=backend, seed=seed,
-                          workspace=workspace)
+                          workspace=workspace, **kw)
     diag = attack.apply_inplace(ctx)
     return ctx.uploads, honest, diag
 

@@ -11,12 +11,13 @@ from rfrs_ref.params import hyperparameters, values
 
 
 def test_registered_names():
-    assert ATTACKS.names() == ["none", "ascent", "noise", "camouflage", "alie", "ipm"]
+    assert ATTACKS.names() == ["none", "ascent", "noise", "camouflage", "alie", "ipm", "inf",
+                               "mimic", "opt-ipm", "opt-alie", "a-ra"]
     for name, cls in ATTACKS.items():
         assert cls.name == name
         assert dataclasses.is_dataclass(cls)
         assert cls.__doc__ and cls.__doc__.strip()
-    assert [n for n, c in ATTACKS.items() if not c.obeys_rule] == ["noise"]
+    assert [n for n, c in ATTACKS.items() if not c.obeys_rule] == ["noise", "inf"]
 
 
 def test_hyperparameters_and_defaults():
@@ -27,6 +28,12 @@ def test_hyperparameters_and_defaults():
         "camouflage": {"include_eps": True},
         "alie": {"z": 0.0, "ddof": 1, "omniscient": False},
         "ipm": {"epsilon": 0.1, "omniscient": False},
+        "inf": {"value": "inf"},
+        "mimic": {"index": 0},
+        "opt-ipm": {"evals": 20, "start": 0.0, "delta": 10.0, "ratio": 0.8},
+        "opt-alie": {"evals": 20, "start": 0.0, "delta": 10.0, "ratio": 0.8},
+        "a-ra": {"targets": "", "n_targets": 1, "samples": 10, "sigma": 0.01, "hum_steps": 0,
+                 "hum_lr": 1e-3},
     }
     for _, cls in ATTACKS.items():
         for h in hyperparameters(cls):
@@ -44,6 +51,18 @@ def test_entries_are_frozen():
     ("alie", {"z": float("inf")}, "ALIE z"),
     ("alie", {"ddof": 2}, "ddof=2"),
     ("ipm", {"epsilon": float("nan")}, "IPM epsilon"),
+    ("inf", {"value": "huge"}, "value='huge'"),
+    ("mimic", {"index": -1}, "index=-1"),
+    ("mimic", {"index": 1.5}, "index=1.5"),
+    ("opt-ipm", {"evals": 0}, "evals=0"),
+    ("opt-ipm", {"delta": 0.0}, "delta=0"),
+    ("opt-alie", {"ratio": 0.5}, "ratio=0.5"),
+    ("opt-alie", {"start": float("inf")}, "start=inf"),
+    ("a-ra", {"samples": 0}, "samples=0"),
+    ("a-ra", {"n_targets": 0}, "n_targets=0"),
+    ("a-ra", {"sigma": 0.0}, "sigma=0.0"),
+    ("a-ra", {"hum_steps": -1}, "hum_steps=-1"),
+    ("a-ra", {"hum_lr": float("nan")}, "hum_lr=nan"),
 ])
 def test_invalid_hyperparameters_are_named(name, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -86,7 +105,11 @@ def test_cli_options_are_generated():
 
     flags = {opt for p in train.params for opt in p.opts}
     for flag in ("--noise-sigma", "--camouflage-include-eps", "--alie-z", "--alie-ddof",
-                 "--alie-omniscient", "--ipm-epsilon", "--ipm-omniscient"):
+                 "--alie-omniscient", "--ipm-epsilon", "--ipm-omniscient", "--inf-value",
+                 "--mimic-index", "--opt-ipm-evals", "--opt-ipm-start", "--opt-ipm-delta",
+                 "--opt-ipm-ratio", "--opt-alie-evals", "--a-ra-targets",
+                 "--a-ra-n-targets", "--a-ra-samples", "--a-ra-sigma", "--a-ra-hum-steps",
+                 "--a-ra-hum-lr"):
         assert flag in flags
     choices = next(p for p in train.params if p.name == "attack").type.choices
     assert list(choices) == ATTACKS.names()

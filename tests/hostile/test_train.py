@@ -183,7 +183,9 @@ def test_a_sweep_on_a_held_directory_is_refused_and_writes_nothing(tmp_path):
     ["--attack", "noise", "--noise-sigma", "1e38", "--no-verify"],
     ["--optimizer", "sgd", "--attack", "ipm", "--ipm-epsilon", "1e30"],
     ["--optimizer", "sgd", "--attack", "alie", "--alie-z", "1e30"],
-], ids=["sgd-noise", "adam-noverify-noise", "sgd-ipm", "sgd-alie"])
+    ["--optimizer", "sgd", "--attack", "inf"],
+    ["--attack", "inf", "--inf-value", "nan", "--no-verify"],
+], ids=["sgd-noise", "adam-noverify-noise", "sgd-ipm", "sgd-alie", "sgd-inf", "adam-noverify-nan"])
 def test_a_state_that_explodes_stops_the_run_at_that_round(tmp_path, args):
     out = tmp_path / "run"
     res = invoke("train", *SMALL, "--rounds", 12, "--eval-every", 4, "--byzantine-fraction", 0.3,
@@ -233,6 +235,18 @@ def test_an_impossible_rule_configuration_writes_nothing(tmp_path):
     res = invoke("train", *SMALL, "--rounds", 3, "--defense", "krum", "--byzantine-fraction", 0.4,
                  "--out", out)
     assert_refused(res, "krum needs n > 2f + 2", "n=10", "f=4")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--a-ra-targets", "3,120"], ["target items must lie in 0..119", "[120]"]),
+    (["--a-ra-targets", "3,x"], ["comma-separated integer item ids", "'3,x'"]),
+    (["--a-ra-n-targets", "121"], ["n_targets ≤ n_items", "n_targets=121", "120 items"]),
+])
+def test_impossible_target_items_write_nothing(tmp_path, args, needles):
+    out = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 2, "--attack", "a-ra", *args, "--out", out)
+    assert_refused(res, *needles)
     assert not out.exists()
 
 

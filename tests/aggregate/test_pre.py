@@ -1,0 +1,292 @@
+"""Pre-aggregators: known answers, their laws, how the uploads follow, hostile input,
+agreement of the backends, and ByzFL 0.0.11 where it has them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rfrs_ref.aggregate import PRE, RULES, PreAggregated, PreconditionError
+from rfrs_ref.aggregate.pre import ARC, NNM, Bucketing, Clip, build, row_norms, row_norms_numpy
+from rfrs_ref.kernels.distances import pairwise_sq_dists_numpy
+from rfrs_ref.kernels.mixing import mix_rows, mix_rows_numpy
+
+HOSTILE = [np.nan, np.inf, -np.inf, 1e38, -1e38, 3.4e38]
+CPU = ["numpy", "numba"]
+
+
+def _run(pre, rule, X, arrays=None, ns=None, f=0, backend="numpy", reference=None, seed=0):
+    n = X.shape[0]
+    arrays = {"x": X} if arrays is None else arrays
+    return PreAggregated(tuple(pre), RULES.get(rule)()).aggregate(
+        X, arrays, np.ones(n) if ns is None else ns, f, backend=backend, reference=reference,
+        rng=np.random.default_rng(seed))
+
+
+def test_registry_and_build():
+    assert PRE.names() == ["nnm", "bucketing", "clip", "arc"]
+    krum = RULES.get("krum")()
+    assert build([], {}, krum) is krum
+    p = build(["clip", "nnm"], {"clip_norm": 2.5}, krum)
+    assert [s.name for s in p.pre] == ["clip", "nnm"] and p.pre[0].clip_norm == 2.5
+    assert p.name == "krum" and p.fallback == "error" and not p.coordinatewise
+
+
+# -- known answers -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CPU)
+def test_nnm_known_answer(backend):
+    X = np.array([[0.0], [1.0], [3.0], [10.0]])
+    ns = np.array([1.0, 1.0, 2.0, 1.0])
+    # f = 1: each row mixes its 3 nearest (itself first), nᵢ-weighted
+    res = _run([NNM()], "mean", X, ns=ns, f=1, backend=backend)
+    # rows 0, 1 and 2 mix {0, 1, 3}; row 3 mixes {10, 3, 1}
+    mixed = np.array([(0 + 1 + 2 * 3) / 4, (0 + 1 + 2 * 3) / 4, (0 + 1 + 2 * 3) / 4,
+                      (1 + 2 * 3 + 10) / 4])
+    np.testing.assert_allclose(res.arrays["x"], [(ns @ mixed) / ns.sum()], rtol=1e-15)
+    # the identity of the weights: Σ wᵢ xᵢ over the original rows is the aggregate
+    np.testing.assert_allclose(res.weights @ X, res.arrays["x"], rtol=1e-14)
+
+
+def test_bucketing_then_mean_is_the_mean_and_buckets_follow_the_generator():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(7, 4))
+    ns = rng.integers(1, 9, size=7).astype(float)
+    for s in (1, 2, 3, 7, 9):
+        res = _run([Bucketing(bucket_size=s)], "mean", X, ns=ns, seed=3)
+        np.testing.assert_allclose(res.arrays["x"], ns @ X / ns.sum(), rtol=1e-14)
+        buckets = res.diagnostics["pre"][0]["buckets"]
+        perm = np.random.default_rng(3).permutation(7)
+        assert buckets == [sorted(perm[b * s:(b + 1) * s].tolist()) for b in range(-(-7 // s))]
+    with pytest.raises(ValueError, match="needs the round's random generator"):
+        PreAggregated((Bucketing(),), RULES.get("mean")()).aggregate(X, {"x": X}, ns, 0)
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_clip_and_arc_known_answers(backend):
+    X = np.array([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0], [0.0, 1.0], [0.0, 2.0]])
+    res = _run([Clip(clip_norm=1.0)], "mean", X, backend=backend, reference={})
+    expect = X * np.minimum(1, 1 / np.linalg.norm(X, axis=1))[:, None]
+    np.testing.assert_allclose(res.arrays["x"], expect.mean(axis=0), rtol=1e-15)
+    # ARC, n = 5, f = 1: k = ⌊2·1·4/5⌋ = 1; the largest (norm 10) to the second (norm 5)
+    res = _run([ARC()], "mean", X, f=1, backend=backend)
+    assert res.diagnostics["pre"][0]["clipped"] == [2] and res.diagnostics["pre"][0]["threshold"] == 5.0
+    Y = X.copy()
+    Y[2] = [3.0, 4.0]
+    np.testing.assert_allclose(res.arrays["x"], Y.mean(axis=0), rtol=1e-15)
+    # f = 2: k = ⌊2·2·3/5⌋ = 2, threshold the third largest norm (2)
+    res = _run([ARC()], "mean", X, f=2, backend=backend)
+    assert res.diagnostics["pre"][0]["clipped"] == [0, 2] and res.diagnostics["pre"][0]["threshold"] == 2.0
+
+
+def test_preconditions_and_hyperparameters():
+    with pytest.raises(ValueError, match="bucket_size must be an integer ≥ 1"):
+        Bucketing(bucket_size=0)
+    with pytest.raises(ValueError, match="clip_norm must be a finite number > 0"):
+        Clip(clip_norm=float("inf"))
+    with pytest.raises(PreconditionError, match="nnm needs f < n"):
+        PreAggregated((NNM(),), RULES.get("mean")()).check(3, 3)
+    # the rule's precondition on what bucketing outputs: n′ = 5 rows, f′ = 2
+    with pytest.raises(PreconditionError, match=r"krum needs n > 2f \+ 2, but n=5 and f=2"):
+        PreAggregated((Bucketing(bucket_size=2),), RULES.get("krum")()).check(10, 2)
+    PreAggregated((Bucketing(bucket_size=2),), RULES.get("krum")()).check(10, 1)
+
+
+# -- laws ----------------------------------------------------------------------------------
+
+def _byzantine(seed, n_honest, f, D, data):
+    rng = np.random.default_rng(seed)
+    n = n_honest + f
+    X = rng.normal(size=(n, D)) * rng.choice([1e-3, 1.0, 1e3])
+    byz = rng.permutation(n)[:f]
+    for i in byz:
+        kind = data.draw(st.sampled_from(["constant", "near", "coordinate", "huge"]))
+        if kind == "constant":
+            X[i] = data.draw(st.sampled_from(HOSTILE))
+        elif kind == "near":
+            X[i] = X[np.setdiff1d(np.arange(n), byz)].max(axis=0) + 0.1
+        elif kind == "huge":
+            X[i] *= 1e30
+        else:
+            X[i, rng.integers(D)] = data.draw(st.sampled_from(HOSTILE))
+    return X, np.setdiff1d(np.arange(n), byz), rng
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.integers(1, 6), st.data())
+def test_nnm_law_mixed_honest_rows_stay_within_the_honest_diameter(seed, n_honest, D, data):
+    f = data.draw(st.integers(0, n_honest - 1))
+    X, honest, rng = _byzantine(seed, n_honest, f, D, data)
+    backend = data.draw(st.sampled_from(CPU))
+    n = X.shape[0]
+    mx = NNM().mixing(X, rng.integers(1, 9, size=n).astype(float), f,
+                      np.isfinite(X).all(axis=1), None, backend)
+    Xm = mix_rows(mx.matrix, X, backend=backend)
+    delta = np.sqrt(pairwise_sq_dists_numpy(X[honest]).max())
+    for i in honest:
+        assert np.isfinite(Xm[i]).all()
+        assert np.linalg.norm(Xm[i] - X[i]) <= delta * (1 + 1e-9) + 1e-12 * np.abs(X[honest]).max()
+    np.testing.assert_allclose(mx.matrix.sum(axis=1), 1.0, rtol=1e-15)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.integers(1, 6), st.data())
+def test_clip_and_arc_laws(seed, n, D, data):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D)) * rng.choice([1e-3, 1.0, 1e3], size=(n, 1))
+    if data.draw(st.booleans()):
+        X[rng.integers(n)] = data.draw(st.sampled_from(HOSTILE))
+    backend = data.draw(st.sampled_from(CPU))
+    ok = np.isfinite(X).all(axis=1)
+    C = data.draw(st.sampled_from([1e-3, 1.0, 100.0]))
+    mx = Clip(clip_norm=C).mixing(X, np.ones(n), 0, ok, None, backend)
+    Y = mix_rows(mx.matrix, X, np.zeros(D), backend=backend)
+    norms = np.linalg.norm(X, axis=1)
+    for i in np.flatnonzero(ok):
+        assert np.linalg.norm(Y[i]) <= C * (1 + 1e-12)
+        if norms[i] <= C:
+            np.testing.assert_array_equal(Y[i], X[i])
+    f = data.draw(st.integers(0, n - 1))
+    mx = ARC().mixing(X, np.ones(n), f, ok, None, backend)
+    s = np.diagonal(mx.matrix)
+    k = (2 * f * (n - f)) // n
+    assert (s <= 1).all() and (s < 1).sum() <= k
+    finite_norms = np.sort(np.where(ok, norms, np.inf))
+    cap = finite_norms[n - k - 1]
+    for i in np.flatnonzero(ok):
+        assert s[i] * norms[i] <= cap * (1 + 1e-12)
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1), st.integers(3, 12), st.data())
+def test_uploads_follow_the_features(seed, n, data):
+    """θ′ − θ̄ is exactly the pre-aggregated feature (parameter space), for every
+    pre-aggregator and chain; a mixed v stays ≥ 0."""
+    rng = np.random.default_rng(seed)
+    D = 5
+    theta_bar = rng.normal(size=D)
+    X = rng.normal(size=(n, D)) * rng.choice([1e-2, 1.0, 10.0])
+    theta = theta_bar + X
+    v = np.abs(rng.normal(size=(n, D)))
+    v_bar = np.abs(rng.normal(size=D))
+    names = data.draw(st.lists(st.sampled_from(PRE.names()), min_size=1, max_size=3))
+    f = data.draw(st.integers(0, (n - 1) // 2))
+    backend = data.draw(st.sampled_from(CPU))
+    p = build(names, {"clip_norm": 1.0, "bucket_size": 2}, RULES.get("mean")())
+    res = p.aggregate(X, {"x": X, "theta": theta, "v": v}, np.ones(n), f, backend=backend,
+                      reference={"theta": theta_bar, "v": v_bar}, rng=np.random.default_rng(seed))
+    np.testing.assert_allclose(res.arrays["theta"] - theta_bar, res.arrays["x"],
+                               atol=1e-12 * (1 + np.abs(theta).max()))
+    assert (res.arrays["v"] >= 0).all()
+    assert res.weights.min() >= 0 and abs(res.weights.sum() - 1) < 1e-12
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(1, 2000), st.data())
+def test_backends_agree(seed, n, D, data):
+    rng = np.random.default_rng(seed)
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    A = (rng.normal(size=(n, D)) * 10).astype(dtype)
+    if data.draw(st.booleans()):
+        A[rng.integers(n), rng.integers(D)] = data.draw(st.sampled_from(HOSTILE))
+    M = rng.random((data.draw(st.integers(1, 12)), n)) * (rng.random((1, n)) < 0.7)
+    M[:, 0] += 0.1  # no empty row
+    M /= M.sum(axis=1, keepdims=True)
+    S = rng.normal(size=D) if data.draw(st.booleans()) else None
+    a = mix_rows_numpy(M, A, S)
+    b = mix_rows(M, A, S, backend="numba")
+    assert a.dtype == b.dtype == A.dtype
+    np.testing.assert_allclose(b, a, rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-300)
+    np.testing.assert_allclose(row_norms(A), row_norms_numpy(A), rtol=1e-12)
+    d = np.diag(rng.random(n))
+    np.testing.assert_allclose(mix_rows(d, A, np.zeros(D)), mix_rows_numpy(d, A, np.zeros(D)),
+                               rtol=1e-6 if dtype == np.float32 else 1e-15)
+
+
+# -- hostile input -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("names", [["nnm"], ["arc"], ["clip"], ["clip", "nnm"], ["arc", "nnm"]])
+def test_hostile_rows_within_f_never_reach_the_aggregate(backend, names):
+    rng = np.random.default_rng(11)
+    n, D = 12, 6
+    X = rng.normal(size=(n, D)).astype(np.float32)
+    X[1] = np.nan
+    X[4, 2] = -np.inf
+    X[8] = 1e38
+    m = rng.normal(size=(n, D)).astype(np.float32)
+    m[10, 0] = np.nan  # a hostile upload behind a harmless feature
+    p = build(names, {"clip_norm": 1.0}, RULES.get("krum")())
+    res = p.aggregate(X, {"x": X, "m": m}, np.ones(n), 4, backend=backend,
+                      reference={"m": np.zeros(D, np.float32)}, rng=rng)
+    assert np.isfinite(res.arrays["x"]).all() and np.isfinite(res.arrays["m"]).all()
+    assert res.weights[[1, 4, 10]].max() == 0
+
+
+def test_a_huge_finite_row_is_clipped_not_propagated():
+    X = np.vstack([np.full((5, 3), 0.1), np.full((1, 3), 3.4e38)]).astype(np.float32)
+    res = _run([Clip(clip_norm=1.0)], "mean", X, reference={}, backend="numba")
+    assert np.isfinite(res.arrays["x"]).all() and np.abs(res.arrays["x"]).max() < 1
+
+
+def test_clipping_needs_the_server_state_for_uploads():
+    X = np.ones((4, 2))
+    with pytest.raises(ValueError, match="toward the server's value of it: pass reference"):
+        _run([Clip()], "mean", X, arrays={"x": X, "theta": X.copy()})
+
+
+# -- ByzFL 0.0.11 -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def byzfl_pre():
+    pytest.importorskip("torch")
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec("byzfl")
+    if spec is None:
+        pytest.skip("byzfl is not installed")
+    from rfrs_ref.testing.adapters import load_byzfl_aggregators
+
+    load_byzfl_aggregators()  # makes byzfl.utils importable without byzfl/__init__
+    path = pathlib.Path(spec.submodule_search_locations[0]) / "aggregators" / "preaggregators.py"
+    s = importlib.util.spec_from_file_location("_byzfl_preaggregators", path)
+    module = importlib.util.module_from_spec(s)
+    s.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.crosscheck
+@pytest.mark.parametrize("seed", range(5))
+def test_byzfl_nnm_clipping_arc_agree_with_equal_weights(byzfl_pre, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(10, 7)) * rng.choice([0.1, 1.0, 5.0], size=(10, 1))
+    for f in (0, 2, 4):
+        ours = NNM().mixing(X, np.ones(10), f, np.ones(10, bool), None, "numpy")
+        np.testing.assert_allclose(mix_rows(ours.matrix, X), byzfl_pre.NNM(f)(X.copy()), rtol=1e-12)
+        ours = ARC().mixing(X, np.ones(10), f, np.ones(10, bool), None, "numpy")
+        np.testing.assert_allclose(mix_rows(ours.matrix, X, np.zeros(7)), byzfl_pre.ARC(f)(X.copy()),
+                                   rtol=1e-12)
+    ours = Clip(clip_norm=2.0).mixing(X, np.ones(10), 0, np.ones(10, bool), None, "numpy")
+    np.testing.assert_allclose(mix_rows(ours.matrix, X, np.zeros(7)), byzfl_pre.Clipping(2.0)(X.copy()),
+                               rtol=1e-12)
+
+
+@pytest.mark.crosscheck
+def test_byzfl_bucketing_agrees_on_the_same_permutation(byzfl_pre):
+    """ByzFL shuffles with NumPy's global generator: seeded the same, it draws the
+    permutation ours draws from a generator of the same seed only if they share the
+    algorithm, so compare bucket means on the permutation ByzFL used."""
+    X = np.arange(21.0).reshape(7, 3)
+    np.random.seed(4)
+    theirs = byzfl_pre.Bucketing(3)(X.copy())
+    np.random.seed(4)
+    perm = np.random.permutation(7)
+    expect = np.array([X[perm[0:3]].mean(axis=0), X[perm[3:6]].mean(axis=0), X[perm[6:]].mean(axis=0)])
+    np.testing.assert_allclose(theirs, expect)
+    M = np.zeros((3, 7))
+    for b in range(3):
+        M[b, perm[b * 3:(b + 1) * 3]] = 1 / len(perm[b * 3:(b + 1) * 3])
+    np.testing.assert_allclose(mix_rows(M, X), theirs, rtol=1e-14)

@@ -1,0 +1,106 @@
+"""The laws of mda, meamed and monna: they hold for rfrs-ref's rules (numpy and
+numba) and fail for wrong rules, with a shrunk counterexample."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rfrs_ref.testing import adapters, laws, strategies
+from rfrs_ref.testing.conformance import RULE_LAWS, format_results, run_rule_conformance
+from rfrs_ref.testing.adapters import Outcome
+
+
+def _status(results):
+    return {r.law: r.status for r in results}
+
+
+@pytest.mark.parametrize("rule", ["mda", "meamed", "monna", "cc", "caf", "smea"])
+def test_numba_paths_obey_the_laws(rule):
+    results = run_rule_conformance(rule, adapters.rfrs(rule, backend="numba"), max_examples=15)
+    assert all(r.status == "holds" for r in results), format_results(results, rule)
+
+
+def test_the_cli_lists_every_rule_with_laws():
+    from rfrs_ref.cli.conformance import RULES
+
+    assert RULES == list(RULE_LAWS)
+
+
+def _mean_of_all(X, ns, f):
+    n = X.shape[0]
+    w = np.full(n, 1.0 / n)
+    with np.errstate(all="ignore"):
+        return Outcome(w @ X.astype(np.float64), w)
+
+
+def test_a_plain_mean_breaks_the_mda_laws():
+    st = _status(run_rule_conformance("mda", adapters.result(_mean_of_all), max_examples=100,
+                                      laws=["mda_kept_diameter", "mda_output_bound"]))
+    assert st == {"mda_kept_diameter": "fails", "mda_output_bound": "fails"}
+
+
+def test_meamed_keeping_the_farthest_values_breaks_its_range():
+    def farthest(X, ns, f):
+        X = X.astype(np.float64)
+        med = np.median(X, axis=0)
+        with np.errstate(all="ignore"):
+            d = np.abs(X - med)
+        d = np.where(np.isnan(d), np.inf, d)
+        idx = np.argsort(-d, axis=0, kind="stable")[: X.shape[0] - f]
+        with np.errstate(all="ignore"):
+            return np.take_along_axis(X, idx, axis=0).mean(axis=0)
+
+    results = run_rule_conformance("meamed", adapters.vector(farthest), max_examples=200,
+                                   laws=["meamed_range"])
+    (r,) = results
+    assert r.status == "fails" and r.counterexample["f"] >= 1
+
+
+def test_monna_around_the_wrong_pivot_breaks_its_law():
+    # the n − f nearest neighbours of the last row: a Byzantine pivot
+    def last_pivot(X, ns, f):
+        n = X.shape[0]
+        Xd = X.astype(np.float64)
+        with np.errstate(all="ignore"):
+            d = np.sum((Xd - Xd[-1]) ** 2, axis=1)
+        d = np.where(np.isnan(d), np.inf, d)
+        keep = np.argsort(d, kind="stable")[: n - f]
+        w = np.zeros(n)
+        w[keep] = 1.0 / keep.size
+        return w
+
+    st = _status(run_rule_conformance("monna", adapters.weights(last_pivot), max_examples=200,
+                                      laws=["monna_pivot_bound"]))
+    assert st == {"monna_pivot_bound": "fails"}
+
+
+def test_monna_law_refuses_an_untrusted_pivot():
+    X = np.array([[0.0], [1.0], [50.0]])
+    case = strategies.RoundCase(X, np.array([False, True, True]), 1, np.ones(3, np.int64),
+                                np.arange(3), np.zeros(1))
+    with pytest.raises(laws.LawViolation, match="must be honest"):
+        laws.monna_pivot_bound(adapters.rfrs("monna"), case)
+
+
+def test_the_trusted_strategy_keeps_the_pivot_honest():
+    from hypothesis import given, settings
+
+    @settings(max_examples=60, database=None)
+    @given(strategies.byzantine_rounds(trusted=0))
+    def prop(case):
+        assert case.honest[0]
+
+    prop()
+
+
+def test_centered_clipping_without_clipping_breaks_its_law():
+    st = _status(run_rule_conformance("cc", adapters.result(_mean_of_all), max_examples=200,
+                                      laws=["cc_byzantine_pull"]))
+    assert st == {"cc_byzantine_pull": "fails"}
+
+
+def test_keeping_every_row_breaks_the_smea_law():
+    st = _status(run_rule_conformance("smea", adapters.result(_mean_of_all), max_examples=200,
+                                      laws=["smea_eigen_bound"]))
+    assert st == {"smea_eigen_bound": "fails"}
