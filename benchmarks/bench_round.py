@@ -169,7 +169,7 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
             for name, v in rec["timing"].items():
                 phases.setdefault(name, []).append(v)
     out = {"median": float(np.median(times)), "phases": phases, "data": trainer.data,
-           "n": buf.uploads["theta"].shape[0], "D": trainer.model.n_params(),
+           "n": buf.n_max, "D": trainer.model.n_params(),
            "k": len(trainer.optimizer.arrays),
            "verify": trainer.config.verify}
     del trainer, buf, state  # free this case's buffers before the next one
