@@ -14,11 +14,15 @@ from rfrs_ref.flower import require_flwr
 
 
 def simulate(config, run_dir=None, *, num_cpus: int | None = None,
-             round_timeout: float | None = None, progress=None, verbose: bool = False) -> dict:
+             round_timeout: float | None = None, connect_timeout: float = 3600.0,
+             progress=None, verbose: bool = False) -> dict:
     """Train ``config`` on Flower's simulation engine into ``run_dir``; returns
     ``{"result": TrainResult, "wire": {...}, "nodes": {user: node}}``.
 
     ``num_cpus``: CPUs Ray may use (default: all), one ClientApp per CPU at a time.
+    ``connect_timeout``: seconds the server waits for the virtual nodes' answers to its
+    query of which user each holds (every node exists from the start; on a loaded
+    machine a few hundred queries through Ray take minutes).
     """
     require_flwr(simulation=True)
     from flwr.simulation import run_simulation
@@ -38,7 +42,8 @@ def simulate(config, run_dir=None, *, num_cpus: int | None = None,
                       "log_to_driver": bool(verbose)},
     }
     run_simulation(server_app=server_app(config, run_dir, round_timeout=round_timeout,
-                                         progress=progress, results=results),
+                                         connect_timeout=connect_timeout, progress=progress,
+                                         results=results),
                    client_app=client_app(config), num_supernodes=n_users,
                    backend_config=backend_config, verbose_logging=verbose)
     if "result" not in results:

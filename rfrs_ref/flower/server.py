@@ -109,6 +109,7 @@ class FlowerTrainer(Trainer):
         self.round_timeout = float(round_timeout)
         self.connect_timeout = float(connect_timeout)
         self.node_of: dict[int, int] | None = None
+        self.discovery_seconds: float | None = None
         self.wire = {"bytes_down": 0, "bytes_up": 0, "messages": 0}
 
     # -- nodes -----------------------------------------------------------------------
@@ -118,7 +119,8 @@ class FlowerTrainer(Trainer):
         dropped whenever sampled)."""
         from flwr.app import Message, RecordDict
 
-        deadline = time.monotonic() + self.connect_timeout
+        started = time.monotonic()
+        deadline = started + self.connect_timeout
         node_of: dict[int, int] = {}
         asked: set[int] = set()
         n_users = self.data.n_users
@@ -142,6 +144,7 @@ class FlowerTrainer(Trainer):
                 break
             time.sleep(0.5)
         self.node_of = node_of
+        self.discovery_seconds = time.monotonic() - started
         return node_of
 
     # -- one round -------------------------------------------------------------------
@@ -321,11 +324,13 @@ def server_app(config=None, run_dir=None, *, round_timeout: float | None = None,
             from rfrs_ref.files import atomic_write
 
             text = json.dumps({"nodes": {str(u): n for u, n in sorted(trainer.node_of.items())},
+                               "discovery_seconds": trainer.discovery_seconds,
                                "wire": trainer.wire}, indent=2) + "\n"
             atomic_write(pathlib.Path(out) / "flower.json", lambda fh: fh.write(text.encode("utf-8")))
         if results is not None:
             results["result"] = result
             results["wire"] = dict(trainer.wire)
             results["nodes"] = dict(trainer.node_of)
+            results["discovery_seconds"] = trainer.discovery_seconds
 
     return app
