@@ -45,11 +45,20 @@ from rfrs_ref.flower import PER_CLIENT_ATTACKS
 #: message types and record names shared by the client and the server
 QUERY_USERS = "query"
 STATE = "state"          # ArrayRecord: the server state, one array per optimiser array
-ROUND = "round"          # ConfigRecord: {"round": t, "user": id}
+ROUND = "round"          # ConfigRecord: {"round": t, "user": id, "config": digest}
 UPLOAD = "upload"        # ArrayRecord: the upload, one (D,) array per optimiser array
 METRICS = "metrics"      # MetricRecord: {"n_samples", "loss", "byzantine"}
 ATTACK = "attack"        # ConfigRecord: {"diagnostics": JSON text}
 USERS = "users"          # ConfigRecord of a query reply: {"users": [ids]}
+
+
+def config_digest(config) -> str:
+    """The first 16 hex digits of the sha256 of the resolved configuration's JSON: the
+    server sends it with every round, and a node refuses a round of a configuration
+    other than its own (it would compute another run's uploads)."""
+    import hashlib
+
+    return hashlib.sha256(config.resolved().dumps().encode("utf-8")).hexdigest()[:16]
 
 
 def check_attack_runs_on_a_node(name: str, where: str = "") -> None:
@@ -262,8 +271,13 @@ def config_from_run_config(run_config: Mapping[str, Any]):
 
 
 def client_app(config=None):
-    """A Flower ClientApp for ``config`` (a TrainConfig; None: read it from the run
-    config, as deployed apps do). See the module docstring."""
+    """A Flower ClientApp for ``config``: a TrainConfig, several (the node serves the
+    rounds of each, told apart by the digest the server sends), or None (read it from
+    the run config, as deployed apps do). See the module docstring.
+
+    A ``train`` message of a configuration the node does not hold is refused (an error
+    reply naming both digests), so a node set up for another run cannot contribute
+    uploads computed for it."""
     from rfrs_ref.flower import require_flwr
 
     require_flwr()
@@ -272,8 +286,25 @@ def client_app(config=None):
 
     app = ClientApp()
 
-    def _setup(context: Context) -> ClientData:
-        cfg = config if config is not None else config_from_run_config(context.run_config)
+    if config is None:
+        configs = None
+    elif isinstance(config, (list, tuple)):
+        configs = {config_digest(c): c for c in config}
+    else:
+        configs = {config_digest(config): config}
+
+    def _setup(context: Context, digest: str | None) -> ClientData:
+        held = configs
+        if held is None:
+            cfg = config_from_run_config(context.run_config)
+            held = {config_digest(cfg): cfg}
+        if digest is None and len(held) == 1:
+            cfg = next(iter(held.values()))
+        elif digest in held:
+            cfg = held[digest]
+        else:
+            raise ValueError(f"the server runs configuration {digest}, this node holds "
+                             f"{', '.join(sorted(held))}: start it with the run's configuration")
         return client_data(cfg, node_users(context.node_config))
 
     @app.query()
@@ -284,9 +315,9 @@ def client_app(config=None):
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        cd = _setup(context)
         rc = msg.content.config_records[ROUND]
         t, user = int(rc["round"]), int(rc["user"])
+        cd = _setup(context, str(rc["config"]) if "config" in rc else None)
         ar = msg.content.array_records[STATE]
         state = {k: ar[k].numpy() for k in cd.optimizer.arrays}
         attack = node_attack(cd, user, context.node_config)

@@ -53,7 +53,8 @@ import numpy as np
 from rfrs_ref.federated.round import sample_round, server_round
 from rfrs_ref.federated.trainer import Trainer
 from rfrs_ref.flower.client import (
-    ATTACK, METRICS, QUERY_USERS, ROUND, STATE, UPLOAD, USERS, check_attack_runs_on_a_node)
+    ATTACK, METRICS, QUERY_USERS, ROUND, STATE, UPLOAD, USERS, check_attack_runs_on_a_node,
+    config_digest)
 
 #: seconds a round waits for its replies by default
 ROUND_TIMEOUT = 600.0
@@ -111,6 +112,7 @@ class FlowerTrainer(Trainer):
         self.node_of: dict[int, int] | None = None
         self.discovery_seconds: float | None = None
         self.wire = {"bytes_down": 0, "bytes_up": 0, "messages": 0}
+        self.digest = config_digest(self.config)
 
     # -- nodes -----------------------------------------------------------------------
     def discover(self) -> dict[int, int]:
@@ -165,7 +167,8 @@ class FlowerTrainer(Trainer):
                 unreachable.append(c)
                 continue
             rc = RecordDict({STATE: content.array_records[STATE],
-                             ROUND: ConfigRecord({"round": t, "user": c})})
+                             ROUND: ConfigRecord({"round": t, "user": c,
+                                                  "config": self.digest})})
             msgs[c] = Message(rc, dst_node_id=node, message_type="train", group_id=str(t))
         bytes_down = sum(message_bytes(m) for m in msgs.values())
         sent_ids = {}

@@ -1,8 +1,8 @@
 """A real Flower federation on 127.0.0.1: flower-superlink, three flower-supernode processes,
 ``flwr run``; one SuperNode killed while a round is in flight.
 
-Slow (Flower 1.41 starts a ClientApp process per message): about a minute and a
-half on a 2-core machine. Skipped without Flower.
+Slow (Flower 1.41 starts a ClientApp process per message): about two minutes on a
+loaded 2-core machine. Skipped without Flower.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from rfrs_ref.federated.trainer import Trainer
 pytest.importorskip("flwr")
 
 #: 60 users on three nodes, 3 sampled per round; A-RFRS under gradient ascent
-CFG = dict(dataset="synthetic", dataset_params={"n_users": 60, "n_items": 200}, rounds=3,
-           eval_every=3, seed=2, client_fraction=0.05, model_params={"dim": 4},
+CFG = dict(dataset="synthetic", dataset_params={"n_users": 60, "n_items": 200}, rounds=2,
+           eval_every=2, seed=2, client_fraction=0.05, model_params={"dim": 4},
            defense=PRESETS["a-rfrs"][0], detect=PRESETS["a-rfrs"][1], attack="ascent",
            byzantine_fraction=0.3)
 
@@ -41,12 +41,13 @@ def test_loopback_deployment_survives_a_killed_supernode(tmp_path):
                  connect_timeout=60, kill_node=(0, 1))
     assert out["killed"] == {"node": 0, "after_round": 1, "users": list(range(0, 60, 3))}
     recs = [json.loads(x) for x in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in recs] == [1, 2, 3]
+    assert [r["round"] for r in recs] == [1, 2]
     dead = set(out["killed"]["users"])
     assert recs[0]["dropped"] == []
     for r in recs[1:]:
         assert {d["client"] for d in r["dropped"]} == set(r["sampled"]) & dead
         assert set(r["clients"]) == set(r["sampled"]) - dead
+    assert recs[1]["dropped"]  # round 2 samples a user of the killed node (seed 2)
     for f in ("config.json", "metrics.csv", "final_metrics.json", "state.npz", "flower.json"):
         assert (tmp_path / "run" / f).exists()
     # round 1 had every client: the state after it is the in-process one

@@ -111,6 +111,22 @@ def test_an_error_reply_is_a_drop_with_its_reason(direct_grid, tmp_path):
     assert all(c % 2 == 1 for r in recs for c in r["clients"])
 
 
+def test_a_node_of_another_configuration_refuses_and_is_dropped(direct_grid, tmp_path):
+    from rfrs_ref.flower.client import client_app, config_digest
+    from rfrs_ref.flower.server import FlowerTrainer
+
+    cfg = TrainConfig(**{**BASE, "rounds": 1}, model_params={"dim": 4})
+    other = TrainConfig(**{**BASE, "rounds": 1, "seed": 4}, model_params={"dim": 4})
+    grid = direct_grid(client_app(other), _nodes(600, 2))
+    trainer = FlowerTrainer(cfg, grid, connect_timeout=5)
+    trainer.run(tmp_path / "run")
+    rec = _records(tmp_path / "run")[0]
+    assert rec["clients"] == [] and len(rec["dropped"]) == len(rec["sampled"])
+    assert f"the server runs configuration {config_digest(cfg)}" in rec["dropped"][0]["reason"]
+    assert config_digest(other) in rec["dropped"][0]["reason"]
+    assert rec["rule"] == {"skipped": "no upload passed verification"}
+
+
 def test_malformed_and_non_finite_uploads_are_excluded_by_verification(direct_grid, tmp_path):
     from flwr.app import Array, ArrayRecord
 
