@@ -137,7 +137,8 @@ def deploy(config, run_dir, *, nodes: int = 3, timeout: float = 1800.0,
            kill_node: tuple[int, int] | None = None, workdir=None, keep_logs: bool = True,
            echo=None) -> dict:
     """Train ``config`` into ``run_dir`` on a loopback Flower federation of ``nodes``
-    SuperNodes; returns ``{"run_dir", "seconds", "logs", "killed"}``.
+    SuperNodes; returns ``{"run_dir", "seconds", "logs", "killed", "process_groups"}``
+    (the process groups it started, all stopped by then).
 
     Args:
         config: the TrainConfig.
@@ -256,7 +257,8 @@ def deploy(config, run_dir, *, nodes: int = 3, timeout: float = 1800.0,
         shutil.copytree(logs, out_logs)
     if workdir is None:
         shutil.rmtree(work, ignore_errors=True)
-    return {"run_dir": run_dir, "seconds": seconds, "logs": out_logs, "killed": killed}
+    return {"run_dir": run_dir, "seconds": seconds, "logs": out_logs, "killed": killed,
+            "process_groups": [p.pid for p in procs]}
 
 
 def _run_status(env, cwd, run_id: int) -> str:

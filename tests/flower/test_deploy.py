@@ -25,11 +25,26 @@ CFG = dict(dataset="synthetic", dataset_params={"n_users": 60, "n_items": 200}, 
            byzantine_fraction=0.3)
 
 
-def _own_processes_left() -> list[str]:
-    import subprocess
+def _groups_alive(groups) -> list[int]:
+    """The process groups that still hold a process (SuperLink, SuperNodes, and what they
+    started: SuperExec, ServerApp and ClientApp processes)."""
+    import os
+    import time
 
-    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "rfrs-flower-" in line]
+    alive = list(groups)
+    for _ in range(50):
+        left = []
+        for g in alive:
+            try:
+                os.killpg(g, 0)
+                left.append(g)
+            except ProcessLookupError:
+                pass
+        alive = left
+        if not alive:
+            break
+        time.sleep(0.1)  # a killed child is reaped by init shortly after its parent died
+    return alive
 
 
 @pytest.mark.slow
@@ -54,4 +69,4 @@ def test_loopback_deployment_survives_a_killed_supernode(tmp_path):
     ref = Trainer(TrainConfig(**{**CFG, "rounds": 1, "eval_every": 1})).run(None)
     first = recs[0]["state_norms"]
     assert first == {k: float(np.linalg.norm(v.astype(np.float64))) for k, v in ref.state.items()}
-    assert not _own_processes_left()
+    assert len(out["process_groups"]) == 4 and not _groups_alive(out["process_groups"])
