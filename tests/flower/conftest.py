@@ -19,16 +19,19 @@ def flwr():
     return pytest.importorskip("flwr")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def direct_grid(flwr):
+    """The DirectGrid class; the process-wide task identity it sets is restored after the
+    test (Flower's own runtimes, e.g. the simulation engine, rely on it)."""
     from flwr.app import Context, Error, Message, RecordDict
     from flwr.serverapp import Grid
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id)
 
     class DirectGrid(Grid):
         def __init__(self, client_app, node_users: dict[int, list[int]], *, dead=(),
                      tamper=None):
-            from flwr.supercore.task_identity import TaskIdentity
-
             # who sends: the runtime sets this for a ServerApp process; here, this process
             TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
             self.app = client_app
@@ -81,4 +84,5 @@ def direct_grid(flwr):
         def send_and_receive(self, messages, *, timeout=None):
             return self.pull_messages(self.push_messages(messages))
 
-    return DirectGrid
+    yield DirectGrid
+    TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = saved
