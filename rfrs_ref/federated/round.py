@@ -203,7 +203,9 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
 
     The body is the round's phases in the order of the paper's Algorithms 1
     (clients) and 2 (server), one function each; their arithmetic lives in the
-    kernels of the families (model, optimiser, attack, rule), not here.
+    kernels of the families (model, optimiser, attack, rule), not here. The
+    server's half is :func:`server_round`, which a real federation
+    (``rfrs_ref.flower``) calls with the uploads it received.
     """
     rd = _sample(fed, t)                                        # server: who takes part
     if buf.uploads["theta"].shape[0] < rd.clients.size:
@@ -215,24 +217,70 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
         rd, buf = _sample(fed, t), buf.full(fed.needs_features)
     G, U, losses = _client_uploads(fed, state, rd, buf, private)  # Alg. 1: gradient, rule
     attack_diag = _byzantine_uploads(fed, state, rd, G, U, buf)  # Byzantine clients rewrite
-    X = buf.features[:rd.clients.size] if buf.features is not None else None
+    return server_round(fed, state, rd, U, buf, losses=losses, attack_diag=attack_diag, honest=G)
+
+
+def sample_round(fed: Federation, t: int) -> _Round:
+    """Who takes part in round ``t``: the sampled clients (stream ``sampling``, key t,
+    ascending), their Byzantine flags and training-set sizes, and the assumed f
+    (``floor(α_assumed · |sampled|)``), as :func:`run_round` draws them."""
+    return _sample(fed, t)
+
+
+def server_round(fed: Federation, state: Mapping[str, np.ndarray], rd: "_Round | int",
+                 uploads: Mapping[str, np.ndarray], buf: RoundBuffers, *, losses=None,
+                 attack_diag: dict | None = None,
+                 honest: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """The server's half of round t (Algorithm 2) on the round's uploads.
+
+    Args:
+        fed: the federation.
+        state: the server state after round t − 1 (not modified).
+        rd: the round's clients (:func:`sample_round`, possibly narrowed to the
+            clients that answered, with ``f`` kept), or the round number t
+            (then sampled here).
+        uploads: name -> (n, D) writable arrays, row r the upload of
+            ``rd.clients[r]``; rows that pass verification are moved to the front
+            in place (hostile values, NaN, ±inf, are input).
+        buf: the run's buffers (features, private gradients).
+        losses: (n,) the clients' losses (the record's mean over benign rows), or None.
+        attack_diag: the attack's diagnostics for the record.
+        honest: (n, D) the clients' honest gradients, compacted like the uploads;
+            only the resilience monitor reads them (a real server has none).
+
+    Returns:
+        (new state, the round's record), as :func:`run_round`.
+
+    Raises:
+        ValueError: ``fed.resilience`` without ``honest`` gradients.
+    """
+    if isinstance(rd, (int, np.integer)):
+        rd = _sample(fed, int(rd))
+    if fed.resilience and honest is None:
+        raise ValueError("the resilience monitor compares recovered with honest gradients; "
+                         "server_round needs honest= (n, D) for it, and a real server has none")
+    n = rd.clients.size
+    U = dict(uploads)
+    X = buf.features[:n] if buf.features is not None else None
     sums = _screen_and_sum(fed, state, rd, U)                    # Alg. 2 in one pass, if it can
     if sums is None:
         ok, excluded = _recover_and_verify(fed, state, rd, U, X)  # Alg. 2: ĝ, update-rule check
     else:
-        ok, excluded = np.ones(rd.clients.size, dtype=bool), []
+        ok, excluded = np.ones(n, dtype=bool), []
     grad_norms = None
     if fed.trace and fed.needs_recovery:
         grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(X.shape[0])]
-    rows, Gk, Xk, Uk = _keep_verified(ok, G, U, X, buf)          # excluded rows leave the buffers
+    rows, Gk, Xk, Uk = _keep_verified(ok, honest, U, X, buf)     # excluded rows leave the buffers
     new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, Xk, Uk, sums)
-    record = _record(fed, rd, new_state, losses, excluded, rows, weights, kept_m, rule_diag,
-                     f_rule, attack_diag, grad_norms)
+    record = _record(fed, rd, new_state, np.zeros(n) if losses is None else losses, excluded,
+                     rows, weights, kept_m, rule_diag, f_rule, attack_diag or {}, grad_norms)
+    if losses is None:
+        record["loss"] = None
     if fed.resilience and rows.size > 0:
         tick = time.perf_counter()
         gradients_in_x = fed.detect == "gradient" or not getattr(fed.rule, "uses_features", True)
         record["resilience"] = _resilience(fed, Gk, Xk if gradients_in_x else None,
-                                           Uk, state, t, kept_m > 0, ~rd.byz[rows])
+                                           Uk, state, rd.t, kept_m > 0, ~rd.byz[rows])
         rd.timing["resilience"] = time.perf_counter() - tick
     record["timing"] = rd.timing
     return new_state, record
@@ -422,7 +470,7 @@ def _keep_verified(ok, G, U, X, buf: RoundBuffers):
     if m < n:
         extra = [buf.private_grads[:n]] if buf.private_grads is not None else []
         kept = ([G] if G is not None else []) + ([X] if X is not None else [])
-        _compact_rows_inplace(ok, [*kept, *U.values(), *extra])
+        _compact_rows_inplace(ok, [*kept, *U.values(), *extra])  # G None: no honest gradients
     # a rule that ignores the features is handed the θ uploads in their place
     Xk = X[:m] if X is not None else U["theta"][:m]
     return rows, None if G is None else G[:m], Xk, {k: v[:m] for k, v in U.items()}
@@ -481,7 +529,7 @@ def _record(fed, rd: _Round, new_state, losses, excluded, rows, weights, kept_m,
         "weights": None if weights is None else _expand(weights, rows, n).tolist(),
         "n_byzantine_sampled": int(byz.sum()),
         "n_byzantine_kept": int((kept[byz] > 0).sum()),
-        "byzantine_share_sampled": float(byz.mean()),
+        "byzantine_share_sampled": float(byz.mean()) if n else 0.0,
         "byzantine_share_kept": float(kept[byz].sum() / kept.sum()) if kept.sum() > 0 else 0.0,
         "rule": rule_diag,
         "attack": attack_diag,

@@ -315,6 +315,11 @@ class Trainer:
         return model, pop
 
     # -- the loop -------------------------------------------------------------------
+    def run_round(self, state, t: int, buf: RoundBuffers, private=None):
+        """Round ``t`` (:func:`rfrs_ref.federated.round.run_round`, in this process); a
+        subclass may run the clients elsewhere (``rfrs_ref.flower`` on a Flower federation)."""
+        return run_round(self.federation, state, t, buf, private)
+
     def run(self, run_dir: str | os.PathLike | None = None, *, resume: bool = False,
             progress: Callable[[int, dict, dict | None], None] | None = None,
             locked: bool = False) -> TrainResult:
@@ -368,7 +373,7 @@ class Trainer:
         buf = self.buffers()
         started = time.perf_counter()
         for t in range(t0 + 1, c.rounds + 1):
-            state, record = run_round(self.federation, state, t, buf, private)
+            state, record = self.run_round(state, t, buf, private)
             evaluate = t % c.eval_every == 0 or t == c.rounds
             # the private vectors only feed the scores: checked when they are evaluated
             self._check_finite(t, state, private if evaluate else None, last_checkpoint, out,

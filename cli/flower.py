@@ -1,0 +1,185 @@
+"""``rfrs-ref flower``: train on a Flower federation (simulation engine or loopback deployment).
+
+Flower is the ``flower`` extra; the library is imported inside each command so
+that ``rfrs-ref --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import click
+
+from rfrs_ref.aggregate import PRESETS, RULES
+from rfrs_ref.data import DATASETS
+from rfrs_ref.flower import PER_CLIENT_ATTACKS
+from rfrs_ref.optim import OPTIMIZERS
+
+
+def _config_options(f):
+    """The run's configuration: a file, or the common options of ``rfrs-ref train``."""
+    options = [
+        click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="A training configuration as JSON (the 'config' of a "
+                     "run's config.json, or the file itself); the options below are then "
+                     "not allowed."),
+        click.option("--dataset", type=click.Choice(DATASETS.names()), default="synthetic",
+                     show_default=True),
+        click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                     help="Dataset directory [default: RFRS_DATA_DIR, cache, download]."),
+        click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default="adam",
+                     show_default=True),
+        click.option("--rounds", type=click.IntRange(min=1), default=None,
+                     help="Rounds T [default: the dataset's]."),
+        click.option("--client-fraction", "-e", type=click.FloatRange(0, 1, min_open=True),
+                     default=0.01, show_default=True, help="Fraction e of clients per round."),
+        click.option("--dim", type=click.IntRange(min=1), default=None,
+                     help="Embedding dimension d [default: the model's]."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option("--eval-every", type=click.IntRange(min=1), default=None,
+                     help="Evaluate every this many rounds [default: T/10]."),
+        click.option("--preset", type=click.Choice(list(PRESETS)), default=None,
+                     help="The paper's defences: sets --defense and --detect."),
+        click.option("--defense", type=click.Choice(["none", *RULES.names()]), default="none",
+                     show_default=True),
+        click.option("--detect", type=click.Choice(["gradient", "parameter"]),
+                     default="gradient", show_default=True),
+        click.option("--attack", type=click.Choice(list(PER_CLIENT_ATTACKS)), default="none",
+                     show_default=True, help="What Byzantine nodes do (attacks that need no "
+                     "other client's data)."),
+        click.option("--byzantine-fraction", "alpha", type=click.FloatRange(0, 1, max_open=True),
+                     default=0.0, show_default=True, help="α, the Byzantine share of users."),
+        click.option("--out", type=click.Path(file_okay=False), required=True,
+                     help="The run directory (the files of rfrs-ref train, and flower.json)."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _config(ctx: click.Context, p: dict):
+    from rfrs_ref.federated.config import TrainConfig
+
+    if p["config_file"]:
+        given = [name for name in ("dataset", "data_dir", "optimizer", "rounds", "client_fraction",
+                                   "dim", "seed", "eval_every", "preset", "defense", "detect",
+                                   "attack", "alpha")
+                 if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"--config gives the whole configuration; drop "
+                                   f"{', '.join('--' + g.replace('_', '-') for g in given)}")
+        try:
+            d = json.loads(pathlib.Path(p["config_file"]).read_text())
+            config = TrainConfig.from_json(d.get("config", d) if isinstance(d, dict) else d)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise click.ClickException(f"{p['config_file']}: not a training configuration "
+                                       f"({exc})") from None
+    else:
+        defense, detect = p["defense"], p["detect"]
+        if p["preset"] is not None:
+            defense, detect = PRESETS[p["preset"]]
+            defense = "none" if defense == "mean" else defense
+        config = TrainConfig(
+            dataset=p["dataset"], data_dir=p["data_dir"], optimizer=p["optimizer"],
+            rounds=p["rounds"], client_fraction=p["client_fraction"], seed=p["seed"],
+            eval_every=p["eval_every"], defense=defense, detect=detect, attack=p["attack"],
+            byzantine_fraction=p["alpha"],
+            model_params={} if p["dim"] is None else {"dim": p["dim"]})
+    from rfrs_ref.flower.server import check_federation_config
+
+    try:
+        check_federation_config(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    return config
+
+
+def _summary(result, run_dir) -> None:
+    final = result.final
+    k = max(result.config.ks)
+    click.echo(f"after round {final['round']}: Precision@{k} "
+               f"{final['model'][f'precision@{k}']:.4f} (popularity "
+               f"{final['popularity'][f'precision@{k}']:.4f}); results: {run_dir}")
+
+
+@click.group("flower")
+def flower() -> None:
+    """Train on a Flower federation: the simulation engine or a loopback deployment.
+
+    The server is the paper's (sampling, recovery, verification, the rule in
+    either detection space), the clients compute their uploads on their own
+    data; with the same configuration and seed the final state equals
+    `rfrs-ref train`'s bit for bit. Needs the flower extra:
+    pip install "rfrs-ref[flower]". See docs/flower.md.
+    """
+
+
+@flower.command("simulate")
+@_config_options
+@click.option("--cpus", type=click.IntRange(min=1), default=None,
+              help="CPUs for Ray [default: all]; one ClientApp per CPU at a time.")
+def simulate(cpus, **p) -> None:
+    """Flower's simulation engine (Ray): one virtual SuperNode per user.
+
+    \b
+    Example:
+      rfrs-ref flower simulate --dataset ml100k --rounds 50 --preset a-rfrs \\
+          --attack ascent --byzantine-fraction 0.2 --out runs/flower-sim
+    """
+    from rfrs_ref.flower import FlowerUnavailable
+
+    config = _config(click.get_current_context(), p)
+    try:
+        from rfrs_ref.flower.run import simulate as run
+
+        out = run(config, p["out"], num_cpus=cpus)
+    except FlowerUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    _summary(out["result"], p["out"])
+
+
+@flower.command("deploy")
+@_config_options
+@click.option("--nodes", type=click.IntRange(min=1), default=3, show_default=True,
+              help="flower-supernode processes; node i holds the users u ≡ i (mod nodes).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
+              help="Seconds for the whole deployment; every process is stopped after it.")
+@click.option("--round-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Seconds a round waits for replies; later ones are dropped.")
+@click.option("--kill-node", nargs=2, type=click.IntRange(min=0), default=None,
+              metavar="I R", help="Fault test: kill SuperNode I once round R is recorded.")
+def deploy(nodes, timeout, round_timeout, kill_node, **p) -> None:
+    """A real federation on 127.0.0.1: flower-superlink, NODES flower-supernode, flwr run.
+
+    Started, waited for and stopped by this one command (its processes only,
+    after at most --timeout seconds). Loopback only: no address other than
+    127.0.0.1 is used.
+
+    \b
+    Example:
+      rfrs-ref flower deploy --dataset ml100k --rounds 5 --preset a-rfrs \\
+          --attack ascent --byzantine-fraction 0.2 --nodes 4 --out runs/flower-loopback
+    """
+    from rfrs_ref.flower import FlowerUnavailable
+
+    config = _config(click.get_current_context(), p)
+    if kill_node is not None and kill_node[0] >= nodes:
+        raise click.UsageError(f"--kill-node {kill_node[0]}: nodes are numbered 0..{nodes - 1}")
+    try:
+        from rfrs_ref.flower.deploy import DeploymentError
+        from rfrs_ref.flower.deploy import deploy as run
+
+        out = run(config, p["out"], nodes=nodes, timeout=timeout, round_timeout=round_timeout,
+                  kill_node=tuple(kill_node) if kill_node else None,
+                  echo=lambda line: click.echo(line, err=True))
+    except FlowerUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    except DeploymentError as exc:
+        raise click.ClickException(str(exc)) from None
+    final = json.loads((pathlib.Path(p["out"]) / "final_metrics.json").read_text())
+    k = max(config.resolved().ks)
+    click.echo(f"after round {final['round']} ({out['seconds']:.0f} s on {nodes} nodes): "
+               f"Precision@{k} {final['model'][f'precision@{k}']:.4f} (popularity "
+               f"{final['popularity'][f'precision@{k}']:.4f}); results: {p['out']}; logs: "
+               f"{out['logs']}")

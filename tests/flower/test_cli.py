@@ -1,0 +1,45 @@
+"""``rfrs-ref flower``: its options, and the refusals it makes before anything runs."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["flower", *args])
+
+
+def test_the_group_lists_simulate_and_deploy():
+    res = _run("--help")
+    assert res.exit_code == 0
+    assert "simulate" in res.output and "deploy" in res.output
+
+
+def test_colluding_attacks_are_not_choices_and_are_refused_from_a_file(tmp_path):
+    res = _run("simulate", "--attack", "alie", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "alie" in res.output
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"config": {"dataset": "synthetic", "attack": "ipm",
+                                          "byzantine_fraction": 0.2}}))
+    res = _run("simulate", "--config", str(cfg), "--out", str(tmp_path / "r"))
+    assert res.exit_code == 1 and "colluding" in res.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_config_file_excludes_the_options_it_would_contradict(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"dataset": "synthetic"}))
+    res = _run("deploy", "--config", str(cfg), "--rounds", "3", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "drop --rounds" in res.output
+    cfg.write_text("[1, 2")
+    res = _run("deploy", "--config", str(cfg), "--out", str(tmp_path / "r"))
+    assert res.exit_code == 1 and "not a training configuration" in res.output
+
+
+def test_kill_node_must_name_a_node(tmp_path):
+    res = _run("deploy", "--nodes", "2", "--kill-node", "2", "1", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "0..1" in res.output
