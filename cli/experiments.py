@@ -25,7 +25,8 @@ def _execution_options(f):
                      help="Whether the workers see the output directory [default: yes for a "
                           "LocalCluster, no for --scheduler].")(f)
     f = click.option("--retry-failed/--no-retry-failed", default=True, show_default=True,
-                     help="Run again the runs recorded as failed.")(f)
+                     help="Run again the runs recorded as failed (never those recorded as "
+                          "diverged: a divergence is an outcome).")(f)
     f = click.option("--keep-state", is_flag=True,
                      help="Keep each run's final state.npz (large for the big datasets).")(f)
     return f
@@ -72,6 +73,11 @@ class _Progress:
         if event == "failed":
             last = f"FAILED {what}"
             click.echo(f"\nrun {spec.key} ({what}) failed: {outcome.get('error')}", err=True)
+        elif event == "diverged":
+            d = outcome.get("divergence") or {}
+            last = f"DIVERGED {what} at round {d.get('round')}"
+            click.echo(f"\nrun {spec.key} ({what}) diverged at round {d.get('round')} "
+                       f"({d.get('reason')}: {d.get('what')}); recorded as an outcome", err=True)
         else:
             model = ((outcome.get("final") or {}).get("model") or {})
             kmax = max(c.ks)
@@ -79,7 +85,7 @@ class _Progress:
             last = f"last: {what} {outcome.get('wall_s', 0):.0f}s" + (
                 f" P@{kmax} {p:.4f}" if p is not None else "")
         if self.bar is not None:
-            self.bar.update(report.finished + report.failed, last)
+            self.bar.update(report.finished + report.failed + report.diverged, last)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -140,7 +146,9 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
     runs = ("" if progress.runs_done_at is None else
             f" (runs done at {duration(progress.runs_done_at)}, then {after})")
     click.echo(f"{report.total} runs: {report.skipped} skipped (already finished), "
-               f"{report.finished} finished, {report.failed} failed "
+               f"{report.finished} finished, "
+               + (f"{report.diverged} diverged, " if report.diverged else "")
+               + f"{report.failed} failed "
                f"in {duration(time.perf_counter() - started)}{runs} -> {report.out}")
     for spec, error in report.failures:
         click.echo(f"  failed: {spec.key} {dict(spec.labels)} seed {spec.config.seed}: {error}",

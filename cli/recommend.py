@@ -47,6 +47,14 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         raise click.ClickException(f"{run / 'config.json'}: not a run's configuration ({exc})")
     state_path = run / "state.npz"
     if not state_path.is_file():
+        try:
+            final = json.loads((run / "final_metrics.json").read_text())
+        except (OSError, ValueError):
+            final = None
+        if isinstance(final, dict) and final.get("status") == "diverged":
+            raise click.ClickException(
+                f"{run}: the run diverged at round {final.get('round')} ({final.get('reason')}: "
+                f"{final.get('what')}); it has no final model, so there is nothing to recommend")
         raise click.ClickException(f"{state_path}: the run has no final state (it has not "
                                    f"finished); finish it with `rfrs-ref train --resume {run}`")
     if data_dir is not None:

@@ -81,6 +81,22 @@ class RankingMetrics:
         return out
 
 
+class NonFiniteScores(ValueError):
+    """A model's scores hold NaN or ±inf (the model diverged): there is no ranking.
+
+    A ``ValueError``, so callers that catch the precondition errors catch it too;
+    the trainer turns it into :class:`rfrs_ref.federated.trainer.Diverged`.
+
+    Attributes:
+        user: the first evaluated user whose scores are not all finite.
+    """
+
+    def __init__(self, user: int) -> None:
+        self.user = int(user)
+        super().__init__(f"the scores of user {self.user} hold NaN or infinity (the model "
+                         "diverged): ranking metrics are only defined for finite scores")
+
+
 def check_ks(ks, n_items: int) -> tuple[int, ...]:
     """``ks`` as a tuple of ints, each in 1..n_items; ValueError otherwise.
 
@@ -232,9 +248,9 @@ def rank_metrics(
     computed from the same lists (:func:`target_metrics_from_top`).
 
     Raises:
-        ValueError: a K outside 1..n_items, or a non-finite score (NaN, ±inf),
-            naming the first offending user; no metric is computed from such
-            scores.
+        ValueError: a K outside 1..n_items.
+        NonFiniteScores: (a ValueError) a non-finite score (NaN, ±inf), naming
+            the first offending user; no metric is computed from such scores.
     """
     ks = check_ks(ks, train.n_items)
     kmax = max(ks)
@@ -250,9 +266,7 @@ def rank_metrics(
         finite = np.isfinite(scores).all(axis=1)
         if not finite.all():
             bad = int(u[np.argmin(finite)])
-            raise ValueError(
-                f"the scores of user {bad} hold NaN or infinity (the model diverged): "
-                "ranking metrics are only defined for finite scores")
+            raise NonFiniteScores(bad)
         indptr, idx = _sub_csr(train, u)
         top = (topk_numba if backend != "numpy" else topk_numpy)(scores, indptr, idx, kmax)
         hits[lo : lo + u.size] = hit_indicators(top, test, u)

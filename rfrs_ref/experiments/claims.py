@@ -17,6 +17,23 @@ not hold" where it excludes 0 the other way, otherwise "inconclusive" (also
 with n < 2: no interval). Identical runs (d = 0 for every seed) are
 inconclusive: the interval is the single point 0.
 
+Diverged runs
+-------------
+A run whose model diverged (status ``diverged``: its state or its scores
+became NaN or ±inf) has no ranking, so it is worse than any finished run on
+every metric. On the seeds where both series have an outcome (finished or
+diverged), let k and j count the seeds where a and b diverged:
+
+- k ≠ j: the series that diverged on more seeds is the worse one, whatever
+  the metrics of the seeds where both finished: the claim holds when that is
+  the series it says is worse (b for a > b), else it does not hold; the cell
+  says "diverged k/n vs j/n";
+- k = j (0 included): the Student-t interval above, over the seeds where both
+  finished (inconclusive with fewer than 2); the counts are shown when not 0.
+
+"The best baseline" is then the baseline with the fewest diverged seeds, and
+among those the highest mean over its finished seeds.
+
 Claims
 ------
 :data:`CLAIMS` lists every claim of the paper this project checks, each
@@ -66,17 +83,44 @@ class Paired:
     seeds: tuple = ()
     mean_a: float | None = None
     mean_b: float | None = None
+    diverged_a: int = 0
+    diverged_b: int = 0
+    compared: int | None = None
+
+    @property
+    def total(self) -> int:
+        """Seeds where both series have an outcome (finished or diverged)."""
+        return self.n if self.compared is None else self.compared
+
+    @property
+    def diverged(self) -> bool:
+        """Whether either series diverged on one of the compared seeds."""
+        return bool(self.diverged_a or self.diverged_b)
 
     def verdict(self, direction: int = 1) -> str:
-        """holds / does not hold / inconclusive for the claim sign(a − b) = ``direction``."""
+        """holds / does not hold / inconclusive for the claim sign(a − b) = ``direction``;
+        a series that diverged on more seeds is the worse one (module docstring)."""
+        if self.diverged_a != self.diverged_b:
+            if direction not in (1, -1):
+                raise ValueError(f"direction must be +1 or -1, got {direction}")
+            a_worse = self.diverged_a > self.diverged_b
+            return HOLDS if a_worse == (direction == -1) else FAILS
         return verdict(self.lo, self.hi, direction)
+
+    def divergence(self) -> str:
+        """"diverged k/n vs j/n" (a's count first), or "" when neither diverged."""
+        if not self.diverged:
+            return ""
+        return f"diverged {self.diverged_a}/{self.total} vs {self.diverged_b}/{self.total}"
 
     def describe(self) -> str:
         if self.n == 0:
-            return "no pairs"
-        if self.lo is None:
-            return f"{self.mean:+.4f} (n = 1, no interval)"
-        return f"{self.mean:+.4f} [{self.lo:+.4f}, {self.hi:+.4f}]"
+            text = "no pairs" if not self.diverged else "no seed finished by both"
+        elif self.lo is None:
+            text = f"{self.mean:+.4f} (n = 1, no interval)"
+        else:
+            text = f"{self.mean:+.4f} [{self.lo:+.4f}, {self.hi:+.4f}]"
+        return f"{self.divergence()}; Δ {text}" if self.diverged else text
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -125,6 +169,16 @@ def verdict(lo: float | None, hi: float | None, direction: int = 1) -> str:
     return INCONCLUSIVE
 
 
+def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> set:
+    """The seeds on which ``series`` diverged, in one cell (dataset, α)."""
+    t = table
+    sel = ((t["status"] == "diverged") & (t[series_col].astype(str) == series)
+           & (t["dataset"] == dataset))
+    if alpha is not None:
+        sel &= np.isclose(t["alpha"].astype(float), float(alpha))
+    return {int(seed) for seed in t.loc[sel, "seed"]}
+
+
 def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
             series_col: str) -> dict:
     """seed -> value of the finished runs of ``series`` in one cell (finite values only)."""
@@ -144,14 +198,22 @@ def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric
                       k: int, series_col: str = "label_series",
                       confidence: float = CONFIDENCE) -> Paired:
     """The paired difference a − b over the seeds both series finished, in one cell
-    (dataset, α (None: any), metric@k) of a tidy results table."""
+    (dataset, α (None: any), metric@k) of a tidy results table, with the number of
+    seeds each diverged on among those where both have an outcome."""
     va = _values(table, a, dataset=dataset, alpha=alpha, metric=metric, k=k,
                  series_col=series_col)
     vb = _values(table, b, dataset=dataset, alpha=alpha, metric=metric, k=k,
                  series_col=series_col)
     seeds = sorted(set(va) & set(vb))
-    return paired_interval([va[s] - vb[s] for s in seeds], confidence, seeds,
-                           _mean([va[s] for s in seeds]), _mean([vb[s] for s in seeds]))
+    p = paired_interval([va[s] - vb[s] for s in seeds], confidence, seeds,
+                        _mean([va[s] for s in seeds]), _mean([vb[s] for s in seeds]))
+    da = _diverged(table, a, dataset=dataset, alpha=alpha, series_col=series_col)
+    db = _diverged(table, b, dataset=dataset, alpha=alpha, series_col=series_col)
+    if not (da or db):
+        return p
+    both = (set(va) | da) & (set(vb) | db)  # the seeds where both have an outcome
+    return dataclasses.replace(p, diverged_a=len(da & both), diverged_b=len(db & both),
+                               compared=len(both))
 
 
 def _mean(xs):
@@ -259,6 +321,12 @@ def _table(d: pathlib.Path):
 
     path = d / "results.csv" if (d / "results.csv").is_file() else d
     table = read_table(path)
+    if "status" in table.columns and "error" in table.columns:
+        from rfrs_ref.experiments.results import run_status
+
+        # tables written before divergence was an outcome: their diverged runs say "failed"
+        table["status"] = [run_status({"status": st, "error": er if isinstance(er, str) else None})
+                           for st, er in zip(table["status"], table["error"])]
     missing = [c for c in NEEDED if c not in table.columns]
     if missing or ("label_series" not in table.columns and "method" not in table.columns):
         raise ValueError(f"{path}: not a results table of rfrs-ref (missing column(s) "
@@ -289,14 +357,20 @@ class Row:
     @property
     def verdict(self) -> str:
         """The verdict shared by every metric; "mixed" when they differ; "not run"."""
-        if not self.results or all(p.n == 0 for p in self.results.values()):
+        if not self.results or all(p.total == 0 for p in self.results.values()):
             return NOT_RUN
         vs = set(self.verdicts.values())
         return vs.pop() if len(vs) == 1 else "mixed"
 
     @property
     def n(self) -> int:
-        return min((p.n for p in self.results.values()), default=0)
+        """Seeds compared (both series finished or diverged), the least over the metrics."""
+        return min((p.total for p in self.results.values()), default=0)
+
+    @property
+    def divergence(self) -> str:
+        """"diverged k/n vs j/n" when a series diverged on a compared seed, else ""."""
+        return next((p.divergence() for p in self.results.values() if p.diverged), "")
 
     def command(self) -> str:
         where = f" --out {self.directory}" if self.directory else ""
@@ -362,11 +436,17 @@ def _ordered(datasets) -> list[str]:
 
 
 def _best(table, candidates, dataset, alpha, metric, k, scol) -> str | None:
-    best, best_mean = None, -math.inf
+    """The baseline that diverged on the fewest seeds, and among those the one with the
+    highest mean over its finished seeds (None: no baseline has an outcome)."""
+    best, best_key = None, None
     for s in candidates:
         v = _values(table, s, dataset=dataset, alpha=alpha, metric=metric, k=k, series_col=scol)
-        if v and np.mean(list(v.values())) > best_mean:
-            best, best_mean = s, float(np.mean(list(v.values())))
+        d = _diverged(table, s, dataset=dataset, alpha=alpha, series_col=scol)
+        if not v and not d:
+            continue
+        key = (-len(d), float(np.mean(list(v.values()))) if v else -math.inf)
+        if best_key is None or key > best_key:
+            best, best_key = s, key
     return best
 
 
@@ -433,7 +513,9 @@ def _metric_name(m) -> str:
 
 def verdict_markdown(rows: Sequence[Row]) -> str:
     """The verdict table: claim, dataset, α, comparison, verdict, Δ [95% CI] per metric, n,
-    command. A cell reads "mean difference [interval] (verdict)"."""
+    command. A cell reads "mean difference [interval] (verdict)"; where a series diverged,
+    the verdict and the cells also say "diverged k/n vs j/n" and n counts the seeds
+    compared (finished or diverged by both)."""
     head = ["claim", "dataset", "α", "comparison", "verdict", "P@1 Δ [95% CI]",
             "P@5 Δ [95% CI]", "R@5 Δ [95% CI]", "n", "command"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -441,7 +523,7 @@ def verdict_markdown(rows: Sequence[Row]) -> str:
         cells = {}
         for m, p in r.results.items():
             name = _metric_name(m)
-            text = f"{p.describe()} ({p.verdict(r.claim.direction)})" if p.n else "—"
+            text = f"{p.describe()} ({p.verdict(r.claim.direction)})" if p.total else "—"
             if name == "separation":  # Fig. 1 has one measure: shown in the first column
                 name, text = "P@1", f"separation: {text}"
             cells[name] = text
@@ -451,13 +533,17 @@ def verdict_markdown(rows: Sequence[Row]) -> str:
             comparison += f" ({r.note})"
         lines.append("| " + " | ".join([
             r.claim.text, r.dataset or "—", "—" if r.alpha is None else f"{r.alpha:g}",
-            comparison, r.verdict, cells.get("P@1", "—"), cells.get("P@5", "—"),
+            comparison, r.verdict + (f" ({r.divergence})" if r.divergence else ""),
+            cells.get("P@1", "—"), cells.get("P@5", "—"),
             cells.get("R@5", "—"), str(r.n), f"`{r.command()}`"]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def verdict_frame(rows: Sequence[Row]):
-    """The verdict rows as a tidy table: one row per claim row × metric."""
+    """The verdict rows as a tidy table: one row per claim row × metric. ``n`` counts the
+    seeds both series finished; where a series diverged, ``compared`` (seeds where both have
+    an outcome), ``diverged_a`` and ``diverged_b`` say on how many each diverged (columns
+    present only when some series diverged)."""
     import pandas as pd
 
     out = []
@@ -472,6 +558,12 @@ def verdict_frame(rows: Sequence[Row]):
         for (metric, k), p in r.results.items():
             out.append({**base, "metric": metric, "k": k, "n": p.n, "mean": p.mean,
                         "lo": p.lo, "hi": p.hi, "mean_a": p.mean_a, "mean_b": p.mean_b,
-                        "verdict": p.verdict(r.claim.direction) if p.n else NOT_RUN,
-                        "seeds": json.dumps(list(p.seeds))})
-    return pd.DataFrame(out)
+                        "verdict": p.verdict(r.claim.direction) if p.total else NOT_RUN,
+                        "seeds": json.dumps(list(p.seeds)),
+                        **({"compared": p.total, "diverged_a": p.diverged_a,
+                            "diverged_b": p.diverged_b} if p.diverged else {})})
+    df = pd.DataFrame(out)
+    for col in ("compared", "diverged_a", "diverged_b"):  # only where something diverged
+        if col in df.columns:
+            df[col] = df[col].astype("Int64")
+    return df

@@ -5,7 +5,8 @@ two kinds of files:
 
 - **the record** (committed): every run's ``runs/<key>/outcome.json`` (a few
   kilobytes: the run, its status, wall time, final metrics, evaluation
-  history; PCA capture for Fig. 1), the tables ``results.csv``,
+  history; PCA capture for Fig. 1; for a diverged run its ``divergence``
+  (round, reason, what was non-finite) and the history before it), the tables ``results.csv``,
   ``summary.csv``, ``summary.md``, the figures ``figures/*.png``, the
   mechanism and verdict tables (``*.csv``, ``*.md``) and ``provenance.json``;
 - **the bulk** (not committed): each run's trainer files (``config.json``,
@@ -117,8 +118,12 @@ def read_provenance(out: str | os.PathLike) -> dict:
 
 def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: int,
                 skipped: int, finished: int, failed: int, workers: int,
-                run_wall_s: Iterable[float] = (), command: list[str] | None = None) -> dict:
-    """Append one call to ``out/provenance.json`` (atomically) and return the entry."""
+                run_wall_s: Iterable[float] = (), command: list[str] | None = None,
+                diverged: int = 0) -> dict:
+    """Append one call to ``out/provenance.json`` (atomically) and return the entry.
+
+    ``runs`` counts the call's runs; ``diverged`` appears in it only when some
+    run diverged (so entries of calls without divergence keep their old form)."""
     from rfrs_ref.federated.trainer import software_versions
 
     out = pathlib.Path(out)
@@ -127,7 +132,8 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
         "started": started,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(float(wall_s), 3),
-        "runs": {"total": total, "skipped": skipped, "finished": finished, "failed": failed},
+        "runs": {"total": total, "skipped": skipped, "finished": finished, "failed": failed,
+                 **({"diverged": diverged} if diverged else {})},
         "run_wall_s_sum": round(float(sum(run_wall_s)), 3),
         "workers": workers,
         "command": list(sys.argv if command is None else command),
@@ -158,7 +164,9 @@ def record_reconstructed(out: str | os.PathLike, outcomes: list[dict]) -> dict |
         "finished": max(finished) if finished else None,
         "runs": {"total": len(outcomes),
                  "finished": sum(o.get("status") == "ok" for o in outcomes),
-                 "failed": sum(o.get("status") != "ok" for o in outcomes)},
+                 "failed": sum(o.get("status") not in ("ok", "diverged") for o in outcomes),
+                 **({"diverged": n} if (n := sum(o.get("status") == "diverged"
+                                                 for o in outcomes)) else {})},
         "run_wall_s_sum": round(float(sum(o.get("wall_s") or 0.0 for o in outcomes)), 3),
         "hosts": hosts,
         "versions": [json.loads(v) for v in versions],

@@ -5,7 +5,9 @@ writes a PNG and a PDF, returning their paths.
 
 Conventions of the paper's figures that are kept: K = 1..5 on the x axis,
 one panel per dataset (and per Byzantine fraction), mean over trials with the
-standard deviation as error bars, the paper's series names, and the proposed
+standard deviation as error bars (over the trials that finished: a diverged
+trial has no metric, and each panel's title names the series that diverged
+and on how many trials, e.g. "diverged: RFA 5/5"), the paper's series names, and the proposed
 method (A-FRS, A-RFRS, S-RFRS, AG-RFRS) in red. In Fig. 1, benign clients are
 blue dots and Byzantine clients orange triangles.
 """
@@ -138,6 +140,37 @@ def _panel_grid(plt, df, rows, cols, dataset_order):
     return fig, panels
 
 
+def _divergence_note(table, sub, scol: str, names: Sequence[str], panel_cols) -> str:
+    """"diverged: RFA 5/5, Krum 4/5" for the series of a panel (the rows ``sub``) that
+    diverged on some trials (of those with an outcome), or "" when none did. Diverged runs
+    have no metric: they are left out of the means and named here instead."""
+    if "status" not in table.columns:
+        return ""
+    div = table[table["status"] == "diverged"]
+    if div.empty:
+        return ""
+    ok = table[table["status"] == "ok"]
+    for col in panel_cols:
+        if col is not None and col in table.columns:
+            div = div[div[col].isin(sub[col].unique())]
+            ok = ok[ok[col].isin(sub[col].unique())]
+    parts = []
+    for name in [*names, *[n for n in dict.fromkeys(div[scol]) if n not in names]]:
+        d = div.loc[div[scol] == name, "key"].nunique()
+        if d:
+            parts.append(f"{name} {d}/{d + ok.loc[ok[scol] == name, 'key'].nunique()}")
+    return "diverged: " + ", ".join(parts) if parts else ""
+
+
+def _titled(panel_title: str, note: str) -> str:
+    """The panel's title, followed by its divergence note (wrapped) when there is one."""
+    if not note:
+        return panel_title
+    import textwrap
+
+    return panel_title + "\n" + "\n".join(textwrap.wrap(note, 44))
+
+
 def _finish(fig, handles, order, title):
     """Shared legend below the panels, optional title, tight layout."""
     fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
@@ -189,7 +222,8 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
                 h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
                             linewidth=1.2, label="Popularity")[0]
                 handles["Popularity"] = h
-        ax.set_title(panel_title, fontsize=9)
+        ax.set_title(_titled(panel_title, _divergence_note(table, sub, scol, names,
+                                                           (rows, cols))), fontsize=9)
         ax.set_xlabel("K", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
         ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
@@ -266,7 +300,8 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
         if not b.empty and np.isfinite(b["value"].mean()):
             handles["Popularity"] = ax.axhline(b["value"].mean(), color="#999999", linestyle=":",
                                                linewidth=1.2, label="Popularity")
-        ax.set_title(panel_title, fontsize=9)
+        ax.set_title(_titled(panel_title, _divergence_note(table, sub, scol, names,
+                                                           (rows, cols))), fontsize=9)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
         ax.tick_params(labelsize=7)

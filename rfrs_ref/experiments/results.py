@@ -39,13 +39,29 @@ labels (one column per sweep axis), and run-level facts (``status``,
 ``error``, ``traceback``, ``wall_s``, ``beats_popularity``, the Byzantine
 share of sampled and kept clients, the number of uploads excluded by
 verification, the package version). A failed run has one row with ``status``
-``failed``, its error and traceback, and no metric.
+``failed``, its error and traceback, and no metric. A diverged run (its model
+became NaN or ±inf, see docs/reproduction.md "Diverged runs") has one row with
+``status`` ``diverged``, its message in ``error``, the round of divergence in
+``diverged_round``, the reason in ``diverged_reason``, and no metric (a
+diverged recommender has no ranking, so no value is written, not even 0).
+The two ``diverged_*`` columns exist only in tables holding a diverged run, so
+tables without one are byte for byte those of earlier versions.
+
+Outcomes recorded as ``failed`` by versions that did not yet treat divergence
+as an outcome are read as diverged when their error is exactly one of the two
+divergence errors of those versions (:func:`divergence_of`); their round is
+the one in the message (non-finite state) or unknown (non-finite scores).
 
 The summary table
 -----------------
 Mean, sample standard deviation (ddof = 1; empty for one trial) and count
 over the trials of each configuration (every configuration column but the
-seed), for each K and metric, of the runs that finished.
+seed), for each K and metric, of the runs that finished. When some run of
+the table diverged, two more columns say, per configuration, how many of its
+trials diverged: ``n_diverged`` and ``diverged`` ("4/5": of the trials with
+an outcome, finished or diverged); mean, std and n are then over the finished
+trials only, and a configuration whose every trial diverged has rows with an
+empty mean and n = 0.
 """
 
 from __future__ import annotations
@@ -55,6 +71,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -82,6 +99,8 @@ CONFIG_COLUMNS = ("dataset", "model", "optimizer", "defense", "detect", "attack"
                   "backend", "trace")
 PARAM_COLUMNS = ("dataset_params", "model_params", "optimizer_params", "defense_params",
                  "attack_params", "ks")
+#: columns of a diverged run (present only in tables holding one)
+DIVERGED_COLUMNS = ("diverged_round", "diverged_reason")
 RUN_COLUMNS = ("key", "kind", "method", "trial", "seed", "status", "error", "traceback",
                "wall_s", "started", "finished", "worker", "resumed_from", "final_round",
                "beats_popularity", "byzantine_share_sampled", "byzantine_share_kept",
@@ -269,6 +288,57 @@ def _json_default(o):
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
+# -- divergence ------------------------------------------------------------------------------------
+#: the errors with which earlier versions recorded a diverged run as failed: non-finite scores
+#: at an evaluation (round unknown), and a non-finite aggregated state at round ≥ 1
+_LEGACY_SCORES = re.compile(r"ValueError: the scores of user \d+ hold NaN or infinity "
+                            r"\(the model diverged\): ranking metrics are only defined for "
+                            r"finite scores$")
+_LEGACY_STATE = re.compile(r"NonFiniteState: round (\d+): the aggregated server state "
+                           r"'([^']+)' holds (\d+) non-finite value\(s\) \(NaN or ±inf\) of "
+                           r"(\d+); training stopped before evaluating it")
+
+
+def divergence_of(outcome: Mapping) -> dict | None:
+    """How the run of ``outcome`` diverged (``round``, ``reason``, ``what``), or None.
+
+    A ``diverged`` outcome carries it (``divergence``). A ``failed`` outcome
+    recorded by an earlier version is read as diverged when its error is one of
+    that version's two divergence errors, matched whole: the ``ValueError`` of
+    non-finite scores (round unknown: None) or the ``NonFiniteState`` of a
+    round ≥ 1 (its round and array); ``legacy`` is then True. Any other
+    failure, the non-finite *initial* state included, stays a failure.
+    """
+    status = outcome.get("status")
+    if status == "diverged":
+        d = dict(outcome.get("divergence") or {})
+        return {"round": d.get("round"), "reason": d.get("reason"), "what": d.get("what")}
+    if status != "failed":
+        return None
+    error = outcome.get("error")
+    if not isinstance(error, str):
+        return None
+    from rfrs_ref.federated.trainer import DIVERGED_SCORES, DIVERGED_STATE
+
+    if _LEGACY_SCORES.match(error):
+        user = error.split("user ", 1)[1].split(" ", 1)[0]
+        return {"round": None, "reason": DIVERGED_SCORES, "what": f"the scores of user {user}",
+                "legacy": True}
+    m = _LEGACY_STATE.match(error)
+    if m:
+        return {"round": int(m.group(1)), "reason": DIVERGED_STATE,
+                "what": f"'{m.group(2)}': {m.group(3)} of {m.group(4)} values", "legacy": True}
+    return None
+
+
+def run_status(outcome: Mapping) -> str | None:
+    """The status the tables give a recorded outcome: ``diverged`` for a legacy failure that
+    was a divergence (:func:`divergence_of`), else the recorded one."""
+    if outcome.get("status") == "failed" and divergence_of(outcome) is not None:
+        return "diverged"
+    return outcome.get("status")
+
+
 # -- tidy rows ---------------------------------------------------------------------------------
 def _config_columns(config) -> dict:
     c = config.to_json()
@@ -281,7 +351,8 @@ def _config_columns(config) -> dict:
 
 
 def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[dict]:
-    """The tidy rows of one run (one per K × metric; a single row for a failed run)."""
+    """The tidy rows of one run (one per K × metric; a single row for a failed or
+    diverged run)."""
     try:
         config = spec.config.resolved()
     except Exception:  # noqa: BLE001 - an invalid configuration is reported as given
@@ -290,7 +361,7 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
     base = {
         "key": key, "kind": spec.kind, "method": method_name(config), "trial": spec.trial,
         "seed": config.seed, **_config_columns(config),
-        "status": outcome.get("status"), "error": outcome.get("error"),
+        "status": run_status(outcome), "error": outcome.get("error"),
         "traceback": outcome.get("traceback"), "wall_s": outcome.get("wall_s"),
         "started": outcome.get("started"), "finished": outcome.get("finished"),
         "worker": _worker(outcome.get("worker")), "resumed_from": outcome.get("resumed_from"),
@@ -299,6 +370,10 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
     }
     for name, label in spec.labels.items():
         base[f"label_{name}"] = label
+    divergence = divergence_of(outcome)
+    if divergence is not None:
+        base["diverged_round"] = divergence["round"]
+        base["diverged_reason"] = divergence["reason"]
     final = outcome.get("final") or {}
     sel = final.get("selection") or {}
     base.update({
@@ -359,7 +434,7 @@ def frame_from_rows(rows: list[dict]):
                          "value") if c in df.columns]
     df = df[first + [c for c in df.columns if c not in first]]
     for col in ("k", "final_round", "resumed_from", "excluded_byzantine", "excluded_honest",
-                "evaluated_clients"):
+                "evaluated_clients", "diverged_round"):
         if col in df.columns:
             df[col] = df[col].astype("Int64")
     if "assumed_byzantine" in df.columns and df["assumed_byzantine"].dropna().map(type).nunique() > 1:
@@ -426,7 +501,8 @@ def read_table(path: str | os.PathLike):
 TRIAL_COLUMNS = ("key", "trial", "seed", "status", "error", "traceback", "wall_s", "started",
                  "finished", "worker", "resumed_from", "final_round", "beats_popularity",
                  "byzantine_share_sampled", "byzantine_share_kept", "excluded_byzantine",
-                 "excluded_honest", "evaluated_clients", "version", "run_dir", "value")
+                 "excluded_honest", "evaluated_clients", "version", "run_dir", "value",
+                 *DIVERGED_COLUMNS)
 
 
 def group_columns(df) -> list[str]:
@@ -435,19 +511,83 @@ def group_columns(df) -> list[str]:
 
 
 def summarise(df):
-    """Mean, std (ddof=1) and count of ``value`` over trials, per configuration, K and metric."""
+    """Mean, std (ddof=1) and count of ``value`` over trials, per configuration, K and metric.
+
+    When some run diverged, ``n_diverged`` and ``diverged`` ("k/n") count per
+    configuration the diverged trials among those with an outcome (finished or
+    diverged); the mean, std and n stay over the finished trials, and a
+    configuration whose every trial diverged gets rows (one per K × model
+    metric) with an empty mean and n = 0 (see the module docstring).
+    """
     import pandas as pd
 
     ok = df[(df["status"] == "ok") & df["metric"].notna()]
     cols = group_columns(df)
-    if ok.empty:
-        return pd.DataFrame(columns=[*cols, "mean", "std", "n", "wall_s_mean"])
-    keyed = ok[cols].astype(str).fillna("")
-    grouped = ok.groupby([keyed[c] for c in cols], sort=False, dropna=False)
-    out = grouped.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"),
-                      wall_s_mean=("wall_s", "mean")).reset_index(drop=True)
-    firsts = grouped[cols].first().reset_index(drop=True)
-    return pd.concat([firsts, out], axis=1)
+    diverged = df[df["status"] == "diverged"]
+    empty = pd.DataFrame(columns=[*cols, "mean", "std", "n", "wall_s_mean"])
+    if ok.empty and diverged.empty:
+        return empty
+    out, out_ids = empty, []
+    if not ok.empty:
+        keyed = ok[cols].astype(str).fillna("")
+        by = [keyed[c] for c in cols]
+        grouped = ok.groupby(by, sort=False, dropna=False)
+        out = grouped.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"),
+                          wall_s_mean=("wall_s", "mean")).reset_index(drop=True)
+        firsts = grouped[cols].first().reset_index(drop=True)
+        out = pd.concat([firsts, out], axis=1)
+    if diverged.empty:
+        return out
+    config_cols = [c for c in cols if c not in ("k", "metric")]
+    # one identity per row of the whole table, so finished and diverged runs compare alike
+    ids = pd.Series(list(df[config_cols].astype(str).fillna("").itertuples(index=False,
+                                                                             name=None)),
+                    index=df.index)
+    if not ok.empty:
+        out_ids = list(ids.loc[ok.index].groupby(by, sort=False, dropna=False).first())
+    return _with_divergence(df, out, out_ids, ids, cols)
+
+
+#: the metrics a configuration whose every trial diverged gets (empty) summary rows for
+_DIVERGED_METRICS = ("precision", "recall", "ndcg", "hr", "mrr")
+
+
+def _with_divergence(df, out, out_ids, ids, cols):
+    """``out`` (the summary of the finished runs; ``out_ids`` the configuration of each of
+    its rows) with the diverged-trial counts per configuration (``ids``: the configuration
+    of each row of ``df``), and empty rows for configurations whose every trial diverged."""
+    import pandas as pd
+
+    runs = df[df["status"].isin(["ok", "diverged"])].drop_duplicates("key")
+    counts: dict[tuple, list[int]] = {}
+    firsts: dict[tuple, object] = {}
+    for idx, r in runs.iterrows():
+        c = counts.setdefault(ids.loc[idx], [0, 0])
+        c[0] += r["status"] == "diverged"
+        c[1] += 1
+        firsts.setdefault(ids.loc[idx], r)
+    have = set(out_ids)
+    extra, extra_ids = [], []
+    for i, first in firsts.items():
+        if i in have:
+            continue
+        try:
+            ks = [int(k) for k in json.loads(first["ks"])]
+        except (KeyError, TypeError, ValueError):
+            ks = sorted(int(k) for k in df["k"].dropna().unique())
+        for k in ks:
+            for metric in _DIVERGED_METRICS:
+                extra.append({**{c: first[c] for c in cols}, "k": k, "metric": metric,
+                              "mean": float("nan"), "std": float("nan"), "n": 0,
+                              "wall_s_mean": float("nan")})
+                extra_ids.append(i)
+    if extra:
+        extra = pd.DataFrame(extra, columns=out.columns)
+        out = extra if out.empty else pd.concat([out, extra], ignore_index=True)
+    all_ids = [*out_ids, *extra_ids]
+    n_div = [int(counts.get(i, [0, 0])[0]) for i in all_ids]
+    return out.assign(n_diverged=n_div,
+                      diverged=[f"{d}/{counts.get(i, [0, 0])[1]}" for d, i in zip(n_div, all_ids)])
 
 
 def _fmt(mean, std) -> str:
@@ -474,6 +614,11 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
     Each table ends with the popularity ranking's rows (one per configuration
     that differs in anything but the method: dataset, α, rounds...), the line a
     trained model has to beat.
+
+    When some run diverged (the summary has a ``diverged`` column), the
+    ``trials`` column is headed ``finished`` (the trials in the mean), a
+    ``diverged`` column ("4/5") follows it, a configuration whose every trial
+    diverged shows "—" for its metrics, and each table ends with a line saying so.
     """
     if summary.empty:
         return "_no finished runs_\n"
@@ -491,15 +636,19 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
             continue
         ks = sorted(int(k) for k in s["k"].unique())
         name = METRIC_LABELS.get(metric, metric)
-        head = [*varying, *[f"{name}@{k}" for k in ks], "trials"]
+        divergence = "diverged" in summary.columns
+        head = [*varying, *[f"{name}@{k}" for k in ks],
+                *(("finished", "diverged") if divergence else ("trials",))]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         rows: dict[tuple, dict] = {}
         for _, r in s.iterrows():
             ident_key = tuple(str(r[c]) for c in varying)
             row = rows.setdefault(ident_key, {"n": r["n"]})
             std = None if pd_isna(r["std"]) else float(r["std"])
-            row[int(r["k"])] = _fmt(float(r["mean"]), std)
+            row[int(r["k"])] = _fmt(float(r["mean"]), std) or ("—" if divergence else "")
             row["n"] = min(row["n"], r["n"])
+            if divergence:
+                row["diverged"] = r["diverged"]
         pop: dict[tuple, dict] = {}
         for _, r in summary[summary["metric"] == f"popularity_{metric}"].iterrows():
             ident_key = tuple("popularity" if c in _METHOD_COLUMNS else str(r[c]) for c in varying)
@@ -509,7 +658,13 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
                 row[int(r["k"])] = _fmt(float(r["mean"]), std)
         for ident_key, row in [*rows.items(), *pop.items()]:
             cells = [*ident_key, *[row.get(k, "") for k in ks], str(int(row["n"]))]
+            if divergence:
+                cells.append(row.get("diverged", ""))
             lines.append("| " + " | ".join(cells) + " |")
+        if divergence:
+            lines += ["", "Mean ± std over the trials that finished; *diverged*: trials whose "
+                      "model diverged (NaN or ±inf), left out of the mean (— : every trial "
+                      "diverged)."]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

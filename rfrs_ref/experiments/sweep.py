@@ -12,9 +12,12 @@
 - **Failure isolation.** A run that raises is recorded with its error and
   traceback (``status = failed``) and the others go on; so is a run whose
   worker died (e.g. out of memory: Dask's ``KilledWorker``).
+- **Divergence is an outcome.** A run whose model diverged (non-finite server
+  state or scores) is recorded with ``status = diverged``, its round and the
+  history before it; like a run that finished, it is never run again.
 - **Resume.** Runs are keyed by :func:`rfrs_ref.experiments.spec.run_key`;
-  running the same sweep again skips every run already finished (failed runs
-  are tried again unless ``retry_failed=False``). On a shared filesystem a run
+  running the same sweep again skips every run already finished or diverged
+  (failed runs are tried again unless ``retry_failed=False``). On a shared filesystem a run
   that was cut off half-way continues from its last checkpoint.
 - **Machine sizing.** The default LocalCluster has one single-threaded Dask
   worker process per core, fewer if the runs' estimated memory does not fit
@@ -68,8 +71,8 @@ class SweepReport:
 
     Attributes:
         out: the output directory.
-        total: runs in the sweep; skipped: already finished before this call;
-        finished, failed: runs of this call that finished or failed.
+        total: runs in the sweep; skipped: already finished (or diverged) before this call;
+        finished, diverged, failed: runs of this call that finished, diverged or failed.
         table, summary: the tidy and summary tables (pandas DataFrames) of the sweep's runs.
         wall_s: seconds this call took; workers: Dask workers used (0: in process).
         interrupted: the call was interrupted (KeyboardInterrupt) before the end.
@@ -86,10 +89,12 @@ class SweepReport:
     workers: int = 0
     interrupted: bool = False
     failures: list = dataclasses.field(default_factory=list)
+    diverged: int = 0
+    divergences: list = dataclasses.field(default_factory=list)
 
     @property
     def pending(self) -> int:
-        return self.total - self.skipped - self.finished - self.failed
+        return self.total - self.skipped - self.finished - self.failed - self.diverged
 
 
 # -- sizing ----------------------------------------------------------------------------------
@@ -240,7 +245,7 @@ def run_sweep(
         retry_failed: run again the runs whose recorded outcome is a failure.
         keep_state: keep each run's final ``state.npz``.
         on_event: ``on_event(event, spec, outcome, report)`` with event
-            ``"plan"`` (once, spec None), ``"done"`` or ``"failed"``.
+            ``"plan"`` (once, spec None), ``"done"``, ``"diverged"`` or ``"failed"``.
         label_columns: label columns listed first in the Markdown summary.
     Returns:
         A :class:`SweepReport`.
@@ -279,7 +284,7 @@ def run_sweep(
         if compacted:
             # outcomes written before provenance.json existed: say what they tell of their runs
             record_reconstructed(store.path, list(outcomes.values()))
-        done = {k for k, o in outcomes.items() if o.get("status") == "ok"}
+        done = {k for k, o in outcomes.items() if o.get("status") in ("ok", "diverged")}
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
@@ -300,6 +305,10 @@ def run_sweep(
             if outcome["status"] == "ok":
                 report.finished += 1
                 event = "done"
+            elif outcome["status"] == "diverged":
+                report.diverged += 1
+                report.divergences.append((spec, outcome.get("divergence")))
+                event = "diverged"
             else:
                 report.failed += 1
                 report.failures.append((spec, outcome.get("error")))
@@ -350,11 +359,12 @@ def run_sweep(
             flush()
             report.summary, _ = write_summary(report.table, store.path,
                                               label_columns=label_columns)
-            if report.finished or report.failed:
+            if report.finished or report.failed or report.diverged:
                 # a call that ran nothing leaves the directory byte for byte as it was
                 record_call(store.path, started=started_at, wall_s=report.wall_s,
                             total=report.total, skipped=report.skipped,
                             finished=report.finished, failed=report.failed,
+                            diverged=report.diverged,
                             workers=report.workers,
                             run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
                                         if k in outcomes])

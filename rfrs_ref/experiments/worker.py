@@ -3,7 +3,12 @@
 :func:`execute_run` is the task a sweep sends to a Dask worker (or calls in
 process). It never raises for a failure of the run itself: an exception is
 caught and returned as ``status = "failed"`` with its message and traceback,
-so one bad run cannot stop a sweep. The outcome is JSON-serialisable and holds
+so one bad run cannot stop a sweep. A run whose model diverged
+(:class:`rfrs_ref.federated.trainer.Diverged`: a non-finite server state or
+non-finite scores at an evaluation) is not a failure but an outcome:
+``status = "diverged"``, with ``divergence`` (the round, the reason, what was
+non-finite, the last checkpoint), the evaluation ``history`` before it and the
+per-round summary; it is never run again (docs/reproduction.md, "Diverged runs"). The outcome is JSON-serialisable and holds
 everything the results tables and plots need (final metrics, the evaluation
 history, a per-round summary, the PCA capture of a capture run), so the
 machine that collects results does not have to see the worker's files.
@@ -61,11 +66,13 @@ def execute_run(task: dict) -> dict:
             directory); ``data_dir`` is the driver's ``RFRS_DATA_DIR``, used
             when the worker's environment has none.
     Returns:
-        The outcome: ``key``, ``status`` (``ok`` or ``failed``), ``error``,
+        The outcome: ``key``, ``status`` (``ok``, ``diverged`` or ``failed``), ``error``,
         ``traceback``, ``wall_s``, ``started``, ``finished``, ``worker``,
         ``resumed_from`` and, for a finished run, ``final``, ``history``,
         ``rounds`` (per-round summary), ``capture`` (capture runs),
-        ``dataset``, ``versions`` and ``files``.
+        ``dataset``, ``versions`` and ``files``; for a diverged run, ``error``
+        (the message), ``divergence``, ``history``, ``rounds``, ``dataset``,
+        ``versions`` and ``files``, and no ``final``.
     """
     started, tick = _now(), time.perf_counter()
     outcome: dict[str, Any] = {
@@ -89,11 +96,12 @@ def execute_run(task: dict) -> dict:
             result = _capture(spec, run_dir)
         else:
             result = _train(spec, run_dir, keep_state=bool(task.get("keep_state")))
+        status = result.pop("status", "ok")
         outcome.update(result)
         if tmp is not None:
             outcome["files"] = {name: (run_dir / name).read_text() for name in SMALL_FILES
                                 if (run_dir / name).exists()}
-        outcome["status"] = "ok"
+        outcome["status"] = status
     except BaseException as exc:  # noqa: BLE001 - the whole point is to report any failure
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
@@ -124,24 +132,41 @@ def _same_config(run_dir: pathlib.Path, spec) -> bool:
 
 
 def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
-    from rfrs_ref.federated.trainer import Trainer
+    from rfrs_ref.federated.trainer import Diverged, Trainer
 
     trainer = Trainer(spec.config)
     resume = (run_dir / "checkpoint.npz").exists() and _same_config(run_dir, spec)
     resumed_from = None
     result = None
-    if resume:
-        try:
-            with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as z:
-                resumed_from = int(z["round"])
-            result = trainer.run(run_dir, resume=True)
-        except Exception:  # noqa: BLE001 - an unreadable checkpoint: start again from scratch
-            resumed_from, result = None, None
-            trainer = Trainer(spec.config)
-    if result is None:
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        result = trainer.run(run_dir)
+    try:
+        if resume:
+            try:
+                with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as z:
+                    resumed_from = int(z["round"])
+                result = trainer.run(run_dir, resume=True)
+            except Diverged:
+                raise
+            except Exception:  # noqa: BLE001 - an unreadable checkpoint: start again from scratch
+                resumed_from, result = None, None
+                trainer = Trainer(spec.config)
+        if result is None:
+            if run_dir.exists():
+                shutil.rmtree(run_dir)
+            result = trainer.run(run_dir)
+    except Diverged as exc:
+        # an outcome, not a failure: the run is finished, its checkpoint no longer needed
+        for name in LARGE_FILES:
+            (run_dir / name).unlink(missing_ok=True)
+        return {
+            "status": "diverged",
+            "error": f"{type(exc).__name__}: {exc}",
+            "resumed_from": resumed_from,
+            "divergence": jsonable(exc.record()),
+            "history": _history(exc.history),
+            "rounds": read_round_summary(run_dir / "rounds.jsonl"),
+            "dataset": _dataset_record(trainer),
+            "versions": _versions(),
+        }
     for name in LARGE_FILES + (() if keep_state else ("state.npz",)):
         (run_dir / name).unlink(missing_ok=True)
     return {

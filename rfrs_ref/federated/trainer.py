@@ -24,10 +24,12 @@ before writing anything and a second process is refused (``DirectoryLocked``).
 A directory that already holds a run is never overwritten by a new run
 (:class:`RunExists`), except a run that stopped before its first checkpoint
 with the very same configuration, which starts again. A round whose aggregated
-server state holds NaN or ±inf stops the run (:class:`NonFiniteState`), and a
-checkpoint that cannot continue is refused (:class:`CheckpointError`); in both
-cases the files already written stay as they were. See docs/training.md,
-"Failure behaviour".
+server state holds NaN or ±inf, or whose evaluation meets NaN or ±inf scores,
+ends the run as diverged (:class:`Diverged`, a :class:`NonFiniteState`;
+``final_metrics.json`` then says ``"status": "diverged"``), and a checkpoint
+that cannot continue is refused (:class:`CheckpointError`); in both cases the
+files already written stay as they were. See docs/training.md, "Failure
+behaviour".
 
 Every random choice is drawn from a stream keyed by (seed, name, round), so a
 resumed run draws exactly what the uninterrupted run drew and ends with the
@@ -96,16 +98,68 @@ class NonFiniteState(ValueError):
     def __init__(self, t: int, array: str, count: int, size: int, checkpoint: int | None,
                  run_dir: pathlib.Path | None) -> None:
         self.round, self.array, self.count, self.checkpoint = t, array, count, checkpoint
-        what = "the initial state" if t == 0 else f"round {t}: the aggregated server state"
-        msg = (f"{what} {array!r} holds {count} non-finite value(s) (NaN or ±inf) of {size}; "
-               "training stopped before evaluating it")
-        if run_dir is not None:
-            msg += (f". {run_dir}/checkpoint.npz (round {checkpoint}) is kept" if checkpoint
-                    else f". No checkpoint was written in {run_dir}")
-        msg += (". The initial scale is too large for the dtype" if t == 0 else
-                ". Such uploads reach the state only without a robust defence or without "
-                "update-rule verification")
-        super().__init__(msg)
+        super().__init__(_state_message(t, array, count, size, checkpoint, run_dir))
+
+
+def _state_message(t, array, count, size, checkpoint, run_dir) -> str:
+    what = "the initial state" if t == 0 else f"round {t}: the aggregated server state"
+    msg = (f"{what} {array!r} holds {count} non-finite value(s) (NaN or ±inf) of {size}; "
+           "training stopped before evaluating it")
+    if run_dir is not None:
+        msg += (f". {run_dir}/checkpoint.npz (round {checkpoint}) is kept" if checkpoint
+                else f". No checkpoint was written in {run_dir}")
+    msg += (". The initial scale is too large for the dtype" if t == 0 else
+            ". Such uploads reach the state only without a robust defence or without "
+            "update-rule verification")
+    return msg
+
+
+#: :attr:`Diverged.reason` of a run whose aggregated server state became NaN or ±inf
+DIVERGED_STATE = "non-finite server state"
+#: :attr:`Diverged.reason` of a run whose state is finite but whose scores overflow
+DIVERGED_SCORES = "non-finite scores"
+
+
+class Diverged(NonFiniteState):
+    """The model diverged at round t ≥ 1: training stops there, and that is the run's outcome.
+
+    Raised in two cases, both after round t's aggregation and before anything of
+    round t is recorded:
+
+    - ``reason == DIVERGED_STATE``: the aggregated server state holds NaN or
+      ±inf (``array``, ``count`` name the first such array);
+    - ``reason == DIVERGED_SCORES``: the state is finite, but the scores of
+      an evaluated client hold NaN or ±inf (its values are so large that a
+      dot product overflows; ``user`` names the first such client), at an
+      evaluation round, on the test or the validation items.
+
+    A ``NonFiniteState`` (hence a ``ValueError``), so every caller that stopped on
+    a non-finite state stops on both. A non-finite *initial* state (round 0) is
+    a configuration error (the initial scale), not a divergence: it raises a plain
+    ``NonFiniteState``.
+
+    Attributes:
+        round: the round of divergence (≥ 1); reason: one of the two above;
+        what: what was non-finite, in words (``'theta': 12 of 3400 values``,
+        ``the scores of user 3``); array, count: the state array and its
+        non-finite count (None for scores); user: the client (None for the
+        state); checkpoint: the round of the last checkpoint written (finite),
+        or None; history: the evaluation rows recorded before round t (round 0
+        first), as in :attr:`TrainResult.history`.
+    """
+
+    def __init__(self, t: int, reason: str, what: str, message: str, *,
+                 checkpoint: int | None, history: list[dict], array: str | None = None,
+                 count: int | None = None, user: int | None = None) -> None:
+        ValueError.__init__(self, message)
+        self.round, self.reason, self.what, self.checkpoint = t, reason, what, checkpoint
+        self.array, self.count, self.user = array, count, user
+        self.history = [dict(row) for row in history]
+
+    def record(self) -> dict:
+        """The divergence as plain data (``round``, ``reason``, ``what``, ``checkpoint``)."""
+        return {"round": self.round, "reason": self.reason, "what": self.what,
+                "checkpoint": self.checkpoint}
 
 
 def first_non_finite(arrays: Mapping[str, np.ndarray],
@@ -337,8 +391,11 @@ class Trainer:
             RunExists: ``run_dir`` holds a run and ``resume`` is False.
             CheckpointError: the checkpoint cannot continue (unreadable, another
                 configuration, non-finite values); nothing is changed.
-            NonFiniteState: the server state became NaN/±inf; the files stay as
-                after the previous round, the last checkpoint intact.
+            NonFiniteState: the initial state holds NaN/±inf (nothing is written).
+            Diverged: (a NonFiniteState) at round t ≥ 1 the server state became
+                NaN/±inf, or the scores at an evaluation did; the files stay as
+                after the previous round, the last checkpoint intact, and
+                ``final_metrics.json`` says ``"status": "diverged"`` with the round.
             OSError: a file could not be written (full disk, read-only
                 directory); files already complete stay so (atomic writes).
         """
@@ -349,7 +406,11 @@ class Trainer:
         with contextlib.nullcontext() if locked else DirectoryLock(run_dir):
             out = RunDirectory(run_dir)
             from_checkpoint = out.prepare(self.config, resume)
-            return self._run(out, from_checkpoint, progress)
+            try:
+                return self._run(out, from_checkpoint, progress)
+            except Diverged as exc:
+                out.diverged(exc)
+                raise
 
     def _run(self, out: "RunDirectory | None", resume: bool, progress) -> TrainResult:
         c = self.config
@@ -377,7 +438,7 @@ class Trainer:
             evaluate = t % c.eval_every == 0 or t == c.rounds
             # the private vectors only feed the scores: checked when they are evaluated
             self._check_finite(t, state, private if evaluate else None, last_checkpoint, out,
-                               norms=record.get("state_norms"))
+                               norms=record.get("state_norms"), history=history)
             if c.trace:
                 record["state_checksums"] = state_checksums(state)
             acc.add(record)
@@ -385,7 +446,8 @@ class Trainer:
                 record["resilience_cumulative"] = dict(acc.resilience)
             latest = None
             if evaluate:
-                latest = self._evaluation_row(t, state, private, pop, out)
+                latest = self._evaluation_row(t, state, private, pop, out,
+                                              checkpoint=last_checkpoint, history=history)
                 history.append(latest)
             if out is not None:
                 out.append_round(record)
@@ -400,22 +462,42 @@ class Trainer:
         return TrainResult(c, final, history, state, out.path if out else None)
 
     @staticmethod
-    def _check_finite(t, state, private, last_checkpoint, out, norms=None) -> None:
+    def _check_finite(t, state, private, last_checkpoint, out, norms=None,
+                      history=()) -> None:
         # the round record's state norms, when there, make this check free
         bad = first_non_finite(state, norms)
         if bad is None and private is not None:
             bad = first_non_finite({f"private {k}": v for k, v in private.items()})
         if bad is not None:
             name, count, size = bad
-            raise NonFiniteState(t, name, count, size, last_checkpoint,
-                                 out.path if out is not None else None)
+            run_dir = out.path if out is not None else None
+            if t == 0:
+                raise NonFiniteState(t, name, count, size, last_checkpoint, run_dir)
+            raise Diverged(t, DIVERGED_STATE, f"{name!r}: {count} of {size} values",
+                           _state_message(t, name, count, size, last_checkpoint, run_dir),
+                           checkpoint=last_checkpoint, history=history, array=name, count=count)
 
-    def _evaluation_row(self, t, state, private, pop, out) -> dict:
-        m = self.evaluate(state, private)
+    def _evaluation_row(self, t, state, private, pop, out, checkpoint=None, history=()) -> dict:
+        from rfrs_ref.metrics import NonFiniteScores
+
+        # both evaluations before either is written: a divergence leaves no row of round t
+        try:
+            m = self.evaluate(state, private)
+            valid = self.evaluate_valid(state, private)
+        except NonFiniteScores as exc:
+            if t == 0:
+                raise
+            where = (f"; {out.path}/checkpoint.npz (round {checkpoint}) is kept" if checkpoint
+                     else "") if out is not None else ""
+            raise Diverged(t, DIVERGED_SCORES, f"the scores of user {exc.user}",
+                           f"round {t}: the model diverged: its state is finite, but the scores "
+                           f"of user {exc.user} hold NaN or ±inf (parameters so large that a "
+                           f"score overflows); training stopped before recording the round"
+                           f"{where}", checkpoint=checkpoint, history=history,
+                           user=exc.user) from None
         row = {"round": t, **m.as_dict()}
         if out is not None:
             out.append_metrics(t, m, pop)
-        valid = self.evaluate_valid(state, private)
         if valid is not None:
             self._last_valid = {"round": t, "model": valid[0].as_dict(),
                                 "popularity": valid[1].as_dict()}
@@ -736,6 +818,16 @@ class RunDirectory:
             int(r[1])
             if not all(math.isfinite(float(x)) for x in r[2:]):
                 raise ValueError(f"row {r} holds a non-finite value")
+
+    def diverged(self, exc: "Diverged") -> None:
+        """Record that the run diverged: ``final_metrics.json`` holds ``"status":
+        "diverged"``, the round, the reason, what was non-finite, the last checkpoint
+        and the last evaluation before it (no ``state.npz``: there is no final state)."""
+        last = exc.history[-1] if exc.history else None
+        final = {"status": "diverged", **exc.record(), "message": str(exc),
+                 "last_evaluation": last}
+        text = json.dumps(final, indent=2, allow_nan=False) + "\n"
+        atomic_write(self.path / "final_metrics.json", lambda fh: fh.write(text.encode("utf-8")))
 
     def finish(self, final: dict, state, private, t: int) -> None:
         text = json.dumps(final, indent=2) + "\n"

@@ -67,6 +67,18 @@ def test_run_without_final_state_is_one_line(small_run, tmp_path):
     assert "has no final state" in res.output and "--resume" in res.output
 
 
+def test_a_diverged_run_says_so(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "8", "--eval-every", "1",
+                                    "--byzantine-fraction", "0.4", "--optimizer", "momentum",
+                                    "--lr", "1e6", "--attack", "ascent", "--preset",
+                                    "no-defense", "--out", str(out)])
+    assert res.exit_code == 1 and "the model diverged" in res.output
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "the run diverged at round " in res.output and "nothing to recommend" in res.output
+
+
 def test_config_records_code_version(small_run):
     from rfrs_ref import __version__
 

@@ -200,6 +200,37 @@ def test_a_non_finite_state_stops_the_run_and_keeps_the_last_checkpoint(tmp_path
         Trainer(cfg).run()
 
 
+def test_divergence_is_raised_with_its_round_and_the_history_before_it(tmp_path):
+    from rfrs_ref.federated.trainer import DIVERGED_SCORES, DIVERGED_STATE, Diverged
+
+    state_cfg = small_config(optimizer="sgd", attack="noise", attack_params={"sigma": 1e38},
+                             byzantine_fraction=0.3, eval_every=1)
+    with pytest.raises(Diverged) as info:
+        Trainer(state_cfg).run()
+    err = info.value
+    assert isinstance(err, NonFiniteState) and err.reason == DIVERGED_STATE
+    assert err.array == "theta" and err.user is None and err.what.startswith("'theta': ")
+    assert [row["round"] for row in err.history] == list(range(err.round))
+    # finite state, overflowing scores: momentum at a huge step against ascent, no defence
+    scores_cfg = small_config(optimizer="momentum", optimizer_params={"lr": 1e6},
+                              attack="ascent", byzantine_fraction=0.4, defense="none",
+                              rounds=8, eval_every=1, checkpoint_every=1)
+    with pytest.raises(Diverged) as info:
+        Trainer(scores_cfg).run(tmp_path / "run")
+    err = info.value
+    assert err.reason == DIVERGED_SCORES and err.array is None and err.user is not None
+    assert err.round >= 1 and err.checkpoint == err.round - 1
+    assert [row["round"] for row in err.history] == list(range(err.round))
+    assert f"round {err.round}: the model diverged" in str(err)
+    final = json.loads((tmp_path / "run/final_metrics.json").read_text())
+    assert final == {"status": "diverged", **err.record(), "message": str(err),
+                     "last_evaluation": json.loads(json.dumps(err.history[-1]))}
+    # a non-finite initial state is a configuration error, not a divergence
+    with pytest.raises(NonFiniteState) as info:
+        Trainer(small_config(init_scale=1e39)).run()
+    assert not isinstance(info.value, Diverged) and info.value.round == 0
+
+
 def test_run_refuses_a_directory_holding_another_run(tmp_path):
     train(small_config(rounds=2, eval_every=1), tmp_path / "run")
     before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}

@@ -193,7 +193,11 @@ def test_a_state_that_explodes_stops_the_run_at_that_round(tmp_path, args):
     line = assert_refused(res, "round ", "non-finite", "'theta'" if "sgd" in args else "'")
     t = int(line.split("round ")[1].split(":")[0])
     assert 1 <= t <= 12
-    assert not (out / "final_metrics.json").exists() and not (out / "state.npz").exists()
+    # the run is over and says so: diverged at round t, no final state
+    final = json.loads((out / "final_metrics.json").read_text())
+    assert final["status"] == "diverged" and final["round"] == t
+    assert final["reason"] == "non-finite server state" and "model" not in final
+    assert not (out / "state.npz").exists()
     # no metric computed from NaN scores, no record of the failed round
     for row in (out / "metrics.csv").read_text().splitlines()[1:]:
         assert all(np.isfinite(float(x)) for x in row.split(",")[2:]), row
@@ -204,6 +208,23 @@ def test_a_state_that_explodes_stops_the_run_at_that_round(tmp_path, args):
         assert int(ckpt["round"]) < t
         assert all(np.isfinite(v).all() for k, v in ckpt.items() if v.dtype.kind == "f")
         assert f"round {int(ckpt['round'])}) is kept" in line
+
+
+def test_scores_that_overflow_from_a_finite_state_stop_the_run_as_diverged(tmp_path):
+    out = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 8, "--eval-every", 1, "--byzantine-fraction", 0.4,
+                 "--optimizer", "momentum", "--lr", "1e6", "--attack", "ascent",
+                 "--preset", "no-defense", "--out", out)
+    line = assert_refused(res, "round ", "the model diverged", "scores of user")
+    t = int(line.split("round ")[1].split(":")[0])
+    final = json.loads((out / "final_metrics.json").read_text())
+    assert final["status"] == "diverged" and final["round"] == t
+    assert final["reason"] == "non-finite scores"
+    assert final["last_evaluation"]["round"] == t - 1
+    assert not (out / "state.npz").exists()
+    assert read_rounds(out / "rounds.jsonl") == list(range(1, t))
+    assert [int(r.split(",")[0]) for r in (out / "metrics.csv").read_text().splitlines()[1:]
+            if r.split(",")[1] == "1"] == list(range(t))
 
 
 @pytest.mark.parametrize("scale, needles", [
