@@ -567,7 +567,8 @@ def aggregate_cases() -> list[Case]:
     cases = []
     n, D, f = 11, 6, 2
     plan = []
-    for rule in RULES:
+    # the rules with golden vectors (cc, caf and smea have none yet: docs/golden-vectors.md)
+    for rule in (r for r in RULES if r in _RULE_HYPER):
         for detect in ("gradient", "parameter"):
             for dtype in ("float64", "float32"):
                 plan.append((rule, detect, dtype, None, False, n, f))
@@ -681,7 +682,9 @@ def attack_cases() -> list[Case]:
         "alie": "every Byzantine client uploads rule(μ − z·σ) of the Byzantine clients' gradients",
         "ipm": "every Byzantine client uploads rule(−ϵ · mean of the Byzantine clients' gradients)",
     }
-    for attack_name in ATTACKS:
+    # the attacks with golden vectors (inf, mimic, opt-ipm, opt-alie and a-ra have none yet:
+    # docs/golden-vectors.md)
+    for attack_name in (a for a in ATTACKS if a in descriptions):
         for dtype in ("float64", "float32"):
             name = f"attack/{attack_name}-adam-{_suffix(dtype)}"
             rng = _rng(name)
