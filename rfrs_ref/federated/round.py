@@ -310,16 +310,8 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
         rd.timing[name] = 0.0
     for lo in range(0, n, batch):
         hi = min(n, lo + batch)
-        tick = time.perf_counter()
-        G = buf.grads[:hi - lo]
-        losses[lo:hi] = _gradients(fed, state, clients[lo:hi], G,
-                                   None if negatives is None else negatives[lo:hi], private,
-                                   None if buf.private_grads is None else buf.private_grads[lo:hi])
-        rd.timing["gradients"] += time.perf_counter() - tick
-        tick = time.perf_counter()
         U = {k: buf.uploads[k][:hi - lo] for k in opt.arrays}
-        opt.client_rule_batch(state, G, t, U, backend=fed.backend)
-        rd.timing["client_rule"] += time.perf_counter() - tick
+        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private, U)
         tick = time.perf_counter()
         sure, _ = opt.screen_sum_batch(state, U, t, w[lo:hi], into=acc, screen=fed.verify)
         if fed.verify and not sure.all() and not opt.verify_batch(state, U, t, screen=True)[0].all():
@@ -347,7 +339,7 @@ def _sample(fed: Federation, t: int) -> _Round:
 def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     """Every sampled client's gradient on θ̄ᵗ⁻¹ (into ``buf.grads``) and its
     optimiser's upload (into ``buf.uploads``); private vectors step in place."""
-    opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
+    opt, model, clients = fed.optimizer, fed.model, rd.clients
     n = clients.size
     U = {k: buf.uploads[k][:n] for k in opt.arrays}
     batch = buf.grads.shape[0]
@@ -359,21 +351,30 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     rd.timing["gradients"] = rd.timing["client_rule"] = 0.0
     for lo in range(0, n, batch):
         hi = min(n, lo + batch)
-        tick = time.perf_counter()
-        G = buf.grads[:hi - lo]
-        losses[lo:hi] = _gradients(fed, state, clients[lo:hi], G,
-                                   None if negatives is None else negatives[lo:hi], private,
-                                   None if buf.private_grads is None else buf.private_grads[lo:hi])
-        rd.timing["gradients"] += time.perf_counter() - tick
-        tick = time.perf_counter()
-        opt.client_rule_batch(state, G, t, {k: v[lo:hi] for k, v in U.items()}, backend=fed.backend)
-        rd.timing["client_rule"] += time.perf_counter() - tick
+        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private,
+                                       {k: v[lo:hi] for k, v in U.items()})
     if model.has_private:
         tick = time.perf_counter()
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
         rd.timing["gradients"] += time.perf_counter() - tick
     # the honest gradients of the round, when the buffer holds them all
     return (buf.grads[:n] if batch >= n else None), U, losses
+
+
+def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U):
+    """The gradients of sampled clients lo..hi − 1 into the first rows of ``buf.grads``
+    and their uploads into ``U`` (their rows); returns their losses (timed into the
+    round's ``gradients`` and ``client_rule``)."""
+    tick = time.perf_counter()
+    G = buf.grads[:hi - lo]
+    losses = _gradients(fed, state, rd.clients[lo:hi], G,
+                        None if negatives is None else negatives[lo:hi], private,
+                        None if buf.private_grads is None else buf.private_grads[lo:hi])
+    rd.timing["gradients"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    fed.optimizer.client_rule_batch(state, G, rd.t, U, backend=fed.backend)
+    rd.timing["client_rule"] += time.perf_counter() - tick
+    return losses
 
 
 def _negatives(fed, rd: _Round):

@@ -46,7 +46,6 @@ import json
 import math
 import pathlib
 import time
-from typing import Any
 
 import numpy as np
 
