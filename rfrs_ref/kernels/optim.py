@@ -584,8 +584,9 @@ def _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety):
 # For a rule whose weights do not depend on the uploads (the weighted mean, no defence:
 # wᵢ = nᵢ/Σnⱼ), the server used to read every upload twice: the screen of verification,
 # then the weighted sums. These kernels do both in one pass over column blocks small
-# enough (a block of every row: n · arrays · SCREEN_SUM_BLOCK · 4 B, 330 kB for 55 Adam
-# rows in float32) to stay in L2 between the screen and the sums.
+# enough (a block of every row of a call: rows · arrays · SCREEN_SUM_BLOCK · 4 B, 96 kB
+# for the SCREEN_SUM_ROWS = 16 Adam rows a call is given, in float32) to stay in cache
+# between the screen and the sums.
 #
 # Bit for bit: the screen's per-coordinate tests are the screen kernels' (the same inlined
 # functions, ĝ recovered in registers as there), and the sums are ``add_weighted_block``'s
@@ -600,6 +601,10 @@ def _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety):
 # ``screen`` False skips the screen (no verification) and returns every row as sure.
 
 SCREEN_SUM_BLOCK = 512
+#: rows per kernel call (the caller slices): with n = 55 Adam rows a block of every row
+#: (330 kB) left the core's L2 between the screen and the sums, and the pass ran slower
+#: than two passes; 16 rows (96 kB) stay
+SCREEN_SUM_ROWS = 16
 
 
 @njit(inline="always")

@@ -449,15 +449,23 @@ class Optimizer(abc.ABC):
                     raise ValueError(f"into[{k!r}] must be a writeable contiguous float64 array of "
                                      f"shape ({D},)")
         from rfrs_ref.kernels.distances import n_chunks
-        from rfrs_ref.kernels.optim import SCREEN_SUM_BLOCK, threads_for
+        from rfrs_ref.kernels.optim import SCREEN_SUM_BLOCK, SCREEN_SUM_ROWS, threads_for
 
         u, tiny = roundoff(*[uploads[k].dtype for k in self.arrays])
         acc = into if into is not None else {k: np.zeros(D) for k in self.arrays}
-        with threads_for(n * D):
-            sure = self._screen_sum_numba(state, uploads, t, w, u, tiny, float(safety), acc,
-                                          n_chunks(D, SCREEN_SUM_BLOCK), bool(screen))
-        if sure is None:
-            return None
+        parts = []
+        # SCREEN_SUM_ROWS rows at a time (a multiple of four: the same sums): a block of
+        # every row of a slice stays in cache between the screen and the sums
+        for lo in range(0, n, SCREEN_SUM_ROWS):
+            hi = min(n, lo + SCREEN_SUM_ROWS)
+            with threads_for((hi - lo) * D):
+                part = self._screen_sum_numba(
+                    state, {k: uploads[k][lo:hi] for k in self.arrays}, t, w[lo:hi], u, tiny,
+                    float(safety), acc, n_chunks(D, SCREEN_SUM_BLOCK), bool(screen))
+            if part is None:
+                return None
+            parts.append(part)
+        sure = np.concatenate(parts) if parts else np.ones(0, dtype=bool)
         if into is not None:
             return sure, dict(into)
         return sure, {k: acc[k].astype(uploads[k].dtype) for k in self.arrays}
