@@ -464,6 +464,11 @@ _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fa
                "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"},
                "meamed": {"fallback": "error"}, "monna": {"pivot": 0, "fallback": "error"}}
 
+#: the rules with golden vectors (cc, caf and smea have none yet: docs/golden-vectors.md)
+GOLDEN_RULES = tuple(_RULE_HYPER)
+#: the attacks with golden vectors (inf, mimic, opt-ipm, opt-alie and a-ra have none yet)
+GOLDEN_ATTACKS = ("none", "ascent", "noise", "camouflage", "alie", "ipm")
+
 _RULE_FORMULA = {
     "monna": ("N = the n − f clients nearest to the pivot client 0 (itself included; finite first, ties "
               "to the smaller index); Ā = Σ_N nᵢ A[i] / Σ_N nᵢ"),
@@ -567,8 +572,7 @@ def aggregate_cases() -> list[Case]:
     cases = []
     n, D, f = 11, 6, 2
     plan = []
-    # the rules with golden vectors (cc, caf and smea have none yet: docs/golden-vectors.md)
-    for rule in (r for r in RULES if r in _RULE_HYPER):
+    for rule in (r for r in RULES if r in GOLDEN_RULES):
         for detect in ("gradient", "parameter"):
             for dtype in ("float64", "float32"):
                 plan.append((rule, detect, dtype, None, False, n, f))
@@ -682,9 +686,7 @@ def attack_cases() -> list[Case]:
         "alie": "every Byzantine client uploads rule(μ − z·σ) of the Byzantine clients' gradients",
         "ipm": "every Byzantine client uploads rule(−ϵ · mean of the Byzantine clients' gradients)",
     }
-    # the attacks with golden vectors (inf, mimic, opt-ipm, opt-alie and a-ra have none yet:
-    # docs/golden-vectors.md)
-    for attack_name in (a for a in ATTACKS if a in descriptions):
+    for attack_name in (a for a in ATTACKS if a in GOLDEN_ATTACKS):
         for dtype in ("float64", "float32"):
             name = f"attack/{attack_name}-adam-{_suffix(dtype)}"
             rng = _rng(name)
