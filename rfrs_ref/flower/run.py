@@ -8,6 +8,7 @@ on 127.0.0.1 (see :mod:`rfrs_ref.flower.deploy`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from rfrs_ref.flower import require_flwr
@@ -41,12 +42,29 @@ def simulate(config, run_dir=None, *, num_cpus: int | None = None,
         "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False,
                       "log_to_driver": bool(verbose)},
     }
-    run_simulation(server_app=server_app(config, run_dir, round_timeout=round_timeout,
-                                         connect_timeout=connect_timeout, progress=progress,
-                                         results=results),
-                   client_app=client_app(config), num_supernodes=n_users,
-                   backend_config=backend_config, verbose_logging=verbose)
+    with pythonpath_kept():
+        run_simulation(server_app=server_app(config, run_dir, round_timeout=round_timeout,
+                                             connect_timeout=connect_timeout, progress=progress,
+                                             results=results),
+                       client_app=client_app(config), num_supernodes=n_users,
+                       backend_config=backend_config, verbose_logging=verbose)
     if "result" not in results:
         raise RuntimeError("the Flower simulation ended without finishing the run; see the log "
                            "above")
     return results
+
+
+@contextlib.contextmanager
+def pythonpath_kept():
+    """Restore ``PYTHONPATH`` after Flower's Ray backend, which sets it in this process's
+    environment to the driver's whole ``sys.path`` (flwr 1.41, ``raybackend.py``) and leaves
+    it there: every process the caller starts afterwards would then import from those
+    directories (a source checkout among them) instead of the installed packages."""
+    before = os.environ.get("PYTHONPATH")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before

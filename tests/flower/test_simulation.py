@@ -8,6 +8,7 @@ gradients). Skipped without Flower or Ray (the ``flower`` extra).
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -53,11 +54,18 @@ def test_simulation_engine_runs_equal_the_trainer_bit_for_bit(tmp_path):
             errors.append(exc)
             raise
 
-    run_simulation(server_app=app, client_app=client_app(list(cfgs.values())),
-                   num_supernodes=60,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": 2, "num_gpus": 0,
-                                                 "include_dashboard": False}})
+    from rfrs_ref.flower.run import pythonpath_kept
+
+    before = os.environ.get("PYTHONPATH")
+    with pythonpath_kept():
+        run_simulation(server_app=app, client_app=client_app(list(cfgs.values())),
+                       num_supernodes=60,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       "init_args": {"num_cpus": 2, "num_gpus": 0,
+                                                     "include_dashboard": False}})
+    # Flower's Ray backend sets PYTHONPATH to the driver's sys.path: restored, so that
+    # the processes later tests start import the installed package, not the checkout
+    assert os.environ.get("PYTHONPATH") == before
     assert not errors, errors
     for name, cfg in cfgs.items():
         ref = Trainer(cfg).run(tmp_path / f"ref-{name}")
@@ -80,7 +88,9 @@ def test_simulate_trains_into_a_run_directory(tmp_path):
     from rfrs_ref.flower.run import simulate
 
     cfg = TrainConfig(**{**BASE, "rounds": 1, "eval_every": 1}, **CONFIGS["a-rfrs-ascent"])
+    before = os.environ.get("PYTHONPATH")
     out = simulate(cfg, tmp_path / "run", num_cpus=2)
+    assert os.environ.get("PYTHONPATH") == before
     ref = Trainer(cfg).run(None)
     for k in ref.state:
         np.testing.assert_array_equal(out["result"].state[k], ref.state[k])
