@@ -136,7 +136,8 @@ def _check_extras(workers, scheduler) -> None:
 
 
 def _tables(out: pathlib.Path) -> None:
-    names = [n for n in ("results.parquet", "results.csv", "summary.md") if (out / n).exists()]
+    names = [n for n in ("results.parquet", "results.csv", "runs.csv", "summary.md")
+             if (out / n).exists()]
     click.echo("tables: " + ", ".join(str(out / n) for n in names))
 
 
@@ -149,7 +150,8 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
                f"{report.finished} finished, "
                + (f"{report.diverged} diverged, " if report.diverged else "")
                + f"{report.failed} failed "
-               f"in {duration(time.perf_counter() - started)}{runs} -> {report.out}")
+               + (f"{report.pending} not run (--no-run) " if report.pending else "")
+               + f"in {duration(time.perf_counter() - started)}{runs} -> {report.out}")
     for spec, error in report.failures:
         click.echo(f"  failed: {spec.key} {dict(spec.labels)} seed {spec.config.seed}: {error}",
                    err=True)
@@ -171,9 +173,12 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
               help="Set a TrainConfig field in every run (VALUE is JSON, else a string), e.g. "
                    "--set client_fraction=0.05 --set 'dataset_params={\"n_users\": 200}'.")
 @click.option("--no-plot", is_flag=True, help="Run and tabulate only.")
+@click.option("--no-run", is_flag=True,
+              help="Run nothing: write the tables and figures of the runs already recorded "
+                   "in the output directory (e.g. of a sweep that is not finished).")
 @_execution_options
 def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, backend, overrides,
-              no_plot, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
+              no_plot, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
     """Reproduce one of the paper's figures: sweep, tables, plots.
 
     FIGURE is the paper's figure number or name: 1 (pca), 2 (camouflage),
@@ -215,7 +220,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     report, paths = _run(lambda: run_figure(
         fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
         shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
-        on_event=progress, runs=runs), progress)
+        on_event=progress, runs=runs, run=not no_run), progress)
     _report(report, started, progress, after)
     if report.summary is not None and not report.summary.empty:
         metrics = (fig.metric, "ndcg", "hr", "mrr")

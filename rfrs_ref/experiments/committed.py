@@ -7,7 +7,7 @@ two kinds of files:
   kilobytes: the run, its status, wall time, final metrics, evaluation
   history; PCA capture for Fig. 1; for a diverged run its ``divergence``
   (round, reason, what was non-finite) and the history before it), the tables ``results.csv``,
-  ``summary.csv``, ``summary.md``, the figures ``figures/*.png``, the
+  ``runs.csv``, ``summary.csv``, ``summary.md``, the figures ``figures/*.png``, the
   mechanism and verdict tables (``*.csv``, ``*.md``) and ``provenance.json``;
 - **the bulk** (not committed): each run's trainer files (``config.json``,
   ``metrics.csv``, ``rounds.jsonl``, ``final_metrics.json``, checkpoints,
@@ -18,7 +18,7 @@ two kinds of files:
 The record is enough to redo everything: a sweep finds a run finished from
 its outcome.json alone, and the tables and PNG figures are drawn from the
 outcomes, so running the same command on a copy holding only the record runs
-nothing and writes the same ``results.csv``, ``summary.*`` and PNG files,
+nothing and writes the same ``results.csv``, ``runs.csv``, ``summary.*`` and PNG files,
 byte for byte. The repository's ``.gitignore`` states the same split;
 :data:`COMMITTED_GLOBS` is its list form, used by tests and tools.
 

@@ -433,6 +433,18 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
     return paths
 
 
+def whole_grid(fig: Figure, scale: Scale) -> list[RunSpec]:
+    """``fig``'s runs at ``scale`` on every dataset of the full figure and every one asked for,
+    in the figure's order: what its tables hold, whichever datasets a call runs.
+
+    A call restricted to some datasets (``--datasets lastfm``) thus leaves the runs
+    already recorded for the others in the directory's tables and figures, and two
+    calls that differ only in their datasets write the same tables.
+    """
+    datasets = tuple(dict.fromkeys([*fig.datasets, *(scale.datasets or ())]))
+    return fig.runs(dataclasses.replace(scale, datasets=datasets))
+
+
 def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | None = None,
               *, plot: bool = True, **sweep_kwargs):
     """Run ``fig``'s sweep (skipping finished runs), write its tables and draw it.
@@ -445,7 +457,8 @@ def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | Non
 
     out = pathlib.Path(out) if out is not None else fig.default_out(scale.quick)
     runs = sweep_kwargs.pop("runs", None) or fig.runs(scale)
-    report = run_sweep(runs, out, label_columns=("label_series",), **sweep_kwargs)
+    report = run_sweep(runs, out, label_columns=("label_series",),
+                       table_runs=whole_grid(fig, scale), **sweep_kwargs)
     paths: list[pathlib.Path] = []
     if plot and report.table is not None and (report.table["status"] == "ok").any():
         paths = plot_figure(fig, report.table, out, out / "figures")

@@ -13,8 +13,13 @@ The store (a sweep's output directory)
                                 recorded the resilience sums keep it inside outcome.json)
       runs/<key>/...            the trainer's run directory (config.json, metrics.csv,
                                 rounds.jsonl, final_metrics.json; state.npz with keep_state)
-      results.csv, .parquet     the tidy table of the sweep's runs (below); Parquet only
-                                when pyarrow is installed (the ``distributed`` extra)
+      results.csv, runs.csv     the tidy table of the sweep's runs (below), stored as two
+                                CSV files: ``runs.csv`` one row per run (its configuration,
+                                status and run-level facts), ``results.csv`` one row per
+                                run × K × metric (the run's key, a few columns to read it
+                                by, K, metric, value); :func:`read_table` joins them
+      results.parquet           the whole tidy table in one file, when pyarrow is installed
+                                (the ``distributed`` extra)
       summary.csv, summary.md   mean ± std over trials
       .lock                     held while a sweep writes here (rfrs_ref.files.DirectoryLock)
 
@@ -52,6 +57,17 @@ as an outcome are read as diverged when their error is exactly one of the two
 divergence errors of those versions (:func:`divergence_of`); their round is
 the one in the message (non-finite state) or unknown (non-finite scores).
 
+On disk the CSV form is normalised, because the run-level columns (about 50,
+the configuration among them) repeated on each of a run's 50 metric rows
+made a table ten times the size of its content: ``runs.csv`` holds them once
+per run, and ``results.csv`` holds, per metric row, the run's ``key`` and
+:data:`RESULT_ID_COLUMNS` (so that the file reads alone), ``k``, ``metric``
+and ``value``. A failed or diverged run has its one row there too, with
+empty ``k``, ``metric`` and ``value``. :func:`read_table` joins the two on
+``key`` and returns the tidy table, column for column as
+:func:`results_frame` makes it; a ``results.csv`` with every column (written
+by earlier versions, or by hand) is read as it is.
+
 The summary table
 -----------------
 Mean, sample standard deviation (ddof = 1; empty for one trial) and count
@@ -80,6 +96,10 @@ from rfrs_ref.experiments.spec import RunSpec
 from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 
 OUTCOME = "outcome.json"
+#: the one-row-per-run half of the tidy table's CSV form (see the module docstring)
+RUNS_TABLE = "runs"
+#: columns of results.csv besides key, k, metric and value: the run as a person reads it
+RESULT_ID_COLUMNS = ("dataset", "method", "alpha", "trial")
 #: the per-round summary of a run, beside its outcome (see the module docstring)
 ROUNDS_FILE = "round_summary.json"
 TABLE = "results"
@@ -429,10 +449,7 @@ def frame_from_rows(rows: list[dict]):
     df = pd.DataFrame(rows)
     if df.empty:
         df = pd.DataFrame(columns=[*RUN_COLUMNS, *CONFIG_COLUMNS, *PARAM_COLUMNS, *ROW_COLUMNS])
-    first = [c for c in ("key", "status", "method", "dataset", "model", "optimizer", "defense",
-                         "detect", "attack", "alpha", "trial", "seed", "rounds", "k", "metric",
-                         "value") if c in df.columns]
-    df = df[first + [c for c in df.columns if c not in first]]
+    df = _ordered(df)
     for col in ("k", "final_round", "resumed_from", "excluded_byzantine", "excluded_honest",
                 "evaluated_clients", "diverged_round"):
         if col in df.columns:
@@ -445,6 +462,16 @@ def frame_from_rows(rows: list[dict]):
     return df
 
 
+#: the tidy table's leading columns, in this order (the others follow as the rows made them)
+_FIRST_COLUMNS = ("key", "status", "method", "dataset", "model", "optimizer", "defense", "detect",
+                  "attack", "alpha", "trial", "seed", "rounds", "k", "metric", "value")
+
+
+def _ordered(df):
+    first = [c for c in _FIRST_COLUMNS if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
 def parquet_available() -> bool:
     """Whether pandas can write Parquet here (pyarrow, from the ``distributed`` extra)."""
     import importlib.util
@@ -452,11 +479,36 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def write_table(df, out: pathlib.Path, stem: str = TABLE) -> list[pathlib.Path]:
-    """Write ``df`` as ``stem.csv`` and, when pyarrow is installed, ``stem.parquet``
-    in ``out``, atomically.
+def runs_stem(stem: str = TABLE) -> str:
+    """The stem of the one-row-per-run file beside ``stem.csv`` (``runs`` for ``results``)."""
+    return RUNS_TABLE if stem == TABLE else f"{stem}_{RUNS_TABLE}"
 
-    Without pyarrow (a plain ``pip install .``) the CSV file alone is written;
+
+def split_table(df):
+    """The CSV form of the tidy table ``df``: ``(runs, results)``, one row per run and one
+    per run × K × metric (see the module docstring); ``df`` is unchanged.
+
+    Raises:
+        ValueError: two rows of one key disagree on a run-level column (the tidy rows of
+            one run carry the same run-level values by construction).
+    """
+    row_cols = [c for c in ROW_COLUMNS if c in df.columns]
+    run_cols = [c for c in df.columns if c not in row_cols]
+    runs = df[run_cols].drop_duplicates()
+    if runs["key"].duplicated().any():
+        dup = runs.loc[runs["key"].duplicated(), "key"].iloc[0]
+        raise ValueError(f"the rows of run {dup} disagree on a run-level column; "
+                         "a tidy table has one configuration per key")
+    ids = ["key", *[c for c in RESULT_ID_COLUMNS if c in df.columns]]
+    return runs.reset_index(drop=True), df[ids + row_cols].reset_index(drop=True)
+
+
+def write_table(df, out: pathlib.Path, stem: str = TABLE) -> list[pathlib.Path]:
+    """Write the tidy table ``df`` in ``out``, atomically: its CSV form ``stem.csv`` and
+    :func:`runs_stem` ``.csv`` (one row per K × metric, one row per run: see the module
+    docstring) and, when pyarrow is installed, the whole table as ``stem.parquet``.
+
+    Without pyarrow (a plain ``pip install .``) the CSV files alone are written;
     every reader of the project accepts either.
     """
     import io
@@ -472,12 +524,28 @@ def write_table(df, out: pathlib.Path, stem: str = TABLE) -> list[pathlib.Path]:
     else:
         # a stale Parquet file from an earlier install would shadow the fresh CSV in read_table
         (out / f"{stem}.parquet").unlink(missing_ok=True)
-    atomic_write_text(out / f"{stem}.csv", df.to_csv(index=False))
-    return [*paths, out / f"{stem}.csv"]
+    runs, results = split_table(df)
+    runs_path = out / f"{runs_stem(stem)}.csv"
+    # the runs first: a reader never finds a results.csv whose runs are not written yet
+    atomic_write_text(runs_path, runs.to_csv(index=False))
+    atomic_write_text(out / f"{stem}.csv", results.to_csv(index=False))
+    return [*paths, out / f"{stem}.csv", runs_path]
 
 
 def read_table(path: str | os.PathLike):
-    """The tidy table from a results file (.parquet or .csv) or a sweep directory."""
+    """The tidy table from a results file (.parquet or .csv) or a sweep directory.
+
+    A ``results.csv`` in the normalised form (without the run-level columns) is
+    joined with the ``runs.csv`` beside it on ``key``.
+
+    Raises:
+        FileNotFoundError: no table at ``path``, or a normalised ``results.csv``
+            without its ``runs.csv``.
+        ValueError: a file that is not a table of this form: a key of
+            ``results.csv`` absent from ``runs.csv`` or present there twice, a row of
+            ``results.csv`` whose dataset, method, α or trial differ from its run's, or
+            a column ``key`` missing (the message names the file, line and key).
+    """
     import pandas as pd
 
     path = pathlib.Path(path)
@@ -491,9 +559,49 @@ def read_table(path: str | os.PathLike):
             raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install "
                              "'rfrs-ref[distributed]'); or give the results.csv beside it")
         return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    raise ValueError(f"{path}: a results table is a .parquet or .csv file")
+    if path.suffix != ".csv":
+        raise ValueError(f"{path}: a results table is a .parquet or .csv file")
+    df = pd.read_csv(path)
+    if "status" in df.columns or "metric" not in df.columns:
+        return df  # the whole tidy table in one file (or not a tidy table: the caller says)
+    return _joined(df, path)
+
+
+def _joined(results, path: pathlib.Path):
+    """The tidy table from its normalised CSV form: ``results`` (read from ``path``) and the
+    runs file beside it."""
+    import pandas as pd
+
+    runs_path = path.with_name(f"{runs_stem(path.stem)}.csv")
+    if not runs_path.exists():
+        raise FileNotFoundError(f"{path}: holds one row per metric and needs {runs_path.name} "
+                                f"beside it (one row per run), which is missing")
+    runs = pd.read_csv(runs_path)
+    for name, t in ((path, results), (runs_path, runs)):
+        if "key" not in t.columns:
+            raise ValueError(f"{name}: no column 'key'; not a results table of rfrs-ref")
+    dup = runs["key"].duplicated()
+    if dup.any():
+        raise ValueError(f"{runs_path}: run {runs.loc[dup, 'key'].iloc[0]} has more than one "
+                         "row; a runs table has one row per run")
+    missing = ~results["key"].isin(runs["key"])
+    if missing.any():
+        line = int(missing.to_numpy().argmax()) + 2  # the header is line 1
+        raise ValueError(f"{path}, line {line}: run {results.loc[missing, 'key'].iloc[0]} has "
+                         f"no row in {runs_path.name}")
+    rows = results[["key", *[c for c in ROW_COLUMNS if c in results.columns]]]
+    joined = rows.merge(runs, on="key", how="left", sort=False)
+    # the columns results.csv repeats to be read alone must say what runs.csv says
+    for col in RESULT_ID_COLUMNS:
+        if col in results.columns and col in runs.columns:
+            ours, theirs = results[col].astype(str), joined[col].astype(str)
+            bad = (ours != theirs).to_numpy()
+            if bad.any():
+                i = int(bad.argmax())
+                raise ValueError(f"{path}, line {i + 2}: run {results['key'].iloc[i]} has "
+                                 f"{col} {ours.iloc[i]!r}, but {runs_path.name} says "
+                                 f"{theirs.iloc[i]!r}")
+    return _ordered(joined)
 
 
 # -- summary -------------------------------------------------------------------------------------

@@ -7,8 +7,14 @@
   with ``as_completed`` in the order they finish.
 - **Streaming, durable results.** As soon as a run finishes its outcome is
   written atomically to ``OUT/runs/<key>/outcome.json`` and the results table
-  (``results.parquet`` / ``results.csv``) is rewritten, so an interruption
+  (``results.csv`` / ``runs.csv``, ``results.parquet``) is rewritten, so an interruption
   (Ctrl-C, SIGKILL, power loss) loses only the runs still going.
+- **Tables of the whole experiment.** ``table_runs`` names the runs whose
+  recorded outcomes make the tables, in their order, beside the ones asked
+  for: a figure passes its whole grid, so that a call restricted to one
+  dataset writes tables holding every dataset already recorded in the
+  directory, in the same order whatever the call, instead of rewriting them
+  with its own runs only.
 - **Failure isolation.** A run that raises is recorded with its error and
   traceback (``status = failed``) and the others go on; so is a run whose
   worker died (e.g. out of memory: Dask's ``KilledWorker``).
@@ -227,6 +233,8 @@ def run_sweep(
     keep_state: bool = False,
     on_event: Event | None = None,
     label_columns: Sequence[str] = (),
+    table_runs: Sequence[RunSpec] | None = None,
+    run: bool = True,
 ) -> SweepReport:
     """Run every run of ``runs`` not yet finished in ``out``; write the tables.
 
@@ -247,6 +255,11 @@ def run_sweep(
         on_event: ``on_event(event, spec, outcome, report)`` with event
             ``"plan"`` (once, spec None), ``"done"``, ``"diverged"`` or ``"failed"``.
         label_columns: label columns listed first in the Markdown summary.
+        table_runs: the runs whose recorded outcomes (in ``out``) make the tables,
+            in this order; runs of ``runs`` not among them follow. None: ``runs``.
+            None of them is run; one without an outcome is left out.
+        run: False runs nothing: the tables (and a figure's plots) are written from
+            the outcomes already recorded; the runs left are ``report.pending``.
     Returns:
         A :class:`SweepReport`.
     Raises:
@@ -266,6 +279,9 @@ def run_sweep(
         raise ValueError("invalid configuration(s), nothing was run:\n  " + "\n  ".join(invalid))
     keys = check_unique(runs)
     by_key = dict(zip(keys, runs))
+    table_specs = {}  # key -> spec, in the tables' order
+    for spec in [*(runs_from(table_runs) if table_runs is not None else []), *runs]:
+        table_specs.setdefault(spec.key, spec)
     if workers != 0 and client is None and not dask_available():
         if scheduler is not None or workers is not None:
             raise ValueError(DASK_MISSING)
@@ -281,6 +297,11 @@ def run_sweep(
             if o is not None:
                 outcomes[k] = store.compact(k, o)
                 compacted |= outcomes[k] is not o
+        for k in table_specs:  # recorded runs of the experiment that this call does not run
+            if k not in by_key:
+                o = store.read_outcome(k)
+                if o is not None:
+                    outcomes[k] = o
         if compacted:
             # outcomes written before provenance.json existed: say what they tell of their runs
             record_reconstructed(store.path, list(outcomes.values()))
@@ -288,14 +309,17 @@ def run_sweep(
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
+        if not run:
+            pending = []
 
         rows: dict[str, list[dict]] = {}  # tidy rows per recorded run, made once
 
         def flush():
-            for k in keys:
+            for k, spec in table_specs.items():
                 if k in outcomes and k not in rows:
-                    rows[k] = tidy_rows(by_key[k], outcomes[k], key=k)
-            report.table = frame_from_rows([r for k in keys if k in rows for r in rows[k]])
+                    rows[k] = tidy_rows(spec, outcomes[k], key=k)
+            report.table = frame_from_rows([r for k in table_specs if k in rows
+                                            for r in rows[k]])
             write_table(report.table, store.path)
 
         def record(spec, outcome):

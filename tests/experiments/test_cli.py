@@ -39,6 +39,20 @@ def test_reproduce_test_sized_figure_in_process(ex, tmp_path):
     assert res.exit_code == 0 and "2 skipped" in res.output
 
 
+def test_reproduce_no_run_tabulates_what_is_recorded_and_runs_nothing(ex, tmp_path):
+    out = tmp_path / "fig10"
+    args = ["10", "--quick", "--datasets", "synthetic", "--rounds", "3",
+            "--set", "client_fraction=0.1", "--set", f"dataset_params={json.dumps(ex.TINY_DATA)}",
+            "--workers", "0", "--threads", "1", "--out", str(out)]
+    res = CliRunner().invoke(reproduce, [*args, "--trials", "1"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(reproduce, [*args, "--trials", "2", "--no-run"])
+    assert res.exit_code == 0, res.output
+    assert "4 runs: 2 skipped (already finished), 0 finished, 0 failed 2 not run" in res.output
+    assert len(list((out / "runs").iterdir())) == 2
+    assert (out / "figures" / "fig10.png").exists() and "| Adam |" in res.output
+
+
 def test_reproduce_bad_override():
     res = CliRunner().invoke(reproduce, ["3", "--set", "nothing", "--workers", "0"])
     assert res.exit_code != 0 and "FIELD=VALUE" in res.output

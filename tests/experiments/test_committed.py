@@ -19,7 +19,7 @@ from rfrs_ref.experiments.sweep import run_sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 #: files whose bytes a re-run from the record must reproduce
-REDRAWN = ("results.csv", "summary.csv", "summary.md", "figures/fig10.png",
+REDRAWN = ("results.csv", "runs.csv", "summary.csv", "summary.md", "figures/fig10.png",
            "figures/fig10_curves.png")
 
 
@@ -131,3 +131,38 @@ def test_gitignore_keeps_exactly_the_record(ex, tmp_path):
     where = {f"results/fig10/{p}": p for p in every}
     ignored = _git_ignored(list(where))
     assert {p for name, p in where.items() if name not in ignored} == record, COMMITTED_GLOBS
+
+
+def test_tables_hold_every_recorded_run_of_the_experiment_whatever_the_call(ex, tmp_path):
+    first = [RunSpec(ex.tiny_config(seed=s, rounds=2)) for s in range(2)]
+    second = [RunSpec(ex.tiny_config(seed=s, rounds=2, optimizer="sgd")) for s in range(2)]
+    grid = [*first, *second]
+    run_sweep(first, tmp_path, workers=0, threads=1, table_runs=grid)
+    only_first = (tmp_path / "results.csv").read_bytes()
+    # a call running the other half keeps the first half in the tables, in the grid's order
+    report = run_sweep(second, tmp_path, workers=0, threads=1, table_runs=grid)
+    assert list(dict.fromkeys(report.table["key"])) == [s.key for s in grid]
+    both = {p: (tmp_path / p).read_bytes() for p in ("results.csv", "runs.csv", "summary.csv")}
+    assert both["results.csv"].startswith(only_first.splitlines(keepends=True)[0])
+    # any part of the grid asked for again runs nothing and writes the same bytes
+    for part in (first, second, grid):
+        again = run_sweep(part, tmp_path, workers=0, threads=1, table_runs=grid)
+        assert again.finished == 0
+        for p, data in both.items():
+            assert (tmp_path / p).read_bytes() == data, p
+    # without the whole grid, a call tabulates its own runs only
+    alone = run_sweep(second, tmp_path, workers=0, threads=1)
+    assert list(dict.fromkeys(alone.table["key"])) == [s.key for s in second]
+
+
+def test_a_figure_restricted_to_one_dataset_tabulates_the_others_recorded_runs():
+    from rfrs_ref.experiments.figures import whole_grid
+
+    fig = figure("4")
+    lastfm = whole_grid(fig, Scale(datasets=("lastfm",)))
+    assert [r.key for r in lastfm] == [r.key for r in whole_grid(fig, Scale())]
+    ml100k_runs = {r.key for r in fig.runs(Scale(datasets=("ml100k",)))}
+    assert ml100k_runs < {r.key for r in lastfm}
+    # a dataset outside the figure's own is added after them
+    extra = whole_grid(fig, Scale(datasets=("synthetic",), rounds=2))
+    assert [r.config.dataset for r in extra][-1] == "synthetic"

@@ -10,6 +10,7 @@ from rfrs_ref.aggregate import PRESETS
 from rfrs_ref.experiments.figures import (DATASETS, FIGURES, FRACTIONS, FULL_TRIALS,
                                           PCA_BYZANTINE, PCA_CLIENTS, QUICK_ROUNDS_DIVISOR,
                                           QUICK_TRIALS, Scale, figure)
+from rfrs_ref.experiments.results import read_table
 from rfrs_ref.experiments.spec import check_unique
 from rfrs_ref.federated.config import DEFAULT_ROUNDS
 from rfrs_ref.federated.population import clients_per_round
@@ -168,5 +169,5 @@ def test_an_ablation_runs_end_to_end_and_draws_its_figure(ex, tmp_path):
     assert (report.finished, report.failed) == (5, 0), report.failures
     assert tmp_path / "figures" / "ablation-exact.png" in paths
     ex.assert_image_not_blank(tmp_path / "figures" / "ablation-exact.png")
-    table = pd.read_csv(tmp_path / "results.csv")
+    table = read_table(tmp_path)
     assert set(table["assumed_byzantine"]) == {"exact"} and set(table["alpha"]) == {0.4}

@@ -7,11 +7,12 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
-from rfrs_ref.experiments.results import (METRICS, Store, StoreLocked, method_name, read_table,
-                                          results_frame, store_lock, summarise, summary_markdown,
-                                          tidy_rows, write_table)
+from rfrs_ref.experiments.results import (METRICS, RESULT_ID_COLUMNS, Store, StoreLocked,
+                                          method_name, read_table, results_frame, store_lock,
+                                          summarise, summary_markdown, tidy_rows, write_table)
 from rfrs_ref.experiments.spec import RunSpec, make_config
 
 
@@ -82,6 +83,58 @@ def test_table_round_trips_through_parquet_and_csv(tmp_path):
     assert len(read_table(tmp_path)) == len(df)
     with pytest.raises(FileNotFoundError, match="no results table"):
         read_table(tmp_path / "nothing")
+
+
+def _written(tmp_path):
+    df = results_frame([(_spec(s), _outcome(0.1 * (s + 1))) for s in range(3)]
+                       + [(_spec(9), {"status": "failed", "error": "e"})])
+    write_table(df, tmp_path)
+    return df
+
+
+def test_csv_form_is_one_row_per_run_beside_one_row_per_metric(tmp_path):
+    df = _written(tmp_path)
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    results = pd.read_csv(tmp_path / "results.csv")
+    assert list(runs["key"]) == list(dict.fromkeys(df["key"]))
+    assert list(results.columns) == ["key", *RESULT_ID_COLUMNS, "k", "metric", "value"]
+    assert len(results) == len(df)
+    # the join gives back the tidy table, column for column, dtype for dtype of a CSV read
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    df.to_csv(whole / "results.csv", index=False)
+    expected = pd.read_csv(whole / "results.csv")
+    pd.testing.assert_frame_equal(read_table(tmp_path / "results.csv"), expected)
+    # the run-level columns are no longer repeated per metric row
+    assert (tmp_path / "results.csv").stat().st_size + (tmp_path / "runs.csv").stat().st_size \
+        < (whole / "results.csv").stat().st_size / 2
+
+
+def test_csv_form_refuses_a_results_file_that_its_runs_do_not_explain(tmp_path):
+    _written(tmp_path)
+    results = (tmp_path / "results.csv").read_text().splitlines()
+    runs_text = (tmp_path / "runs.csv").read_text()
+    key = results[1].split(",")[0]
+    # a metric row of a run that runs.csv does not hold
+    (tmp_path / "results.csv").write_text("\n".join(
+        [*results, results[1].replace(key, "0123456789abcdef")]) + "\n")
+    with pytest.raises(ValueError, match=rf"line {len(results) + 1}: run 0123456789abcdef has no row"):
+        read_table(tmp_path / "results.csv")
+    # a row that names another method than its run
+    cells = results[1].split(",")
+    cells[2] = "Krum"
+    (tmp_path / "results.csv").write_text("\n".join([results[0], ",".join(cells)]) + "\n")
+    with pytest.raises(ValueError, match="line 2: .* method 'Krum', but runs.csv says"):
+        read_table(tmp_path / "results.csv")
+    # a run twice in runs.csv
+    (tmp_path / "results.csv").write_text("\n".join(results) + "\n")
+    lines = runs_text.splitlines()
+    (tmp_path / "runs.csv").write_text("\n".join([*lines, lines[1]]) + "\n")
+    with pytest.raises(ValueError, match=f"run {lines[1].split(',')[0]} has more than one row"):
+        read_table(tmp_path / "results.csv")
+    (tmp_path / "runs.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="needs runs.csv beside it"):
+        read_table(tmp_path / "results.csv")
 
 
 @pytest.mark.parametrize("fields, name", [
