@@ -533,6 +533,12 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
         if (fed.detect == "parameter" and getattr(fed.rule, "uses_features", True)
                 and rd.features != "parameter"):
             np.subtract(Uk["theta"], theta_bar, out=Xk)
+        if fed.verify:
+            # every kept upload passed verification, whose first check is that each
+            # uploaded value is finite: the rule need not read the uploads again for it
+            from rfrs_ref.aggregate.base import FiniteUploads
+
+            Uk = FiniteUploads(Uk)
         kw = {}
         if getattr(fed.rule, "takes_round_inputs", False):
             # pre-aggregation: clipping shrinks uploads toward the server's state; bucketing

@@ -60,3 +60,26 @@ def test_the_oracle_backend_and_unverified_runs_keep_their_passes():
     assert not round_module._features_in_one_read(Trainer(TrainConfig(**base, backend="numpy")).federation)
     assert not round_module._features_in_one_read(Trainer(TrainConfig(**base, verify=False)).federation)
     assert not round_module._features_in_one_read(Trainer(TrainConfig(**{**base, "defense": "none"})).federation)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_the_rule_is_told_that_verified_uploads_are_finite(verify, monkeypatch):
+    """With verification on, every upload the rule sees passed its finiteness check: the
+    round hands them over as FiniteUploads, and the rule reads only the features for
+    NaN and ±inf. Without verification the rule checks everything."""
+    from rfrs_ref.aggregate import krum
+    from rfrs_ref.aggregate.base import FiniteUploads
+
+    seen = []
+    original = krum.client_distances
+
+    def spy(X, arrays, backend):
+        seen.append(isinstance(arrays, FiniteUploads))
+        return original(X, arrays, backend)
+
+    monkeypatch.setattr(krum, "client_distances", spy)
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.1,
+                         model_params={"dim": 8}, defense="krum", attack="noise",
+                         byzantine_fraction=0.3, verify=verify, seed=5)
+    _rounds(Trainer(config), rounds=2)
+    assert seen == [verify] * 2
