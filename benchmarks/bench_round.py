@@ -18,7 +18,9 @@ verification screen, then the weighted sums, each reading every upload): the
 same rounds, bit for bit, so the ratio of the two is the one pass's gain. A
 fourth times the A-RFRS round as it was before the server built the features
 while it verified (recovery, then the screened verification, each reading every
-upload): again the same rounds, so the ratio is that one read's gain.
+upload) and before the rule was told that the verified uploads are finite (so
+that it read them once more for NaN and ±inf): again the same rounds, so the
+ratio is those two changes' gain.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -159,8 +161,17 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
     fed = trainer.federation
     one_read = round_module._features_in_one_read
     if two_pass and not getattr(fed.rule, "has_fixed_weights", False):
-        # the server's passes as they were: recovery, then verification
+        # the server's passes as they were: recovery, then verification; and the rule
+        # handed a plain mapping of the uploads, which it reads again for NaN and ±inf
         round_module._features_in_one_read = lambda fed: False
+        rule_cls = type(fed.rule)
+
+        class AsBefore(rule_cls):
+            def aggregate(self, features, arrays, *a, **kw):
+                return super().aggregate(features, dict(arrays), *a, **kw)
+
+        fed = dataclasses.replace(fed, rule=AsBefore(**{
+            f.name: getattr(fed.rule, f.name) for f in dataclasses.fields(fed.rule)}))
     elif two_pass:
         from rfrs_ref.aggregate.mean import Mean
 
