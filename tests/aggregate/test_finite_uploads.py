@@ -35,8 +35,8 @@ def test_validate_inputs_keeps_the_callers_word():
 
 
 @pytest.mark.parametrize("backend", CPU)
-@pytest.mark.parametrize("name", ["krum", "rfa", "bulyan", "mda", "monna", "cc", "median",
-                                  "trmean"])
+@pytest.mark.parametrize("name", ["krum", "rfa", "bulyan", "mda", "monna", "cc", "caf", "smea",
+                                  "median", "trmean"])
 def test_rules_give_the_same_result_for_finite_uploads(name, backend):
     rng = np.random.default_rng(1)
     n, D = 11, 40
@@ -50,4 +50,24 @@ def test_rules_give_the_same_result_for_finite_uploads(name, backend):
     marked = rule.aggregate(X, FiniteUploads(U), ns, 2, backend=backend)
     for k in U:
         assert np.array_equal(plain.arrays[k].view(np.uint8), marked.arrays[k].view(np.uint8)), k
+    assert plain.diagnostics == marked.diagnostics
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_a_pre_aggregated_rule_gives_the_same_result_for_finite_uploads(backend):
+    """NNM reads the clients' finiteness before it mixes them; the rule after it sees
+    mixed rows, which it checks in full."""
+    from rfrs_ref.aggregate.pre import PRE, PreAggregated
+
+    rng = np.random.default_rng(2)
+    n, D = 11, 40
+    X = rng.standard_normal((n, D)).astype(np.float32)
+    X[4, 7] = -np.inf
+    U = {"theta": rng.standard_normal((n, D)).astype(np.float32)}
+    ns = rng.integers(1, 30, n)
+    rule = PreAggregated(pre=(PRE.get("nnm")(),), rule=RULES.get("krum")())
+    plain = rule.aggregate(X, U, ns, 2, backend=backend, rng=np.random.default_rng(0))
+    marked = rule.aggregate(X, FiniteUploads(U), ns, 2, backend=backend,
+                            rng=np.random.default_rng(0))
+    assert np.array_equal(plain.arrays["theta"].view(np.uint8), marked.arrays["theta"].view(np.uint8))
     assert plain.diagnostics == marked.diagnostics
