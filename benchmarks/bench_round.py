@@ -15,7 +15,12 @@ A second case times an A-RFRS round (Krum on recovered gradients, the ascent
 attack with α = 0.4) on the same data, and reports its ratio to the A-FRS round.
 A third times the A-FRS round as it was before the server's one pass (the
 verification screen, then the weighted sums, each reading every upload): the
-same rounds, bit for bit, so the ratio of the two is the one pass's gain.
+same rounds, bit for bit, so the ratio of the two is the one pass's gain. A
+fourth times the A-RFRS round as it was before the server built the features
+while it verified (recovery, then the screened verification, each reading every
+upload) and before the rule was told that the verified uploads are finite (so
+that it read them once more for NaN and ±inf): again the same rounds, so the
+ratio is those two changes' gain.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -106,6 +111,7 @@ def main(argv=None) -> None:
     base = time_rounds(afrs, args.rounds, args.warmup)
     robust = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"])
     two_pass = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
+    robust_two = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
 
     n, D = base["n"], base["D"]
     itemsize = np.dtype(args.dtype).itemsize
@@ -116,11 +122,11 @@ def main(argv=None) -> None:
 
     print(f"dataset {args.dataset}: {base['data'].n_users} clients, {n} per round, D = {D:,}, "
           f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
-    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10}")
+    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10} {'A-RFRS 2p':>10}")
     print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
     print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
     print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
-    cases = (base, robust, two_pass)
+    cases = (base, robust, two_pass, robust_two)
     print(f"{'round, median of %d, s' % args.rounds:<50} "
           + " ".join(f"{r['median']:>10.3f}" for r in cases))
     print(f"{'round / minimal-traffic time':<50} "
@@ -128,7 +134,9 @@ def main(argv=None) -> None:
     print(f"{'A-RFRS round / A-FRS round':<50} {'':>10} {robust['median'] / base['median']:>10.2f}")
     print(f"{'A-FRS round, two passes / one pass':<50} {'':>10} {'':>10} "
           f"{two_pass['median'] / base['median']:>10.2f}")
-    for name in dict.fromkeys([*base["phases"], *robust["phases"], *two_pass["phases"]]):
+    print(f"{'A-RFRS round, two passes / one read':<50} {'':>10} {'':>10} {'':>10} "
+          f"{robust_two['median'] / robust['median']:>10.2f}")
+    for name in dict.fromkeys(p for r in cases for p in r["phases"]):
         cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
                  for r in cases]
         print(f"{'  ' + name + ', s':<50} {' '.join(cells)}")
@@ -141,15 +149,30 @@ def main(argv=None) -> None:
 
 def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False) -> dict:
     """Median round time and per-phase times of ``config`` after ``warmup`` rounds
-    (``two_pass``: the weighted mean without the server's one pass)."""
+    (``two_pass``: the weighted mean without the server's one pass; a robust rule with
+    recovery and verification as separate passes over the uploads)."""
     import dataclasses
 
+    from rfrs_ref.federated import round as round_module
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
 
     trainer = Trainer(config, data=data)
     fed = trainer.federation
-    if two_pass:
+    one_read = round_module._features_in_one_read
+    if two_pass and not getattr(fed.rule, "has_fixed_weights", False):
+        # the server's passes as they were: recovery, then verification; and the rule
+        # handed a plain mapping of the uploads, which it reads again for NaN and ±inf
+        round_module._features_in_one_read = lambda fed: False
+        rule_cls = type(fed.rule)
+
+        class AsBefore(rule_cls):
+            def aggregate(self, features, arrays, *a, **kw):
+                return super().aggregate(features, dict(arrays), *a, **kw)
+
+        fed = dataclasses.replace(fed, rule=AsBefore(**{
+            f.name: getattr(fed.rule, f.name) for f in dataclasses.fields(fed.rule)}))
+    elif two_pass:
         from rfrs_ref.aggregate.mean import Mean
 
         class TwoPassMean(Mean):
@@ -160,14 +183,17 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
     # the two-pass round holds every upload, as every round did before
     buf = trainer.buffers(full=two_pass)
     times, phases = [], {}
-    for t in range(1, warmup + rounds + 1):
-        tick = time.perf_counter()
-        state, rec = run_round(fed, state, t, buf, private)
-        dt = time.perf_counter() - tick
-        if t > warmup:
-            times.append(dt)
-            for name, v in rec["timing"].items():
-                phases.setdefault(name, []).append(v)
+    try:
+        for t in range(1, warmup + rounds + 1):
+            tick = time.perf_counter()
+            state, rec = run_round(fed, state, t, buf, private)
+            dt = time.perf_counter() - tick
+            if t > warmup:
+                times.append(dt)
+                for name, v in rec["timing"].items():
+                    phases.setdefault(name, []).append(v)
+    finally:
+        round_module._features_in_one_read = one_read
     out = {"median": float(np.median(times)), "phases": phases, "data": trainer.data,
            "n": buf.n_max, "D": trainer.model.n_params(),
            "k": len(trainer.optimizer.arrays),

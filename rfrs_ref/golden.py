@@ -781,6 +781,18 @@ class _RecordingOptimizer:
         self.rounds[-1]["verified"] = np.asarray(res[0], dtype=bool).copy()
         return res
 
+    def features_verify_batch(self, state, uploads, t, out, space="gradient", backend="numba",
+                              **kw):
+        # the round's one read of the uploads: recovery (gradient space) and verification
+        cur = self.rounds[-1]
+        if "uploads" not in cur:
+            cur["uploads"] = {k: np.array(uploads[k], copy=True) for k in self._opt.arrays}
+        res = self._opt.features_verify_batch(state, uploads, t, out, space, backend, **kw)
+        if space == "gradient" and "recovered" not in cur:
+            cur["recovered"] = np.array(out[: uploads["theta"].shape[0]], copy=True)
+        cur["verified"] = np.asarray(res[0], dtype=bool).copy()
+        return res
+
 
 class _RecordingRule:
     def __init__(self, rule) -> None:

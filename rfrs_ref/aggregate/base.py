@@ -211,6 +211,20 @@ class Rule(abc.ABC):
         """The rule on validated inputs (``X`` 2-D float, ``n_samples`` float64 > 0)."""
 
 
+class FiniteUploads(dict):
+    """Uploaded arrays (name -> (n, D)) whose every value the caller has checked finite.
+
+    The round hands a rule its uploads so after update-rule verification, whose first
+    check is that every uploaded value is finite (an upload that fails it is excluded
+    before the rule runs). The rules then test only the features for NaN and ±inf
+    (:func:`rfrs_ref.aggregate.combine.finite_clients`) instead of reading every upload
+    once more for it; the features are still tested (θ − θ̄ or a recovered gradient may
+    overflow where the uploads do not). Any other mapping is tested in full. Handing a
+    rule a FiniteUploads that holds a non-finite value breaks the rules' hostile-input
+    guarantee: only a caller that has checked the values may build one.
+    """
+
+
 def fallback_field():
     return hyper("error", "when n and f violate the rule's precondition: error, reduce-f "
                  "(largest f that satisfies it) or mean (no defence this round); recorded "
@@ -240,7 +254,8 @@ def validate_inputs(features, arrays, n_samples, f, backend):
     _check_counts(n, f)
     if D < 1:
         raise ValueError(f"features must have at least one coordinate, got shape {X.shape}")
-    mats: dict[str, np.ndarray] = {}
+    # the caller's word that every uploaded value is finite travels with the arrays
+    mats: dict[str, np.ndarray] = FiniteUploads() if isinstance(arrays, FiniteUploads) else {}
     for name, A in arrays.items():
         A = np.asarray(A)
         if A.shape != (n, D):

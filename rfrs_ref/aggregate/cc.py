@@ -9,7 +9,9 @@ from typing import ClassVar, Mapping
 import numpy as np
 from numba import njit, prange
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, jsonable, validate_inputs
+from rfrs_ref.aggregate.base import (
+    AggregationResult, FiniteUploads, Rule, jsonable, validate_inputs,
+)
 from rfrs_ref.aggregate.combine import finite_clients
 from rfrs_ref.kernels.distances import as_float_matrix
 from rfrs_ref.kernels.weiszfeld import DBL_MAX, _scaled_distance, distances_to_numpy
@@ -136,7 +138,7 @@ class CenteredClipping(Rule):
         # with NaN or ±inf): only the other uploads need a pass of their own
         ok = np.ones(n, dtype=bool)
         for A in mats.values():
-            if A is not X:
+            if A is not X and not isinstance(mats, FiniteUploads):
                 ok &= finite_clients(A, {}, cpu)
         p = w / w.sum()
         a, wts = 1.0, np.zeros(n)

@@ -70,8 +70,12 @@ def combine_rows(A: np.ndarray, w: np.ndarray, *, backend: str = "numba") -> np.
 def finite_clients(X: np.ndarray, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> np.ndarray:
     """(n,) bool: the clients whose feature row and every uploaded row are finite.
 
-    An array that is the features themselves (the same object) is not read twice.
+    An array that is the features themselves (the same object) is not read twice, and
+    the arrays of a :class:`rfrs_ref.aggregate.base.FiniteUploads` (values the caller
+    has checked finite: the round's verified uploads) are not read at all.
     """
+    from rfrs_ref.aggregate.base import FiniteUploads
+
     def check(M):
         if backend == "numpy":
             with np.errstate(invalid="ignore"):
@@ -79,6 +83,8 @@ def finite_clients(X: np.ndarray, arrays: Mapping[str, np.ndarray], backend: str
         return rows_finite(as_float_matrix(M, "array"))
 
     ok = check(X)
+    if isinstance(arrays, FiniteUploads):
+        return ok
     for A in arrays.values():
         if A is X:
             continue

@@ -191,6 +191,9 @@ class _Round:
     n_samples: np.ndarray
     f: int
     timing: dict
+    #: what the feature rows hold once the server has built them in its one read of the
+    #: uploads ("gradient" or "parameter"); None until then
+    features: str | None = None
 
 
 def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: RoundBuffers,
@@ -263,10 +266,12 @@ def server_round(fed: Federation, state: Mapping[str, np.ndarray], rd: "_Round |
     U = dict(uploads)
     X = buf.features[:n] if buf.features is not None else None
     sums = _screen_and_sum(fed, state, rd, U)                    # Alg. 2 in one pass, if it can
-    if sums is None:
-        ok, excluded = _recover_and_verify(fed, state, rd, U, X)  # Alg. 2: ĝ, update-rule check
-    else:
+    if sums is not None:
         ok, excluded = np.ones(n, dtype=bool), []
+    elif X is not None and _features_in_one_read(fed):
+        ok, excluded = _features_and_verify(fed, state, rd, U, X)  # Alg. 2: features, check
+    else:
+        ok, excluded = _recover_and_verify(fed, state, rd, U, X)  # Alg. 2: ĝ, update-rule check
     grad_norms = None
     if fed.trace and fed.needs_recovery:
         grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(X.shape[0])]
@@ -440,6 +445,39 @@ def _screen_and_sum(fed, state, rd: _Round, U):
     return out[1]
 
 
+def _features_in_one_read(fed) -> bool:
+    """Whether the server builds the detection features while it verifies, in one read of
+    the uploads (:func:`_features_and_verify`): verification on, a rule that reads the
+    features, and features that are the recovered gradients (whenever the server
+    recovers them) or θ − θ̄ (parameter space); not on the NumPy oracle backend."""
+    if not (fed.verify and fed.backend != "numpy"):
+        return False
+    if fed.needs_recovery:
+        return True
+    return fed.detect == "parameter" and getattr(fed.rule, "uses_features", True)
+
+
+def _features_and_verify(fed, state, rd: _Round, U, X):
+    """Every upload's detection feature into ``X`` (ĝ when the server recovers gradients,
+    else θ − θ̄) and its update-rule verdict, in one read of the uploads
+    (``Optimizer.features_verify_batch``); the same features and verdicts as recovery,
+    then verification, then the parameter features, bit for bit."""
+    tick = time.perf_counter()
+    space = "gradient" if fed.needs_recovery else "parameter"
+    ok, checks, violation = fed.optimizer.features_verify_batch(state, U, rd.t, X, space,
+                                                                backend=fed.backend)
+    rd.features = space
+    excluded = _exclusions(rd, ok, checks, violation)
+    rd.timing["features_verification"] = time.perf_counter() - tick
+    return ok, excluded
+
+
+def _exclusions(rd: _Round, ok, checks, violation) -> list[dict]:
+    """The round record's entry of every upload that failed verification."""
+    return [{"client": int(rd.clients[r]), "byzantine": bool(rd.byz[r]), "check": checks[r],
+             "violation": float(violation[r])} for r in np.flatnonzero(~ok)]
+
+
 def _recover_and_verify(fed, state, rd: _Round, U, X):
     """ĝ of every upload into ``X`` when the server needs it, then update-rule
     verification; returns (bool rows that passed, the exclusions' records)."""
@@ -455,9 +493,7 @@ def _recover_and_verify(fed, state, rd: _Round, U, X):
             state, U, rd.t, recovered=X if fed.needs_recovery else None, backend=fed.backend,
             screen=True)
         ok = np.asarray(ok, dtype=bool)
-        for r in np.flatnonzero(~ok):
-            excluded.append({"client": int(rd.clients[r]), "byzantine": bool(rd.byz[r]),
-                             "check": checks[r], "violation": float(violation[r])})
+        excluded = _exclusions(rd, ok, checks, violation)
     rd.timing["recovery_verification"] = time.perf_counter() - tick
     return ok, excluded
 
@@ -494,8 +530,15 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
         # the server's one pass summed the uploads already (a rule with fixed weights)
         result = fed.rule.from_sums(sums, rd.n_samples[rows], f_rule, backend=fed.backend)
     else:
-        if fed.detect == "parameter" and getattr(fed.rule, "uses_features", True):
+        if (fed.detect == "parameter" and getattr(fed.rule, "uses_features", True)
+                and rd.features != "parameter"):
             np.subtract(Uk["theta"], theta_bar, out=Xk)
+        if fed.verify:
+            # every kept upload passed verification, whose first check is that each
+            # uploaded value is finite: the rule need not read the uploads again for it
+            from rfrs_ref.aggregate.base import FiniteUploads
+
+            Uk = FiniteUploads(Uk)
         kw = {}
         if getattr(fed.rule, "takes_round_inputs", False):
             # pre-aggregation: clipping shrinks uploads toward the server's state; bucketing

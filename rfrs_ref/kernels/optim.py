@@ -715,3 +715,134 @@ def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, t
             add_weighted_block(r_up, w, live, nl, k0, L, acc_r[k0:hi])
             add_weighted_block(theta, w, live, nl, k0, L, acc_theta[k0:hi])
     return _sure_rows(counts)
+
+
+# -- the server's one read for a rule that compares every row: features and screen -------
+# For a robust rule (Krum, median, trimmed mean, RFA, Bulyan...) the server used to read
+# every upload twice before the rule: recovery (read the uploads, write ĝ into the feature
+# rows), then the verification screen (read the uploads and the feature rows again). These
+# kernels do both in one pass per (column chunk, row) work item, the layout of the screen
+# kernels: the chunk's feature values are written and read back while in cache.
+#
+# ``gradient`` True: the feature is ĝ, computed by the very expression of ``*_recover``
+# and stored in the feature buffer's dtype; the screen then reads ĝ back from that buffer,
+# as the screen kernels do when given ``recovered``. ``gradient`` False (parameter-space
+# detection): the feature is θᵢ − θ̄, the float64 difference rounded once to the buffer's
+# dtype, which is the float32 subtraction's own result for float32 arrays (a float64
+# difference of float32 values rounds to float32 exactly as the float32 operation does:
+# 53 ≥ 2 · 24 + 2 bits), and the screen recovers ĝ in registers, as the screen kernels do
+# without ``recovered``. So the features are ``recover_batch``'s or
+# ``parameter_features``'s, and the sure rows ``verify_batch(screen=True)``'s, bit for bit.
+# ``screen`` False writes the features only (every row is returned as sure).
+
+
+@njit(cache=True, parallel=True)
+def sgd_recover_screen(theta_bar, theta, out, gradient, lr, screen):
+    """bool (n,): rows whose θ is finite (SGD's only check); out = ĝ or θ − θ̄."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        tb, tr, o = theta_bar[lo:hi], theta[r, lo:hi], out[r, lo:hi]
+        if gradient:
+            for k in range(hi - lo):
+                o[k] = (np.float64(tb[k]) - np.float64(tr[k])) / lr
+        else:
+            for k in range(hi - lo):
+                o[k] = np.float64(tr[k]) - np.float64(tb[k])
+        if screen:
+            bad = 0
+            for k in range(hi - lo):
+                bad += 1 - np.int64(np.isfinite(tr[k]))
+            counts[r, c] = bad
+    return _sure_rows(counts)
+
+
+@njit(cache=True, parallel=True)
+def momentum_recover_screen(m_bar, theta_bar, m, theta, out, gradient, beta3, lr, u, tiny,
+                            safety, screen):
+    """momentum_screen's rows; out = ĝ (momentum_recover) or θ − θ̄, in one pass."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        mb, tb = m_bar[lo:hi], theta_bar[lo:hi]
+        mr, tr, o = m[r, lo:hi], theta[r, lo:hi], out[r, lo:hi]
+        if gradient:
+            for k in range(hi - lo):
+                o[k] = np.float64(mr[k]) - beta3 * np.float64(mb[k])
+        else:
+            for k in range(hi - lo):
+                o[k] = np.float64(tr[k]) - np.float64(tb[k])
+        if screen:
+            counts[r, c] = _momentum_unsure(tb, mr, tr, lr, u, tiny, safety)
+    return _sure_rows(counts)
+
+
+@njit(cache=True, parallel=True)
+def adam_recover_screen(m_bar, v_bar, theta_bar, m, v, theta, out, gradient, beta1, c1, beta2,
+                        c2, lr_t, eps, u, tiny, safety, screen):
+    """adam_screen's rows; out = ĝ (adam_recover) or θ − θ̄, in one pass."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    inv_c1 = 1.0 / c1
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        L = hi - lo
+        mb, vb, tb = m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi]
+        mr, vr, tr, o = m[r, lo:hi], v[r, lo:hi], theta[r, lo:hi], out[r, lo:hi]
+        if gradient:
+            for k in range(L):
+                o[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) / c1
+        else:
+            for k in range(L):
+                o[k] = np.float64(tr[k]) - np.float64(tb[k])
+        if screen:
+            gs = np.empty(L)
+            # ĝ as the screen reads it: the stored feature, or recovered in registers
+            _adam_gradients(gs, mr, mb, out, r, lo, hi, gradient, beta1, inv_c1)
+            counts[r, c] = _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps,
+                                        u, tiny, safety)
+    return _sure_rows(counts)
+
+
+@njit(cache=True, parallel=True)
+def root_recover_screen(r_bar, theta_bar, r_up, theta, out, gradient, decay, coef, lr, eps, u,
+                        tiny, safety, screen):
+    """root_screen's rows; out = ĝ (root_recover) or θ − θ̄, in one pass."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    inv_lr = 1.0 / lr
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        L = hi - lo
+        rb, tb = r_bar[lo:hi], theta_bar[lo:hi]
+        rr, tr, o = r_up[r, lo:hi], theta[r, lo:hi], out[r, lo:hi]
+        if gradient:
+            for k in range(L):
+                d = np.float64(tb[k]) - np.float64(tr[k])
+                o[k] = d * (np.sqrt(np.float64(rr[k])) + eps) / lr
+        else:
+            for k in range(L):
+                o[k] = np.float64(tr[k]) - np.float64(tb[k])
+        if screen:
+            gs = np.empty(L)
+            _root_gradients(gs, tb, tr, rr, out, r, lo, hi, gradient, eps, inv_lr)
+            counts[r, c] = _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety)
+    return _sure_rows(counts)

@@ -135,3 +135,10 @@ class Adam(Optimizer):
         arrays, scalars = self._verify_args(state, uploads, t, None)
         return K.adam_screen_sum(*arrays[:6], w, *scalars, u, tiny, safety, acc["m"], acc["v"],
                                  acc["theta"], nchunks, screen)
+
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, t, None)
+        return K.adam_recover_screen(*arrays[:6], out, gradient, *scalars, u, tiny, safety,
+                                     screen)

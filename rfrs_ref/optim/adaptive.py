@@ -105,6 +105,14 @@ class _RootScaled(Optimizer):
                                  acc["theta"], nchunks, screen)
 
 
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+        from rfrs_ref.kernels import optim as K
+
+        arrays, scalars = self._verify_args(state, uploads, None)
+        return K.root_recover_screen(*arrays[:4], out, gradient, *scalars, u, tiny, safety,
+                                     screen)
+
+
 @dataclasses.dataclass(frozen=True)
 class AdaGrad(_RootScaled):
     """AdaGrad (Duchi et al. 2011), the paper's appendix D.

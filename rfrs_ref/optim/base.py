@@ -470,6 +470,76 @@ class Optimizer(abc.ABC):
             return sure, dict(into)
         return sure, {k: acc[k].astype(uploads[k].dtype) for k in self.arrays}
 
+    def features_verify_batch(
+        self, state: State, uploads: Mapping[str, np.ndarray], t: int, out: np.ndarray,
+        space: str = "gradient", backend: str = "numba", *, safety: float = VERIFY_SAFETY,
+    ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
+        """The server's one read of the uploads for a rule that compares every row: each
+        upload's detection feature into ``out`` and its verification verdict.
+
+        Formula: ``out[r]`` is the gradient recovered from upload r (``space="gradient"``,
+        :meth:`recover_batch`'s values) or θᵣ − θ̄ (``space="parameter"``,
+        :func:`rfrs_ref.aggregate.base.parameter_features`'s values), and the verdicts are
+        those of :meth:`verify_batch` with ``screen=True`` (given the recovered gradients in
+        gradient space; recovering them in float64 registers in parameter space).
+
+        Guarantee: the same ``out``, ``ok``, ``check`` and ``violation`` as those two calls,
+        bit for bit (on the numba backend one fused kernel reads each upload once, writes
+        the feature and screens it; the rows the screen cannot pass go through the exact
+        kernel, as in :meth:`verify_batch`). Hostile rows (NaN, ±inf, 1e38) give whatever
+        feature the formula gives and fail verification as they do there.
+
+        Args:
+            out: (n, D) caller-owned buffer, float32 or float64 (the rows' features).
+            space: ``"gradient"`` or ``"parameter"``.
+            backend: ``"numpy"`` runs the two calls (the oracle), ``"numba"`` (and
+                ``"cuda"``, on the CPU) the fused kernel.
+
+        Returns:
+            ``(ok, check, violation)`` as :meth:`verify_batch` (a row the screen passes
+            reports ``violation`` NaN, except for an optimiser whose only check is
+            finiteness, whose exact ratio 0 is reported).
+        """
+        if space not in ("gradient", "parameter"):
+            raise ValueError(f"space must be 'gradient' or 'parameter', got {space!r}")
+        t = check_round(t)
+        self._check_state(state)
+        D = state["theta"].shape[0]
+        n = self._check_uploads(uploads, D)
+        out = self._check_out_matrix(out, "out", n, D)
+        backend = self._check_backend(backend)
+        check_positive("safety", safety)
+        gradient = space == "gradient"
+        from rfrs_ref.kernels.optim import threads_for
+
+        sure = None
+        if backend != "numpy" and n > 0:
+            dtypes = [uploads[k].dtype for k in self.arrays] + ([out.dtype] if gradient else [])
+            u, tiny = roundoff(*dtypes)
+            with threads_for(n * D):
+                sure = self._recover_screen_numba(state, uploads, t, out[:n], gradient, u, tiny,
+                                                  float(safety), True)
+        if sure is None:
+            if gradient:
+                self.recover_batch(state, uploads, t, out, backend=backend)
+            else:
+                # the round's own parameter features: θ − θ̄ in the arrays' common dtype
+                with np.errstate(invalid="ignore", over="ignore"):
+                    np.subtract(uploads["theta"], state["theta"], out=out[:n])
+            return self.verify_batch(state, uploads, t, recovered=out[:n] if gradient else None,
+                                     backend=backend, safety=safety, screen=True)
+        ratios = np.zeros((n, len(self.checks)))
+        unsure = np.flatnonzero(~sure).astype(np.int64)
+        if unsure.size:
+            with threads_for(unsure.size * D):
+                ratios[unsure] = self._verify_numba(state, uploads, t, out[:n] if gradient else None,
+                                                    u, tiny, float(safety), unsure)
+        ok, check, violation = _summarise(ratios, self.checks)
+        if self.checks != ("nonfinite",):
+            # as verify_batch: a row the screen passed has no ratio evaluated
+            violation[sure] = np.nan
+        return ok, check, violation
+
     # -- numba hooks (one fused kernel each) ----------------------------------------------
     @abc.abstractmethod
     def _rule_numba(self, state, grads, t, out, rows) -> None: ...
@@ -485,6 +555,13 @@ class Optimizer(abc.ABC):
     def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         """bool (n,) sure rows, with the weighted rows added into ``acc`` (see
         :meth:`screen_sum_batch`); None when the optimiser has no such kernel."""
+        return None
+
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety,
+                              screen) -> np.ndarray | None:
+        """bool (n,) rows the screen certainly passes (every row when not ``screen``),
+        with each row's feature written into ``out`` (see :meth:`features_verify_batch`);
+        None when the optimiser has no such kernel (the caller makes the two calls)."""
         return None
 
     def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety) -> np.ndarray | None:

@@ -91,3 +91,11 @@ class Momentum(Optimizer):
         return K.momentum_screen_sum(np.asarray(state["theta"]), uploads["m"], uploads["theta"], w,
                                      float(self.lr), u, tiny, safety, acc["m"], acc["theta"],
                                      nchunks, screen)
+
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+        from rfrs_ref.kernels import optim as K
+
+        return K.momentum_recover_screen(np.asarray(state["m"]), np.asarray(state["theta"]),
+                                         uploads["m"], uploads["theta"], out, gradient,
+                                         float(self.beta3), float(self.lr), u, tiny, safety,
+                                         screen)

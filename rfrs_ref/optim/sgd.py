@@ -65,3 +65,9 @@ class SGD(Optimizer):
         from rfrs_ref.kernels import optim as K
 
         return K.sgd_screen_sum(uploads["theta"], w, acc["theta"], nchunks, screen)
+
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+        from rfrs_ref.kernels import optim as K
+
+        return K.sgd_recover_screen(np.asarray(state["theta"]), uploads["theta"], out, gradient,
+                                    float(self.lr), screen)
