@@ -8,7 +8,7 @@ import click
 
 
 @click.command("ranking")
-@click.argument("results", type=click.Path(exists=True))
+@click.argument("results", type=click.Path())
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Write the Markdown here [default: print it].")
 @click.option("--metric", type=click.Choice(["precision", "recall", "ndcg", "hr", "mrr"]),

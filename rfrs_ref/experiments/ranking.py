@@ -91,7 +91,7 @@ def _key(rule: str, space: str, pre: str) -> str:
     return f"{rule}|{space}|{pre}"
 
 
-def _resolve(key: str, space: str) -> str:
+def _resolve(key: str) -> str:
     """The mean without pre-aggregator is the no-defence reference of every space."""
     rule, _, pre = key.split("|")
     return _key(*NO_DEFENSE) if (rule, pre) == (NO_DEFENSE[0], NO_DEFENSE[2]) else key
@@ -108,9 +108,9 @@ def _prepare(table):
                          f"{', '.join(missing)}); give the directory written by "
                          "rfrs-ref reproduce ranking")
     t = table.copy()
-    t["_cell"] = [_key(r, s, p) for r, s, p in zip(t["label_series"].astype(str),
-                                                      t["label_space"].astype(str),
-                                                      t["label_pre"].astype(str))]
+    t["_cell"] = [_resolve(_key(r, s, p)) for r, s, p in zip(t["label_series"].astype(str),
+                                                                t["label_space"].astype(str),
+                                                                t["label_pre"].astype(str))]
     return t
 
 
@@ -139,8 +139,7 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
                     for space in SPACES:
                         cell = []
                         present = set(sub["_cell"])
-                        keys = sorted({_resolve(key, space) for key in present
-                                       if key.split("|")[2] == pre})
+                        keys = sorted(key for key in present if key.split("|")[2] == pre)
                         keys = [key for key in keys if key.split("|")[1] == space
                                 or key == _key(*NO_DEFENSE)]
                         for key in keys:

@@ -97,6 +97,16 @@ def test_a_rule_that_diverged_on_more_seeds_ranks_last():
     assert "(+1 diverged)" in ranking.ranking_markdown(_table(v, diverged=[("cc", "gradient", "none", 2)]))
 
 
+def test_the_mean_without_pre_aggregator_is_the_reference_in_whichever_space_it_ran():
+    v = {("mean", "gradient", "none", s): 0.1 + s / 10 for s in range(3)}
+    v.update({("krum", "gradient", "none", s): 0.3 + s / 10 for s in range(3)})
+    rows = ranking.ranking_rows(_table(v))
+    mean = [r for r in rows if r["rule"] == "mean" and r["space"] == "gradient"]
+    assert len(mean) == 1 and mean[0]["vs_none"] is None and mean[0]["n"] == 3
+    krum = [r for r in rows if r["rule"] == "krum"][0]
+    assert krum["vs_none"].mean == pytest.approx(0.2)
+
+
 def test_a_table_of_another_experiment_is_refused_with_the_reason():
     t = pd.DataFrame([{"status": "ok", "label_series": "Krum", "dataset": "ml100k", "alpha": 0.4,
                        "seed": 0, "metric": "precision", "k": 5, "value": 0.1}])
