@@ -21,9 +21,9 @@ uploaded array, as the other libraries aggregate the vectors they rank):
 f is ⌊0.4 n⌋ (the paper's largest Byzantine fraction), ⌊(n − 3)/4⌋ for Bulyan
 (n ≥ 4f + 3: 24 at n = 100); centered clipping (``cc``) runs one iteration from
 the centre 0 with τ = 100, the defaults of ours and of ByzFL, whose object
-starts from 0 too; ``caf`` with f = ⌊(n − 1)/2⌋ and ``smea`` with f = 2 (its
-search is combinatorial) are compared with our own NumPy oracle
-(``backend="numpy"``). RFA is timed per Weiszfeld step: ours runs 10
+starts from 0 too; ``caf`` with f = ⌊(n − 1)/2⌋, ``smea`` and ``mda`` with
+f = 2 (their searches are combinatorial); ByzFL's SMEA copies every subset of
+n − f rows and is run only up to D = 100,000 (``--slow`` for more). RFA is timed per Weiszfeld step: ours runs 10
 steps (tolerance 0), NumPy and ByzFL run 10 steps of the same map. Every
 figure is the minimum over ``--repeat`` runs (``--repeat-slow`` for Flower
 and ByzFL), the median beside it; speedups are ratios within this run.
@@ -39,7 +39,16 @@ and one uploaded array θ = X (so the mixing runs on both, as in a round): ours
 (``backend="numba"``), our NumPy float64 oracle (``backend="numpy"``, one
 output row at a time), and ByzFL's pre-aggregator followed by its ``Average``
 when importable; ByzFL mixes the features only, so it is compared with ours on
-the features only (``X only``: the upload is X itself, mixed once).
+the features only (``X only``: the upload is X itself, mixed once). ByzFL's
+clipping and ARC scale their input's rows in place: they get a copy of X made
+before the clock starts (ours never modifies X).
+
+Every rule is also timed with our float64 oracle (``backend="numpy"``, one
+run; ``--no-oracle`` skips it: minutes at full size) beside the best plain
+NumPy formulation where that differs from the oracle (mean, krum, median,
+trmean, rfa, bulyan, cc, meamed, monna). mda and smea run with f = 2 (their
+searches are combinatorial: C(100, 2) = 4,950 subsets), caf with
+f = ⌊(n − 1)/2⌋.
 
 On a shared machine the figures of the parallel kernels suffer most (a
 parallel region waits for its slowest thread); compare ratios from one run on a
@@ -70,7 +79,8 @@ from rfrs_ref.kernels.weiszfeld import rows_finite, weiszfeld_pass  # noqa: E402
 
 from machine import describe  # noqa: E402
 
-ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "cc", "caf", "smea"]
+ALL_RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna", "cc",
+             "caf", "smea"]
 RFA_STEPS = 10
 
 
@@ -87,8 +97,8 @@ def timed(fn, repeat: int) -> tuple[float, float, object]:
 def f_for(rule: str, n: int) -> int:
     if rule == "bulyan":
         return (n - 3) // 4
-    if rule == "smea":
-        return 2  # C(n, f) subsets: f = 2 keeps C(100, 2) = 4950
+    if rule in ("smea", "mda"):
+        return 2  # C(n, f) subsets: f = 2 keeps C(100, 2) = 4950 (ByzFL enumerates them too)
     if rule == "caf":
         return (n - 1) // 2
     return min(int(0.4 * n), (n - 3) // 2)
@@ -179,16 +189,31 @@ def np_cc(X, ns, f, tau=100.0):
     return X.T @ (p * c).astype(X.dtype)
 
 
-def np_oracle(rule):
-    """Our own float64 NumPy oracle (``backend="numpy"``): the baseline of the rules
-    whose plain NumPy formulation is the oracle itself (caf, smea)."""
-    def run(X, ns, f):
-        return RULES.get(rule)().aggregate(X, {"theta": X}, ns, f, backend="numpy").arrays["theta"]
-    return run
+def np_meamed(X, ns, f):
+    """The n − f values closest to ``np.median`` per coordinate, as ByzFL writes it
+    (``np.argpartition`` of |X − med|, then a gather): two n × D temporaries."""
+    k = X.shape[0] - f
+    med = np.median(X, axis=0)
+    idx = np.argpartition(np.abs(X - med), k - 1, axis=0)[:k]
+    return np.take_along_axis(X, idx, axis=0).mean(axis=0)
 
 
-NUMPY = {"caf": np_oracle("caf"), "smea": np_oracle("smea"), "mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
-         "rfa": np_rfa, "bulyan": np_bulyan, "cc": np_cc}
+def np_monna(X, ns, f, pivot=0):
+    """The n − f rows nearest to the pivot, distances by the Gram identity in X's
+    dtype (‖xᵢ‖² − 2xᵢ·xₚ + ‖xₚ‖²: one matrix-vector product, no temporary)."""
+    k = X.shape[0] - f
+    sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+    d2 = sq - 2.0 * (X @ X[pivot]).astype(np.float64) + sq[pivot]
+    idx = np.sort(np.argsort(d2, kind="stable")[:k])
+    w = np.zeros(X.shape[0], dtype=X.dtype)
+    w[idx] = 1.0 / k
+    return X.T @ w
+
+
+#: the plain-NumPy formulation of a rule, where it differs from our float64 oracle
+#: (for mda, caf and smea the oracle is the plain formulation: the column is empty)
+NUMPY = {"mean": np_mean, "krum": np_krum, "median": np_median, "trmean": np_trmean,
+         "rfa": np_rfa, "bulyan": np_bulyan, "cc": np_cc, "meamed": np_meamed, "monna": np_monna}
 
 
 # ------------------------------------------------------------------ other libraries
@@ -235,7 +260,7 @@ def flower_call(fl, rule, X, ns, f, slow):
     return None
 
 
-def byzfl_call(bz, rule, X, ns, f):
+def byzfl_call(bz, rule, X, ns, f, slow=False):
     if rule == "mean":
         return bz.Average()
     if rule == "krum":
@@ -248,9 +273,16 @@ def byzfl_call(bz, rule, X, ns, f):
         return bz.GeometricMedian(nu=1e-6, T=RFA_STEPS)
     if rule == "cc":
         return bz.CenteredClipping(L=1, tau=100.0)
+    if rule == "mda":
+        return bz.MDA(f)
+    if rule == "meamed":
+        return bz.Meamed(f)
+    if rule == "monna":
+        return bz.MoNNA(f, 0)
     if rule == "caf":
         return bz.CAF(f)
-    if rule == "smea":
+    if rule == "smea" and (slow or X.shape[1] <= 100_000):
+        # ByzFL copies every subset of n − f rows (C(n, f) of them): hours at full size
         return bz.SMEA(f)
     return None
 
@@ -267,7 +299,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-flower", action="store_true")
     ap.add_argument("--no-byzfl", action="store_true")
     ap.add_argument("--slow", action="store_true",
-                    help="also run Flower's Bulyan (minutes at full size)")
+                    help="also run Flower's Bulyan and ByzFL's SMEA beyond D = 100,000 (hours at full size)")
+    ap.add_argument("--no-oracle", action="store_true",
+                    help="skip our float64 NumPy oracle (backend='numpy'; minutes at full size)")
     ap.add_argument("--pre", nargs="+", default=None, choices=["nnm", "bucketing", "clip", "arc"],
                     help="time these pre-aggregators (in front of mean) instead of the rules")
     ap.add_argument("--threads", type=int, default=None,
@@ -283,9 +317,11 @@ def main(argv=None) -> None:
     bz = None if args.no_byzfl else load_byzfl()
     print(describe())
     print(f"# OpenBLAS threads 1; Flower: {'yes' if fl else 'no'}, ByzFL: {'yes' if bz else 'no'}")
-    print("# times in seconds: min (median) over repeats; 'x' = speedup of ours over that column")
+    print("# times in seconds: min (median) over repeats; 'x' = that column's time / ours "
+          "(> 1: ours is faster)")
     header = (f"{'rule':8} {'n':>4} {'D':>9} {'f':>3} | {'read X':>7} | {'ours':>15} | "
-              f"{'numpy':>15} {'x':>6} | {'flower':>15} {'x':>6} | {'byzfl':>15} {'x':>6} | {'dev':>8}")
+              f"{'oracle':>15} {'x':>6} | {'numpy':>15} {'x':>6} | {'flower':>15} {'x':>6} | "
+              f"{'byzfl':>15} {'x':>6} | {'dev':>8}")
     print(header)
     print("-" * len(header))
 
@@ -294,6 +330,11 @@ def main(argv=None) -> None:
 
     def ratio(base, ours):
         return f"{base[0] / ours[0]:6.1f}" if base else f"{'-':>6}"
+
+    def rel_dev(got, ref):
+        got = np.asarray(got, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        return float(np.max(np.abs(got - ref)) / max(1e-30, np.max(np.abs(ref))))
 
     for D in args.dim:
         for n in args.n:
@@ -311,8 +352,16 @@ def main(argv=None) -> None:
                     ours_rule = RULES.get(rule)()
                 ours_rule.aggregate(X[:, :1000].copy(), {"theta": X[:, :1000].copy()}, ns_rule, f)  # compile
                 ours = timed(lambda: ours_rule.aggregate(X, {"theta": X}, ns_rule, f), args.repeat)
-                base = timed(lambda: NUMPY[rule](X, ns_rule, f), args.repeat)
-                dev = np.max(np.abs(ours[2].arrays["theta"] - base[2])) / max(1e-30, np.max(np.abs(base[2])))
+                got = ours[2].arrays["theta"]
+                orc = None
+                if not args.no_oracle:
+                    orc = timed(lambda: ours_rule.aggregate(X, {"theta": X}, ns_rule, f,
+                                                            backend="numpy"), 1)
+                base = None
+                if rule in NUMPY:
+                    base = timed(lambda: NUMPY[rule](X, ns_rule, f), args.repeat)
+                ref = orc[2].arrays["theta"] if orc else (base[2] if base else None)
+                dev = f"{rel_dev(got, ref):8.1e}" if ref is not None else f"{'-':>8}"
                 flw = None
                 if fl is not None:
                     call = flower_call(fl, rule, X, ns_rule, f, args.slow)
@@ -320,23 +369,25 @@ def main(argv=None) -> None:
                         flw = timed(call, args.repeat_slow)
                 byz = None
                 if bz is not None:
-                    agg = byzfl_call(bz, rule, X, ns_rule, f)
+                    agg = byzfl_call(bz, rule, X, ns_rule, f, args.slow)
                     if agg is not None:
                         byz = timed(lambda: agg(X), args.repeat_slow)
-                print(f"{rule:8} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | {cell(ours)} | {cell(base)} "
-                      f"{ratio(base, ours)} | {cell(flw)} {ratio(flw, ours)} | {cell(byz)} "
-                      f"{ratio(byz, ours)} | {dev:8.1e}", flush=True)
+                print(f"{rule:8} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | {cell(ours)} | {cell(orc)} "
+                      f"{ratio(orc, ours)} | {cell(base)} {ratio(base, ours)} | {cell(flw)} "
+                      f"{ratio(flw, ours)} | {cell(byz)} {ratio(byz, ours)} | {dev}", flush=True)
                 if rule == "rfa":
                     # per Weiszfeld step: our fused pass against one NumPy step
                     alpha = ns_rule / ns_rule.sum()
                     step = timed(lambda: weiszfeld_pass(X, alpha), args.repeat)
                     sq = np_sq_norms(X)
                     npstep = timed(lambda: np_weiszfeld_step(X, alpha, sq), args.repeat)
-                    print(f"{'  1 step':8} {n:4d} {D:9d} {'':3} | {'':7} | {cell(step)} | {cell(npstep)} "
-                          f"{ratio(npstep, step)} |", flush=True)
+                    print(f"{'  1 step':8} {n:4d} {D:9d} {'':3} | {'':7} | {cell(step)} | {'-':>15} "
+                          f"{'-':>6} | {cell(npstep)} {ratio(npstep, step)} |", flush=True)
+                del ours, orc, base, got, ref
             del X
-    print("# dev: max |ours − NumPy| / max |NumPy| on the aggregate (krum/bulyan: the float32 Gram "
-          "baseline may rank clients differently; rfa: 10 steps from different starts)")
+    print("# dev: max |ours − oracle| / max |oracle| on the aggregate (without the oracle: against "
+          "the NumPy column; krum/bulyan: the float32 Gram baseline may rank clients differently; "
+          "rfa: 10 steps from different starts)")
 
 
 def load_byzfl_pre():
@@ -389,20 +440,36 @@ def bench_pre(args) -> None:
                 rule.aggregate(small, {"theta": small.copy()}, ns, f, reference={"theta": ref["theta"][:1000]},
                                rng=np.random.default_rng(1))  # compile
                 ours = timed(lambda: run("numba"), args.repeat)
-                base = timed(lambda: run("numpy"), 1)
-                a, b = ours[2].arrays["theta"], base[2].arrays["theta"]
-                dev = float(np.max(np.abs(a.astype(np.float64) - b)) / max(1e-30, np.max(np.abs(b))))
+                base = None if args.no_oracle else timed(lambda: run("numpy"), 1)
+                dev = float("nan")
+                if base is not None:
+                    a, b = ours[2].arrays["theta"], base[2].arrays["theta"]
+                    dev = float(np.max(np.abs(a.astype(np.float64) - b)) / max(1e-30, np.max(np.abs(b))))
                 ours_x = timed(lambda: rule.aggregate(X, {"x": X}, ns, f, backend="numba",
                                                       rng=np.random.default_rng(1)), args.repeat)
-                byz = None
+                byz = byz_note = None
                 if bzp is not None:
                     obj = {"nnm": lambda: bzp.NNM(f), "bucketing": lambda: bzp.Bucketing(2),
                            "clip": lambda: bzp.Clipping(float(np.sqrt(D))), "arc": lambda: bzp.ARC(f)}[name]()
                     avg = bz.Average()
-                    byz = timed(lambda: avg(obj(X.copy())), args.repeat_slow)
+                    if name in ("clip", "arc"):
+                        # ByzFL scales the rows of its input in place: each run gets its own
+                        # copy, made outside the timing (ours leaves X as it is)
+                        copies = iter([X.copy() for _ in range(args.repeat_slow)])
+                        byz = timed(lambda: avg(obj(next(copies))), args.repeat_slow)
+                    else:
+                        try:
+                            byz = timed(lambda: avg(obj(X)), args.repeat_slow)
+                        except MemoryError as exc:
+                            # ByzFL's NNM gathers every row's n − f neighbours into one
+                            # (n, n − f, D) array: at full size more memory than the machine has
+                            byz_note = f"ByzFL {name}: out of memory ({exc})"
+                byz_cell = cell(byz) if byz is not None or byz_note is None else f"{'out of memory':>15}"
                 print(f"{name:10} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | {cell(ours)} | {cell(base)} "
-                      f"{ratio(base, ours)} | {cell(ours_x)} | {cell(byz)} {ratio(byz, ours_x)} | "
+                      f"{ratio(base, ours)} | {cell(ours_x)} | {byz_cell} {ratio(byz, ours_x)} | "
                       f"{dev:8.1e}", flush=True)
+                if byz_note:
+                    print(f"# {byz_note}", flush=True)
             del X, T
     print("# dev: max |ours − oracle| / max |oracle| on the aggregated θ")
 

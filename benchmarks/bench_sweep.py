@@ -10,11 +10,18 @@ estimates one full run as
 with the run's resolved rounds and evaluation interval. The estimated wall
 time of a figure is the sum over its full grid divided by the number of
 workers (``--workers``, default 2: a 2-core machine). The baseline of each
-row is the "No defense" Adam FISM run of the same dataset, measured in the
-same process: the ratio column is each kind's cost relative to it.
+row is the first kind measured for the dataset, in the same process: the
+plain mean, without attack where a grid has such runs (the "No defense"
+Adam FISM run of the paper's figures); the ratio column is each kind's cost
+relative to it.
 
     python benchmarks/bench_sweep.py                    # all four datasets
     python benchmarks/bench_sweep.py --datasets ml100k --rounds 5
+    python benchmarks/bench_sweep.py --figures ranking --datasets ml100k,lastfm --rounds 3
+
+A kind of run is (model, optimiser, rule, detection space, attack, pre-aggregators);
+the α of a run changes its cost little (the same rule on the same number of rows)
+and is not measured separately: each kind is timed at the first α the grids use.
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from machine import describe  # noqa: E402
 
 def kind_of(config) -> tuple:
     """What a run's cost depends on besides the dataset (seed, α and labels aside)."""
-    return (config.model, config.optimizer, config.defense, config.detect, config.attack != "none")
+    return (config.model, config.optimizer, config.defense, config.detect, config.attack,
+            "+".join(config.pre) or "-")
 
 
 def measure(config, rounds: int) -> tuple[float, float]:
@@ -60,13 +68,16 @@ def main() -> None:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--rounds", type=int, default=8, help="rounds timed per kind of run")
     ap.add_argument("--workers", type=int, default=2, help="workers of the estimated full sweep")
+    ap.add_argument("--figures", default=None,
+                    help="comma-separated figures/experiments to estimate (default: all but Fig. 1)")
     args = ap.parse_args()
     datasets = args.datasets.split(",")
+    wanted = None if args.figures is None else set(args.figures.split(","))
 
     # every kind of run the full figures use, per dataset, with its count and resolved config
     # (Fig. 1 is one capture run of 24 rounds: not worth estimating)
     grids = {fid: [r.config.resolved() for r in fig.runs(Scale())] for fid, fig in FIGURES.items()
-             if fig.kind != "pca"}
+             if fig.kind != "pca" and (wanted is None or fid in wanted or fig.name in wanted)}
     kinds: dict[tuple, object] = {}
     for configs in grids.values():
         for c in configs:
@@ -76,12 +87,13 @@ def main() -> None:
     threads = os.environ["NUMBA_NUM_THREADS"]
     print(describe())
     print(f"NUMBA_NUM_THREADS={threads}, {args.rounds} rounds timed per kind")
-    print(f"{'dataset':12s} {'model':5s} {'optim':8s} {'defense':7s} {'detect':9s} {'attack':6s} "
-          f"{'s/round':>8s} {'s/eval':>7s} {'run (est.)':>10s} {'× base':>7s}")
+    print(f"{'dataset':12s} {'model':5s} {'optim':8s} {'defense':7s} {'detect':9s} {'attack':10s} "
+          f"{'pre':5s} {'s/round':>8s} {'s/eval':>7s} {'run (est.)':>10s} {'× first':>7s}")
     cost: dict[tuple, float] = {}
     for d in datasets:
-        base_key = (d, "fism", "adam", "none", "gradient", False)
-        keys = sorted((k for k in kinds if k[0] == d), key=lambda k: k != base_key)
+        # the first row is the baseline: the plain mean without attack where a grid has it
+        keys = sorted((k for k in kinds if k[0] == d),
+                      key=lambda k: (k[3] not in ("none", "mean"), k[5] != "none", k[6] != "-"))
         base = None
         for key in keys:
             c = kinds[key]
@@ -91,7 +103,7 @@ def main() -> None:
             cost[key] = est
             base = est if base is None else base
             print(f"{d:12s} {key[1]:5s} {key[2]:8s} {key[3]:7s} {key[4]:9s} "
-                  f"{'yes' if key[5] else 'no':6s} {per_round:8.3f} {per_eval:7.2f} "
+                  f"{key[5]:10s} {key[6]:5s} {per_round:8.3f} {per_eval:7.2f} "
                   f"{est / 60:8.1f} m {est / base:7.2f}", flush=True)
 
     print()

@@ -185,7 +185,8 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     3 (frs), 4 (defenses), 7 (frs-recall), 8 (defenses-recall),
     10 (adam-sgd), 11 (momentum), 12 (adagrad); or an ablation of Fig. 4:
     ablation-init, ablation-sampled, ablation-krum1, ablation-exact,
-    ablation-rounds (see docs/reproduction.md).
+    ablation-rounds (see docs/reproduction.md); or ranking, every rule with
+    and without NNM ranked by Precision@5 (figures/ranking.md; docs/defenses.md).
 
     Runs already finished in the output directory are skipped, so an
     interrupted reproduction continues where it stopped, and figures that

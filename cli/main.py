@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mechanism": ("mechanism", "mechanism",
                   "Per-round gradient cosines, Krum score vs norm, Byzantine share kept."),
     "verdict": ("verdict", "verdict", "Judge the paper's claims from results (paired CIs)."),
+    "ranking": ("ranking", "ranking", "Rank the defences from the ranking experiment (paired CIs)."),
     "golden": ("golden", "golden", "Export or check language-neutral golden test vectors."),
     "trace": ("trace", "trace", "Compare per-round traces of two implementations."),
     "recommend": ("recommend", "recommend", "A user's top-K items from a trained run, by name."),

@@ -462,14 +462,30 @@ _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fa
                "trmean": {"fallback": "error"}, "rfa": {"nu": 1e-6, "tol": 1e-6, "max_iter": 100,
                                                         "fallback": "error"},
                "bulyan": {"fallback": "error"}, "mda": {"max_subsets": 10_000_000, "fallback": "error"},
-               "meamed": {"fallback": "error"}, "monna": {"pivot": 0, "fallback": "error"}}
+               "meamed": {"fallback": "error"}, "monna": {"pivot": 0, "fallback": "error"},
+               # τ is set per case (the median distance to the previous centre, so that some
+               # clients are clipped and some not); two iterations exercise the loop
+               "cc": {"tau": None, "iterations": 2},
+               "caf": {"fallback": "error"}, "smea": {"max_subsets": 100_000, "fallback": "error"}}
 
-#: the rules with golden vectors (cc, caf and smea have none yet: docs/golden-vectors.md)
+#: the rules with golden vectors (every registered rule)
 GOLDEN_RULES = tuple(_RULE_HYPER)
-#: the attacks with golden vectors (inf, mimic, opt-ipm, opt-alie and a-ra have none yet)
-GOLDEN_ATTACKS = ("none", "ascent", "noise", "camouflage", "alie", "ipm")
+#: the pre-aggregators with golden vectors, each in front of ``mean`` (and NNM in front of Krum)
+GOLDEN_PRE = ("nnm", "bucketing", "clip", "arc")
+#: the attacks with golden vectors (a-ra has none: docs/golden-vectors.md says why)
+GOLDEN_ATTACKS = ("none", "ascent", "noise", "camouflage", "alie", "ipm", "inf", "mimic",
+                  "opt-ipm", "opt-alie")
 
 _RULE_FORMULA = {
+    "cc": ("from the previous centre v₀ (input cc_center), L times v ← v + Σᵢ pᵢ·clip_τ(xᵢ − v), "
+           "pᵢ = nᵢ/Σnⱼ, clip_τ(z) = z·min(1, τ/‖z‖); then v_L = a·v₀ + Σ wᵢxᵢ and every upload "
+           "Ā = a·S + Σ wᵢ A[i], S the server's value of that array (input reference_<array>)"),
+    "caf": ("c = 1; while Σc > n − 2f: μ = Σcᵢxᵢ/Σc, (λ, u) the top eigenpair of Σcᵢ(xᵢ − μ)(xᵢ − μ)ᵀ/Σc, "
+            "remember c if λ is the smallest so far, τᵢ = (u·(xᵢ − μ))², cᵢ ← cᵢ(1 − τᵢ/max over "
+            "weighted rows τ), the argmax set to 0; Ā = Σ cᵢnᵢ A[i] / Σ cᵢnᵢ with the remembered c"),
+    "smea": ("S* = the first (lexicographic) subset of n − f clients whose covariance "
+             "(1/|S|)Σ(xᵢ − μ_S)(xᵢ − μ_S)ᵀ has the smallest largest eigenvalue; "
+             "Ā = Σ_{S*} nᵢ A[i] / Σ_{S*} nᵢ"),
     "monna": ("N = the n − f clients nearest to the pivot client 0 (itself included; finite first, ties "
               "to the smaller index); Ā = Σ_N nᵢ A[i] / Σ_N nᵢ"),
     "meamed": ("per coordinate, keep the n − f features closest to their median (remove f times the "
@@ -495,12 +511,44 @@ _RULE_CONV = ("A non-finite feature or upload value makes its client infinitely 
               "per-coordinate kept set) applies to every uploaded array.")
 
 
-def compute_aggregate(inp, params, backend):
-    from rfrs_ref.aggregate import RULES
+class _GivenPermutation:
+    """The round's generator as bucketing reads it (``permutation(n)``), returning the
+    case's input ``permutation``: the shuffle is an input, as the noise attack's normals are."""
+
+    def __init__(self, perm) -> None:
+        self.perm = np.asarray(perm, dtype=np.int64)
+
+    def permutation(self, n: int) -> np.ndarray:
+        if self.perm.shape != (n,) or sorted(self.perm.tolist()) != list(range(n)):
+            raise GoldenFormatError(f"input 'permutation' must be a permutation of 0..{n - 1}, "
+                                    f"got {self.perm.tolist()!r}")
+        return self.perm.copy()
+
+
+def _aggregator(params):
+    """The rule of an aggregate case, behind its pre-aggregators when it names any."""
+    from rfrs_ref.aggregate import PRE, RULES, PreAggregated
 
     rule = RULES.get(params["rule"])(**params["hyperparameters"])
+    pre = params.get("pre") or []
+    if not pre:
+        return rule
+    hyper = params.get("pre_hyperparameters") or {}
+    return PreAggregated(tuple(PRE.get(p)(**hyper.get(p, {})) for p in pre), rule)
+
+
+def compute_aggregate(inp, params, backend):
+    rule = _aggregator(params)
     arrays = {k[len("upload_"):]: v for k, v in inp.items() if k.startswith("upload_")}
-    res = rule.aggregate(inp["features"], arrays, inp["n_samples"], int(params["f"]), backend=backend)
+    kw: dict[str, Any] = {}
+    if getattr(rule, "takes_round_inputs", False):
+        kw["reference"] = {k[len("reference_"):]: v for k, v in inp.items()
+                           if k.startswith("reference_")} or None
+        kw["rng"] = _GivenPermutation(inp["permutation"]) if "permutation" in inp else None
+    if getattr(rule, "state_arrays", ()):
+        kw["rule_state"] = {k: inp[k] for k in rule.state_arrays}
+    res = rule.aggregate(inp["features"], arrays, inp["n_samples"], int(params["f"]), backend=backend,
+                         **kw)
     out: dict[str, Any] = {f"aggregate_{k}": np.asarray(v, dtype=np.float64) for k, v in res.arrays.items()}
     if res.weights is not None:
         out["weights"] = np.asarray(res.weights, dtype=np.float64)
@@ -516,6 +564,15 @@ def compute_aggregate(inp, params, backend):
     elif params["rule"] == "rfa":
         out["rfa_iterations"] = int(diag["iterations"])
         out["rfa_converged"] = bool(diag["converged"])
+    elif params["rule"] == "cc":
+        out["cc_center"] = np.asarray(res.state["cc_center"], dtype=np.float64)
+        out["cc_center_weight"] = float(diag["center_weight"])
+        out["cc_clipped"] = np.asarray(diag["clipped"], dtype=np.int64)
+    elif params["rule"] == "caf":
+        out["caf_steps"] = int(diag["steps"])
+        out["caf_filter_weights"] = np.asarray(diag["filter_weights"], dtype=np.float64)
+    elif params["rule"] == "smea":
+        out["smea_selected"] = np.asarray(diag["selected"], dtype=np.int64)
     return out
 
 
@@ -566,8 +623,44 @@ def _round_inputs(rng, n, D, dtype, detect, hostile=None, ties=False):
     return state, ups, X
 
 
+def _threshold(values, margin: float = 1e-4) -> float:
+    """A threshold between the given positive values: their median rounded to 3
+    significant digits, moved until no value lies within ``margin`` (relative) of
+    it, so that no rounding of another implementation flips a comparison with it."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    t = float(f"{float(np.median(v)):.3g}")
+    for _ in range(100):
+        if np.all(np.abs(v - t) > margin * t):
+            return t
+        t = float(f"{t * 1.013:.4g}")
+    raise AssertionError(f"no threshold with a margin among {v.tolist()}")  # pragma: no cover
+
+
+def _cc_inputs(rng, X, ns, iterations: int) -> tuple[np.ndarray, float]:
+    """(previous centre v₀, τ) for a centered-clipping case: v₀ near the honest features,
+    τ between the distances of every iteration (checked on a float64 replay)."""
+    X64 = np.asarray(X, dtype=np.float64)
+    ok = np.isfinite(X64).all(axis=1)
+    fin = X64[ok]
+    v0 = fin.mean(axis=0) * 0.8 + rng.normal(size=X.shape[1]) * 0.1 * float(np.abs(fin).max())
+    tau = _threshold(np.linalg.norm(fin - v0, axis=1))
+    p = np.where(ok, ns, 0) / np.sum(np.where(ok, ns, 0))
+    for _ in range(20):
+        v, margin_ok = v0.copy(), True
+        for _ in range(iterations):
+            d = np.linalg.norm(fin - v, axis=1)
+            margin_ok &= bool(np.all(np.abs(d - tau) > 1e-4 * tau))
+            c = np.minimum(1.0, tau / d)
+            v = v + (p[ok] * c) @ (fin - v)
+        if margin_ok:
+            return v0, tau
+        tau = float(f"{tau * 1.013:.4g}")
+    raise AssertionError("no τ with a margin for the centered-clipping case")  # pragma: no cover
+
+
 def aggregate_cases() -> list[Case]:
-    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.aggregate import PRE, RULES
+    from rfrs_ref.params import values
 
     cases = []
     n, D, f = 11, 6, 2
@@ -575,37 +668,73 @@ def aggregate_cases() -> list[Case]:
     for rule in (r for r in RULES if r in GOLDEN_RULES):
         for detect in ("gradient", "parameter"):
             for dtype in ("float64", "float32"):
-                plan.append((rule, detect, dtype, None, False, n, f))
-        plan.append((rule, "gradient", "float64", [np.nan, np.inf], False, n, f))
-        plan.append((rule, "gradient", "float64", [1e38, -np.inf], False, n, f))
-    plan.append(("krum", "gradient", "float64", None, True, 7, 1))
-    for rule, detect, dtype, hostile, ties, n_, f_ in plan:
+                plan.append((rule, None, detect, dtype, None, False, n, f))
+        plan.append((rule, None, "gradient", "float64", [np.nan, np.inf], False, n, f))
+        plan.append((rule, None, "gradient", "float64", [1e38, -np.inf], False, n, f))
+    plan.append(("krum", None, "gradient", "float64", None, True, 7, 1))
+    for pre in (p for p in PRE if p in GOLDEN_PRE):
+        for detect in ("gradient", "parameter"):
+            for dtype in ("float64", "float32"):
+                plan.append(("mean", pre, detect, dtype, None, False, n, f))
+        plan.append(("mean", pre, "gradient", "float64", [np.nan, np.inf], False, n, f))
+        plan.append(("mean", pre, "gradient", "float64", [1e38, -np.inf], False, n, f))
+    plan.append(("krum", "nnm", "gradient", "float64", None, False, n, f))
+    for rule, pre, detect, dtype, hostile, ties, n_, f_ in plan:
         tag = detect
         if hostile is not None:
             tag += "-nonfinite" if np.isnan(hostile[0]) else "-huge"
         if ties:
             tag += "-ties"
-        name = f"aggregate/{rule}-{tag}-{_suffix(dtype)}"
+        name = (f"aggregate/{rule}-{tag}-{_suffix(dtype)}" if pre is None
+                else f"aggregate/pre-{pre}-{rule}-{tag}-{_suffix(dtype)}")
         rng = _rng(name)
         state, ups, X = _round_inputs(rng, n_, D, dtype, detect, hostile, ties)
         hyper = dict(_RULE_HYPER[rule])
         if ties:
             hyper["k"] = 1
-        params = {"rule": rule, "hyperparameters": hyper, "f": f_, "detect": detect}
         inp = {"features": X, "n_samples": (np.full(n_, 5) if ties else rng.integers(1, 30, size=n_)).astype(np.int64)}
         for k, v in ups.items():
             inp[f"upload_{k}"] = v
         if detect == "parameter":
             inp["theta_bar"] = state["theta"]
+        pre_hyper: dict[str, dict] = {}
+        if rule == "cc":
+            v0, hyper["tau"] = _cc_inputs(rng, X, inp["n_samples"].astype(np.float64), hyper["iterations"])
+            inp["cc_center"] = v0
+        if pre == "clip":
+            norms = np.linalg.norm(np.asarray(X, dtype=np.float64)[np.isfinite(X).all(axis=1)], axis=1)
+            pre_hyper["clip"] = {"clip_norm": _threshold(norms)}
+        elif pre is not None:
+            pre_hyper[pre] = values(PRE.get(pre)())
+        if pre == "bucketing":
+            inp["permutation"] = rng.permutation(n_).astype(np.int64)
+        if rule == "cc" or pre in ("clip", "arc"):
+            # the server's value of each uploaded array, toward which clipping shrinks
+            for k in ups:
+                inp[f"reference_{k}"] = state[k]
+        params = {"rule": rule, "hyperparameters": hyper, "f": f_, "detect": detect}
+        if pre is not None:
+            params["pre"] = [pre]
+            params["pre_hyperparameters"] = pre_hyper
         out = compute_aggregate(inp, params, "numpy")
+        # CAF's filter weights follow eigenvectors: a few more roundings than a weighted sum
+        c_arr = C_REDUCTION if rule == "caf" else C_ELEMENTWISE
         outs: dict[str, Expected] = {}
         for k in ups:
             scale = _scale(ups[k][np.isfinite(ups[k]).all(axis=1)]) if np.isfinite(ups[k]).any() else 0.0
-            outs[f"aggregate_{k}"] = _close(out[f"aggregate_{k}"], dtype, C_ELEMENTWISE, scale)
+            if f"reference_{k}" in inp:
+                scale += _scale(inp[f"reference_{k}"])
+            outs[f"aggregate_{k}"] = _close(out[f"aggregate_{k}"], dtype, c_arr, scale)
         if "weights" in out:
-            outs["weights"] = _close(out["weights"], "float64", C_ELEMENTWISE, 1.0,
-                                     role="informational" if rule == "rfa" else "required",
-                                     note="RFA's weights depend on where its iteration stops" if rule == "rfa" else "")
+            if rule == "rfa":
+                outs["weights"] = _close(out["weights"], "float64", C_ELEMENTWISE, 1.0, role="informational",
+                                         note="RFA's weights depend on where its iteration stops")
+            elif rule in ("cc", "caf") or pre is not None:
+                outs["weights"] = _close(out["weights"], dtype, c_arr, 1.0,
+                                         note="ratios of distances, norms or filter weights computed "
+                                              "from the features: roundings of the case's dtype")
+            else:
+                outs["weights"] = _close(out["weights"], "float64", C_ELEMENTWISE, 1.0)
         outs["kept"] = _close(out["kept"], "float64", 4, 1.0,
                               note="fraction of coordinates at which the client takes part (1 or 0 "
                                    "for per-client rules)")
@@ -618,12 +747,40 @@ def aggregate_cases() -> list[Case]:
             outs["krum_selected"] = _exact(out["krum_selected"], note="kept clients, lowest score first, "
                                                                       "ties to the smaller index")
             outs["krum_neighbours"] = _exact(out["krum_neighbours"])
+            if pre is not None:
+                outs["krum_scores"].role = "informational"
+                outs["krum_scores"].note = "scores of the mixed rows"
         elif rule == "bulyan":
             outs["bulyan_selected"] = _exact(out["bulyan_selected"], note="in the order of selection")
         elif rule == "rfa":
             outs["rfa_iterations"] = _exact(out["rfa_iterations"], role="informational")
             outs["rfa_converged"] = _exact(out["rfa_converged"], role="informational")
+        elif rule == "cc":
+            fin = np.asarray(X, dtype=np.float64)[np.isfinite(X).all(axis=1)]
+            outs["cc_center"] = _close(out["cc_center"], dtype, C_ELEMENTWISE,
+                                       _scale(fin) + _scale(inp["cc_center"]),
+                                       note="the new centre v_L: the rule's state for the next round")
+            outs["cc_center_weight"] = _close(out["cc_center_weight"], dtype, C_ELEMENTWISE, 1.0,
+                                              note="a, the previous centre's share of v_L")
+            outs["cc_clipped"] = _exact(out["cc_clipped"], note="clients clipped at each iteration")
+        elif rule == "caf":
+            outs["caf_steps"] = _exact(out["caf_steps"], role="informational",
+                                       note="filter steps run (the last may be one that only tests Σc)")
+            outs["caf_filter_weights"] = _close(out["caf_filter_weights"], dtype, C_REDUCTION, 1.0,
+                                                role="informational",
+                                                note="the filter weights c of the remembered step")
+        elif rule == "smea":
+            outs["smea_selected"] = _exact(out["smea_selected"], note="S*, increasing client index")
         desc = f"{rule} on {detect}-space features of {n_} Adam uploads, f = {f_}"
+        if pre is not None:
+            desc = f"{pre} then " + desc
+        if rule == "cc":
+            desc += (f"; from the previous centre cc_center, τ = {hyper['tau']}, "
+                     f"{hyper['iterations']} iterations, uploads combined around reference_<array>")
+        if pre == "bucketing":
+            desc += "; the shuffle π is the input 'permutation' (bucket b = π[2b], π[2b + 1])"
+        elif pre in ("clip", "arc"):
+            desc += "; uploads shrink toward reference_<array> (the server's state)"
         if hostile is not None:
             desc += (f"; the last {len(hostile)} clients upload {', '.join(str(h) for h in hostile)} in every "
                      "array (and feature)")
@@ -632,12 +789,25 @@ def aggregate_cases() -> list[Case]:
         if ties:
             desc = ("classic Krum (k = 1) on integer gradients on a line: several clients tie on the "
                     "lowest score; the smaller index wins")
-        tol = (f"aggregated arrays: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·max|finite upload|; "
-               f"weights: {C_ELEMENTWISE}u absolute; kept: 4u; Krum scores: {C_REDUCTION}u relative "
+        tol = (f"aggregated arrays: rtol = {c_arr}u, atol = {c_arr}u·(max|finite upload| + "
+               f"max|reference|); weights: {C_ELEMENTWISE}u absolute ({c_arr}u of the case's dtype for "
+               f"cc, caf and pre-aggregated rules); kept: 4u; Krum scores: {C_REDUCTION}u relative "
                f"and {C_REDUCTION}u·D·max|x|² absolute; selections exact")
-        cases.append(Case(name, "aggregate", desc, _RULE_FORMULA[rule], _RULE_CONV, "docs/aggregation.md", dtype, params,
+        formula = _RULE_FORMULA[rule] if pre is None else f"{_PRE_FORMULA[pre]}; then {_RULE_FORMULA[rule]}"
+        cases.append(Case(name, "aggregate", desc, formula, _RULE_CONV, "docs/aggregation.md", dtype, params,
                           inp, outs, tol))
     return cases
+
+
+_PRE_FORMULA = {
+    "nnm": ("x′ᵢ = Σ_{j∈N(i)} nⱼxⱼ / Σ_{j∈N(i)} nⱼ, N(i) the n − f rows nearest to xᵢ (itself first, "
+            "ties by index); every upload mixed with the same weights"),
+    "bucketing": ("buckets of s consecutive rows of the permutation π (input); x′_b = Σ_{i∈b} nᵢxᵢ / "
+                  "Σ_{i∈b} nᵢ, n′_b = Σ_{i∈b} nᵢ; the rule sees f′ = min(f, n′)"),
+    "clip": ("sᵢ = min(1, C/‖xᵢ‖); x′ᵢ = sᵢxᵢ and every upload A′ᵢ = S + sᵢ(Aᵢ − S), S its reference"),
+    "arc": ("the k = ⌊2f(n − f)/n⌋ rows of largest norm clipped to the (k + 1)-th largest norm "
+            "(ties: the larger index first); uploads A′ᵢ = S + sᵢ(Aᵢ − S)"),
+}
 
 
 # ===================================================================================== attack
@@ -652,11 +822,15 @@ def compute_attack(inp, params, backend):
     uploads = {k: np.array(inp[f"honest_{k}"], copy=True) for k in opt.arrays}
     grads = np.array(inp["grads"], copy=True)
     grads.flags.writeable = False
+    rule = None
+    if "rule" in params:  # the attacks that simulate the server's aggregation
+        rule = _aggregator({"rule": params["rule"], "hyperparameters": params["rule_hyperparameters"]})
     ctx = AttackContext(t=t, optimizer=opt, state=state, grads=grads, uploads=uploads,
                         byzantine=np.asarray(inp["byzantine"], dtype=bool),
                         clients=np.asarray(inp["clients"], dtype=np.int64),
                         n_samples=np.asarray(inp["n_samples"], dtype=np.int64), f=int(params["f"]),
-                        rng=generator(int(params["seed"]), "attack", t), backend=backend)
+                        rng=generator(int(params["seed"]), "attack", t), backend=backend,
+                        rule=rule, detect=params.get("detect", "gradient"))
     diag = attack.apply_inplace(ctx)
     out: dict[str, Any] = {f"upload_{k}": np.asarray(v, dtype=np.float64) for k, v in uploads.items()}
     if params["attack"] == "noise":
@@ -667,6 +841,11 @@ def compute_attack(inp, params, backend):
         out["alie_z"] = diag["z"]
     elif params["attack"] == "camouflage":
         out["camouflaged_fraction"] = diag["camouflaged_fraction"]
+    elif params["attack"] in ("opt-ipm", "opt-alie"):
+        out["opt_tau"] = float(diag["tau"])
+        out["opt_evals"] = int(diag["evals"])
+    elif params["attack"] == "mimic":
+        out["mimic_client"] = diag["client"]
     return out
 
 
@@ -685,7 +864,18 @@ def attack_cases() -> list[Case]:
                        "else g, coordinate by coordinate"),
         "alie": "every Byzantine client uploads rule(μ − z·σ) of the Byzantine clients' gradients",
         "ipm": "every Byzantine client uploads rule(−ϵ · mean of the Byzantine clients' gradients)",
+        "inf": "every Byzantine client uploads +inf in every array (the rule is not obeyed)",
+        "mimic": ("every Byzantine client uploads a copy of the upload of the round's first honest "
+                  "client (index 0, rows in ascending client id)"),
+        "opt-ipm": ("every Byzantine client uploads rule(−τ·μ), μ the honest clients' mean gradient, τ by "
+                    "ByzFL's line search maximising ‖θ̄_rule(τ) − Σ_honest nᵢθᵢ/Σ_honest nᵢ‖ against the "
+                    "server's rule (params: rule, rule_hyperparameters, detect)"),
+        "opt-alie": ("every Byzantine client uploads rule(μ + τ·σ) of the honest clients' gradients (σ with "
+                     "ddof = 1), τ by the same line search against the server's rule"),
     }
+    #: the server every optimal attack simulates: (rule, its hyperparameters, detection space)
+    servers = {"opt-ipm": ("krum", dict(_RULE_HYPER["krum"]), "gradient"),
+               "opt-alie": ("trmean", dict(_RULE_HYPER["trmean"]), "parameter")}
     for attack_name in (a for a in ATTACKS if a in GOLDEN_ATTACKS):
         for dtype in ("float64", "float32"):
             name = f"attack/{attack_name}-adam-{_suffix(dtype)}"
@@ -697,6 +887,8 @@ def attack_cases() -> list[Case]:
             from rfrs_ref.params import values
 
             params["attack_hyperparameters"] = values(ATTACKS.get(attack_name)())
+            if attack_name in servers:
+                params["rule"], params["rule_hyperparameters"], params["detect"] = servers[attack_name]
             # a mid-run state where |m̄|/√v̄ is large on many coordinates, so camouflage bites
             m_bar = rng.normal(size=D) * 0.2
             state = {"theta": rng.normal(size=D), "m": m_bar,
@@ -728,6 +920,13 @@ def attack_cases() -> list[Case]:
                 outs["noise_norm"] = _close(out["noise_norm"], "float64", C_REDUCTION)
             elif attack_name == "alie":
                 outs["alie_z"] = _close(out["alie_z"], "float64", C_ELEMENTWISE)
+            elif attack_name in servers:
+                outs["opt_tau"] = _close(out["opt_tau"], "float64", C_ELEMENTWISE,
+                                         note="the attack factor the line search chose: a sum of its "
+                                              "steps, decided by comparisons of the simulated aggregates")
+                outs["opt_evals"] = _exact(out["opt_evals"], role="informational")
+            elif attack_name == "mimic":
+                outs["mimic_client"] = _exact(out["mimic_client"], note="the id of the client copied")
             elif attack_name == "camouflage":
                 outs["camouflaged_fraction"] = _exact(
                     out["camouflaged_fraction"], role="informational",

@@ -417,10 +417,21 @@ class PreAggregated:
     the largest kept fraction of a mixed row that client i enters (for
     per-client rules: 1 iff its weight is positive). The diagnostics are the
     rule's, on the mixed rows, with ``pre``: one record per pre-aggregator.
+
+    A rule with weights fixed by the nᵢ (the mean) is summed from the clients'
+    rows directly on the fast paths (:func:`_fixed_weight_sums`: within one
+    rounding of the oracle, which mixes every row first); the other rules read
+    mixed rows written into arrays kept between calls.
     """
 
     pre: tuple
     rule: Rule
+    #: the mixed rows' arrays, kept from one call to the next (name -> (n′, D) array):
+    #: a round's mixed features and uploads are n′ × D each, and writing them into
+    #: fresh memory every round (page faults) cost more than the mixing. Not part of
+    #: the rule's identity; one instance must not aggregate in two threads at once.
+    _buffers: dict = dataclasses.field(default_factory=dict, init=False, compare=False, hash=False,
+                                       repr=False)
 
     #: the round loop passes ``reference`` and ``rng``
     takes_round_inputs: ClassVar[bool] = True
@@ -454,6 +465,18 @@ class PreAggregated:
             f = min(f, n)
         return n, f
 
+    def _buffer(self, key: str, shape: tuple, dtype, backend: str) -> np.ndarray | None:
+        """The kept array for ``key`` if it has this shape and dtype, else a new one kept
+        in its place (None for a dtype the fast paths do not write: they allocate)."""
+        dtype = np.dtype(dtype)
+        if backend == "numpy" or dtype not in (np.float32, np.float64):
+            return None  # the oracle allocates its own
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
+            buf = np.empty(shape, dtype=dtype)
+            self._buffers[key] = buf
+        return buf
+
     def check(self, n: int, f: int) -> None:
         """The pre-aggregators' preconditions on (n, f), then the rule's on what they output."""
         n2, f2 = self._shapes(n, f)
@@ -473,10 +496,17 @@ class PreAggregated:
         Mcum = np.eye(n)
         Xc, ns, fc, okc = X, w, f, ok
         records: list[dict[str, Any]] = []
-        for p in self.pre:
+        # a rule whose weights are fixed by the nᵢ (the mean) is a weighted sum of the mixed
+        # rows, i.e. a weighted sum of the rows themselves: the fast path sums them directly
+        # (no mixed n′ × D array is written; see _fixed_weight_sums)
+        direct = backend != "numpy" and getattr(self.rule, "has_fixed_weights", False)
+        for idx, p in enumerate(self.pre):
             mx = p.mixing(Xc, ns, fc, okc, rng, backend)
             M = mx.matrix
-            Xc = mix_rows(M, Xc, _zero_if_needed(M, D), backend=backend, zero_reference=True)
+            if not (direct and idx == len(self.pre) - 1):  # the last features: not read
+                Xc = mix_rows(M, Xc, _zero_if_needed(M, D), backend=backend, zero_reference=True,
+                              out=self._buffer(f"features{len(records)}", (M.shape[0], D),
+                                               Xc.dtype, backend))
             okc = ((M != 0).astype(np.int64) @ (~okc).astype(np.int64)) == 0
             Mcum = M @ Mcum
             ns = mx.n_samples
@@ -486,9 +516,11 @@ class PreAggregated:
                             "n_out": int(M.shape[0]), **mx.diagnostics})
         stochastic = np.allclose(Mcum.sum(axis=1), 1.0, rtol=0, atol=1e-12)
         mixed = {}
+        refs = {}
         for name, A in mats.items():
             if A is X:
                 mixed[name] = Xc
+                refs[name] = None if stochastic else np.zeros(D)  # features are deviations
                 continue
             S = None
             if not stochastic:
@@ -500,13 +532,21 @@ class PreAggregated:
                 S = np.asarray(reference[name])
                 if S.shape != (D,):
                     raise ValueError(f"reference {name!r} has shape {S.shape}, expected ({D},)")
-            mixed[name] = mix_rows(Mcum, A, S, backend=backend)
-        kw = {}
-        if getattr(self.rule, "takes_round_inputs", False):
-            kw = dict(reference=reference, rng=rng)
-        if self.state_arrays:
-            kw["rule_state"] = rule_state
-        res = self.rule.aggregate(Xc, mixed, ns, fc, backend=backend, **kw)
+            refs[name] = S
+            if not direct:
+                mixed[name] = mix_rows(Mcum, A, S, backend=backend,
+                                       out=self._buffer(f"upload:{name}", (Mcum.shape[0], D),
+                                                        A.dtype, backend))
+        if direct:
+            res = self.rule.from_sums(_fixed_weight_sums(self.rule, Mcum, mats, refs, ns, backend),
+                                      ns, fc, backend=backend)
+        else:
+            kw = {}
+            if getattr(self.rule, "takes_round_inputs", False):
+                kw = dict(reference=reference, rng=rng)
+            if self.state_arrays:
+                kw["rule_state"] = rule_state
+            res = self.rule.aggregate(Xc, mixed, ns, fc, backend=backend, **kw)
         rows = Mcum.sum(axis=1)
         Mn = Mcum / rows[:, None]
         support = Mcum != 0
@@ -522,6 +562,35 @@ class PreAggregated:
         diag["pre"] = jsonable(records)
         diag["clients"] = n
         return AggregationResult(res.arrays, weights, kept, diag, state=res.state)
+
+
+def _fixed_weight_sums(rule, Mcum: np.ndarray, mats, refs, ns, backend: str) -> dict:
+    """Σⱼ w′ⱼ A′ⱼ for every array without writing the mixed rows A′ = S + M(A − S):
+
+        Σⱼ w′ⱼ A′ⱼ = (1 − Σᵢ cᵢ) S + Σᵢ cᵢ Aᵢ,   c = Mᵀw′,
+
+    w′ the rule's fixed weights of the mixed rows (the mean's nᵢ′/Σnⱼ′). Sums in
+    float64, rounded once to the array's dtype. The mixed path rounds each A′ⱼ to
+    that dtype first (relative error u, the unit roundoff) and then sums: the two
+    differ by at most u·Σⱼ w′ⱼ|A′ⱼ| ≤ u·max|A′| before the final rounding, i.e. by
+    one rounding of the result (tested). A row with cᵢ = 0 (in no mixed row) is
+    skipped, as the mixed path never reads it; cᵢ > 0 for every row a mixed row
+    holds, so a non-finite row reaches the sum exactly when it reaches a mixed row.
+    """
+    from rfrs_ref.aggregate.base import sample_sizes
+    from rfrs_ref.aggregate.cc import _combine64
+
+    w = rule.fixed_weights(sample_sizes(ns, Mcum.shape[0]))
+    c = Mcum.T @ w
+    out = {}
+    for name, A in mats.items():
+        total = _combine64(A, c, backend)
+        S = refs.get(name)
+        if S is not None:
+            total += (1.0 - float(c.sum())) * np.asarray(S, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[name] = total.astype(A.dtype)
+    return out
 
 
 def _zero_if_needed(M: np.ndarray, D: int) -> np.ndarray | None:

@@ -43,6 +43,12 @@ Ablations (not figures of the paper; registered beside them so that
 - ``ablation-rounds``: three times the rounds of the other runs (the default rounds, or
   ``--rounds``).
 
+The ranking of the defences (``rfrs-ref reproduce ranking``, not a figure of the
+paper either): every registered rule, with and without NNM, in both detection
+spaces, under gradient ascent and the targeted A-ra attack, α ∈ {0.2, 0.4},
+Adam, Last.fm and ML100K, 3 trials (:mod:`rfrs_ref.experiments.ranking`); its
+"figure" is the Markdown ranking ``figures/ranking.md``.
+
 ``--quick`` (:class:`Scale` with ``quick=True``) reduces every figure the same
 way: datasets → ML100K only, trials 5 → 2 (seeds 0, 1), rounds → a third of
 the dataset's default rounds; fractions, series and every hyperparameter are
@@ -400,6 +406,10 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
     base = pathlib.Path(base)
     name = f"fig{fig.id}" if fig.id.isdigit() else fig.id  # ablations: ablation-init.png
     stem = out / name
+    if fig.kind == "ranking":
+        from rfrs_ref.experiments.ranking import write_ranking
+
+        return [write_ranking(table, out)]
     if fig.kind == "pca":
         runs = table[(table["status"] == "ok") & (table["kind"] == "capture")]
         if runs.empty:
@@ -463,3 +473,23 @@ def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | Non
     if plot and report.table is not None and (report.table["status"] == "ok").any():
         paths = plot_figure(fig, report.table, out, out / "figures")
     return report, paths
+
+
+# -- the ranking of the defences (not a figure of the paper) --------------------------------------
+def _build_ranking(fig: Figure, scale: Scale) -> list[RunSpec]:
+    from rfrs_ref.experiments import ranking
+
+    return _grid(scale, ranking.cases(scale.pick_datasets(fig.datasets)))
+
+
+def _register_ranking() -> None:
+    from rfrs_ref.experiments import ranking
+
+    FIGURES.register(ranking.NAME, Figure(
+        ranking.NAME, ranking.NAME, "",
+        "The defences ranked by Precision@5: every rule, with and without NNM, both detection "
+        "spaces, gradient ascent and A-ra (Adam)", ranking.NAME, _build_ranking, kind="ranking",
+        datasets=ranking.DATASETS, trials=ranking.TRIALS))
+
+
+_register_ranking()

@@ -111,7 +111,8 @@ def _is_diagonal(M: np.ndarray) -> bool:
 
 
 def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
-             backend: str = "numba", zero_reference: bool = False) -> np.ndarray:
+             backend: str = "numba", zero_reference: bool = False,
+             out: np.ndarray | None = None) -> np.ndarray:
     """S + M (A − S) row by row, float64 sums, in A's dtype (see the module docstring).
 
     Args:
@@ -121,6 +122,11 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
         backend: numpy (oracle), numba or cuda.
         zero_reference: S is known to be 0 (features): the fast path then scales
             without reading S.
+        out: a C-contiguous (n′, D) array of A's float dtype, not overlapping A, to
+            write the result into (the fast paths; the oracle allocates its own):
+            writing into memory already touched saves the page faults of a fresh
+            n′ × D array, which cost more than the mixing itself. Ignored when its
+            shape or dtype does not fit.
     """
     M = np.ascontiguousarray(M, dtype=np.float64)
     if S is None and not np.allclose(M.sum(axis=1), 1.0, rtol=0, atol=1e-12):
@@ -133,13 +139,14 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
     if M.shape[1] != n:
         raise ValueError(f"the mixing matrix has {M.shape[1]} columns but A has {n} rows")
     ref = np.zeros(D) if S is None else np.ascontiguousarray(S, dtype=np.float64)
+    if (out is None or out.shape != (M.shape[0], D) or out.dtype != Af.dtype
+            or not out.flags.c_contiguous or np.shares_memory(out, Af)):
+        out = np.empty((M.shape[0], D), dtype=Af.dtype)
     if _is_diagonal(M):
-        out = np.empty((n, D), dtype=Af.dtype)
         has_ref = S is not None and not zero_reference
         _scale_rows_numba(Af, np.diagonal(M).copy(), ref, has_ref, out, 1024,
                           n_chunks(D, 1024))
         return out.astype(A.dtype, copy=False)
-    out = np.empty((M.shape[0], D), dtype=Af.dtype)
     nnz = int(np.count_nonzero(M))
     if nnz * SPARSE_RATIO <= M.size:
         # few rows per output row (bucketing): sum them directly, reading only those rows

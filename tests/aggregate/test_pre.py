@@ -205,6 +205,94 @@ def test_backends_agree(seed, n, D, data):
                                rtol=1e-6 if dtype == np.float32 else 1e-15)
 
 
+def test_mix_rows_writes_into_out_only_when_it_fits():
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(6, 300)).astype(np.float32)
+    for M in (np.diag(rng.random(6)), np.full((3, 6), 1 / 6), np.eye(6)[[0, 2]] / 1.0):
+        want = mix_rows(M, A, np.zeros(300))
+        out = np.full((M.shape[0], 300), np.nan, dtype=np.float32)
+        got = mix_rows(M, A, np.zeros(300), out=out)
+        assert got is out and np.array_equal(got, want)
+        for bad in (np.empty((M.shape[0], 300)), np.empty((M.shape[0] + 1, 300), np.float32),
+                    A[: M.shape[0]]):  # float64, wrong shape, or A itself: a new array
+            res = mix_rows(M, A, np.zeros(300), out=bad)
+            assert res is not bad and np.array_equal(res, want)
+
+
+@pytest.mark.parametrize("names", [["clip"], ["nnm"], ["clip", "nnm"], ["bucketing"]])
+def test_kept_buffers_give_the_same_answers_call_after_call(names):
+    """A PreAggregated keeps its mixed arrays between calls: results equal a fresh
+    instance's whatever the previous call's shapes, and no caller's array is written."""
+    rng = np.random.default_rng(7)
+    kept = build(names, {"clip_norm": 3.0}, RULES.get("mda")())
+    for n, D, dtype in ((12, 50, np.float32), (12, 50, np.float32), (15, 80, np.float64),
+                        (12, 50, np.float32)):
+        X = rng.normal(size=(n, D)).astype(dtype)
+        arrays = {"theta": rng.normal(size=(n, D)).astype(dtype), "x": X}
+        copies = {k: v.copy() for k, v in arrays.items()}
+        ref = {"theta": rng.normal(size=D), "x": np.zeros(D)}
+        fresh = build(names, {"clip_norm": 3.0}, RULES.get("mda")())
+        a = kept.aggregate(X, arrays, np.ones(n), 2, reference=ref, rng=np.random.default_rng(1))
+        b = fresh.aggregate(X, arrays, np.ones(n), 2, reference=ref, rng=np.random.default_rng(1))
+        for k in a.arrays:
+            assert np.array_equal(a.arrays[k], b.arrays[k]) and a.arrays[k].dtype == dtype
+        np.testing.assert_array_equal(a.weights, b.weights)
+        for k in arrays:
+            assert np.array_equal(arrays[k], copies[k])
+    assert kept == fresh  # the buffers are not part of the rule's identity
+
+
+@pytest.mark.parametrize("rule", RULES.names())
+def test_a_result_survives_the_next_call_of_the_same_instance(rule):
+    """The kept mixed arrays are written again by the next call: no rule may hand back
+    a view of them (the round loop keeps the aggregate as the next server state)."""
+    rng = np.random.default_rng(11)
+    n, D, f = 12, 40, 2
+    p = build(["clip"], {"clip_norm": 3.0}, RULES.get(rule)())
+    results = []
+    for _ in range(3):
+        X = rng.normal(size=(n, D)).astype(np.float32)
+        arrays = {"theta": rng.normal(size=(n, D)).astype(np.float32), "x": X}
+        ref = {"theta": rng.normal(size=D), "x": np.zeros(D)}
+        try:
+            res = p.aggregate(X, arrays, np.ones(n), f, backend="numba", reference=ref,
+                              rng=np.random.default_rng(1))
+        except PreconditionError:
+            pytest.skip(f"{rule} needs more clients than {n} for f = {f}")
+        results.append((res, {k: v.copy() for k, v in res.arrays.items()}))
+    for res, copies in results:
+        for k, v in copies.items():
+            assert np.array_equal(res.arrays[k], v, equal_nan=True)
+
+
+@pytest.mark.parametrize("names", [["clip"], ["arc"], ["nnm"], ["bucketing"], ["clip", "nnm"]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_mean_behind_pre_aggregators_sums_the_rows_directly_within_one_rounding(names, dtype):
+    """The fast path of a fixed-weight rule (the mean) sums Σ cᵢAᵢ, c = Mᵀw′, without
+    writing the mixed rows: within one rounding u·max|A′| of the oracle, which rounds
+    every mixed row first; same weights, kept and diagnostics."""
+    rng = np.random.default_rng(11)
+    n, D = 13, 700
+    X = (rng.normal(size=(n, D)) * rng.uniform(0.5, 4, size=(n, 1))).astype(dtype)
+    arrays = {"theta": (rng.normal(size=(n, D)) * 3).astype(dtype), "x": X}
+    ref = {"theta": rng.normal(size=D), "x": np.zeros(D)}
+    ns = rng.integers(1, 30, size=n).astype(float)
+    rule = build(names, {"clip_norm": 25.0}, RULES.get("mean")())
+    a = rule.aggregate(X, arrays, ns, 3, backend="numba", reference=ref,
+                       rng=np.random.default_rng(2))
+    b = rule.aggregate(X, arrays, ns, 3, backend="numpy", reference=ref,
+                       rng=np.random.default_rng(2))
+    u = np.finfo(dtype).eps / 2
+    for k in arrays:
+        scale = np.abs(arrays[k]).max() + np.abs(ref[k]).max()
+        assert a.arrays[k].dtype == dtype
+        np.testing.assert_allclose(a.arrays[k], b.arrays[k], rtol=0, atol=3 * u * scale)
+    np.testing.assert_allclose(a.weights, b.weights, rtol=1e-12)
+    np.testing.assert_array_equal(a.kept, b.kept)
+    assert set(a.diagnostics) == set(b.diagnostics)
+    assert "features0" not in rule._buffers or len(names) > 1  # the last features: never mixed
+
+
 # -- hostile input -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", CPU)

@@ -21,7 +21,7 @@ ABLATION_NAMES = ["ablation-init", "ablation-sampled", "ablation-krum1", "ablati
 
 
 def test_registry_has_the_papers_figures():
-    assert list(FIGURES) == PAPER_FIGURES + ABLATION_NAMES
+    assert list(FIGURES) == PAPER_FIGURES + ABLATION_NAMES + ["ranking"]
     assert figure("defenses") is figure("4") is figure("fig:performance2") is figure("Fig. 4")
     with pytest.raises(KeyError, match="unknown figure '5'"):
         figure("5")

@@ -13,7 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from rfrs_ref import golden
-from rfrs_ref.aggregate import RULES
+from rfrs_ref.aggregate import PRE, RULES
 from rfrs_ref.attack import ATTACKS
 from rfrs_ref.optim import OPTIMIZERS
 
@@ -47,14 +47,22 @@ def test_every_family_entry_has_cases_in_both_precisions(exported):
     names = {c["name"] for c in _index(exported)}
     # the entries without golden vectors are the ones docs/golden-vectors.md lists: a new
     # rule or attack needs its cases or a line there
-    assert set(RULES) - set(golden.GOLDEN_RULES) == {"cc", "caf", "smea"}
-    assert set(ATTACKS) - set(golden.GOLDEN_ATTACKS) == {"inf", "mimic", "opt-ipm", "opt-alie", "a-ra"}
+    assert set(RULES) == set(golden.GOLDEN_RULES)
+    assert set(PRE) == set(golden.GOLDEN_PRE)
+    assert set(ATTACKS) - set(golden.GOLDEN_ATTACKS) == {"a-ra"}
     for rule in golden.GOLDEN_RULES:
         for detect in ("gradient", "parameter"):
             for sfx in ("f32", "f64"):
                 assert f"aggregate/{rule}-{detect}-{sfx}" in names
         assert f"aggregate/{rule}-gradient-nonfinite-f64" in names
         assert f"aggregate/{rule}-gradient-huge-f64" in names
+    for pre in golden.GOLDEN_PRE:
+        for detect in ("gradient", "parameter"):
+            for sfx in ("f32", "f64"):
+                assert f"aggregate/pre-{pre}-mean-{detect}-{sfx}" in names
+        assert f"aggregate/pre-{pre}-mean-gradient-nonfinite-f64" in names
+        assert f"aggregate/pre-{pre}-mean-gradient-huge-f64" in names
+    assert "aggregate/pre-nnm-krum-gradient-f64" in names
     for opt in OPTIMIZERS:
         assert {f"optim/{opt}-f32", f"optim/{opt}-f64"} <= names
     for attack in golden.GOLDEN_ATTACKS:
@@ -150,6 +158,58 @@ def test_nonfinite_byzantine_rows_get_no_weight_from_robust_rules(exported):
         assert np.isfinite(out["aggregate_theta"]).all()
     _, _, out = golden.load_case(exported / "aggregate/mean-gradient-nonfinite-f64")
     assert np.isnan(out["aggregate_theta"]).all()  # no defence: the NaN goes through
+
+
+def test_new_rules_give_nonfinite_clients_no_weight(exported):
+    for name in ("cc", "caf", "smea"):
+        _, inp, out = golden.load_case(exported / f"aggregate/{name}-gradient-nonfinite-f64")
+        bad = ~np.isfinite(inp["features"]).all(axis=1)
+        assert bad.sum() == 2 and (out["weights"][bad] == 0).all(), name
+        assert np.isfinite(out["aggregate_theta"]).all(), name
+    _, _, out = golden.load_case(exported / "aggregate/cc-gradient-nonfinite-f64")
+    assert np.isfinite(out["cc_center"]).all()
+    # nnm leaves a non-finite client's own row as it is, for the rule to treat: the mean
+    # after it lets it through, as the mean alone does
+    _, _, out = golden.load_case(exported / "aggregate/pre-nnm-mean-gradient-nonfinite-f64")
+    assert np.isnan(out["aggregate_theta"]).all()
+
+
+def test_cc_vectors_carry_the_previous_centre(exported, tmp_path):
+    """The stateful rule's previous centre is an input: changing it changes the answer."""
+    root = _copy(exported, tmp_path)
+    folder = root / "aggregate/cc-gradient-f64"
+    meta, inp, out = golden.load_case(folder)
+    assert meta["params"]["hyperparameters"]["iterations"] == 2
+    assert 0 < out["cc_center_weight"] < 1 and out["cc_clipped"].max() > 0
+    assert (out["cc_clipped"] < inp["features"].shape[0]).all()  # some clipped, some not
+    np.save(folder / meta["inputs"]["cc_center"]["file"], inp["cc_center"] + 1e-3)
+    res = _check_one(root, "aggregate/cc-gradient-f64")
+    assert not res.ok and any("cc_center" in str(m) or "aggregate" in str(m) for m in res.mismatches)
+
+
+def test_bucketing_then_mean_is_the_mean_and_its_shuffle_is_an_input(exported, tmp_path):
+    _, inp, out = golden.load_case(exported / "aggregate/pre-bucketing-mean-gradient-f64")
+    w = inp["n_samples"] / inp["n_samples"].sum()
+    np.testing.assert_allclose(out["aggregate_theta"], w @ inp["upload_theta"], rtol=1e-13, atol=1e-14)
+    root = _copy(exported, tmp_path)
+    folder = root / "aggregate/pre-bucketing-mean-gradient-f64"
+    meta, inp, _ = golden.load_case(folder)
+    np.save(folder / meta["inputs"]["permutation"]["file"], np.zeros_like(inp["permutation"]))
+    res = _check_one(root, "aggregate/pre-bucketing-mean-gradient-f64")
+    assert not res.ok and "permutation" in res.error
+
+
+def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
+    for attack in ("opt-ipm", "opt-alie", "mimic"):
+        meta, inp, out = golden.load_case(exported / f"attack/{attack}-adam-f64")
+        byz = inp["byzantine"]
+        for k in ("theta", "m", "v"):
+            up, honest = out[f"upload_{k}"], inp[f"honest_{k}"]
+            np.testing.assert_array_equal(up[~byz], honest[~byz])
+            assert (up[byz] == up[byz][0]).all()
+            assert not np.array_equal(up[byz], honest[byz])
+    meta, _, out = golden.load_case(exported / "attack/opt-ipm-adam-f64")
+    assert meta["params"]["rule"] == "krum" and out["opt_tau"] > 0
 
 
 def test_federated_trace_excludes_the_noisy_uploads(exported):

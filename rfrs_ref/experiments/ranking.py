@@ -1,0 +1,217 @@
+"""The defences ranked: every registered rule, with and without NNM, in both detection
+spaces, under two attacks (docs/defenses.md).
+
+The experiment (``rfrs-ref reproduce ranking``, results in ``results/ranking``)
+crosses
+
+- every rule of :data:`rfrs_ref.aggregate.RULES` (read when the grid is built,
+  so a rule registered later joins it),
+- no pre-aggregator and nearest-neighbour mixing (``pre = ("nnm",)``),
+- the detection spaces ``gradient`` and ``parameter``,
+- the attacks ``ascent`` (the paper's gradient ascent) and ``a-ra`` (the
+  targeted promotion attack),
+- α ∈ {0.2, 0.4}, on Last.fm and ML100K, federated Adam, each dataset's
+  default rounds, 3 trials (seeds 0–2).
+
+The plain mean without pre-aggregator never reads the features, so it runs
+once per cell (in parameter space, as the paper's "No defense"), not once per
+space: it is the reference "no defence" of both spaces. Bulyan needs
+n ≥ 4f + 3, which a round of 9 (ML100K) or 18 (Last.fm) clients at α = 0.4
+violates: it runs with ``fallback = "reduce-f"`` (the largest f it
+tolerates; the diagnostics of every such round say so), the only rule of the
+grid that needs it.
+
+The analysis (:func:`ranking_markdown`, ``rfrs-ref ranking``): for each
+(dataset, α, attack, detection space, pre-aggregator) the rules ranked by
+Precision@5 (mean over seeds; a rule that diverged on more seeds ranks below
+one that diverged on fewer, as in the verdicts), with the paired difference
+over seeds (same seed = same split, client sampling and Byzantine set) and
+its 95 % Student-t interval against no defence (the mean, no
+pre-aggregator) and against A-RFRS (Krum on recovered gradients, no
+pre-aggregator), computed by :func:`rfrs_ref.experiments.claims.paired_difference`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Sequence
+
+from rfrs_ref.experiments.claims import CONFIDENCE, paired_difference
+
+NAME = "ranking"
+DATASETS = ("lastfm", "ml100k")
+FRACTIONS = (0.2, 0.4)
+ATTACKS = ("ascent", "a-ra")
+SPACES = ("gradient", "parameter")
+#: the pre-aggregator settings: label -> ``pre`` of the run
+PRES = (("none", ()), ("nnm", ("nnm",)))
+TRIALS = 3
+OPTIMIZER = "adam"
+#: rules that need a fallback at some fraction of the grid, and the one they get
+FALLBACK = {"bulyan": "reduce-f"}
+#: the references every rule is compared with: (column title, rule, space, pre)
+NO_DEFENSE = ("mean", "parameter", "none")
+A_RFRS = ("krum", "gradient", "none")
+METRIC, K = "precision", 5
+
+
+def rules() -> tuple[str, ...]:
+    """Every registered rule, in the registry's order."""
+    from rfrs_ref.aggregate import RULES
+
+    return tuple(name for name, _ in RULES.items())
+
+
+def cases(datasets: Sequence[str], rule_names: Sequence[str] | None = None,
+          fractions: Sequence[float] = FRACTIONS, attacks: Sequence[str] = ATTACKS) -> list:
+    """``[(labels, dataset, fields)]`` of the grid (one entry per configuration; the
+    seeds are added by the figure's grid). ``rule_names``, ``fractions`` and
+    ``attacks`` restrict it (None: every registered rule)."""
+    out = []
+    for d in datasets:
+        for alpha in fractions:
+            for attack in attacks:
+                for pre_label, pre in PRES:
+                    for space in SPACES:
+                        for rule in (rule_names or rules()):
+                            if rule == "mean" and not pre and space != NO_DEFENSE[1]:
+                                continue  # the mean alone never reads the features
+                            fields = {"optimizer": OPTIMIZER, "attack": attack,
+                                      "byzantine_fraction": alpha, "defense": rule,
+                                      "detect": space, "pre": pre}
+                            if rule in FALLBACK:
+                                fields["defense_params"] = {"fallback": FALLBACK[rule]}
+                            out.append(({"series": rule, "space": space, "pre": pre_label},
+                                        d, fields))
+    return out
+
+
+# -- analysis ------------------------------------------------------------------------------------
+def _key(rule: str, space: str, pre: str) -> str:
+    return f"{rule}|{space}|{pre}"
+
+
+def _resolve(key: str) -> str:
+    """The mean without pre-aggregator is the no-defence reference of every space."""
+    rule, _, pre = key.split("|")
+    return _key(*NO_DEFENSE) if (rule, pre) == (NO_DEFENSE[0], NO_DEFENSE[2]) else key
+
+
+def _prepare(table):
+    """The table with a ``_cell`` series column ``rule|space|pre`` (the mean without a
+    pre-aggregator is the same run in both spaces)."""
+    need = ("label_series", "label_space", "label_pre", "attack", "dataset", "alpha", "seed",
+            "status", "metric", "k", "value")
+    missing = [c for c in need if c not in table.columns]
+    if missing:
+        raise ValueError(f"not a results table of the ranking experiment (missing column(s) "
+                         f"{', '.join(missing)}); give the directory written by "
+                         "rfrs-ref reproduce ranking")
+    t = table.copy()
+    t["_cell"] = [_resolve(_key(r, s, p)) for r, s, p in zip(t["label_series"].astype(str),
+                                                                t["label_space"].astype(str),
+                                                                t["label_pre"].astype(str))]
+    return t
+
+
+def ranking_rows(table, metric: str = METRIC, k: int = K,
+                 confidence: float = CONFIDENCE) -> list[dict]:
+    """One record per (dataset, α, attack, space, pre, rule) with its rank in its cell.
+
+    Each record: ``dataset, alpha, attack, space, pre, rule, rank, n`` (finished
+    seeds), ``diverged`` (diverged seeds), ``mean`` (over the finished seeds,
+    None if none), and ``vs_none``, ``vs_arfrs``: the
+    :class:`~rfrs_ref.experiments.claims.Paired` difference rule − reference
+    (None for the reference itself).
+    """
+    import numpy as np
+
+    t = _prepare(table)
+    rows = []
+    for dataset in [d for d in DATASETS if d in set(t["dataset"])] + sorted(
+            set(t["dataset"]) - set(DATASETS)):
+        for alpha in sorted({float(a) for a in t.loc[t["dataset"] == dataset, "alpha"]}):
+            for attack in sorted(set(t.loc[t["dataset"] == dataset, "attack"]),
+                                 key=lambda a: (ATTACKS + (a,)).index(a)):
+                sub = t[(t["dataset"] == dataset) & (t["attack"] == attack)
+                        & np.isclose(t["alpha"].astype(float), alpha)]
+                for pre, _ in PRES:
+                    for space in SPACES:
+                        cell = []
+                        present = set(sub["_cell"])
+                        keys = sorted(key for key in present if key.split("|")[2] == pre)
+                        keys = [key for key in keys if key.split("|")[1] == space
+                                or key == _key(*NO_DEFENSE)]
+                        for key in keys:
+                            rule = key.split("|")[0]
+                            vals = sub[(sub["_cell"] == key) & (sub["metric"] == metric)
+                                       & (sub["k"] == k) & (sub["status"] == "ok")]
+                            finite = [float(v) for v in vals["value"] if v is not None
+                                      and np.isfinite(float(v))]
+                            div = len(set(sub.loc[(sub["_cell"] == key)
+                                                  & (sub["status"] == "diverged"), "seed"]))
+                            rec = {"dataset": dataset, "alpha": alpha, "attack": attack,
+                                   "space": space, "pre": pre, "rule": rule, "n": len(finite),
+                                   "diverged": div,
+                                   "mean": float(np.mean(finite)) if finite else None}
+                            for col, ref in (("vs_none", NO_DEFENSE), ("vs_arfrs", A_RFRS)):
+                                rec[col] = None if key == _key(*ref) else paired_difference(
+                                    sub, key, _key(*ref), dataset=dataset, alpha=alpha,
+                                    metric=metric, k=k, series_col="_cell",
+                                    confidence=confidence)
+                            cell.append(rec)
+                        cell.sort(key=lambda r: (r["diverged"], r["mean"] is None,
+                                                 -(r["mean"] or 0.0), r["rule"]))
+                        for i, r in enumerate(cell, 1):
+                            r["rank"] = i
+                        rows.extend(cell)
+    return rows
+
+
+_DATASET_NAMES = {"lastfm": "Last.fm", "ml100k": "ML100K"}
+
+
+def _cell_text(p) -> str:
+    return "—" if p is None else p.describe()
+
+
+def ranking_markdown(table, metric: str = METRIC, k: int = K,
+                     confidence: float = CONFIDENCE) -> str:
+    """The ranking as Markdown: one table per (dataset, α, attack, space, pre)."""
+    rows = ranking_rows(table, metric, k, confidence)
+    if not rows:
+        return "No finished run of the ranking experiment in this table.\n"
+    level = f"{round(confidence * 100)} %"
+    mname = f"{'P' if metric == 'precision' else metric}@{k}"
+    lines = [f"Rules ranked by {mname} (mean over the finished seeds). Δ: the paired "
+             f"difference rule − reference over the seeds both finished, with its {level} "
+             "Student-t interval; no defence = the mean without pre-aggregator, A-RFRS = Krum "
+             "on recovered gradients without pre-aggregator. A rule that diverged on more "
+             "seeds ranks lower.", ""]
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["dataset"], r["alpha"], r["attack"], r["pre"], r["space"]), []).append(r)
+    for (dataset, alpha, attack, pre, space), cell in cells.items():
+        title = (f"### {_DATASET_NAMES.get(dataset, dataset)}, α = {alpha:g}, {attack}, "
+                 f"{space} space, {'NNM' if pre == 'nnm' else 'no pre-aggregator'}")
+        lines += [title, "",
+                  f"| rank | rule | {mname} | seeds | Δ vs no defence | Δ vs A-RFRS |",
+                  "|---|---|---|---|---|---|"]
+        for r in cell:
+            value = "—" if r["mean"] is None else f"{r['mean']:.4f}"
+            seeds = f"{r['n']}" + (f" (+{r['diverged']} diverged)" if r["diverged"] else "")
+            lines.append(f"| {r['rank']} | {r['rule']} | {value} | {seeds} | "
+                         f"{_cell_text(r['vs_none'])} | {_cell_text(r['vs_arfrs'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_ranking(table, out: str | pathlib.Path, metric: str = METRIC, k: int = K) -> pathlib.Path:
+    """Write ``ranking.md`` into ``out`` (created) and return its path."""
+    from rfrs_ref.experiments.results import atomic_write_text
+
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "ranking.md"
+    atomic_write_text(path, ranking_markdown(table, metric, k))
+    return path

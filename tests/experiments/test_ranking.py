@@ -1,0 +1,136 @@
+"""The ranking of the defences: its grid, its statistics by hand, and a tiny run end to end."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.aggregate import RULES
+from rfrs_ref.experiments import ranking
+from rfrs_ref.experiments.figures import FIGURES, Scale, _grid, figure, reproduce
+from rfrs_ref.experiments.spec import check_unique
+
+
+def test_the_grid_crosses_every_rule_pre_space_attack_fraction_dataset_and_seed():
+    runs = figure("ranking").runs()
+    assert len(check_unique(runs)) == len(runs)
+    n_rules = len(list(RULES))
+    per_cell = 2 * 2 * n_rules - 1  # pre × space × rule, the plain mean once
+    assert len(runs) == 2 * 2 * 2 * per_cell * 3  # datasets × α × attacks × configurations × seeds
+    configs = {(r.config.dataset, r.config.byzantine_fraction, r.config.attack, r.config.defense,
+                r.config.detect, r.config.pre) for r in runs}
+    assert {c[0] for c in configs} == {"lastfm", "ml100k"}
+    assert {c[1] for c in configs} == {0.2, 0.4}
+    assert {c[2] for c in configs} == {"ascent", "a-ra"}
+    assert {c[3] for c in configs} == set(RULES)
+    assert {c[5] for c in configs} == {(), ("nnm",)}
+    # the mean without pre-aggregator is the no-defence reference, once (parameter space)
+    assert {c[4] for c in configs if c[3] == "mean" and c[5] == ()} == {"parameter"}
+    assert {c[4] for c in configs if c[3] == "mean" and c[5] == ("nnm",)} == {"gradient", "parameter"}
+    for r in runs:
+        c = r.config.resolved()
+        assert c.optimizer == "adam" and c.rounds == {"lastfm": 600, "ml100k": 1000}[c.dataset]
+        assert r.labels == {"series": c.defense, "space": c.detect, "pre": "nnm" if c.pre else "none"}
+        if c.defense == "bulyan":
+            assert c.defense_params["fallback"] == "reduce-f"
+    assert sorted({r.config.seed for r in runs}) == [0, 1, 2]
+    assert list(FIGURES)[-1] == "ranking"
+
+
+def _table(values: dict, diverged=()) -> pd.DataFrame:
+    """A tidy table: values[(rule, space, pre, seed)] = P@5 on ML100K, α = 0.4, ascent."""
+    rows = []
+    for (rule, space, pre, seed), v in values.items():
+        rows.append({"status": "ok", "label_series": rule, "label_space": space, "label_pre": pre,
+                     "attack": "ascent", "dataset": "ml100k", "alpha": 0.4, "seed": seed,
+                     "metric": "precision", "k": 5, "value": v})
+        rows.append({**rows[-1], "k": 1, "value": -1.0})  # another K: never read at K = 5
+    for rule, space, pre, seed in diverged:
+        rows.append({"status": "diverged", "label_series": rule, "label_space": space,
+                     "label_pre": pre, "attack": "ascent", "dataset": "ml100k", "alpha": 0.4,
+                     "seed": seed, "metric": None, "k": None, "value": None})
+    return pd.DataFrame(rows)
+
+
+def test_ranks_and_paired_differences_by_hand():
+    v = {}
+    for seed, (none, krum_g, trmean_g, krum_p) in enumerate([(0.10, 0.12, 0.30, 0.20),
+                                                             (0.20, 0.25, 0.40, 0.30),
+                                                             (0.30, 0.29, 0.50, 0.35)]):
+        v[("mean", "parameter", "none", seed)] = none
+        v[("krum", "gradient", "none", seed)] = krum_g
+        v[("trmean", "gradient", "none", seed)] = trmean_g
+        v[("krum", "parameter", "none", seed)] = krum_p
+    rows = ranking.ranking_rows(_table(v))
+    grad = [r for r in rows if r["space"] == "gradient"]
+    assert [r["rule"] for r in grad] == ["trmean", "krum", "mean"]
+    assert [r["rank"] for r in grad] == [1, 2, 3]
+    tr = grad[0]
+    assert tr["mean"] == pytest.approx(0.4) and tr["n"] == 3
+    # trmean − no defence: 0.2, 0.2, 0.2 (sd 0: the interval is the point)
+    assert tr["vs_none"].mean == pytest.approx(0.2) and tr["vs_none"].lo == pytest.approx(0.2)
+    # trmean − A-RFRS: 0.18, 0.15, 0.21: mean 0.18, s = 0.03, half-width 4.303·0.03/√3
+    assert tr["vs_arfrs"].mean == pytest.approx(0.18)
+    assert tr["vs_arfrs"].lo == pytest.approx(0.18 - 4.3027 * 0.03 / 3 ** 0.5, abs=1e-4)
+    krum = grad[1]
+    assert krum["vs_arfrs"] is None and krum["vs_none"].mean == pytest.approx(0.02)
+    assert grad[2]["vs_none"] is None
+    # the parameter-space cell: Krum on θ and the no-defence reference; A-RFRS is in the
+    # gradient space but is still the reference of every cell
+    par = [r for r in rows if r["space"] == "parameter"]
+    assert [r["rule"] for r in par] == ["krum", "mean"]
+    assert par[0]["vs_arfrs"].mean == pytest.approx((0.08 + 0.05 + 0.06) / 3)
+    text = ranking.ranking_markdown(_table(v))
+    assert "### ML100K, α = 0.4, ascent, gradient space, no pre-aggregator" in text
+    assert "| 1 | trmean | 0.4000 | 3 | +0.2000 [+0.2000, +0.2000] |" in text
+
+
+def test_a_rule_that_diverged_on_more_seeds_ranks_last():
+    v = {("mean", "parameter", "none", s): 0.1 for s in range(3)}
+    v.update({("krum", "gradient", "none", s): 0.05 for s in range(3)})
+    v.update({("cc", "gradient", "none", s): 0.9 for s in (0, 1)})
+    rows = ranking.ranking_rows(_table(v, diverged=[("cc", "gradient", "none", 2)]))
+    grad = [r for r in rows if r["space"] == "gradient"]
+    assert [r["rule"] for r in grad] == ["mean", "krum", "cc"]
+    assert grad[2]["diverged"] == 1 and grad[2]["vs_none"].divergence() == "diverged 1/3 vs 0/3"
+    assert "(+1 diverged)" in ranking.ranking_markdown(_table(v, diverged=[("cc", "gradient", "none", 2)]))
+
+
+def test_the_mean_without_pre_aggregator_is_the_reference_in_whichever_space_it_ran():
+    v = {("mean", "gradient", "none", s): 0.1 + s / 10 for s in range(3)}
+    v.update({("krum", "gradient", "none", s): 0.3 + s / 10 for s in range(3)})
+    rows = ranking.ranking_rows(_table(v))
+    mean = [r for r in rows if r["rule"] == "mean" and r["space"] == "gradient"]
+    assert len(mean) == 1 and mean[0]["vs_none"] is None and mean[0]["n"] == 3
+    krum = [r for r in rows if r["rule"] == "krum"][0]
+    assert krum["vs_none"].mean == pytest.approx(0.2)
+
+
+def test_a_table_of_another_experiment_is_refused_with_the_reason():
+    t = pd.DataFrame([{"status": "ok", "label_series": "Krum", "dataset": "ml100k", "alpha": 0.4,
+                       "seed": 0, "metric": "precision", "k": 5, "value": 0.1}])
+    with pytest.raises(ValueError, match="missing column.*label_space.*reproduce ranking"):
+        ranking.ranking_rows(t)
+
+
+def test_a_tiny_ranking_runs_end_to_end_and_writes_its_table(ex, tmp_path):
+    from rfrs_ref.cli.main import main
+
+    scale = Scale(datasets=("synthetic",), rounds=2, trials=2,
+                  overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1})
+    runs = _grid(scale, ranking.cases(("synthetic",), ["mean", "krum"], fractions=(0.4,),
+                                      attacks=("a-ra",)))
+    assert len(runs) == (1 + 2 + 4) * 2
+    report, paths = reproduce(figure("ranking"), scale, tmp_path, workers=0, threads=1, runs=runs)
+    assert (report.finished, report.failed) == (len(runs), 0), report.failures
+    assert paths == [tmp_path / "figures" / "ranking.md"]
+    text = paths[0].read_text()
+    assert text.count("### synthetic, α = 0.4, a-ra") == 4
+    assert "| krum |" in text and "| mean |" in text
+    # the CLI regenerates the same Markdown from the results directory
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path), "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r.md").read_text() == text
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "runs")])
+    assert res.exit_code != 0 and "Error" in res.output
