@@ -43,6 +43,11 @@ from numba import njit, prange
 
 from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
 from rfrs_ref.optim import tolerance as _tol
+from rfrs_ref.optim.screen32 import (  # noqa: F401  (indices: compile-time constants)
+    A32_B1, A32_B1IC1, A32_B2, A32_BG, A32_BM, A32_C2, A32_EPS, A32_FMAX, A32_IC1, A32_LR, A32_ONE,
+    A32_SKC2, A32_SU3, A32_SU3C2, A32_SU10, A32_SU14, A32_U2, A32_U4, A32_U8, R32_B2ILR, R32_BG,
+    R32_COEF, R32_DECAY, R32_EPS, R32_FMAX, R32_ILR, R32_SKC, R32_SU3, R32_SU3C, R32_SU10, R32_U4,
+    R32_U8, adam_constants as screen32_adam, root_constants as screen32_root)
 
 #: columns per work item: the state's chunk (up to 3 arrays × 8192 × 8 B) stays
 #: in L2 while every row is processed over it
@@ -449,8 +454,9 @@ def adam_verify(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered, 
 
 @njit(cache=True, parallel=True)
 def adam_screen(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
-                beta1, c1, beta2, c2, lr_t, eps, u, tiny, safety):
-    """bool (n,): the rows that certainly pass adam_verify (see above)."""
+                beta1, c1, beta2, c2, lr_t, eps, u, tiny, safety, k32, use32):
+    """bool (n,): the rows that certainly pass adam_verify (see above); with ``use32``
+    each block is first screened in float32 (see "the float32 screen" below)."""
     n, D = theta.shape
     nch = _n_chunks(D)
     counts = np.zeros((n, nch), dtype=np.int64)
@@ -463,10 +469,15 @@ def adam_screen(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered,
         L = hi - lo
         mb, vb, tb = m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi]
         mr, vr, tr = m[r, lo:hi], v[r, lo:hi], theta[r, lo:hi]
-        gs = np.empty(L)
-        _adam_gradients(gs, mr, mb, recovered, r, lo, hi, has_recovered, beta1, inv_c1)
-        counts[r, c] = _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps, u,
-                                    tiny, safety)
+        bad = 1
+        if use32:
+            bad = _adam_unsure32(mb, vb, tb, mr, vr, tr, recovered, r, lo, has_recovered, k32)
+        if bad > 0:
+            gs = np.empty(L)
+            _adam_gradients(gs, mr, mb, recovered, r, lo, hi, has_recovered, beta1, inv_c1)
+            bad = _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps, u, tiny,
+                               safety)
+        counts[r, c] = bad
     return _sure_rows(counts)
 
 
@@ -546,8 +557,9 @@ def root_verify(r_bar, theta_bar, r_up, theta, recovered, has_recovered, rows,
 
 @njit(cache=True, parallel=True)
 def root_screen(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
-                decay, coef, lr, eps, u, tiny, safety):
-    """bool (n,): the rows that certainly pass root_verify (see above)."""
+                decay, coef, lr, eps, u, tiny, safety, k32, use32):
+    """bool (n,): the rows that certainly pass root_verify (see above); with ``use32``
+    each block is first screened in float32 (see "the float32 screen" below)."""
     n, D = theta.shape
     nch = _n_chunks(D)
     counts = np.zeros((n, nch), dtype=np.int64)
@@ -560,9 +572,14 @@ def root_screen(r_bar, theta_bar, r_up, theta, recovered, has_recovered,
         L = hi - lo
         rb, tb = r_bar[lo:hi], theta_bar[lo:hi]
         rr, tr = r_up[r, lo:hi], theta[r, lo:hi]
-        gs = np.empty(L)
-        _root_gradients(gs, tb, tr, rr, recovered, r, lo, hi, has_recovered, eps, inv_lr)
-        counts[r, c] = _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety)
+        bad = 1
+        if use32:
+            bad = _root_unsure32(rb, tb, rr, tr, recovered, r, lo, has_recovered, k32)
+        if bad > 0:
+            gs = np.empty(L)
+            _root_gradients(gs, tb, tr, rr, recovered, r, lo, hi, has_recovered, eps, inv_lr)
+            bad = _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety)
+        counts[r, c] = bad
     return _sure_rows(counts)
 
 
@@ -578,6 +595,154 @@ def _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety):
         bad += ((1 - np.int64(np.isfinite(rk) & np.isfinite(th))) + np.int64(rk < 0.0)
                 + _unsure(res, sb))
     return bad
+
+
+# -- the float32 screen: the screen's decision in float32 arithmetic, where it is sure --
+# (derivation: docs/optimizers.md, "The screen in float32"; the readable reference:
+# rfrs_ref/optim/screen32.py.) For float32 uploads and state the screen kernels (above and
+# below) first decide each block in float32 arithmetic (no conversion to
+# float64, twice the vector lanes, a float32 square root and reciprocal): a coordinate is
+# sure when
+#
+#     |ρ₃₂| + E₃₂ ≤ L₃₂   and   L₃₂ ≤ the largest finite float32,
+#
+# ρ₃₂ the check's residual evaluated in float32, E₃₂ a bound on how far the float64
+# screen's residual can lie from it (every float32 rounding of the evaluation, the
+# float64 roundings, and, where ĝ is recovered in registers, the difference between the
+# float32 and the float64 ĝ), and L₃₂ a lower bound on the float64 screen's S·τ (the
+# terms of τ in u, with ĝ lowered by that difference, the tiny terms left out, times
+# S·(1 − 2⁻¹⁶) to absorb the roundings of the float32 bound itself). The tiny terms
+# that τ keeps cover every underflow of the float32 evaluation (S ≥ 1). So a coordinate
+# the float32 screen passes is one the float64 screen passes, and a block with any
+# coordinate it cannot pass is screened again in float64: the rows found sure are the
+# float64 screen's, bit for bit. The caller enables it (``use32``) only when the state
+# and the uploads are float32, 1 ≤ S ≤ 2²⁰ and every hyperparameter is 0 or within
+# [2⁻¹⁰⁰, 2¹⁰⁰] (``screen32_adam`` / ``screen32_root``); ``k32`` holds the float32
+# constants, indexed as in rfrs_ref/optim/screen32.py.
+
+@njit(inline="always")
+def _adam_coord32(mk, vk, th, mbk, vbk, tbk, g, k):
+    """0 when the float32 test passes Adam's coordinate (both rule checks), else 1."""
+    zero = np.float32(0.0)
+    ag = abs(g)
+    amb = abs(mbk)
+    # Δ ≥ |ĝ₃₂ − ĝ₆₄|; glo ≤ |ĝ₆₄|
+    dg = k[A32_U4] * (ag + k[A32_B1IC1] * amb)
+    glo = ag - (dg + dg)
+    glo = glo if glo > zero else zero
+    # v-rule
+    pv = k[A32_B2] * vbk
+    q = k[A32_C2] * (g * g)
+    rv = (vk - pv) - q
+    arv = abs(rv)
+    lv = arv + k[A32_U4] * (((vk + pv) + q) + arv) + k[A32_C2] * dg * ((ag + ag) + dg)
+    bl = k[A32_BM] * amb + k[A32_BG] * glo
+    sv = (k[A32_SU10] * vk + k[A32_SU3] * pv + k[A32_SU3C2] * (glo * glo)
+          + k[A32_SKC2] * bl * ((glo + glo) + bl))
+    # theta-rule
+    d = th - tbk
+    inv_s = k[A32_ONE] / (np.sqrt(vk) + k[A32_EPS])
+    stp = (k[A32_LR] * mk) * inv_s
+    rt = d + stp
+    art = abs(rt)
+    astp = abs(stp)
+    lt = art + k[A32_U2] * (abs(d) + art) + k[A32_U8] * astp
+    st_ = k[A32_SU3] * abs(tbk) + k[A32_SU14] * astp
+    ok = ((lv <= sv) & (sv <= k[A32_FMAX]) & (lt <= st_) & (st_ <= k[A32_FMAX])
+          & np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th) & (vk >= zero))
+    return 1 - np.int64(ok)
+
+
+@njit(inline="always")
+def _adam_unsure32(mb, vb, tb, mr, vr, tr, recovered, r, lo, has_recovered, k):
+    """How many coordinates of one row's block the float32 Adam screen cannot pass."""
+    L = tr.shape[0]
+    bad = 0
+    if has_recovered:
+        rec = recovered[r, lo:lo + L]
+        for j in range(L):
+            bad += _adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], np.float32(rec[j]), k)
+    else:
+        b1 = k[A32_B1]
+        ic1 = k[A32_IC1]
+        for j in range(L):
+            g = (mr[j] - b1 * mb[j]) * ic1
+            bad += _adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], g, k)
+    return bad
+
+
+@njit(inline="always")
+def _root_coord32(rk, th, rbk, tbk, g, s, k):
+    """0 when the float32 test passes the r-rule at one coordinate (s = √r + ε), else 1."""
+    zero = np.float32(0.0)
+    ag = abs(g)
+    dg = k[R32_U8] * ag
+    glo = ag - dg
+    glo = glo if glo > zero else zero
+    pr = k[R32_DECAY] * rbk
+    q = k[R32_COEF] * (g * g)
+    rho = (rk - pr) - q
+    arho = abs(rho)
+    lhs = arho + k[R32_U4] * (((rk + pr) + q) + arho) + k[R32_COEF] * dg * ((ag + ag) + dg)
+    bl = k[R32_B2ILR] * abs(tbk) * s + k[R32_BG] * glo
+    rhs = (k[R32_SU10] * rk + k[R32_SU3] * pr + k[R32_SU3C] * (glo * glo)
+           + k[R32_SKC] * bl * ((glo + glo) + bl))
+    ok = (lhs <= rhs) & (rhs <= k[R32_FMAX]) & np.isfinite(rk) & np.isfinite(th) & (rk >= zero)
+    return 1 - np.int64(ok)
+
+
+@njit(inline="always")
+def _root_unsure32(rb, tb, rr, tr, recovered, r, lo, has_recovered, k):
+    """How many coordinates of one row's block the float32 AdaGrad/RMSProp screen cannot pass."""
+    L = tr.shape[0]
+    bad = 0
+    eps = k[R32_EPS]
+    if has_recovered:
+        rec = recovered[r, lo:lo + L]
+        for j in range(L):
+            s = np.sqrt(rr[j]) + eps
+            bad += _root_coord32(rr[j], tr[j], rb[j], tb[j], np.float32(rec[j]), s, k)
+    else:
+        ilr = k[R32_ILR]
+        for j in range(L):
+            s = np.sqrt(rr[j]) + eps
+            g = ((tb[j] - tr[j]) * s) * ilr
+            bad += _root_coord32(rr[j], tr[j], rb[j], tb[j], g, s, k)
+    return bad
+
+
+@njit(cache=True, parallel=True)
+def adam_unsure32(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered, k32):
+    """int64 (n,): per row, the coordinates the float32 Adam test cannot pass (the float32
+    half of adam_screen alone, for tests and benchmarks)."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        counts[r, c] = _adam_unsure32(m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi], m[r, lo:hi],
+                                      v[r, lo:hi], theta[r, lo:hi], recovered, r, lo,
+                                      has_recovered, k32)
+    return counts.sum(axis=1)
+
+
+@njit(cache=True, parallel=True)
+def root_unsure32(r_bar, theta_bar, r_up, theta, recovered, has_recovered, k32):
+    """int64 (n,): per row, the coordinates the float32 AdaGrad/RMSProp test cannot pass."""
+    n, D = theta.shape
+    nch = _n_chunks(D)
+    counts = np.zeros((n, nch), dtype=np.int64)
+    for idx in prange(n * nch):
+        c = idx // n
+        r = idx - c * n
+        lo = c * CHUNK
+        hi = min(D, lo + CHUNK)
+        counts[r, c] = _root_unsure32(r_bar[lo:hi], theta_bar[lo:hi], r_up[r, lo:hi],
+                                      theta[r, lo:hi], recovered, r, lo, has_recovered, k32)
+    return counts.sum(axis=1)
 
 
 # -- the server's one pass for a rule with fixed weights: screen and weighted sums -------
@@ -659,7 +824,7 @@ def momentum_screen_sum(theta_bar, m, theta, w, lr, u, tiny, safety, acc_m, acc_
 
 @njit(cache=True, parallel=True)
 def adam_screen_sum(m_bar, v_bar, theta_bar, m, v, theta, w, beta1, c1, beta2, c2, lr_t, eps,
-                    u, tiny, safety, acc_m, acc_v, acc_theta, nchunks, screen):
+                    u, tiny, safety, acc_m, acc_v, acc_theta, nchunks, screen, k32, use32):
     """adam_screen's rows (ĝ recovered in registers); acc += Σᵢ wᵢ·(m, v, θ)ᵢ, in one pass."""
     n, D = theta.shape
     live, nl = live_rows(w)
@@ -677,10 +842,15 @@ def adam_screen_sum(m_bar, v_bar, theta_bar, m, v, theta, w, beta1, c1, beta2, c
                 g = gs[:L]
                 for r in range(n):
                     mr, vr, tr = m[r, k0:hi], v[r, k0:hi], theta[r, k0:hi]
-                    for k in range(L):
-                        g[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
-                    counts[r, c] += _adam_unsure(mb, vb, tb, mr, vr, tr, g, beta1, beta2, c2,
-                                                 lr_t, eps, u, tiny, safety)
+                    bad = 1
+                    if use32:
+                        bad = _adam_unsure32(mb, vb, tb, mr, vr, tr, m, r, k0, False, k32)
+                    if bad > 0:
+                        for k in range(L):
+                            g[k] = (np.float64(mr[k]) - beta1 * np.float64(mb[k])) * inv_c1
+                        bad = _adam_unsure(mb, vb, tb, mr, vr, tr, g, beta1, beta2, c2, lr_t, eps,
+                                           u, tiny, safety)
+                    counts[r, c] += bad
             add_weighted_block(m, w, live, nl, k0, L, acc_m[k0:hi])
             add_weighted_block(v, w, live, nl, k0, L, acc_v[k0:hi])
             add_weighted_block(theta, w, live, nl, k0, L, acc_theta[k0:hi])
@@ -689,7 +859,7 @@ def adam_screen_sum(m_bar, v_bar, theta_bar, m, v, theta, w, beta1, c1, beta2, c
 
 @njit(cache=True, parallel=True)
 def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, tiny, safety,
-                    acc_r, acc_theta, nchunks, screen):
+                    acc_r, acc_theta, nchunks, screen, k32, use32):
     """root_screen's rows (ĝ recovered in registers); acc += Σᵢ wᵢ·(r, θ)ᵢ, in one pass."""
     n, D = theta.shape
     live, nl = live_rows(w)
@@ -707,11 +877,16 @@ def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, t
                 g = gs[:L]
                 for r in range(n):
                     rr, tr = r_up[r, k0:hi], theta[r, k0:hi]
-                    for k in range(L):
-                        d = np.float64(tb[k]) - np.float64(tr[k])
-                        g[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
-                    counts[r, c] += _root_unsure(rb, tb, rr, tr, g, decay, coef, lr, eps, u,
-                                                 tiny, safety)
+                    bad = 1
+                    if use32:
+                        bad = _root_unsure32(rb, tb, rr, tr, r_up, r, k0, False, k32)
+                    if bad > 0:
+                        for k in range(L):
+                            d = np.float64(tb[k]) - np.float64(tr[k])
+                            g[k] = d * (np.sqrt(np.float64(rr[k])) + eps) * inv_lr
+                        bad = _root_unsure(rb, tb, rr, tr, g, decay, coef, lr, eps, u, tiny,
+                                           safety)
+                    counts[r, c] += bad
             add_weighted_block(r_up, w, live, nl, k0, L, acc_r[k0:hi])
             add_weighted_block(theta, w, live, nl, k0, L, acc_theta[k0:hi])
     return _sure_rows(counts)
@@ -789,7 +964,7 @@ def momentum_recover_screen(m_bar, theta_bar, m, theta, out, gradient, beta3, lr
 
 @njit(cache=True, parallel=True)
 def adam_recover_screen(m_bar, v_bar, theta_bar, m, v, theta, out, gradient, beta1, c1, beta2,
-                        c2, lr_t, eps, u, tiny, safety, screen):
+                        c2, lr_t, eps, u, tiny, safety, screen, k32, use32):
     """adam_screen's rows; out = ĝ (adam_recover) or θ − θ̄, in one pass."""
     n, D = theta.shape
     nch = _n_chunks(D)
@@ -810,17 +985,22 @@ def adam_recover_screen(m_bar, v_bar, theta_bar, m, v, theta, out, gradient, bet
             for k in range(L):
                 o[k] = np.float64(tr[k]) - np.float64(tb[k])
         if screen:
-            gs = np.empty(L)
             # ĝ as the screen reads it: the stored feature, or recovered in registers
-            _adam_gradients(gs, mr, mb, out, r, lo, hi, gradient, beta1, inv_c1)
-            counts[r, c] = _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps,
-                                        u, tiny, safety)
+            bad = 1
+            if use32:
+                bad = _adam_unsure32(mb, vb, tb, mr, vr, tr, out, r, lo, gradient, k32)
+            if bad > 0:
+                gs = np.empty(L)
+                _adam_gradients(gs, mr, mb, out, r, lo, hi, gradient, beta1, inv_c1)
+                bad = _adam_unsure(mb, vb, tb, mr, vr, tr, gs, beta1, beta2, c2, lr_t, eps, u,
+                                   tiny, safety)
+            counts[r, c] = bad
     return _sure_rows(counts)
 
 
 @njit(cache=True, parallel=True)
 def root_recover_screen(r_bar, theta_bar, r_up, theta, out, gradient, decay, coef, lr, eps, u,
-                        tiny, safety, screen):
+                        tiny, safety, screen, k32, use32):
     """root_screen's rows; out = ĝ (root_recover) or θ − θ̄, in one pass."""
     n, D = theta.shape
     nch = _n_chunks(D)
@@ -842,7 +1022,12 @@ def root_recover_screen(r_bar, theta_bar, r_up, theta, out, gradient, decay, coe
             for k in range(L):
                 o[k] = np.float64(tr[k]) - np.float64(tb[k])
         if screen:
-            gs = np.empty(L)
-            _root_gradients(gs, tb, tr, rr, out, r, lo, hi, gradient, eps, inv_lr)
-            counts[r, c] = _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety)
+            bad = 1
+            if use32:
+                bad = _root_unsure32(rb, tb, rr, tr, out, r, lo, gradient, k32)
+            if bad > 0:
+                gs = np.empty(L)
+                _root_gradients(gs, tb, tr, rr, out, r, lo, hi, gradient, eps, inv_lr)
+                bad = _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety)
+            counts[r, c] = bad
     return _sure_rows(counts)

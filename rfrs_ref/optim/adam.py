@@ -127,18 +127,21 @@ class Adam(Optimizer):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, t, recovered)
-        return K.adam_screen(*arrays, *scalars, u, tiny, safety)
+        k32, use32 = K.screen32_adam(arrays[:6], *scalars, u, tiny, safety)
+        return K.adam_screen(*arrays, *scalars, u, tiny, safety, k32, use32)
 
     def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, t, None)
+        k32, use32 = K.screen32_adam(arrays[:6], *scalars, u, tiny, safety)
         return K.adam_screen_sum(*arrays[:6], w, *scalars, u, tiny, safety, acc["m"], acc["v"],
-                                 acc["theta"], nchunks, screen)
+                                 acc["theta"], nchunks, screen, k32, use32)
 
     def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, t, None)
+        k32, use32 = K.screen32_adam(arrays[:6], *scalars, u, tiny, safety)
         return K.adam_recover_screen(*arrays[:6], out, gradient, *scalars, u, tiny, safety,
-                                     screen)
+                                     screen, k32, use32)

@@ -95,22 +95,25 @@ class _RootScaled(Optimizer):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, recovered)
-        return K.root_screen(*arrays, *scalars, u, tiny, safety)
+        k32, use32 = K.screen32_root(arrays[:4], *scalars, u, tiny, safety)
+        return K.root_screen(*arrays, *scalars, u, tiny, safety, k32, use32)
 
     def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, None)
+        k32, use32 = K.screen32_root(arrays[:4], *scalars, u, tiny, safety)
         return K.root_screen_sum(*arrays[:4], w, *scalars, u, tiny, safety, acc["r"],
-                                 acc["theta"], nchunks, screen)
+                                 acc["theta"], nchunks, screen, k32, use32)
 
 
     def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, None)
+        k32, use32 = K.screen32_root(arrays[:4], *scalars, u, tiny, safety)
         return K.root_recover_screen(*arrays[:4], out, gradient, *scalars, u, tiny, safety,
-                                     screen)
+                                     screen, k32, use32)
 
 
 @dataclasses.dataclass(frozen=True)
