@@ -7,7 +7,10 @@ One round of citeulike-a by default: D = 2 · 16,980 · 64 = 2,173,440 parameter
   gradients), with the fused Numba kernels (``backend="numba"``) and with plain
   NumPy expressions on the same float32 arrays (what one would write without a
   kernel: ``out["m"][...] = b1 * m_bar + (1 - b1) * G`` ...);
-- the fused update-rule verification (informative, no NumPy counterpart);
+- the fused update-rule verification (informative, no NumPy counterpart), exact
+  and screened, and the screen with its float32 test against the float64 screen
+  alone (``screen32=False``; the same sure rows), given the recovered rows and
+  recovering ĝ in registers;
 
 and reports effective bandwidth: the bytes each operation must move at least
 (every input row read once, every output row written once, the state read
@@ -142,6 +145,10 @@ def main() -> None:
             "rec_np": lambda: numpy_recover(opt, state, U, t, X),
             "ver": lambda: opt.verify_batch(state, U, t, recovered=X),
             "ver_screen": lambda: opt.verify_batch(state, U, t, recovered=X, screen=True),
+            "scr64_rec": lambda: opt.verify_batch(state, U, t, recovered=X, screen=True,
+                                                  screen32=False),
+            "scr64_reg": lambda: opt.verify_batch(state, U, t, screen=True, screen32=False),
+            "scr32_reg": lambda: opt.verify_batch(state, U, t, screen=True),
         }, args.repeat)
         ok = opt.verify_batch(state, U, t, recovered=X)[0]
         assert ok.all(), "honest uploads must pass verification"
@@ -150,7 +157,8 @@ def main() -> None:
             best[k] for k in ("rule", "rule_np", "rec", "rec_np", "ver"))
         rows_out.append((name, rule_bytes, rec_bytes, ver_bytes, t_rule, t_rule_np, t_rec,
                          t_rec_np, t_ver))
-        screened.append((name, t_ver, best["ver_screen"]))
+        screened.append((name, t_ver, best["ver_screen"], best["scr64_rec"], best["scr64_reg"],
+                         best["scr32_reg"]))
         del U, X
 
     print(f"copy bandwidth (np.copyto, read + write, best over the run): {copy_bw:.2f} GB/s\n")
@@ -176,9 +184,16 @@ def main() -> None:
         print(f"  {name:<9} {bw:6.2f} GB/s  {pct:4.0f}% of copy  {sp:5.1f}x NumPy")
 
     print("\nverification of honest uploads: exact ratios vs screened (the round loop's; same verdicts)")
-    for name, t_exact, t_screen in screened:
+    for name, t_exact, t_screen, *_ in screened:
         print(f"  {name:<9} exact {t_exact * 1e3:8.1f} ms  screened {t_screen * 1e3:8.1f} ms  "
               f"{t_exact / t_screen:5.2f}x")
+    print("\nthe screen: float64 alone vs with its float32 test (same sure rows); ms")
+    print(f"  {'':<9} {'recovered rows given':>32}   {'ĝ recovered in registers':>32}")
+    print(f"  {'':<9} {'float64':>10} {'float32':>10} {'×':>10}   {'float64':>10} {'float32':>10} "
+          f"{'×':>10}")
+    for name, _, t32r, t64r, t64g, t32g in screened:
+        print(f"  {name:<9} {t64r * 1e3:10.1f} {t32r * 1e3:10.1f} {t64r / t32r:10.2f}   "
+              f"{t64g * 1e3:10.1f} {t32g * 1e3:10.1f} {t64g / t32g:10.2f}")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ interleaved) of
 - the two passes the round made before: the screened verification, then the
   weighted sums of every uploaded array (``combine_rows``), each reading every upload;
 - ``Optimizer.screen_sum_batch``: both in one read of the uploads (one call);
-- the same by batches of 16 rows into float64 running sums, as a streamed round does.
+- the same by batches of 16 rows into float64 running sums, as a streamed round does;
+- the one pass with the float64 screen alone (``screen32=False``), against which the
+  screen's float32 test (Adam, AdaGrad, RMSProp) is measured.
 
-All three give the same sums bit for bit (checked here too).
+All give the same sums and sure rows bit for bit (checked here too).
 
 Usage: python benchmarks/bench_server_pass.py [--n 55] [--dim 2173440] [--repeat 5]
 """
@@ -38,7 +40,8 @@ def main(argv=None) -> None:
     n, D = args.n, args.dim
     rng = np.random.default_rng(0)
     print(f"n = {n}, D = {D:,}, float32; ms, best of {args.repeat}")
-    print(f"{'optimiser':<10} {'two passes':>11} {'one pass':>10} {'×':>6} {'by 16 rows':>11} {'×':>6}")
+    print(f"{'optimiser':<10} {'two passes':>11} {'one pass':>10} {'×':>6} {'by 16 rows':>11} {'×':>6} "
+          f"{'one pass, float64 screen':>25} {'×':>6}")
     for name in OPTIMIZERS.names():
         opt = OPTIMIZERS.get(name)()
         state = opt.init((0.1 * rng.standard_normal(D)).astype(np.float32))
@@ -51,7 +54,7 @@ def main(argv=None) -> None:
         del G
         w = rng.integers(1, 50, n).astype(np.float64)
         w /= w.sum()
-        best = np.full(3, np.inf)
+        best = np.full(4, np.inf)
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             ok = opt.verify_batch(state, U, 3, screen=True)[0]
@@ -64,14 +67,17 @@ def main(argv=None) -> None:
                 opt.screen_sum_batch(state, {k: v[lo:lo + 16] for k, v in U.items()}, 3,
                                      w[lo:lo + 16], into=acc)
             t3 = time.perf_counter()
-            best = np.minimum(best, [t1 - t0, t2 - t1, t3 - t2])
-        assert ok.all() and sure.all()
+            sure64, one64 = opt.screen_sum_batch(state, U, 3, w, screen32=False)
+            t4 = time.perf_counter()
+            best = np.minimum(best, [t1 - t0, t2 - t1, t3 - t2, t4 - t3])
+        assert ok.all() and sure.all() and sure64.all()
         for k in opt.arrays:
             assert np.array_equal(two[k].view(np.uint32), one[k].view(np.uint32))
+            assert np.array_equal(one64[k].view(np.uint32), one[k].view(np.uint32))
             assert np.array_equal(two[k].view(np.uint32), acc[k].astype(np.float32).view(np.uint32))
         ms = best * 1e3
         print(f"{name:<10} {ms[0]:>11.1f} {ms[1]:>10.1f} {ms[0] / ms[1]:>6.2f} {ms[2]:>11.1f} "
-              f"{ms[0] / ms[2]:>6.2f}", flush=True)
+              f"{ms[0] / ms[2]:>6.2f} {ms[3]:>25.1f} {ms[3] / ms[1]:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

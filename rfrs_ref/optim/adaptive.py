@@ -91,29 +91,31 @@ class _RootScaled(Optimizer):
         arrays, scalars = self._verify_args(state, uploads, recovered)
         return K.root_verify(*arrays, rows, *scalars, u, tiny, safety)
 
-    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety):
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety, screen32=True):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, recovered)
         k32, use32 = K.screen32_root(arrays[:4], *scalars, u, tiny, safety)
-        return K.root_screen(*arrays, *scalars, u, tiny, safety, k32, use32)
+        return K.root_screen(*arrays, *scalars, u, tiny, safety, k32, use32 and screen32)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen,
+                          screen32=True):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, None)
         k32, use32 = K.screen32_root(arrays[:4], *scalars, u, tiny, safety)
         return K.root_screen_sum(*arrays[:4], w, *scalars, u, tiny, safety, acc["r"],
-                                 acc["theta"], nchunks, screen, k32, use32)
+                                 acc["theta"], nchunks, screen, k32, use32 and screen32)
 
 
-    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen,
+                              screen32=True):
         from rfrs_ref.kernels import optim as K
 
         arrays, scalars = self._verify_args(state, uploads, None)
         k32, use32 = K.screen32_root(arrays[:4], *scalars, u, tiny, safety)
         return K.root_recover_screen(*arrays[:4], out, gradient, *scalars, u, tiny, safety,
-                                     screen, k32, use32)
+                                     screen, k32, use32 and screen32)
 
 
 @dataclasses.dataclass(frozen=True)

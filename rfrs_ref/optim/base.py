@@ -333,7 +333,7 @@ class Optimizer(abc.ABC):
     def verify_batch(
         self, state: State, uploads: Mapping[str, np.ndarray], t: int,
         recovered: np.ndarray | None = None, backend: str = "numba", *,
-        safety: float = VERIFY_SAFETY, screen: bool = False,
+        safety: float = VERIFY_SAFETY, screen: bool = False, screen32: bool = True,
     ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
         """Verify every upload row (see :meth:`verify` for the checks).
 
@@ -351,6 +351,11 @@ class Optimizer(abc.ABC):
                 ≤ 1). The round loop screens: it only reports the violation of
                 excluded uploads. Derivation: docs/optimizers.md ("Verification
                 at speed").
+            screen32: (with ``screen``) let the screen first decide in float32
+                arithmetic where that is conclusive (Adam, AdaGrad, RMSProp, float32
+                arrays; docs/optimizers.md, "The screen in float32"). The same rows
+                are found sure either way; False screens in float64 only (to compare
+                the two, as the benchmarks do).
 
         Returns:
             ``(ok, check, violation)``: bool (n,); the name of the first failed
@@ -385,7 +390,8 @@ class Optimizer(abc.ABC):
         with threads_for(n * D):
             sure = None
             if screen:
-                sure = self._screen_numba(state, uploads, t, recovered, u, tiny, float(safety))
+                sure = self._screen_numba(state, uploads, t, recovered, u, tiny, float(safety),
+                                          bool(screen32))
             if sure is None:
                 return _summarise(
                     self._verify_numba(state, uploads, t, recovered, u, tiny, float(safety), all_rows),
@@ -403,7 +409,7 @@ class Optimizer(abc.ABC):
     def screen_sum_batch(
         self, state: State, uploads: Mapping[str, np.ndarray], t: int, weights: np.ndarray, *,
         safety: float = VERIFY_SAFETY, into: Mapping[str, np.ndarray] | None = None,
-        screen: bool = True,
+        screen: bool = True, screen32: bool = True,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """The server's one pass over the uploads for a rule with fixed weights (numba).
 
@@ -428,6 +434,7 @@ class Optimizer(abc.ABC):
                 end gives the one call's sums. The returned sums are then ``into``.
             screen: False skips the screen (every row is returned as sure): the sums
                 alone, for a server that does not verify.
+            screen32: as in :meth:`verify_batch` (the same sure rows either way).
 
         Returns ``None`` when the optimiser has no such kernel (the caller verifies,
         then aggregates). Derivation: docs/optimizers.md ("The server's one pass").
@@ -461,7 +468,8 @@ class Optimizer(abc.ABC):
             with threads_for((hi - lo) * D):
                 part = self._screen_sum_numba(
                     state, {k: uploads[k][lo:hi] for k in self.arrays}, t, w[lo:hi], u, tiny,
-                    float(safety), acc, n_chunks(D, SCREEN_SUM_BLOCK), bool(screen))
+                    float(safety), acc, n_chunks(D, SCREEN_SUM_BLOCK), bool(screen),
+                    bool(screen32))
             if part is None:
                 return None
             parts.append(part)
@@ -473,6 +481,7 @@ class Optimizer(abc.ABC):
     def features_verify_batch(
         self, state: State, uploads: Mapping[str, np.ndarray], t: int, out: np.ndarray,
         space: str = "gradient", backend: str = "numba", *, safety: float = VERIFY_SAFETY,
+        screen32: bool = True,
     ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
         """The server's one read of the uploads for a rule that compares every row: each
         upload's detection feature into ``out`` and its verification verdict.
@@ -494,6 +503,7 @@ class Optimizer(abc.ABC):
             space: ``"gradient"`` or ``"parameter"``.
             backend: ``"numpy"`` runs the two calls (the oracle), ``"numba"`` (and
                 ``"cuda"``, on the CPU) the fused kernel.
+            screen32: as in :meth:`verify_batch` (the same verdicts either way).
 
         Returns:
             ``(ok, check, violation)`` as :meth:`verify_batch` (a row the screen passes
@@ -518,7 +528,7 @@ class Optimizer(abc.ABC):
             u, tiny = roundoff(*dtypes)
             with threads_for(n * D):
                 sure = self._recover_screen_numba(state, uploads, t, out[:n], gradient, u, tiny,
-                                                  float(safety), True)
+                                                  float(safety), True, bool(screen32))
         if sure is None:
             if gradient:
                 self.recover_batch(state, uploads, t, out, backend=backend)
@@ -527,7 +537,8 @@ class Optimizer(abc.ABC):
                 with np.errstate(invalid="ignore", over="ignore"):
                     np.subtract(uploads["theta"], state["theta"], out=out[:n])
             return self.verify_batch(state, uploads, t, recovered=out[:n] if gradient else None,
-                                     backend=backend, safety=safety, screen=True)
+                                     backend=backend, safety=safety, screen=True,
+                                     screen32=screen32)
         ratios = np.zeros((n, len(self.checks)))
         unsure = np.flatnonzero(~sure).astype(np.int64)
         if unsure.size:
@@ -552,21 +563,24 @@ class Optimizer(abc.ABC):
         """float64 (len(rows), len(checks)) largest ratio of each check of each listed
         row (inf: failed structurally)."""
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen,
+                          screen32=True):
         """bool (n,) sure rows, with the weighted rows added into ``acc`` (see
         :meth:`screen_sum_batch`); None when the optimiser has no such kernel."""
         return None
 
     def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety,
-                              screen) -> np.ndarray | None:
+                              screen, screen32=True) -> np.ndarray | None:
         """bool (n,) rows the screen certainly passes (every row when not ``screen``),
         with each row's feature written into ``out`` (see :meth:`features_verify_batch`);
         None when the optimiser has no such kernel (the caller makes the two calls)."""
         return None
 
-    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety) -> np.ndarray | None:
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety,
+                      screen32=True) -> np.ndarray | None:
         """bool (n,): the rows that certainly pass the exact kernel; None when the
-        exact kernel is as cheap as a screen (no rule check)."""
+        exact kernel is as cheap as a screen (no rule check). ``screen32`` False: the
+        float64 screen alone (the same rows)."""
         return None
 
     # -- argument checks ------------------------------------------------------------------

@@ -79,20 +79,22 @@ class Momentum(Optimizer):
         return K.momentum_verify(np.asarray(state["theta"]), uploads["m"], uploads["theta"], rows,
                                  float(self.lr), u, tiny, safety)
 
-    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety):
+    def _screen_numba(self, state, uploads, t, recovered, u, tiny, safety, screen32=True):
         from rfrs_ref.kernels import optim as K
 
         return K.momentum_screen(np.asarray(state["theta"]), uploads["m"], uploads["theta"],
                                  float(self.lr), u, tiny, safety)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen,
+                          screen32=True):
         from rfrs_ref.kernels import optim as K
 
         return K.momentum_screen_sum(np.asarray(state["theta"]), uploads["m"], uploads["theta"], w,
                                      float(self.lr), u, tiny, safety, acc["m"], acc["theta"],
                                      nchunks, screen)
 
-    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen,
+                              screen32=True):
         from rfrs_ref.kernels import optim as K
 
         return K.momentum_recover_screen(np.asarray(state["m"]), np.asarray(state["theta"]),

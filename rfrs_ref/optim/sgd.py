@@ -61,12 +61,14 @@ class SGD(Optimizer):
 
         return K.sgd_verify(uploads["theta"], rows)
 
-    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen):
+    def _screen_sum_numba(self, state, uploads, t, w, u, tiny, safety, acc, nchunks, screen,
+                          screen32=True):
         from rfrs_ref.kernels import optim as K
 
         return K.sgd_screen_sum(uploads["theta"], w, acc["theta"], nchunks, screen)
 
-    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen):
+    def _recover_screen_numba(self, state, uploads, t, out, gradient, u, tiny, safety, screen,
+                              screen32=True):
         from rfrs_ref.kernels import optim as K
 
         return K.sgd_recover_screen(np.asarray(state["theta"]), uploads["theta"], out, gradient,
