@@ -430,3 +430,42 @@ def test_float32_test_applies_only_where_derived():
     assert S32.adam_constants([a32] * 6, 0.0, 1.0, 0.0, 1.0, 1e-3, 1e-8, U, TINY, 4.0)[1]
     assert S32.root_constants([a32] * 4, 1.0, 1.0, 1e-2, 1e-8, U, TINY, 4.0)[1]
     assert not S32.root_constants([a32] * 4, 1.0, 1.0, 1e-2, 1e-40, U, TINY, 4.0)[1]
+
+
+def _same(a, b):
+    ok_a, check_a, viol_a = a
+    ok_b, check_b, viol_b = b
+    np.testing.assert_array_equal(ok_a, ok_b)
+    assert check_a == check_b
+    np.testing.assert_array_equal(viol_a.view(np.int64), viol_b.view(np.int64))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_the_optimisers_methods_give_the_same_results_with_and_without_it(name, data):
+    """verify_batch, features_verify_batch (both spaces) and screen_sum_batch: the same
+    verdicts, checks, violations (bits, NaN for a sure row), features and sums with the
+    float32 test as with the float64 screen alone."""
+    opt, state, up, t = data.draw(extreme_cases(name))
+    n, D = up["theta"].shape
+    X = np.empty((n, D), np.float32)
+    opt.recover_batch(state, up, t, X)
+    safety = data.draw(SAFETIES)
+    for rec in (None, X):
+        _same(opt.verify_batch(state, up, t, recovered=rec, screen=True, safety=safety),
+              opt.verify_batch(state, up, t, recovered=rec, screen=True, safety=safety,
+                               screen32=False))
+    for space in ("gradient", "parameter"):
+        out = [np.empty((n, D), np.float32) for _ in range(2)]
+        _same(opt.features_verify_batch(state, up, t, out[0], space, safety=safety),
+              opt.features_verify_batch(state, up, t, out[1], space, safety=safety,
+                                        screen32=False))
+        np.testing.assert_array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
+    w = np.full(n, 1.0 / n)
+    with np.errstate(all="ignore"):
+        sure_a, sums_a = opt.screen_sum_batch(state, up, t, w, safety=safety)
+        sure_b, sums_b = opt.screen_sum_batch(state, up, t, w, safety=safety, screen32=False)
+    np.testing.assert_array_equal(sure_a, sure_b)
+    for k in opt.arrays:
+        np.testing.assert_array_equal(sums_a[k].view(np.uint32), sums_b[k].view(np.uint32))
