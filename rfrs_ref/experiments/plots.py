@@ -171,6 +171,17 @@ def _titled(panel_title: str, note: str) -> str:
     return panel_title + "\n" + "\n".join(textwrap.wrap(note, 44))
 
 
+def _say_if_empty(ax, drawn: int) -> None:
+    """A panel with no finished run says so, rather than showing empty axes a reader could
+    take for a plotting error (a sweep still under way leaves such panels)."""
+    if drawn:
+        return
+    ax.text(0.5, 0.5, "no finished run", transform=ax.transAxes, ha="center",
+            va="center", fontsize=9, color="#666666")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def _finish(fig, handles, order, title):
     """Shared legend below the panels, optional title, tight layout."""
     fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(6, len(order)),
@@ -205,10 +216,12 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
     names = _levels(df, scol, series_order)
     handles = {}
     for ax, sub, panel_title in panels:
+        drawn_here = 0
         for si, name in enumerate(names):
             s = sub[(sub[scol] == name) & (sub["metric"] == metric)]
             if s.empty:
                 continue
+            drawn_here += 1
             g = s.groupby("k")["value"]
             mean, std = g.mean(), g.std().fillna(0.0)
             color, marker = _style(name, si)
@@ -229,6 +242,7 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
         ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
+        _say_if_empty(ax, drawn_here)
     order = [n for n in names if n in handles] + (["Popularity"] if "Popularity" in handles else [])
     _finish(fig, handles, order, title)
     return save(fig, stem)
@@ -273,6 +287,7 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
     handles = {}
     drawn = 0
     for ax, sub, panel_title in panels:
+        drawn_here = 0
         for si, name in enumerate(names):
             curves = []
             for _, r in sub[sub[scol] == name].iterrows():
@@ -294,6 +309,7 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
                                 linewidth=0)
             handles[name] = h
             drawn += 1
+            drawn_here += 1
         # the popularity ranking does not train: one dotted level per panel
         b = table[(table["status"] == "ok") & (table["metric"] == f"popularity_{metric}")
                   & (table["k"] == k) & table["key"].isin(sub["key"])]
@@ -306,6 +322,7 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
+        _say_if_empty(ax, drawn_here)
     if not drawn:
         plt.close(fig)
         raise ValueError(f"no evaluation history found under {base}")

@@ -313,3 +313,26 @@ def test_the_summary_of_a_hand_built_table_and_its_markdown():
     assert list(s["diverged"]) == ["1/2"] and list(s["n"]) == [1]  # a failure is no outcome
     md = summary_markdown(s, label_columns=("label_series",))
     assert "| A | ml100k | 0.4 | 0.2000 | 1 | 1/2 |" in md
+
+
+def test_a_panel_without_a_finished_run_says_so(ex, tmp_path, monkeypatch):
+    """A grid cell with no finished run (a sweep still under way) holds no line and says
+    so in words; the others hold their lines and no such words."""
+    from rfrs_ref.experiments import plots
+
+    ok, _ = _specs(ex)
+    run_sweep(ok, tmp_path, workers=0, threads=1, label_columns=("label_series",))
+    t = read_table(tmp_path)
+    c = t[t["seed"] == 1].copy()
+    c["label_series"] = "C"
+    t = pd.concat([t[t["seed"] == 0], c], ignore_index=True)  # no (A, 1), no (C, 0)
+    figs = []
+    monkeypatch.setattr(plots, "save", lambda fig, stem: figs.append(fig) or [])
+    plots.plot_k_panels(t, tmp_path / "k", rows="label_series", cols="seed")
+    plots.plot_curves(t, tmp_path, tmp_path / "c", rows="label_series", cols="seed")
+    assert len(figs) == 2
+    for fig in figs:
+        said = {ax.get_title(): [x.get_text() for x in ax.texts] for ax in fig.axes}
+        empty = sorted(title for title, words in said.items() if words == ["no finished run"])
+        assert len(said) == 4 and len(empty) == 2, said
+        assert all(words == [] for title, words in said.items() if title not in empty)
