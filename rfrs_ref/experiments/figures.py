@@ -401,6 +401,7 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
     import json
 
     from rfrs_ref.experiments import plots
+    from rfrs_ref.experiments.results import run_path
 
     out = pathlib.Path(out)
     base = pathlib.Path(base)
@@ -423,7 +424,8 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
                                for x in runs.get("label_series", runs["method"])]).sort_values("_o")
         panels = []
         for _, r in runs.iterrows():
-            capture = json.loads((base / r["run_dir"] / "outcome.json").read_text())["capture"]
+            outcome = run_path(base, r["run_dir"]) / "outcome.json"
+            capture = json.loads(outcome.read_text())["capture"]
             label = r["label_series"] if "label_series" in runs.columns else r["model"]
             panels.append((f"{plots.DATASET_NAMES.get(r['dataset'], r['dataset'])}, {label}",
                            capture))

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from rfrs_ref.experiments.results import run_path
+
 RED = "#d62728"
 BLUE = "#1f77b4"
 ORANGE = "#ff7f0e"
@@ -291,7 +293,7 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
         for si, name in enumerate(names):
             curves = []
             for _, r in sub[sub[scol] == name].iterrows():
-                h = _history(base / r["run_dir"])
+                h = _history(run_path(base, r["run_dir"]))
                 pts = [(row["round"], row.get(f"{metric}@{k}")) for row in h
                        if row.get(f"{metric}@{k}") is not None]
                 if pts:
@@ -337,7 +339,7 @@ def has_resilience(table, base: pathlib.Path) -> bool:
     if "resilience" in runs.columns and not runs["resilience"].fillna(False).astype(bool).any():
         return False
     for _, r in runs.iterrows():
-        if any("resilience" in rec for rec in _rounds(base / r["run_dir"])):
+        if any("resilience" in rec for rec in _rounds(run_path(base, r["run_dir"]))):
             return True
     return False
 
@@ -359,7 +361,7 @@ def plot_resilience(table, base: pathlib.Path, stem, *,
     data: dict = {}
     terms: list[str] = []
     for _, r in runs.iterrows():
-        recs = [rec for rec in _rounds(base / r["run_dir"]) if "resilience" in rec]
+        recs = [rec for rec in _rounds(run_path(base, r["run_dir"])) if "resilience" in rec]
         if not recs:
             continue
         combo = tuple(r[p] for p in panels)

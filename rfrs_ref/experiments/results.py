@@ -280,6 +280,31 @@ class Store:
         return out
 
 
+def run_path(base: str | os.PathLike, run_dir) -> pathlib.Path:
+    """The directory of a run named by a table's ``run_dir`` value (``runs/<key>``),
+    under the results directory ``base``.
+
+    A table is input (a user may hand any file to ``rfrs-ref plot``): a value that is
+    not a relative path leading to a directory inside ``base`` (an absolute path, a
+    ``..`` that climbs out, a link pointing elsewhere, an empty cell) is refused
+    rather than followed.
+
+    Raises:
+        ValueError: naming ``base`` and the value.
+    """
+    base = pathlib.Path(base)
+    if run_dir is None or run_dir == "" or (isinstance(run_dir, float) and math.isnan(run_dir)):
+        raise ValueError(f"{base}: a run's run_dir is empty; expected runs/<key>")
+    if not isinstance(run_dir, str) or pathlib.PurePath(run_dir).is_absolute():
+        raise ValueError(f"{base}: run_dir {run_dir!r} is not a path relative to the results "
+                         "directory (runs/<key>)")
+    path = base / run_dir
+    root = base.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise ValueError(f"{base}: run_dir {run_dir!r} leads outside the results directory")
+    return path
+
+
 def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
     """A run directory's per-round summary: inside outcome.json (resilience runs, and
     stores written before the summary moved out of it), else ``ROUNDS_FILE``; [] if neither."""

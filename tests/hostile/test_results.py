@@ -1,0 +1,75 @@
+"""Hostile results tables: a ``run_dir`` read from a table a user hands ``rfrs-ref plot``
+never leads the plots out of the results directory; the refusal is one line naming the
+directory and the value, before anything is drawn."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+from rfrs_ref.experiments.results import run_path
+from rfrs_ref.experiments.spec import RunSpec, make_config
+from rfrs_ref.experiments.sweep import run_sweep
+
+TINY = {"dataset": "synthetic", "dataset_params": {"n_users": 60, "n_items": 40, "mean_items": 8.0},
+        "client_fraction": 0.2, "rounds": 2, "eval_every": 1}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "res"
+    runs = [RunSpec(make_config({**TINY, "seed": s, **opt}), trial=s, labels={"series": name})
+            for s in (0, 1) for name, opt in (("Adam", {}), ("SGD", {"optimizer": "sgd"}))]
+    run_sweep(runs, out, workers=0, threads=1, label_columns=("label_series",))
+    return out
+
+
+def _tampered(store, tmp_path, value, *, secret=True):
+    """A copy of the store's tables (not its runs) whose first run's run_dir is ``value``,
+    beside a directory ``secret`` holding an outcome.json that must never be read."""
+    d = tmp_path / "res"
+    d.mkdir()
+    for name in ("results.csv", "runs.csv"):
+        (d / name).write_bytes((store / name).read_bytes())
+    shutil.copytree(store / "runs", d / "runs")
+    runs = pd.read_csv(d / "runs.csv")
+    runs["run_dir"] = runs["run_dir"].astype(object)
+    runs.loc[0, "run_dir"] = value
+    runs.to_csv(d / "runs.csv", index=False)
+    if secret:
+        (tmp_path / "secret").mkdir()
+        (tmp_path / "secret" / "outcome.json").write_text('{"history": [{"round": 1}]}')
+    return d
+
+
+@pytest.mark.parametrize("value", ["../secret", "runs/../../secret", "/etc", "", None])
+def test_plot_refuses_a_run_dir_that_leaves_the_results_directory(store, tmp_path, value):
+    d = _tampered(store, tmp_path, value)
+    res = CliRunner().invoke(main, ["plot", str(d), "--figure", "10"], catch_exceptions=False)
+    assert res.exit_code != 0, res.output
+    assert "Traceback" not in res.output
+    line, = res.output.strip().splitlines()
+    said = "run_dir is empty" if not value else f"run_dir {value!r}"
+    assert said in line and str(d) in line
+
+
+def test_a_link_out_of_the_directory_is_refused(store, tmp_path):
+    d = _tampered(store, tmp_path, "runs/away")
+    os.symlink(tmp_path / "secret", d / "runs" / "away")
+    with pytest.raises(ValueError, match="leads outside"):
+        run_path(d, "runs/away")
+    res = CliRunner().invoke(main, ["plot", str(d), "--figure", "10"], catch_exceptions=False)
+    assert res.exit_code != 0 and "'runs/away' leads outside" in res.output
+
+
+def test_the_untampered_tables_still_plot(store, tmp_path):
+    res = CliRunner().invoke(main, ["plot", str(store), "--figure", "10", "--out",
+                                    str(tmp_path / "fig")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "fig" / "fig10_curves.png").exists()
+    assert run_path(store, "runs/abc") == store / "runs" / "abc"
