@@ -24,7 +24,8 @@ def verdict(results, out, claim_ids):
     claim "holds" only where the interval excludes 0 in the paper's direction, "does not
     hold" where it excludes 0 the other way, and is "inconclusive" otherwise. Claims
     whose results are missing are listed as "not run". Directories named ablation-*
-    are judged on the claims of Fig. 4 as well. See docs/reproduction.md.
+    are judged on the claims of Fig. 4 as well (and ablation-rounds on Fig. 10's),
+    where the claim's series has runs. See docs/reproduction.md.
     """
     from rfrs_ref.experiments.claims import (CLAIMS, claim, evaluate, find_results,
                                              verdict_frame, verdict_markdown)

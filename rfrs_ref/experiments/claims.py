@@ -381,11 +381,15 @@ class Row:
 
 
 def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
-                   directory_name: str | None = None) -> list[Row]:
+                   directory_name: str | None = None, *, present_only: bool = False) -> list[Row]:
     """The rows of claim ``c`` from the results directories ``results`` (name -> path).
 
     ``directory_name`` evaluates the claim on that directory instead of the claim's own
-    (an ablation of the same figure). A missing directory gives one "not run" row."""
+    (an ablation of the same figure). A missing directory gives one "not run" row.
+    ``present_only`` keeps only the fractions at which the claim's own series (``c.a``)
+    has runs in the table, and gives no row where it has none: an ablation directory
+    may hold several figures' runs (``ablation-rounds``: Fig. 4's at α = 0.4, Fig. 10's
+    at α = 0), and a claim is judged only where its runs are."""
     names = (directory_name,) if directory_name else c.dirs()
     if c.kind == "separation":
         # Fig. 1 may be run once per initialisation, in directories pca, pca-init1, ...
@@ -404,8 +408,16 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
     rows = []
     for ds in datasets:
-        alphas = c.alphas or tuple(sorted({float(x) for x in
-                                           table.loc[table["dataset"] == ds, "alpha"].dropna()}))
+        here = table["dataset"] == ds
+        if present_only:
+            here &= table[scol] == c.a
+            if not here.any():
+                continue
+        alphas = c.alphas or tuple(sorted({float(x) for x in table.loc[here, "alpha"].dropna()}))
+        if present_only and c.alphas:
+            alphas = tuple(a for a in alphas if (table.loc[here, "alpha"] == a).any())
+            if not alphas:
+                continue
         alphas = alphas if c.by_alpha and alphas else (None,)
         for alpha in alphas:
             for b in c.against:
@@ -486,17 +498,22 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
     return rows
 
 
+#: the experiments whose claims an ablation directory can hold runs of
+ABLATED_EXPERIMENTS = ("defenses", "adam-sgd")
+
+
 def evaluate(results: Mapping[str, pathlib.Path], claims: Sequence[Claim] = CLAIMS,
              ablations: Sequence[str] = ()) -> list[Row]:
-    """Every claim's rows; for each ablation directory name, the rows of the claims of its
-    figure (Fig. 4) evaluated on it, marked with the ablation's name."""
+    """Every claim's rows; for each ablation directory name, the rows of the claims of the
+    figures it ablates (Fig. 4; Fig. 10 for ``ablation-rounds``) evaluated on it where
+    their series have runs, marked with the ablation's name."""
     rows = []
     for c in claims:
         rows.extend(evaluate_claim(c, results))
     for name in ablations:
         for c in claims:
-            if c.experiment == "defenses":
-                for r in evaluate_claim(c, results, directory_name=name):
+            if c.experiment in ABLATED_EXPERIMENTS and c.kind == "table":
+                for r in evaluate_claim(c, results, directory_name=name, present_only=True):
                     r.note = f"ablation {name}" + (f"; {r.note}" if r.note else "")
                     r.figure = name
                     rows.append(r)

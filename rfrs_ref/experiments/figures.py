@@ -41,7 +41,9 @@ Ablations (not figures of the paper; registered beside them so that
   more than a rule tolerates, the rule runs with the largest f it allows (its
   ``fallback = "reduce-f"``; the paper's f = floor(α · n) never needs it);
 - ``ablation-rounds``: three times the rounds of the other runs (the default rounds, or
-  ``--rounds``).
+  ``--rounds``); it also runs Fig. 10's two series (Adam and SGD, no attack) at three times
+  the rounds, to tell whether Adam catches up with SGD given time. Its figure has a row
+  per fraction (α = 0 holds Adam and SGD, α = 0.4 the five defences).
 
 The ranking of the defences (``rfrs-ref reproduce ranking``, not a figure of the
 paper either): every registered rule, with and without NNM, in both detection
@@ -267,7 +269,8 @@ _build_camouflage = _series_builder(
     ("No attack", {"attack": "none", "byzantine_fraction": 0.0}),
     ("Camouflage attack (40%)", {"attack": "camouflage", "byzantine_fraction": 0.4}))
 _build_frs = _series_builder(("A-FRS", {"model": "fism"}), ("FMF", {"model": "fmf"}))
-_build_adam_sgd = _series_builder(("Adam", {"optimizer": "adam"}), ("SGD", {"optimizer": "sgd"}))
+ADAM_SGD = (("Adam", {"optimizer": "adam"}), ("SGD", {"optimizer": "sgd"}))
+_build_adam_sgd = _series_builder(*ADAM_SGD)
 
 
 def _defense_builder(optimizer: str, robust_name: str):
@@ -330,6 +333,11 @@ def _ablation_builder(change):
                 else:
                     fields = change(fields)
                 cases.append(({"series": name}, d, fields))
+            if change is None:
+                # Fig. 10's runs, longer: does Adam catch up with SGD given time?
+                cases.extend(({"series": name}, d,
+                              {**changes, "rounds": ROUNDS_FACTOR * scale.rounds_for(d)})
+                             for name, changes in ADAM_SGD)
         return _grid(scale, cases)
 
     return build
@@ -372,7 +380,13 @@ for _fig in (
     *(Figure(name, name, "", f"Ablation of Fig. 4 (α = {ABLATION_FRACTION}): {title}", name,
              _ablation_builder(change), cols="dataset", series=_series("A-RFRS"),
              datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS)
-      for name, title, change in ABLATIONS),
+      for name, title, change in ABLATIONS if change is not None),
+    Figure("ablation-rounds", "ablation-rounds", "",
+           f"Ablation of Fig. 4 (α = {ABLATION_FRACTION}) and Fig. 10 (α = 0): "
+           f"{ROUNDS_FACTOR} times the rounds", "ablation-rounds", _ablation_builder(None),
+           rows="alpha", cols="dataset",
+           series=(*_series("A-RFRS"), *(name for name, _ in ADAM_SGD)),
+           datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS),
 ):
     FIGURES.register(_fig.id, _fig)
 

@@ -33,10 +33,10 @@ SERIES_STYLE = {
     "A-RFRS": (RED, "o"),
     "S-RFRS": (RED, "o"),
     "AG-RFRS": (RED, "o"),
-    "Adam": (RED, "o"),
+    "Adam": (RED, "P"),  # markers apart from A-RFRS and Krum: ablation-rounds draws all four
     "Camouflage attack (40%)": (RED, "o"),
     "FMF": (BLUE, "s"),
-    "SGD": (BLUE, "s"),
+    "SGD": (BLUE, "v"),
     "No attack": (BLUE, "s"),
     "No defense": ("#555555", "x"),
     "Krum": (BLUE, "s"),
