@@ -29,6 +29,12 @@ def _execution_options(f):
                           "diverged: a divergence is an outcome).")(f)
     f = click.option("--keep-state", is_flag=True,
                      help="Keep each run's final state.npz (large for the big datasets).")(f)
+    f = click.option("--reuse-from", "reuse_from", multiple=True,
+                     type=click.Path(file_okay=False, exists=True), metavar="DIR",
+                     help="Another results directory of yours (repeatable): a run it records "
+                          "as finished or diverged, with the same configuration, is copied "
+                          "instead of run (Fig. 3's A-FRS, Fig. 2's No attack and Fig. 10's "
+                          "Adam are the same runs).")(f)
     return f
 
 
@@ -58,11 +64,14 @@ class _Progress:
     def __call__(self, event, spec, outcome, report) -> None:
         from rfrs_ref.cli.progress import Progress
 
+        if event == "reused":
+            return
         if event == "plan":
-            todo = report.total - report.skipped
+            todo = report.total - report.skipped - report.reused
             where = (f"{report.workers} Dask worker(s)" if report.workers else "this process")
-            click.echo(f"{report.total} runs: {report.skipped} already finished, {todo} to run "
-                       f"on {where}")
+            reused = f"{report.reused} copied from --reuse-from, " if report.reused else ""
+            click.echo(f"{report.total} runs: {report.skipped} already finished, {reused}"
+                       f"{todo} to run on {where}")
             self.bar = Progress(todo, label="run", started=self.started,
                                 first_note="the first runs also compile the Numba kernels "
                                            "(up to a minute the first time; cached afterwards)")
@@ -147,7 +156,8 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
     runs = ("" if progress.runs_done_at is None else
             f" (runs done at {duration(progress.runs_done_at)}, then {after})")
     click.echo(f"{report.total} runs: {report.skipped} skipped (already finished), "
-               f"{report.finished} finished, "
+               + (f"{report.reused} copied (--reuse-from), " if report.reused else "")
+               + f"{report.finished} finished, "
                + (f"{report.diverged} diverged, " if report.diverged else "")
                + f"{report.failed} failed "
                + (f"{report.pending} not run (--no-run) " if report.pending else "")
@@ -178,7 +188,8 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
                    "in the output directory (e.g. of a sweep that is not finished).")
 @_execution_options
 def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, backend, overrides,
-              no_plot, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
+              no_plot, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
+              reuse_from):
     """Reproduce one of the paper's figures: sweep, tables, plots.
 
     FIGURE is the paper's figure number or name: 1 (pca), 2 (camouflage),
@@ -196,6 +207,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     Examples:
       rfrs-ref reproduce 4 --quick
       rfrs-ref reproduce defenses --scheduler tcp://10.0.0.5:8786
+      rfrs-ref reproduce 3 --out results/frs --reuse-from results/adam-sgd
     """
     from rfrs_ref.experiments.figures import Scale, describe_runs, figure, reproduce as run_figure
     from rfrs_ref.experiments.results import summary_markdown
@@ -221,7 +233,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     report, paths = _run(lambda: run_figure(
         fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
         shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
-        on_event=progress, runs=runs, run=not no_run), progress)
+        on_event=progress, runs=runs, run=not no_run, reuse_from=reuse_from), progress)
     _report(report, started, progress, after)
     if report.summary is not None and not report.summary.empty:
         metrics = (fig.metric, "ndcg", "hr", "mrr")
@@ -241,7 +253,8 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
               help="Output directory [default: results/<sweep name>].")
 @click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")
 @_execution_options
-def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state):
+def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
+          reuse_from):
     """Run the grid of training runs described in the TOML file FILE.
 
     \b
@@ -285,7 +298,7 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
     report = _run(lambda: run_sweep(
         sw.runs, out, scheduler=scheduler, workers=workers, threads=threads, shared_fs=shared_fs,
         retry_failed=retry_failed, keep_state=keep_state, on_event=progress,
-        label_columns=label_columns), progress)
+        label_columns=label_columns, reuse_from=reuse_from), progress)
     _report(report, started, progress)
     if report.summary is not None and not report.summary.empty:
         click.echo("")

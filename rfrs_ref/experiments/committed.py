@@ -119,11 +119,12 @@ def read_provenance(out: str | os.PathLike) -> dict:
 def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: int,
                 skipped: int, finished: int, failed: int, workers: int,
                 run_wall_s: Iterable[float] = (), command: list[str] | None = None,
-                diverged: int = 0) -> dict:
+                diverged: int = 0, reused: int = 0) -> dict:
     """Append one call to ``out/provenance.json`` (atomically) and return the entry.
 
-    ``runs`` counts the call's runs; ``diverged`` appears in it only when some
-    run diverged (so entries of calls without divergence keep their old form)."""
+    ``runs`` counts the call's runs; ``diverged`` and ``reused`` appear in it only when
+    some run diverged or was copied from another directory (so entries of other calls
+    keep their old form)."""
     from rfrs_ref.federated.trainer import software_versions
 
     out = pathlib.Path(out)
@@ -133,7 +134,8 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(float(wall_s), 3),
         "runs": {"total": total, "skipped": skipped, "finished": finished, "failed": failed,
-                 **({"diverged": diverged} if diverged else {})},
+                 **({"diverged": diverged} if diverged else {}),
+                 **({"reused": reused} if reused else {})},
         "run_wall_s_sum": round(float(sum(run_wall_s)), 3),
         "workers": workers,
         "command": list(sys.argv if command is None else command),

@@ -21,6 +21,11 @@
 - **Divergence is an outcome.** A run whose model diverged (non-finite server
   state or scores) is recorded with ``status = diverged``, its round and the
   history before it; like a run that finished, it is never run again.
+- **Reuse.** ``reuse_from`` names other results directories: a run not yet
+  recorded here whose key (the hash of its whole configuration) is recorded
+  there as finished or diverged is copied, not run again, with
+  ``reused_from`` in its outcome. Figures share runs this way (Fig. 3's A-FRS,
+  Fig. 2's "No attack" and Fig. 10's Adam are the same runs).
 - **Resume.** Runs are keyed by :func:`rfrs_ref.experiments.spec.run_key`;
   running the same sweep again skips every run already finished or diverged
   (failed runs are tried again unless ``retry_failed=False``). On a shared filesystem a run
@@ -78,6 +83,7 @@ class SweepReport:
     Attributes:
         out: the output directory.
         total: runs in the sweep; skipped: already finished (or diverged) before this call;
+        reused: copied by this call from another directory's record (``reuse_from``);
         finished, diverged, failed: runs of this call that finished, diverged or failed.
         table, summary: the tidy and summary tables (pandas DataFrames) of the sweep's runs.
         wall_s: seconds this call took; workers: Dask workers used (0: in process).
@@ -87,6 +93,7 @@ class SweepReport:
     out: pathlib.Path
     total: int
     skipped: int
+    reused: int = 0
     finished: int = 0
     failed: int = 0
     table: object = None
@@ -100,7 +107,8 @@ class SweepReport:
 
     @property
     def pending(self) -> int:
-        return self.total - self.skipped - self.finished - self.failed - self.diverged
+        return (self.total - self.skipped - self.reused - self.finished - self.failed
+                - self.diverged)
 
 
 # -- sizing ----------------------------------------------------------------------------------
@@ -235,6 +243,7 @@ def run_sweep(
     label_columns: Sequence[str] = (),
     table_runs: Sequence[RunSpec] | None = None,
     run: bool = True,
+    reuse_from: Sequence[str | os.PathLike] = (),
 ) -> SweepReport:
     """Run every run of ``runs`` not yet finished in ``out``; write the tables.
 
@@ -260,6 +269,13 @@ def run_sweep(
             None of them is run; one without an outcome is left out.
         run: False runs nothing: the tables (and a figure's plots) are written from
             the outcomes already recorded; the runs left are ``report.pending``.
+        reuse_from: other results directories (your own: their records are trusted
+            as results once the configuration they hold hashes to the run's key).
+            A run to do whose key one of them records as finished or diverged is
+            copied from the first that has it (outcome and per-round summary; the
+            outcome gains ``reused_from``: the directory relative to ``out``, and
+            the labels it had there) instead of being run. Failed runs are never
+            copied. Ignored when ``run`` is False.
     Returns:
         A :class:`SweepReport`.
     Raises:
@@ -311,6 +327,8 @@ def run_sweep(
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
         if not run:
             pending = []
+        sources = [Store(d) for d in reuse_from]
+        sources = [src for src in sources if src.path.resolve() != store.path.resolve()]
 
         rows: dict[str, list[dict]] = {}  # tidy rows per recorded run, made once
 
@@ -326,7 +344,10 @@ def run_sweep(
             outcome = store.write_outcome(spec, outcome)
             outcomes[outcome["key"]] = outcome
             rows.pop(outcome["key"], None)
-            if outcome["status"] == "ok":
+            if outcome.get("reused_from") is not None:
+                report.reused += 1
+                event = "reused"
+            elif outcome["status"] == "ok":
                 report.finished += 1
                 event = "done"
             elif outcome["status"] == "diverged":
@@ -342,6 +363,12 @@ def run_sweep(
                 on_event(event, spec, outcome, report)
 
         flush()
+        if sources:
+            for k in list(pending):
+                copied = _reused_outcome(k, sources, store.path)
+                if copied is not None:
+                    record(by_key[k], copied)
+                    pending.remove(k)
         data_dir = os.environ.get("RFRS_DATA_DIR")
         in_process = workers == 0 and client is None and scheduler is None
         if shared_fs is None:
@@ -383,16 +410,43 @@ def run_sweep(
             flush()
             report.summary, _ = write_summary(report.table, store.path,
                                               label_columns=label_columns)
-            if report.finished or report.failed or report.diverged:
+            if report.finished or report.failed or report.diverged or report.reused:
                 # a call that ran nothing leaves the directory byte for byte as it was
                 record_call(store.path, started=started_at, wall_s=report.wall_s,
                             total=report.total, skipped=report.skipped,
                             finished=report.finished, failed=report.failed,
-                            diverged=report.diverged,
+                            diverged=report.diverged, reused=report.reused,
                             workers=report.workers,
                             run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
                                         if k in outcomes])
     return report
+
+
+def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> dict | None:
+    """Run ``key``'s finished (or diverged) outcome from the first of ``sources`` that records
+    one, ready to be recorded in ``out``; None when none does.
+
+    An outcome counts only if the configuration it records hashes to ``key`` (a record
+    of another run, or one edited by hand, is not taken for this one), and only when
+    finished or diverged: a failure says nothing about the run's result.
+    """
+    for src in sources:
+        o = src.read_outcome(key)
+        if not isinstance(o, dict) or o.get("status") not in ("ok", "diverged"):
+            continue
+        try:
+            if RunSpec.from_json(o["spec"]).key != key:
+                continue
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        copied = {n: v for n, v in o.items() if n not in ("key", "spec", "reused_from")}
+        rounds = src.read_rounds(key)
+        if rounds and "rounds" not in copied:
+            copied["rounds"] = rounds
+        copied["reused_from"] = {"directory": os.path.relpath(src.path.resolve(), out.resolve()),
+                                 "labels": dict(o["spec"].get("labels") or {})}
+        return copied
+    return None
 
 
 @contextlib.contextmanager
