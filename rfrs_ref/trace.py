@@ -57,6 +57,13 @@ ROUND_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "ex
 #: fields every round line has (others may be absent or null)
 REQUIRED_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded", "kept",
                    "state_norms")
+#: fields that hold integers (client ids, nᵢ, f) or records of them: their numbers compare
+#: exactly, also when a writer gives them as floats (3.0 is 3, 3.000001 is not), since a
+#: relative tolerance would let a large client id be off by more than one
+EXACT_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded")
+#: the keys of an ``excluded`` entry: each must be in B where A has it (an entry sharing
+#: no key with A's would compare nothing)
+EXCLUDED_KEYS = ("client", "check")
 #: configuration keys that describe the machine or the code path, not the computation
 PRODUCER_KEYS = ("backend", "data_dir")
 
@@ -397,6 +404,8 @@ class _Diverged(Exception):
 class _Comparer:
     def __init__(self, rtol, atol, ignore, checksums: bool, notes: list[str]):
         self.rtol, self.atol = rtol, atol
+        self.exact = False  # set while visiting an EXACT_FIELDS field
+        self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -439,7 +448,8 @@ class _Comparer:
                 self.fail(t, path, a, b, "different values")
             return
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            if isinstance(a, int) and isinstance(b, int):
+            if (isinstance(a, int) and isinstance(b, int)) or self.exact:
+                # Python compares an int and a float by value, exactly (no rounding of 2**60)
                 if a != b:
                     self.fail(t, path, a, b, "different integers")
                 return
@@ -461,15 +471,30 @@ class _Comparer:
         if missing:
             self.fail(t, f"{path}.{missing[0]}", a[missing[0]], None, "missing in B")
 
+    def required_keys(self, t: int, path: str, a, b, keys) -> None:
+        """Each entry of list ``a`` that has one of ``keys`` must have it in ``b``'s entry too."""
+        if self.ignored(path) or not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+            return  # value() reports the difference in kind or length
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if isinstance(x, dict) and isinstance(y, dict):
+                for k in keys:
+                    if k in x and k not in y and not self.ignored(f"{path}[{i}].{k}"):
+                        self.fail(t, f"{path}[{i}].{k}", x[k], None, "missing in B")
+
     def state_checksums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
-        if not self.checksums or self.ignored(path) or a is None or b is None:
+        if not self.checksums or self.ignored(path) or a is None:
             return
+        if b is None:
+            # B holds no checksums where A does: as for one array missing, and the
+            # report must not claim that checksums were compared
+            self.fail(t, path, f"{len(a)} checksums", None, "missing in B")
         for k in a:
             if k not in b:
                 self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
             if a[k] != b[k]:
                 self.fail(t, f"{path}.{k}", a[k], b[k], "checksums differ (same dtype, layout and byte "
                           "order: the states differ in at least one bit)")
+            self.checksums_seen += 1
 
 
 def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
@@ -501,6 +526,11 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     rtol, atol = agreement.check_tolerance(rtol, atol, "trace compare")
     ta = a if isinstance(a, Trace) else read_trace(a)
     tb = b if isinstance(b, Trace) else read_trace(b)
+    if not ta.rounds and not tb.rounds:
+        # two headers alone compare no round: "the traces agree" would report a check
+        # that never happened (e.g. two runs interrupted before their first round)
+        raise TraceFormatError(f"{ta.path or 'trace A'} and {tb.path or 'trace B'} hold no round "
+                               "(a header only): nothing to compare")
     ha, hb = ta.header, tb.header
     notes: list[str] = []
     same_repr = all(ha.get(k) == hb.get(k) for k in ("dtype", "layout", "byte_order", "checksum"))
@@ -538,10 +568,18 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                         cmp.note(f"{field}: present in one trace only, not compared")
                     continue
                 if field in ("rule", "attack") and (va is None or vb is None):
+                    if va is not vb:  # optional diagnostics: skipped, but not silently
+                        cmp.note(f"{field}: null in one trace only, not compared")
                     continue
                 if field == "state_norms":
                     cmp.same_keys(t, field, va, vb)
-                cmp.value(t, field, va, vb)
+                if field == "excluded":
+                    cmp.required_keys(t, field, va, vb, EXCLUDED_KEYS)
+                cmp.exact = field in EXACT_FIELDS
+                try:
+                    cmp.value(t, field, va, vb)
+                finally:
+                    cmp.exact = False
             done += 1
         if len(ta.rounds) != len(tb.rounds):
             short, long_ = ("A", "B") if len(ta.rounds) < len(tb.rounds) else ("B", "A")
@@ -550,8 +588,10 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
             cmp.fail(nxt, "round", None if short == "A" else nxt, nxt if short == "A" else None,
                      f"trace {short} ends after {last} rounds, trace {long_} continues")
     except _Diverged as d:
-        return TraceComparison(False, done, d.div, notes, use_checksums)
-    return TraceComparison(True, done, None, notes, use_checksums)
+        return TraceComparison(False, done, d.div, notes, use_checksums and cmp.checksums_seen > 0)
+    if use_checksums and not cmp.checksums_seen:
+        notes.append("checksums not compared: trace A holds none")
+    return TraceComparison(True, done, None, notes, use_checksums and cmp.checksums_seen > 0)
 
 
 __all__ = [
