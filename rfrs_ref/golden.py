@@ -721,7 +721,14 @@ def aggregate_cases() -> list[Case]:
         c_arr = C_REDUCTION if rule == "caf" else C_ELEMENTWISE
         outs: dict[str, Expected] = {}
         for k in ups:
-            scale = _scale(ups[k][np.isfinite(ups[k]).all(axis=1)]) if np.isfinite(ups[k]).any() else 0.0
+            # The scale of the rounding is that of the rows the output is made of: the
+            # hostile rows (1e38) are left out, else atol = 64u·1e38 ≈ 7e23 would accept
+            # any aggregate of a robust rule, and the output's own magnitude is added for
+            # a rule that lets a hostile row through (the mean after a pre-aggregator).
+            rows = ups[k][: n_ - len(hostile)] if hostile is not None else ups[k]
+            fin = np.asarray(out[f"aggregate_{k}"], dtype=np.float64)
+            scale = _scale(rows[np.isfinite(rows).all(axis=1)]) + (
+                _scale(fin) if hostile is not None else 0.0)
             if f"reference_{k}" in inp:
                 scale += _scale(inp[f"reference_{k}"])
             outs[f"aggregate_{k}"] = _close(out[f"aggregate_{k}"], dtype, c_arr, scale)
@@ -1353,7 +1360,10 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     is matched only by the same value (NaN by NaN, +inf by +inf): the rule of
     :mod:`rfrs_ref.agreement`. A ``spec`` that states no usable rule (unknown
     ``compare``, a tolerance that is negative, NaN or infinite) is a mismatch
-    too: the case file is input and cannot declare anything equal.
+    too: the case file is input and cannot declare anything equal. So is a
+    finite tolerance so wide that 0 would match every element of an expected
+    value that is not all zero (``rtol ≥ 1``, or ``atol`` above the largest
+    |expected|): it checks nothing.
     """
     how = spec.get("compare") if isinstance(spec, dict) else None
     if how not in ("exact", "close"):
@@ -1366,6 +1376,9 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
             rtol, atol = agreement.check_tolerance(spec.get("rtol"), spec.get("atol"), "tolerance")
         except ValueError as exc:
             return Mismatch(name, None, None, None, None, message=f"unusable {exc}")
+        vacuous = _vacuous(expected, rtol, atol)
+        if vacuous:
+            return Mismatch(name, None, None, None, None, message=vacuous)
     if got is None and expected is None:
         return None
     got = _py(got)
@@ -1385,6 +1398,23 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     if expected != got or type(expected) is not type(got):
         return Mismatch(name, None, expected, got, None)
     return None
+
+
+def _vacuous(expected, rtol: float, atol: float) -> str:
+    """Why the tolerance checks nothing ('' when it checks something): 0 would match every
+    element of ``expected``, which has a finite non-zero element (an expected value that
+    is all zero or non-finite has no magnitude to judge the tolerance by)."""
+    try:
+        e = np.asarray(expected, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        return ""  # not numbers: the comparison itself reports it
+    nonzero = np.isfinite(e) & (e != 0)
+    if not nonzero.any():
+        return ""
+    if agreement.disagree(e[nonzero], 0.0, rtol, atol).any():
+        return ""
+    return (f"unusable tolerance: rtol = {rtol:g}, atol = {atol:g} would accept 0 for every "
+            f"element (largest |expected| {float(np.abs(e[nonzero]).max()):.3g}): it checks nothing")
 
 
 def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
@@ -1507,6 +1537,14 @@ def check_case(folder, backend: str = "numpy") -> CaseResult:
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"recomputation raised {type(exc).__name__}: {exc}")
     mismatches = []
+    # A case that states no output, or leaves out one the code produces, would check
+    # less than its "ok" says (an emptied or cut-down case.json): every output counts.
+    if not meta["outputs"]:
+        return CaseResult(name, backend, False, [], "the case states no output: nothing to compare")
+    for k in got:
+        if k not in meta["outputs"]:
+            mismatches.append(Mismatch(k, None, None, None, None, message="produced by the current "
+                                       "code but not stated in the case (a case must state every output)"))
     for k, spec in meta["outputs"].items():
         if k not in got:
             mismatches.append(Mismatch(k, None, None, None, None, message="not produced by the current code"))

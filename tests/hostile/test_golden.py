@@ -346,3 +346,72 @@ def test_a_federated_case_cannot_claim_an_endless_run(tmp_path, rounds):
                lambda d: d["params"].update(rounds=rounds))
     _case_fails(root, "params.rounds", "must describe rounds 1 to params.rounds",
                 name="federated/adam-krum-gradient-ascent-f64")
+
+
+# -- cases that check nothing, or less than they state --------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    {"compare": "close", "rtol": 1e300, "atol": 0.0},
+    {"compare": "close", "rtol": 1.0, "atol": 0.0},
+    {"compare": "close", "rtol": 0.0, "atol": 1e300},
+    {"compare": "close", "rtol": 1e-15, "atol": 1e3},
+])
+def test_a_finite_tolerance_that_accepts_zero_everywhere_is_unusable(vectors, spec):
+    """Finite and ≥ 0, yet 0 (or any value of the same order) would match: the case checks nothing."""
+    def edit(d):
+        d["outputs"]["upload_theta"].update(spec)
+
+    _edit_json(vectors / CASE / "case.json", edit)
+    line = _case_fails(vectors, "upload_theta", "unusable tolerance", "checks nothing")
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+
+
+def test_a_tolerance_is_judged_against_a_nonzero_expected_value_only():
+    """An expected value that is all zero has no magnitude: the tolerance is used as stated."""
+    spec = {"compare": "close", "rtol": 0.5, "atol": 1e-3}
+    assert golden.compare_output("x", spec, np.zeros(3), np.full(3, 1e-4)) is None
+    assert golden.compare_output("x", spec, np.zeros(3), np.full(3, 1e-2)) is not None
+    assert golden.compare_output("x", spec, np.array([0.0, 1.0]), np.array([0.0, 1.2])) is None
+
+
+def test_a_case_that_states_no_output_fails(vectors):
+    _edit_json(vectors / CASE / "case.json", lambda d: d.update(outputs={}))
+    _case_fails(vectors, "states no output", "nothing to compare")
+
+
+def test_a_case_that_leaves_out_an_output_fails(vectors):
+    """A cut-down case.json (one output deleted) would check less than its 'ok' says."""
+    _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"].pop("upload_theta"))
+    _case_fails(vectors, "'upload_theta'", "not stated in the case")
+
+
+def test_a_duplicate_key_in_a_case_or_the_index(vectors):
+    """JSON readers disagree on which of two equal keys wins: refused, naming the key."""
+    path = vectors / CASE / "case.json"
+    text = path.read_text()
+    path.write_text(text.replace('"outputs": {', '"outputs": {"step_size": {"value": 1e300}, ', 1)
+                    if '"outputs": {' in text else text.replace('"outputs":{', '"outputs":{"step_size":{}, ', 1))
+    _case_fails(vectors, "duplicate key 'step_size'")
+    index = vectors / "index.json"
+    index.write_text(index.read_text().replace('"format":', '"seed": 1, "format":', 1))
+    _refused(_cli("check", vectors), "index.json", "duplicate key 'seed'")
+
+
+def test_an_index_with_a_byte_order_mark(vectors):
+    index = vectors / "index.json"
+    index.write_bytes(b"\xef\xbb\xbf" + index.read_bytes())
+    _refused(_cli("check", vectors), "index.json", "byte order mark")
+
+
+def test_the_exported_tolerance_of_huge_byzantine_rows_checks_the_aggregate(tmp_path):
+    """The 1e38 rows a robust rule discards used to set the scale: atol ≈ 7e23 accepted any
+    aggregate of magnitude ~1 (an all-zero aggregate passed)."""
+    for rule in ("krum", "median", "caf"):
+        case = next(c for c in golden.all_cases([f"aggregate/{rule}-gradient-huge-f64"]))
+        for k in ("aggregate_theta", "aggregate_m"):
+            e = case.outputs[k]
+            spec = {"compare": "close", "rtol": e.rtol, "atol": e.atol}
+            assert e.atol < 1e-10, (rule, k, e.atol)
+            assert golden.compare_output(k, spec, e.value, np.zeros_like(e.value)) is not None
+            assert golden.compare_output(k, spec, e.value, e.value * (1 + 1e-6)) is not None
+            assert golden.compare_output(k, spec, e.value, e.value.copy()) is None
