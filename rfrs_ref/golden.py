@@ -1517,12 +1517,17 @@ def _implausible(meta: dict) -> str:
     return ""
 
 
-def check_case(folder, backend: str = "numpy") -> CaseResult:
-    """Recompute one case with ``backend`` and compare every output."""
+def check_case(folder, backend: str = "numpy", listed: str | None = None) -> CaseResult:
+    """Recompute one case with ``backend`` and compare every output (``listed``: the name
+    the index gives it, which must be the case's own)."""
     folder = pathlib.Path(folder)
     name = str(folder)
     try:
         meta, inputs, expected = load_case(folder)
+        if listed is not None and meta["name"] != listed:
+            # the index's name is what --only selects and the user reads: it must be this case
+            return CaseResult(listed, backend, False, [], f"cannot read the case: {folder / 'case.json'} "
+                              f"is case {meta['name']!r}, the index lists it as {listed!r}")
         name = meta["name"]
         fn = KINDS[meta["kind"]]
     except UntrustedFileError as exc:  # unreadable case: report, do not stop the other cases
@@ -1579,6 +1584,7 @@ def read_index(directory) -> list[dict]:
     if not isinstance(cases, list):
         raise GoldenFormatError(f"{index_path}: 'cases' must be a list of case entries")
     out = []
+    seen: dict = {}
     for i, entry in enumerate(cases):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise GoldenFormatError(f"{index_path}: case entry {i} must be an object with a string 'name'")
@@ -1586,6 +1592,13 @@ def read_index(directory) -> list[dict]:
         if path.name != "case.json":
             raise GoldenFormatError(f"{index_path}: case {entry['name']!r}: path {entry['path']!r} does not "
                                     "name a case.json")
+        # one case listed twice (or two names for one folder) would be counted as two
+        # checked cases while another went unchecked
+        for what, key in (("name", entry["name"]), ("case folder", path.parent)):
+            if (what, key) in seen:
+                raise GoldenFormatError(f"{index_path}: case entries {seen[(what, key)]} and {i} have the "
+                                        f"same {what} {str(key)!r}; each case is listed once")
+            seen[(what, key)] = i
         out.append({**entry, "folder": path.parent})
     return out
 
@@ -1602,7 +1615,7 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
         if pats and not _matches(entry["name"], pats):
             continue
         for b in backends:
-            out.append(check_case(entry["folder"], b))
+            out.append(check_case(entry["folder"], b, entry["name"]))
     return out
 
 

@@ -415,3 +415,25 @@ def test_the_exported_tolerance_of_huge_byzantine_rows_checks_the_aggregate(tmp_
             assert golden.compare_output(k, spec, e.value, np.zeros_like(e.value)) is not None
             assert golden.compare_output(k, spec, e.value, e.value * (1 + 1e-6)) is not None
             assert golden.compare_output(k, spec, e.value, e.value.copy()) is None
+
+
+@pytest.mark.parametrize("how", ["same entry twice", "two names, one folder"])
+def test_an_index_that_lists_a_case_twice_is_refused(vectors, how):
+    """'2 cases, 2 ok' must not hide that optim/sgd-f32 was never checked."""
+    def edit(d):
+        first, second = d["cases"]
+        if how == "same entry twice":
+            d["cases"] = [first, dict(first)]
+        else:
+            second["path"] = first["path"]
+
+    _edit_json(vectors / "index.json", edit)
+    _refused(_cli("check", vectors), "index.json", "each case is listed once")
+
+
+def test_an_index_name_must_be_the_case_it_points_to(vectors):
+    def edit(d):
+        d["cases"][0]["name"], d["cases"][1]["name"] = d["cases"][1]["name"], d["cases"][0]["name"]
+
+    _edit_json(vectors / "index.json", edit)
+    _case_fails(vectors, "the index lists it as", name="optim/sgd-f32")
