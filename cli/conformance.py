@@ -129,3 +129,8 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
         click.echo(format_results(results, title))
     if any(r.status == "fails" for r in results):
         raise SystemExit(1)
+    if not any(r.status == "holds" for r in results):
+        # every selected law skipped (e.g. --law weights_sum_to_one on a callable without
+        # weights): nothing was checked, which is not a pass
+        raise click.ClickException("no law was checked: every selected law was skipped ("
+                                   + "; ".join(f"{r.law}: {r.message}" for r in results) + ")")
