@@ -1501,11 +1501,36 @@ def load_case(folder) -> tuple[dict, dict, dict]:
     return meta, inputs, expected
 
 
+#: hyperparameters that set how long a recomputation loops, and the most a case may state:
+#: far above every export (RFA 100 steps, CC 2 iterations, 20 evaluations) and no more
+#: than rfrs-ref's own caps on subset searches; 10¹² Weiszfeld steps would never end
+LOOP_LIMITS = {"max_iter": 10_000, "iterations": 10_000, "evals": 10_000, "max_subsets": 10_000_000}
+
+
+def _loop_counts(x, path: str = "params"):
+    """(path, value) of every LOOP_LIMITS key nested in ``x``."""
+    stack = [(x, path)]
+    while stack:
+        obj, where = stack.pop()
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if k in LOOP_LIMITS:
+                    yield f"{where}.{k}", k, v
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(obj, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(obj))
+
+
 def _implausible(meta: dict) -> str:
     """Why the parameters of a case cannot be what it states, before recomputing it
     ('' when they can). The models and rules check their own sizes and preconditions;
-    what remains is the length of a federated run, which nothing else bounds (a
-    case.json claiming 10⁹ rounds would run for days)."""
+    what remains is how long the recomputation loops, which nothing else bounds: the
+    length of a federated run (a case.json claiming 10⁹ rounds would run for days)
+    and the iteration counts of :data:`LOOP_LIMITS`."""
+    for where, key, v in _loop_counts(meta["params"]):
+        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= LOOP_LIMITS[key]):
+            return (f"{where} is {v!r}: it must be an integer from 0 to {LOOP_LIMITS[key]:,} (a golden "
+                    "case is small; more would loop for hours)")
     if meta.get("kind") != "federated":
         return ""
     rounds = meta["params"].get("rounds")

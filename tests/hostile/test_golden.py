@@ -437,3 +437,25 @@ def test_an_index_name_must_be_the_case_it_points_to(vectors):
 
     _edit_json(vectors / "index.json", edit)
     _case_fails(vectors, "the index lists it as", name="optim/sgd-f32")
+
+
+@pytest.mark.parametrize("case, key, value", [
+    ("aggregate/rfa-gradient-f64", "max_iter", 10 ** 12),
+    ("aggregate/cc-gradient-f64", "iterations", 10 ** 12),
+    ("aggregate/mda-gradient-f64", "max_subsets", 10 ** 15),
+    ("aggregate/rfa-gradient-f64", "max_iter", -1),
+    ("aggregate/rfa-gradient-f64", "max_iter", "100"),
+])
+def test_a_case_cannot_make_the_recomputation_loop_for_ever(tmp_path, case, key, value):
+    """10¹² iterations of centered clipping used to hang `golden check` (RFA stops when its
+    iterate stops moving, but nothing else bounds a count read from the case)."""
+    root = tmp_path / "v"
+    golden.export(root, only=[case])
+
+    def edit(d):
+        d["params"]["hyperparameters"][key] = value
+        if key == "max_iter":
+            d["params"]["hyperparameters"]["tol"] = 0.0  # never converges: all the steps run
+
+    _edit_json(root / case / "case.json", edit)
+    _case_fails(root, f"params.hyperparameters.{key} is {value!r}", "must be an integer from 0", name=case)
