@@ -1426,6 +1426,11 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
                         "array of numbers")
     if e.shape != g.shape:
         return Mismatch(name, None, None, None, None, message=f"shape {g.shape}, expected {e.shape}")
+    if how == "close" and e.size == 0:
+        # a float output with no element (inputs cut to zero columns) compares no value;
+        # an empty exact list (no client selected) still states something: its length
+        return Mismatch(name, None, None, None, None, message=f"the expected value has shape {e.shape}, "
+                        "no element: it checks nothing")
     if e.dtype.kind not in "fiub" or g.dtype.kind not in "fiub":
         if e.dtype.kind == g.dtype.kind == "U" and (e == g).all():
             return None

@@ -459,3 +459,27 @@ def test_a_case_cannot_make_the_recomputation_loop_for_ever(tmp_path, case, key,
 
     _edit_json(root / case / "case.json", edit)
     _case_fails(root, f"params.hyperparameters.{key} is {value!r}", "must be an integer from 0", name=case)
+
+
+def test_a_case_cut_to_zero_coordinates_fails(vectors):
+    """Every array of optim/sgd-f64 cut to no element, outputs recomputed to match: the
+    uploads and the recovery compared nothing, and the case was 'ok'."""
+    folder = vectors / CASE
+    doc = json.loads((folder / "case.json").read_text())
+    for meta in doc["inputs"].values():
+        a = np.load(folder / meta["file"])
+        a = a[..., :0] if a.ndim else a
+        np.save(folder / meta["file"], a)
+        meta["shape"] = list(a.shape)
+    inputs = {k: np.load(folder / m["file"]) for k, m in doc["inputs"].items()}
+    got = golden.KINDS[doc["kind"]](inputs, doc["params"], "numpy")
+    for k, meta in doc["outputs"].items():
+        if "file" in meta:
+            a = np.asarray(got[k])
+            np.save(folder / meta["file"], a)
+            meta["shape"] = list(a.shape)
+    (folder / "case.json").write_text(json.dumps(doc))
+    _case_fails(vectors, "'upload_theta': the expected value has shape (0,), no element")
+    # an empty exact value (no client selected) states its length: compared, not refused
+    assert golden.compare_output("selected", {"compare": "exact"}, [], []) is None
+    assert golden.compare_output("selected", {"compare": "exact"}, [], [1]) is not None
