@@ -518,12 +518,19 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     difference of the earliest round. ``ignore`` lists field paths to skip
     (``rule.objective``, ``metrics``...).
 
+    ``rtol`` and ``atol`` must be finite and ≥ 0, and ``rtol`` < 1 (ValueError);
+    two traces without a round raise :class:`TraceFormatError` (nothing compared).
+
     Differences between the headers' ``run`` configurations are notes, not
     divergences: two runs with different settings can still compute the same
     rounds. A different parameter count or set of state arrays is a
     divergence at round 0, so is a different initial state.
     """
     rtol, atol = agreement.check_tolerance(rtol, atol, "trace compare")
+    if rtol >= 1.0:
+        # |0 − A| ≤ rtol·|A| for every A: a trace of zeros would agree with any trace
+        raise ValueError(f"trace compare: rtol must be < 1, got {rtol!r} (with rtol ≥ 1 a B of 0 "
+                         "agrees with every value of A)")
     ta = a if isinstance(a, Trace) else read_trace(a)
     tb = b if isinstance(b, Trace) else read_trace(b)
     if not ta.rounds and not tb.rounds:

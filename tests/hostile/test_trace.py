@@ -351,3 +351,15 @@ def test_a_bom_and_crlf_line_ends(ref, tmp_path):
 def test_a_negative_or_unreadable_tolerance_is_refused(ref, value):
     res = _cli(ref, ref, "--atol", value)
     assert res.exit_code != 0 and "Traceback" not in res.output and "agree" not in res.output
+
+
+@pytest.mark.parametrize("rtol", ["1", "1e300"])
+def test_a_relative_tolerance_of_one_or_more_is_refused(ref, tmp_path, rtol):
+    """With rtol ≥ 1, |0 − A| ≤ rtol·|A|: a trace of zeros agreed with any trace."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["loss"], r["grad_norms"] = 0.0, [0.0, 0.0]
+        r["state_norms"] = {"m": 0.0, "theta": 0.0}
+    _refused(_cli(ref, _write(tmp_path / "zeros.jsonl", lines), "--rtol", rtol, "--no-checksums"),
+             "rtol must be < 1")
+    assert _cli(ref, ref, "--rtol", "0.99").exit_code == 0
