@@ -303,7 +303,28 @@ def _check_header(obj: dict, where: str) -> None:
         if obj.get(key) is not None and not isinstance(obj[key], dict):
             raise TraceFormatError(f"{where}: header field {key} must be an object, "
                                    f"got {type(obj[key]).__name__}")
+    arrays = obj.get("state_arrays")
+    if arrays is not None and not (isinstance(arrays, list) and all(isinstance(x, str) for x in arrays)):
+        raise TraceFormatError(f"{where}: state_arrays must be a list of array names, got {arrays!r}")
     _check_state_summary(obj.get("initial") or {}, where + " (initial)")
+
+
+def _check_all_arrays(trace: Trace) -> None:
+    """The reference's state norms name every array of its header's ``state_arrays``.
+
+    An array of A missing in B diverges; one missing in A itself (or all: ``{}``)
+    would be compared in neither, so the reference is refused instead."""
+    arrays = trace.header.get("state_arrays") or []
+    objs = [(0, trace.header.get("initial"))] + [(r["round"], r) for r in trace.rounds]
+    for t, obj in objs:
+        norms = (obj or {}).get("state_norms")
+        if isinstance(norms, dict):
+            missing = [k for k in arrays if k not in norms]
+            if missing:
+                where = "the header's initial state" if t == 0 else f"round {t}"
+                raise TraceFormatError(f"{trace.path or 'trace A'}: {where}: state_norms lacks "
+                                       f"{', '.join(missing)} (its header's state_arrays are "
+                                       f"{', '.join(arrays)}); the reference must record every array")
 
 
 def read_trace(path) -> Trace:
@@ -533,6 +554,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                          "agrees with every value of A)")
     ta = a if isinstance(a, Trace) else read_trace(a)
     tb = b if isinstance(b, Trace) else read_trace(b)
+    _check_all_arrays(ta)
     if not ta.rounds and not tb.rounds:
         # two headers alone compare no round: "the traces agree" would report a check
         # that never happened (e.g. two runs interrupted before their first round)

@@ -363,3 +363,24 @@ def test_a_relative_tolerance_of_one_or_more_is_refused(ref, tmp_path, rtol):
     _refused(_cli(ref, _write(tmp_path / "zeros.jsonl", lines), "--rtol", rtol, "--no-checksums"),
              "rtol must be < 1")
     assert _cli(ref, ref, "--rtol", "0.99").exit_code == 0
+
+
+@pytest.mark.parametrize("which", ["round", "initial"])
+def test_the_reference_must_record_every_array_of_its_header(tmp_path, which):
+    """Two traces whose rounds record no state norm ({}) compared nothing of the state; an
+    array missing from B only still diverges (test_a_dropped_state_array_diverges)."""
+    lines = _lines()
+    if which == "initial":
+        lines[0]["initial"]["state_norms"] = {"m": 0.0}
+    else:
+        for r in lines[1:]:
+            r["state_norms"] = {}
+    a = _write(tmp_path / "a.jsonl", lines)
+    msg = _refused(_cli(a, _write(tmp_path / "b.jsonl", lines)), "a.jsonl:", "state_norms lacks")
+    assert "theta" in msg and ("initial" in msg if which == "initial" else "round 1" in msg)
+
+
+def test_state_arrays_must_be_a_list_of_names(ref, tmp_path):
+    lines = _lines()
+    lines[0]["state_arrays"] = "theta"
+    _refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:1", "state_arrays must be a list")
