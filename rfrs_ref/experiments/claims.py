@@ -504,27 +504,44 @@ def _best(table, candidates, dataset, alpha, metric, k, scol) -> str | None:
 
 
 def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
-    """Fig. 1: per model (series), the paired difference of separations, gradient − θ."""
-    from rfrs_ref.experiments.results import Store
+    """Fig. 1: per model (series), the paired difference of separations, gradient − θ.
+
+    Each capture run's outcome.json is input: a separation that is not a number, a
+    spec without its model, dataset or seed, or two runs of one series with one seed
+    raise :class:`TableError` naming the file (a non-finite separation is left out)."""
+    from rfrs_ref.experiments.results import OUTCOME, Store
 
     by_series: dict[str, dict[int, float]] = {}
     inits: dict[str, float] = {}
     dataset = None
-    for o in Store(d).outcomes().values():
-        cap = o.get("capture")
-        if o.get("status") != "ok" or not cap:
+    for key, o in Store(d).outcomes().items():
+        where = d / "runs" / key / OUTCOME
+        cap = o.get("capture") if isinstance(o, dict) else None
+        if not isinstance(o, dict) or o.get("status") != "ok" or not cap:
             continue
-        sep = cap.get("separation") or {}
-        ga, gb = sep.get(c.a), sep.get(c.against[0])
-        if ga is None or gb is None or not (np.isfinite(ga) and np.isfinite(gb)):
-            continue
-        spec = o.get("spec") or {}
-        series = (spec.get("labels") or {}).get("series") or spec["config"]["model"]
-        dataset = spec["config"]["dataset"]
-        init = spec["config"].get("init_scale", 0.1)
-        series = f"{series}, init N(0, {init:g}²)"
+        try:
+            sep = cap.get("separation") or {}
+            ga, gb = sep.get(c.a), sep.get(c.against[0])
+            if ga is None or gb is None:
+                continue
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ga, gb)):
+                raise TableError(f"separations {ga!r} and {gb!r} are not both numbers")
+            if not (np.isfinite(ga) and np.isfinite(gb)):
+                continue
+            spec = o.get("spec") or {}
+            config = spec["config"]
+            series = (spec.get("labels") or {}).get("series") or config["model"]
+            init = config.get("init_scale", 0.1)
+            seed = _seed(None, None, config["seed"], str(series))
+            series = f"{series}, init N(0, {float(init):g}²)"
+            if seed in by_series.get(series, {}):
+                raise TableError(f"a second capture run of {series!r} with seed {seed}")
+            dataset = config["dataset"]
+        except (TableError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise TableError(f"{where}: {what}") from None
         inits[series] = float(init)
-        by_series.setdefault(series, {})[int(spec["config"]["seed"])] = float(ga) - float(gb)
+        by_series.setdefault(series, {})[seed] = float(ga) - float(gb)
     if not by_series:
         return [Row(c, None, None, c.against[0], {}, str(d), note="no finished capture run")]
     rows = []

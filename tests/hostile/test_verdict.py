@@ -130,3 +130,54 @@ def test_the_python_api_raises_a_table_error():
     with pytest.raises(TableError, match="two finished runs"):
         paired_difference(t, "Adam", "SGD", dataset="ml100k", metric="precision", k=1)
     assert issubclass(TableError, ValueError)
+
+
+# -- Fig. 1: the capture runs' outcome.json files ---------------------------------------------------------
+
+def _pca(tmp_path, outcomes: dict) -> str:
+    import json
+
+    d = tmp_path / "pca"
+    (d / "runs").mkdir(parents=True)
+    (d / "results.csv").write_text("status\n")
+    for key, o in outcomes.items():
+        (d / "runs" / key).mkdir()
+        (d / "runs" / key / "outcome.json").write_text(o if isinstance(o, str) else json.dumps(o))
+    return str(tmp_path)
+
+
+def _capture(seed, grad=0.9, theta=0.2, **config):
+    return {"status": "ok", "capture": {"separation": {"gradient": grad, "theta": theta}},
+            "spec": {"labels": {"series": "FISM"},
+                     "config": {"model": "fism", "dataset": "ml100k", "seed": seed, "init_scale": 0.1, **config}}}
+
+
+def _pca_verdict(path):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, ["verdict", path, "--claim", "pca"])
+
+
+def test_clean_capture_runs_are_judged(tmp_path):
+    res = _pca_verdict(_pca(tmp_path, {f"k{s}": _capture(s, grad=0.9 + 0.01 * s) for s in range(3)}))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda o: o["capture"]["separation"].update(gradient="0.9"), "not both numbers"),
+    (lambda o: o["capture"]["separation"].update(theta=True), "not both numbers"),
+    (lambda o: o["spec"]["config"].pop("seed"), "no 'seed'"),
+    (lambda o: o["spec"]["config"].update(seed=1.5), "is not an integer"),
+    (lambda o: o["spec"].update(config=[1]), "outcome.json"),
+])
+def test_a_malformed_capture_outcome_is_refused(tmp_path, edit, fragment):
+    """A string separation crashed the verdict with a traceback (TypeError)."""
+    outcomes = {f"k{s}": _capture(s) for s in range(3)}
+    edit(outcomes["k1"])
+    _refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k1/outcome.json", fragment)
+
+
+def test_two_capture_runs_with_one_seed_are_refused(tmp_path):
+    """The second silently replaced the first in the pairing."""
+    outcomes = {**{f"k{s}": _capture(s) for s in range(3)}, "dup": _capture(0, grad=0.1)}
+    _refused(_pca_verdict(_pca(tmp_path, outcomes)), "outcome.json", "a second capture run", "seed 0")
