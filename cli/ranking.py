@@ -29,14 +29,11 @@ def ranking(results, out, metric, k):
     from rfrs_ref.experiments.ranking import ranking_markdown
     from rfrs_ref.experiments.results import atomic_write_text, read_table
 
-    from rfrs_ref.experiments.claims import TableError
-
     try:
         text = ranking_markdown(read_table(pathlib.Path(results)), metric, k)
-    except TableError as exc:  # a row of the table: name the file
-        raise click.ClickException(f"{results}: " + " ".join(str(exc).split())) from None
-    except (ValueError, OSError, KeyError) as exc:
-        raise click.ClickException(" ".join(str(exc).split())) from None
+    except (ValueError, OSError, KeyError) as exc:  # TableError included: name the file
+        msg = " ".join(str(exc).split())
+        raise click.ClickException(msg if str(results) in msg else f"{results}: {msg}") from None
     if out is None:
         click.echo(text)
         return

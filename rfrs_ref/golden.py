@@ -1607,6 +1607,9 @@ def read_index(directory) -> list[dict]:
     if not index_path.exists():
         raise FileNotFoundError(f"{index_path}: no index of golden vectors (run `rfrs-ref golden export`)")
     index = read_json(index_path, "index of golden vectors")
+    # the index itself may be a link, but not one leading out of the vectors (its paths
+    # are read relative to them: an index from elsewhere describes other vectors)
+    confined(root, "index.json", str(index_path), what="the index")
     if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION \
             or isinstance(index.get("version"), bool):
         raise GoldenFormatError(f"{index_path}: not a {FORMAT} version {VERSION} index")

@@ -483,3 +483,16 @@ def test_a_case_cut_to_zero_coordinates_fails(vectors):
     # an empty exact value (no client selected) states its length: compared, not refused
     assert golden.compare_output("selected", {"compare": "exact"}, [], []) is None
     assert golden.compare_output("selected", {"compare": "exact"}, [], [1]) is not None
+
+
+def test_an_index_that_is_a_link_out_of_the_vectors_is_refused(vectors, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "index.json").write_bytes((vectors / "index.json").read_bytes())
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to(elsewhere / "index.json")
+    _refused(_cli("check", vectors), "index.json", "leads outside")
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to("optim/../index.real.json")
+    (vectors / "index.real.json").write_bytes((elsewhere / "index.json").read_bytes())
+    assert _cli("check", vectors).exit_code == 0  # a link that stays inside is followed

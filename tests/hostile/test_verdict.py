@@ -181,3 +181,16 @@ def test_two_capture_runs_with_one_seed_are_refused(tmp_path):
     """The second silently replaced the first in the pairing."""
     outcomes = {**{f"k{s}": _capture(s) for s in range(3)}, "dup": _capture(0, grad=0.1)}
     _refused(_pca_verdict(_pca(tmp_path, outcomes)), "outcome.json", "a second capture run", "seed 0")
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"", b"a,b\n1,2,3,4\n5\n"])
+def test_a_results_file_that_is_not_csv_is_refused_naming_it(tmp_path, content):
+    """pandas' messages ('No columns to parse from file', a codec error) named no file."""
+    d = tmp_path / "adam-sgd"
+    d.mkdir()
+    (d / "results.csv").write_bytes(content)
+    _refused(_verdict(str(tmp_path)), "adam-sgd/results.csv")
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["ranking", str(d / "results.csv")])
+    _refused(res, "adam-sgd/results.csv")
