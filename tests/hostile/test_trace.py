@@ -384,3 +384,26 @@ def test_state_arrays_must_be_a_list_of_names(ref, tmp_path):
     lines = _lines()
     lines[0]["state_arrays"] = "theta"
     _refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:1", "state_arrays must be a list")
+
+
+def test_an_integer_of_the_reference_compares_exactly_anywhere(ref, tmp_path):
+    """A Krum selection of A (JSON integers) against B's floats near them: docs say selections
+    compare exactly, and a relative tolerance let 2,000,000.5 stand for client 2,000,000."""
+    a, b = _lines(1), _lines(1)
+    a[1]["rule"]["selected"] = [2_000_000]
+    b[1]["rule"]["selected"] = [2_000_000.5]
+    d = T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).divergence
+    assert d is not None and (d.field, d.reason) == ("rule.selected[0]", "different integers")
+    b[1]["rule"]["selected"] = [2_000_000.0]  # the same integer written as a float
+    assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
+    # a float of A still compares within the tolerance, whatever B writes
+    a[1]["loss"], b[1]["loss"] = 2.0, 2
+    assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
+
+
+def test_metrics_recorded_by_one_trace_only_are_counted_in_a_note(tmp_path):
+    a, b = _lines(2), _lines(2)
+    for r in a[1:]:
+        r["metrics"] = {"n_users": 5, "precision@5": 0.25}
+    res = _cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b))
+    assert res.exit_code == 0 and "note: metrics: recorded by one trace only on 2 round(s)" in res.output, res.output
