@@ -427,6 +427,7 @@ class _Comparer:
         self.rtol, self.atol = rtol, atol
         self.exact = False  # set while visiting an EXACT_FIELDS field
         self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
+        self.values_seen = 0  # values compared in the rounds (0: every field ignored)
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -438,6 +439,8 @@ class _Comparer:
             self.notes.append(text)
 
     def ignored(self, path: str) -> bool:
+        if path == "round":
+            return False  # the round numbers pair the lines: always compared
         return any(path == p or path.startswith((p + ".", p + "[")) for p in self.ignore)
 
     def fail(self, t, path, a, b, reason):
@@ -454,6 +457,7 @@ class _Comparer:
             if only:
                 self.note(f"{path}: keys present in one trace only, not compared: {', '.join(only)}")
             return
+        self.values_seen += 1  # a value (or a list's length) compared
         if isinstance(a, list) and isinstance(b, list):
             if len(a) != len(b):
                 self.fail(t, path, f"{len(a)} entries", f"{len(b)} entries", "different lengths")
@@ -586,6 +590,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         cmp.same_keys(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.value(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
+        cmp.values_seen, header_checksums = 0, cmp.checksums_seen  # count the rounds' only
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
             t = ra["round"]
             if ra["round"] != rb["round"]:
@@ -624,6 +629,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                      f"trace {short} ends after {last} rounds, trace {long_} continues")
     except _Diverged as d:
         return TraceComparison(False, done, d.div, notes, use_checksums and cmp.checksums_seen > 0)
+    if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
+        raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
+                         f"{done} rounds to compare")
     if metrics_one_side:
         notes.append(f"metrics: recorded by one trace only on {metrics_one_side} round(s), not compared")
     if use_checksums and not cmp.checksums_seen:

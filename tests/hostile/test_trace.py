@@ -407,3 +407,19 @@ def test_metrics_recorded_by_one_trace_only_are_counted_in_a_note(tmp_path):
         r["metrics"] = {"n_users": 5, "precision@5": 0.25}
     res = _cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b))
     assert res.exit_code == 0 and "note: metrics: recorded by one trace only on 2 round(s)" in res.output, res.output
+
+
+def test_ignoring_every_field_is_not_an_agreement(ref, tmp_path):
+    """`--ignore` of every field but the round numbers compared nothing and said 'agree'."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["clients"], r["loss"] = [7, 8], 99.0
+    b = _write(tmp_path / "b.jsonl", lines)
+    ignore = [x for f in T.ROUND_FIELDS if f != "round" for x in ("--ignore", f)]
+    _refused(_cli(ref, b, *ignore), "leaves no field", "3 rounds")
+    # with one field left, it is compared (and here diverges)
+    res = _cli(ref, b, *[x for f in T.ROUND_FIELDS if f not in ("round", "clients") for x in ("--ignore", f)])
+    assert res.exit_code == 1 and "traces diverge" in res.output, res.output
+    # --ignore round does not unpair the lines
+    res = _cli(ref, ref, "--ignore", "round")
+    assert res.exit_code == 0, res.output
