@@ -16,6 +16,8 @@ def _parse_options(items) -> dict:
         if "=" not in item:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--option")
         k, v = item.split("=", 1)
+        if k in out:  # which of the two would the adapter get? (the last, silently)
+            raise click.BadParameter(f"{k} is given twice", param_hint="--option")
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:

@@ -304,3 +304,9 @@ def test_a_run_whose_every_law_is_skipped_does_not_pass(cheats):
     res = _cli("--rule", "mean", "--callable", f"{cheats}:vector_only_mean", "--law", "weights_sum_to_one",
                "--json")
     assert res.exit_code == 1 and "Traceback" not in res.output
+
+
+def test_an_option_given_twice_is_refused():
+    res = _cli("--rule", "krum", "--callable", "flwr.server.strategy.aggregate:aggregate_krum",
+               "--option", "to_keep=1", "--option", "to_keep=n-f")
+    assert res.exit_code == 2 and "to_keep is given twice" in res.output and "Traceback" not in res.output
