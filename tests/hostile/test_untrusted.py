@@ -1,4 +1,4 @@
-"""Hostile input to the shared helpers of the checking tools (rfrs_ref.untrusted,
+"""Hostile input to the file readers and writers the checking tools share (rfrs_ref.untrusted,
 rfrs_ref.files): JSON that two readers would read differently, and a link planted where
 a result is about to be written."""
 
