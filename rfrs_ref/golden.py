@@ -1274,6 +1274,11 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     from rfrs_ref import __version__
 
     root = pathlib.Path(directory)
+    # A directory prepared by someone else may hold links: a family folder linked
+    # elsewhere would have a case folder there removed and rewritten, a linked
+    # index.json its target overwritten. Every place written is checked first.
+    where = f"{root} (export)"
+    confined(root, "index.json", where, what="the index")
     prev_cases: list[dict] = []
     if only and (root / "index.json").exists():
         # the index is merged, not replaced: read it before anything is written
@@ -1281,8 +1286,12 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     root.mkdir(parents=True, exist_ok=True)
     cases = all_cases(only)
     for case in cases:
+        confined(root, case.name, where, what="case folder")
+    for case in cases:
         folder = root / case.name
-        if folder.exists():
+        if folder.is_symlink():
+            folder.unlink()  # a link inside the vectors: replaced by the folder, target kept
+        elif folder.exists():
             shutil.rmtree(folder)
         write_case(root, case)
     index = {"format": FORMAT, "version": VERSION,

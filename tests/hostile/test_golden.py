@@ -496,3 +496,20 @@ def test_an_index_that_is_a_link_out_of_the_vectors_is_refused(vectors, tmp_path
     (vectors / "index.json").symlink_to("optim/../index.real.json")
     (vectors / "index.real.json").write_bytes((elsewhere / "index.json").read_bytes())
     assert _cli("check", vectors).exit_code == 0  # a link that stays inside is followed
+
+
+@pytest.mark.parametrize("link", ["optim", "optim/sgd-f64", "index.json"])
+def test_export_does_not_write_through_a_link_out_of_the_vectors(tmp_path, link):
+    """A vectors directory from elsewhere with `optim -> /somewhere`: export removed
+    /somewhere/sgd-f64 and wrote there; a linked index.json had its target overwritten."""
+    root = tmp_path / "v"
+    outside = tmp_path / "outside"
+    (outside / "sgd-f64").mkdir(parents=True)
+    (outside / "sgd-f64" / "keep.txt").write_text("precious")
+    (outside / "index.json").write_text("precious")
+    (root / "optim").mkdir(parents=True) if link != "optim" else root.mkdir()
+    target = {"optim": outside, "optim/sgd-f64": outside / "sgd-f64", "index.json": outside / "index.json"}[link]
+    (root / link).symlink_to(target)
+    _refused(_cli("export", root, "--only", "optim/sgd-*"), "leads outside")
+    assert (outside / "sgd-f64" / "keep.txt").read_text() == "precious"
+    assert (outside / "index.json").read_text() == "precious"
