@@ -16,6 +16,8 @@ def _parse_options(items) -> dict:
         if "=" not in item:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--option")
         k, v = item.split("=", 1)
+        if k in out:  # which of the two would the adapter get? (the last, silently)
+            raise click.BadParameter(f"{k} is given twice", param_hint="--option")
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:
@@ -129,3 +131,8 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
         click.echo(format_results(results, title))
     if any(r.status == "fails" for r in results):
         raise SystemExit(1)
+    if not any(r.status == "holds" for r in results):
+        # every selected law skipped (e.g. --law weights_sum_to_one on a callable without
+        # weights): nothing was checked, which is not a pass
+        raise click.ClickException("no law was checked: every selected law was skipped ("
+                                   + "; ".join(f"{r.law}: {r.message}" for r in results) + ")")

@@ -31,8 +31,9 @@ def ranking(results, out, metric, k):
 
     try:
         text = ranking_markdown(read_table(pathlib.Path(results)), metric, k)
-    except (ValueError, OSError, KeyError) as exc:
-        raise click.ClickException(" ".join(str(exc).split())) from None
+    except (ValueError, OSError, KeyError) as exc:  # TableError included: name the file
+        msg = " ".join(str(exc).split())
+        raise click.ClickException(msg if str(results) in msg else f"{results}: {msg}") from None
     if out is None:
         click.echo(text)
         return

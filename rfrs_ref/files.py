@@ -12,11 +12,16 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
     """Call ``write(fh)`` on a temporary file beside ``path``, flush it to disk,
     then rename it over ``path`` (atomic on POSIX): ``path`` holds the old
     content or the new, never part of it. The temporary name carries the
-    process id, so concurrent writers do not share one."""
+    process id, so concurrent writers do not share one; a link planted at that name is
+    removed, never written through."""
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as fh:
+        # a link planted at the (guessable) temporary name must not make us write through
+        # it: remove whatever is there (a link, not its target) and create the file anew
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())

@@ -721,7 +721,14 @@ def aggregate_cases() -> list[Case]:
         c_arr = C_REDUCTION if rule == "caf" else C_ELEMENTWISE
         outs: dict[str, Expected] = {}
         for k in ups:
-            scale = _scale(ups[k][np.isfinite(ups[k]).all(axis=1)]) if np.isfinite(ups[k]).any() else 0.0
+            # The scale of the rounding is that of the rows the output is made of: the
+            # hostile rows (1e38) are left out, else atol = 64u·1e38 ≈ 7e23 would accept
+            # any aggregate of a robust rule, and the output's own magnitude is added for
+            # a rule that lets a hostile row through (the mean after a pre-aggregator).
+            rows = ups[k][: n_ - len(hostile)] if hostile is not None else ups[k]
+            fin = np.asarray(out[f"aggregate_{k}"], dtype=np.float64)
+            scale = _scale(rows[np.isfinite(rows).all(axis=1)]) + (
+                _scale(fin) if hostile is not None else 0.0)
             if f"reference_{k}" in inp:
                 scale += _scale(inp[f"reference_{k}"])
             outs[f"aggregate_{k}"] = _close(out[f"aggregate_{k}"], dtype, c_arr, scale)
@@ -1267,6 +1274,11 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     from rfrs_ref import __version__
 
     root = pathlib.Path(directory)
+    # A directory prepared by someone else may hold links: a family folder linked
+    # elsewhere would have a case folder there removed and rewritten, a linked
+    # index.json its target overwritten. Every place written is checked first.
+    where = f"{root} (export)"
+    confined(root, "index.json", where, what="the index")
     prev_cases: list[dict] = []
     if only and (root / "index.json").exists():
         # the index is merged, not replaced: read it before anything is written
@@ -1274,8 +1286,12 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     root.mkdir(parents=True, exist_ok=True)
     cases = all_cases(only)
     for case in cases:
+        confined(root, case.name, where, what="case folder")
+    for case in cases:
         folder = root / case.name
-        if folder.exists():
+        if folder.is_symlink():
+            folder.unlink()  # a link inside the vectors: replaced by the folder, target kept
+        elif folder.exists():
             shutil.rmtree(folder)
         write_case(root, case)
     index = {"format": FORMAT, "version": VERSION,
@@ -1353,7 +1369,10 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     is matched only by the same value (NaN by NaN, +inf by +inf): the rule of
     :mod:`rfrs_ref.agreement`. A ``spec`` that states no usable rule (unknown
     ``compare``, a tolerance that is negative, NaN or infinite) is a mismatch
-    too: the case file is input and cannot declare anything equal.
+    too: the case file is input and cannot declare anything equal. So is a
+    finite tolerance so wide that 0 would match every element of an expected
+    value that is not all zero (``rtol ≥ 1``, or ``atol`` above the largest
+    |expected|): it checks nothing.
     """
     how = spec.get("compare") if isinstance(spec, dict) else None
     if how not in ("exact", "close"):
@@ -1366,6 +1385,9 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
             rtol, atol = agreement.check_tolerance(spec.get("rtol"), spec.get("atol"), "tolerance")
         except ValueError as exc:
             return Mismatch(name, None, None, None, None, message=f"unusable {exc}")
+        vacuous = _vacuous(expected, rtol, atol)
+        if vacuous:
+            return Mismatch(name, None, None, None, None, message=vacuous)
     if got is None and expected is None:
         return None
     got = _py(got)
@@ -1387,6 +1409,23 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     return None
 
 
+def _vacuous(expected, rtol: float, atol: float) -> str:
+    """Why the tolerance checks nothing ('' when it checks something): 0 would match every
+    element of ``expected``, which has a finite non-zero element (an expected value that
+    is all zero or non-finite has no magnitude to judge the tolerance by)."""
+    try:
+        e = np.asarray(expected, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        return ""  # not numbers: the comparison itself reports it
+    nonzero = np.isfinite(e) & (e != 0)
+    if not nonzero.any():
+        return ""
+    if agreement.disagree(e[nonzero], 0.0, rtol, atol).any():
+        return ""
+    return (f"unusable tolerance: rtol = {rtol:g}, atol = {atol:g} would accept 0 for every "
+            f"element (largest |expected| {float(np.abs(e[nonzero]).max()):.3g}): it checks nothing")
+
+
 def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
     try:
         e = np.asarray(expected)
@@ -1396,6 +1435,11 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
                         "array of numbers")
     if e.shape != g.shape:
         return Mismatch(name, None, None, None, None, message=f"shape {g.shape}, expected {e.shape}")
+    if how == "close" and e.size == 0:
+        # a float output with no element (inputs cut to zero columns) compares no value;
+        # an empty exact list (no client selected) still states something: its length
+        return Mismatch(name, None, None, None, None, message=f"the expected value has shape {e.shape}, "
+                        "no element: it checks nothing")
     if e.dtype.kind not in "fiub" or g.dtype.kind not in "fiub":
         if e.dtype.kind == g.dtype.kind == "U" and (e == g).all():
             return None
@@ -1471,11 +1515,36 @@ def load_case(folder) -> tuple[dict, dict, dict]:
     return meta, inputs, expected
 
 
+#: hyperparameters that set how long a recomputation loops, and the most a case may state:
+#: far above every export (RFA 100 steps, CC 2 iterations, 20 evaluations) and no more
+#: than rfrs-ref's own caps on subset searches; 10¹² Weiszfeld steps would never end
+LOOP_LIMITS = {"max_iter": 10_000, "iterations": 10_000, "evals": 10_000, "max_subsets": 10_000_000}
+
+
+def _loop_counts(x, path: str = "params"):
+    """(path, value) of every LOOP_LIMITS key nested in ``x``."""
+    stack = [(x, path)]
+    while stack:
+        obj, where = stack.pop()
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if k in LOOP_LIMITS:
+                    yield f"{where}.{k}", k, v
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(obj, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(obj))
+
+
 def _implausible(meta: dict) -> str:
     """Why the parameters of a case cannot be what it states, before recomputing it
     ('' when they can). The models and rules check their own sizes and preconditions;
-    what remains is the length of a federated run, which nothing else bounds (a
-    case.json claiming 10⁹ rounds would run for days)."""
+    what remains is how long the recomputation loops, which nothing else bounds: the
+    length of a federated run (a case.json claiming 10⁹ rounds would run for days)
+    and the iteration counts of :data:`LOOP_LIMITS`."""
+    for where, key, v in _loop_counts(meta["params"]):
+        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= LOOP_LIMITS[key]):
+            return (f"{where} is {v!r}: it must be an integer from 0 to {LOOP_LIMITS[key]:,} (a golden "
+                    "case is small; more would loop for hours)")
     if meta.get("kind") != "federated":
         return ""
     rounds = meta["params"].get("rounds")
@@ -1487,12 +1556,17 @@ def _implausible(meta: dict) -> str:
     return ""
 
 
-def check_case(folder, backend: str = "numpy") -> CaseResult:
-    """Recompute one case with ``backend`` and compare every output."""
+def check_case(folder, backend: str = "numpy", listed: str | None = None) -> CaseResult:
+    """Recompute one case with ``backend`` and compare every output (``listed``: the name
+    the index gives it, which must be the case's own)."""
     folder = pathlib.Path(folder)
     name = str(folder)
     try:
         meta, inputs, expected = load_case(folder)
+        if listed is not None and meta["name"] != listed:
+            # the index's name is what --only selects and the user reads: it must be this case
+            return CaseResult(listed, backend, False, [], f"cannot read the case: {folder / 'case.json'} "
+                              f"is case {meta['name']!r}, the index lists it as {listed!r}")
         name = meta["name"]
         fn = KINDS[meta["kind"]]
     except UntrustedFileError as exc:  # unreadable case: report, do not stop the other cases
@@ -1507,6 +1581,14 @@ def check_case(folder, backend: str = "numpy") -> CaseResult:
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"recomputation raised {type(exc).__name__}: {exc}")
     mismatches = []
+    # A case that states no output, or leaves out one the code produces, would check
+    # less than its "ok" says (an emptied or cut-down case.json): every output counts.
+    if not meta["outputs"]:
+        return CaseResult(name, backend, False, [], "the case states no output: nothing to compare")
+    for k in got:
+        if k not in meta["outputs"]:
+            mismatches.append(Mismatch(k, None, None, None, None, message="produced by the current "
+                                       "code but not stated in the case (a case must state every output)"))
     for k, spec in meta["outputs"].items():
         if k not in got:
             mismatches.append(Mismatch(k, None, None, None, None, message="not produced by the current code"))
@@ -1534,6 +1616,9 @@ def read_index(directory) -> list[dict]:
     if not index_path.exists():
         raise FileNotFoundError(f"{index_path}: no index of golden vectors (run `rfrs-ref golden export`)")
     index = read_json(index_path, "index of golden vectors")
+    # the index itself may be a link, but not one leading out of the vectors (its paths
+    # are read relative to them: an index from elsewhere describes other vectors)
+    confined(root, "index.json", str(index_path), what="the index")
     if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION \
             or isinstance(index.get("version"), bool):
         raise GoldenFormatError(f"{index_path}: not a {FORMAT} version {VERSION} index")
@@ -1541,6 +1626,7 @@ def read_index(directory) -> list[dict]:
     if not isinstance(cases, list):
         raise GoldenFormatError(f"{index_path}: 'cases' must be a list of case entries")
     out = []
+    seen: dict = {}
     for i, entry in enumerate(cases):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise GoldenFormatError(f"{index_path}: case entry {i} must be an object with a string 'name'")
@@ -1548,6 +1634,13 @@ def read_index(directory) -> list[dict]:
         if path.name != "case.json":
             raise GoldenFormatError(f"{index_path}: case {entry['name']!r}: path {entry['path']!r} does not "
                                     "name a case.json")
+        # one case listed twice (or two names for one folder) would be counted as two
+        # checked cases while another went unchecked
+        for what, key in (("name", entry["name"]), ("case folder", path.parent)):
+            if (what, key) in seen:
+                raise GoldenFormatError(f"{index_path}: case entries {seen[(what, key)]} and {i} have the "
+                                        f"same {what} {str(key)!r}; each case is listed once")
+            seen[(what, key)] = i
         out.append({**entry, "folder": path.parent})
     return out
 
@@ -1564,7 +1657,7 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
         if pats and not _matches(entry["name"], pats):
             continue
         for b in backends:
-            out.append(check_case(entry["folder"], b))
+            out.append(check_case(entry["folder"], b, entry["name"]))
     return out
 
 

@@ -57,6 +57,13 @@ ROUND_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "ex
 #: fields every round line has (others may be absent or null)
 REQUIRED_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded", "kept",
                    "state_norms")
+#: fields that hold integers (client ids, nᵢ, f) or records of them: their numbers compare
+#: exactly, also when a writer gives them as floats (3.0 is 3, 3.000001 is not), since a
+#: relative tolerance would let a large client id be off by more than one
+EXACT_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded")
+#: the keys of an ``excluded`` entry: each must be in B where A has it (an entry sharing
+#: no key with A's would compare nothing)
+EXCLUDED_KEYS = ("client", "check")
 #: configuration keys that describe the machine or the code path, not the computation
 PRODUCER_KEYS = ("backend", "data_dir")
 
@@ -296,7 +303,28 @@ def _check_header(obj: dict, where: str) -> None:
         if obj.get(key) is not None and not isinstance(obj[key], dict):
             raise TraceFormatError(f"{where}: header field {key} must be an object, "
                                    f"got {type(obj[key]).__name__}")
+    arrays = obj.get("state_arrays")
+    if arrays is not None and not (isinstance(arrays, list) and all(isinstance(x, str) for x in arrays)):
+        raise TraceFormatError(f"{where}: state_arrays must be a list of array names, got {arrays!r}")
     _check_state_summary(obj.get("initial") or {}, where + " (initial)")
+
+
+def _check_all_arrays(trace: Trace) -> None:
+    """The reference's state norms name every array of its header's ``state_arrays``.
+
+    An array of A missing in B diverges; one missing in A itself (or all: ``{}``)
+    would be compared in neither, so the reference is refused instead."""
+    arrays = trace.header.get("state_arrays") or []
+    objs = [(0, trace.header.get("initial"))] + [(r["round"], r) for r in trace.rounds]
+    for t, obj in objs:
+        norms = (obj or {}).get("state_norms")
+        if isinstance(norms, dict):
+            missing = [k for k in arrays if k not in norms]
+            if missing:
+                where = "the header's initial state" if t == 0 else f"round {t}"
+                raise TraceFormatError(f"{trace.path or 'trace A'}: {where}: state_norms lacks "
+                                       f"{', '.join(missing)} (its header's state_arrays are "
+                                       f"{', '.join(arrays)}); the reference must record every array")
 
 
 def read_trace(path) -> Trace:
@@ -397,6 +425,9 @@ class _Diverged(Exception):
 class _Comparer:
     def __init__(self, rtol, atol, ignore, checksums: bool, notes: list[str]):
         self.rtol, self.atol = rtol, atol
+        self.exact = False  # set while visiting an EXACT_FIELDS field
+        self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
+        self.values_seen = 0  # values compared in the rounds (0: every field ignored)
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -408,6 +439,8 @@ class _Comparer:
             self.notes.append(text)
 
     def ignored(self, path: str) -> bool:
+        if path == "round":
+            return False  # the round numbers pair the lines: always compared
         return any(path == p or path.startswith((p + ".", p + "[")) for p in self.ignore)
 
     def fail(self, t, path, a, b, reason):
@@ -424,6 +457,7 @@ class _Comparer:
             if only:
                 self.note(f"{path}: keys present in one trace only, not compared: {', '.join(only)}")
             return
+        self.values_seen += 1  # a value (or a list's length) compared
         if isinstance(a, list) and isinstance(b, list):
             if len(a) != len(b):
                 self.fail(t, path, f"{len(a)} entries", f"{len(b)} entries", "different lengths")
@@ -439,7 +473,11 @@ class _Comparer:
                 self.fail(t, path, a, b, "different values")
             return
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            if isinstance(a, int) and isinstance(b, int):
+            if isinstance(a, int) or self.exact:
+                # A JSON integer in the reference is an integer quantity (a selection, a
+                # count): it compares exactly, also against a float of B (2,000,000.5 is
+                # not within rtol of client 2,000,000). Python compares an int and a float
+                # by value, exactly (no rounding of 2**60).
                 if a != b:
                     self.fail(t, path, a, b, "different integers")
                 return
@@ -461,15 +499,30 @@ class _Comparer:
         if missing:
             self.fail(t, f"{path}.{missing[0]}", a[missing[0]], None, "missing in B")
 
+    def required_keys(self, t: int, path: str, a, b, keys) -> None:
+        """Each entry of list ``a`` that has one of ``keys`` must have it in ``b``'s entry too."""
+        if self.ignored(path) or not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+            return  # value() reports the difference in kind or length
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if isinstance(x, dict) and isinstance(y, dict):
+                for k in keys:
+                    if k in x and k not in y and not self.ignored(f"{path}[{i}].{k}"):
+                        self.fail(t, f"{path}[{i}].{k}", x[k], None, "missing in B")
+
     def state_checksums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
-        if not self.checksums or self.ignored(path) or a is None or b is None:
+        if not self.checksums or self.ignored(path) or a is None:
             return
+        if b is None:
+            # B holds no checksums where A does: as for one array missing, and the
+            # report must not claim that checksums were compared
+            self.fail(t, path, f"{len(a)} checksums", None, "missing in B")
         for k in a:
             if k not in b:
                 self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
             if a[k] != b[k]:
                 self.fail(t, f"{path}.{k}", a[k], b[k], "checksums differ (same dtype, layout and byte "
                           "order: the states differ in at least one bit)")
+            self.checksums_seen += 1
 
 
 def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
@@ -493,14 +546,27 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     difference of the earliest round. ``ignore`` lists field paths to skip
     (``rule.objective``, ``metrics``...).
 
+    ``rtol`` and ``atol`` must be finite and ≥ 0, and ``rtol`` < 1 (ValueError);
+    two traces without a round raise :class:`TraceFormatError` (nothing compared).
+
     Differences between the headers' ``run`` configurations are notes, not
     divergences: two runs with different settings can still compute the same
     rounds. A different parameter count or set of state arrays is a
     divergence at round 0, so is a different initial state.
     """
     rtol, atol = agreement.check_tolerance(rtol, atol, "trace compare")
+    if rtol >= 1.0:
+        # |0 − A| ≤ rtol·|A| for every A: a trace of zeros would agree with any trace
+        raise ValueError(f"trace compare: rtol must be < 1, got {rtol!r} (with rtol ≥ 1 a B of 0 "
+                         "agrees with every value of A)")
     ta = a if isinstance(a, Trace) else read_trace(a)
     tb = b if isinstance(b, Trace) else read_trace(b)
+    _check_all_arrays(ta)
+    if not ta.rounds and not tb.rounds:
+        # two headers alone compare no round: "the traces agree" would report a check
+        # that never happened (e.g. two runs interrupted before their first round)
+        raise TraceFormatError(f"{ta.path or 'trace A'} and {tb.path or 'trace B'} hold no round "
+                               "(a header only): nothing to compare")
     ha, hb = ta.header, tb.header
     notes: list[str] = []
     same_repr = all(ha.get(k) == hb.get(k) for k in ("dtype", "layout", "byte_order", "checksum"))
@@ -516,6 +582,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         notes.append("the run configurations differ in " + ", ".join(
             f"{k} ({run_a[k]!r} vs {run_b[k]!r})" for k in differing))
     done = 0
+    metrics_one_side = 0
     try:
         for k in ("n_params", "state_arrays"):
             cmp.value(0, k, ha.get(k), hb.get(k))
@@ -523,6 +590,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         cmp.same_keys(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.value(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
+        cmp.values_seen, header_checksums = 0, cmp.checksums_seen  # count the rounds' only
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
             t = ra["round"]
             if ra["round"] != rb["round"]:
@@ -536,12 +604,22 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                 if (field in ra) != (field in rb) and field not in REQUIRED_FIELDS:
                     if field != "metrics":
                         cmp.note(f"{field}: present in one trace only, not compared")
+                    else:  # evaluated rounds may differ; say how many were not compared
+                        metrics_one_side += 1
                     continue
                 if field in ("rule", "attack") and (va is None or vb is None):
+                    if va is not vb:  # optional diagnostics: skipped, but not silently
+                        cmp.note(f"{field}: null in one trace only, not compared")
                     continue
                 if field == "state_norms":
                     cmp.same_keys(t, field, va, vb)
-                cmp.value(t, field, va, vb)
+                if field == "excluded":
+                    cmp.required_keys(t, field, va, vb, EXCLUDED_KEYS)
+                cmp.exact = field in EXACT_FIELDS
+                try:
+                    cmp.value(t, field, va, vb)
+                finally:
+                    cmp.exact = False
             done += 1
         if len(ta.rounds) != len(tb.rounds):
             short, long_ = ("A", "B") if len(ta.rounds) < len(tb.rounds) else ("B", "A")
@@ -550,8 +628,15 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
             cmp.fail(nxt, "round", None if short == "A" else nxt, nxt if short == "A" else None,
                      f"trace {short} ends after {last} rounds, trace {long_} continues")
     except _Diverged as d:
-        return TraceComparison(False, done, d.div, notes, use_checksums)
-    return TraceComparison(True, done, None, notes, use_checksums)
+        return TraceComparison(False, done, d.div, notes, use_checksums and cmp.checksums_seen > 0)
+    if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
+        raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
+                         f"{done} rounds to compare")
+    if metrics_one_side:
+        notes.append(f"metrics: recorded by one trace only on {metrics_one_side} round(s), not compared")
+    if use_checksums and not cmp.checksums_seen:
+        notes.append("checksums not compared: trace A holds none")
+    return TraceComparison(True, done, None, notes, use_checksums and cmp.checksums_seen > 0)
 
 
 __all__ = [

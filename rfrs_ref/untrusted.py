@@ -28,6 +28,23 @@ class UntrustedFileError(ValueError):
     """A file handed to a checking tool cannot be used (the message names the file)."""
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list) -> dict:
+    """``object_pairs_hook`` of :func:`parse_json`: a dict, or :class:`_DuplicateKey`."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return out
+
+
 def parse_json(text: str | bytes, where: str) -> Any:
     """Parse one JSON document; every failure is an :class:`UntrustedFileError` naming ``where``.
 
@@ -35,6 +52,11 @@ def parse_json(text: str | bytes, where: str) -> Any:
     unless told not to) are accepted as the floats they name, and a literal too
     large for a float (``1e999``) reads as ±inf: the tools compare such values
     by the rule of :mod:`rfrs_ref.agreement` instead of refusing the file.
+
+    Refused: an object with the same key twice (JSON readers disagree on which
+    value wins, so a file could show one value to a person's viewer and
+    another to this tool), and a leading UTF-8 byte order mark (the files are
+    UTF-8 without one; the message says so instead of Python's advice).
     """
     if isinstance(text, bytes):
         try:
@@ -42,8 +64,14 @@ def parse_json(text: str | bytes, where: str) -> Any:
         except UnicodeDecodeError as exc:
             raise UntrustedFileError(f"{where}: not UTF-8 text (byte {exc.start}): "
                                      "is it a binary file?") from None
+    if text.startswith("\ufeff"):
+        raise UntrustedFileError(f"{where}: starts with a UTF-8 byte order mark (BOM); save it "
+                                 "as UTF-8 without one")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise UntrustedFileError(f"{where}: duplicate key {exc.key!r} in one JSON object "
+                                 "(readers disagree on which value wins); keep one") from None
     except json.JSONDecodeError as exc:
         raise UntrustedFileError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, "
                                  f"column {exc.colno})") from None

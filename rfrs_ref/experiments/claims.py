@@ -169,6 +169,27 @@ def verdict(lo: float | None, hi: float | None, direction: int = 1) -> str:
     return INCONCLUSIVE
 
 
+class TableError(ValueError):
+    """A results table cannot be judged: the message names the series, seed and metric (the
+    caller adds the file)."""
+
+
+def _line(table, i) -> str:
+    """"line N" of a row read from a CSV with a default index (the header is line 1)."""
+    return f"line {int(i) + 2}, " if isinstance(i, (int, np.integer)) else ""
+
+
+def _seed(table, i, seed, series: str) -> int:
+    """A seed as an integer; 1.5 or "x" would pair with the wrong run (or crash)."""
+    try:
+        f = float(seed)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not (math.isfinite(f) and f.is_integer()):
+        raise TableError(f"{_line(table, i)}series {series!r}: seed {seed!r} is not an integer")
+    return int(f)
+
+
 def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> set:
     """The seeds on which ``series`` diverged, in one cell (dataset, α)."""
     t = table
@@ -176,21 +197,40 @@ def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> se
            & (t["dataset"] == dataset))
     if alpha is not None:
         sel &= np.isclose(t["alpha"].astype(float), float(alpha))
-    return {int(seed) for seed in t.loc[sel, "seed"]}
+    return {_seed(t, i, seed, series) for i, seed in zip(t.index[sel], t.loc[sel, "seed"])}
 
 
 def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
             series_col: str) -> dict:
-    """seed -> value of the finished runs of ``series`` in one cell (finite values only)."""
+    """seed -> value of the finished runs of ``series`` in one cell.
+
+    A missing value (NaN: a metric the run did not record) is left out, as an
+    unpaired seed. Anything else that is not a metric is refused with
+    :class:`TableError`, never dropped or averaged: a value that is ±inf, outside
+    [0, 1] (every metric here is a fraction) or not a number, a seed that is not
+    an integer, and two rows for one seed (which of them would the verdict use?).
+    """
     t = table
     sel = ((t["status"] == "ok") & (t[series_col].astype(str) == series)
            & (t["dataset"] == dataset) & (t["metric"] == metric) & (t["k"] == k))
     if alpha is not None:
         sel &= np.isclose(t["alpha"].astype(float), float(alpha))
-    out = {}
-    for seed, v in zip(t.loc[sel, "seed"], t.loc[sel, "value"]):
-        if v is not None and np.isfinite(float(v)):
-            out[int(seed)] = float(v)
+    out: dict[int, float] = {}
+    for i, seed, v in zip(t.index[sel], t.loc[sel, "seed"], t.loc[sel, "value"]):
+        where = f"{_line(t, i)}series {series!r}, seed {seed!r}, {metric}@{k}"
+        s = _seed(t, i, seed, series)
+        try:
+            f = float(v) if v is not None else math.nan
+        except (TypeError, ValueError):
+            raise TableError(f"{where}: value {v!r} is not a number") from None
+        if math.isnan(f):
+            continue
+        if not 0.0 <= f <= 1.0:
+            raise TableError(f"{where}: value {v!r} is not a metric in [0, 1]")
+        if s in out:
+            raise TableError(f"{where}: two finished runs with this seed (values {out[s]!r} and "
+                             f"{f!r}); one run per series and seed")
+        out[s] = f
     return out
 
 
@@ -209,6 +249,11 @@ def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric
                         _mean([va[s] for s in seeds]), _mean([vb[s] for s in seeds]))
     da = _diverged(table, a, dataset=dataset, alpha=alpha, series_col=series_col)
     db = _diverged(table, b, dataset=dataset, alpha=alpha, series_col=series_col)
+    for series, v, d in ((a, va, da), (b, vb, db)):
+        both = sorted(set(v) & d)
+        if both:  # one seed, two outcomes: neither rule of the module docstring applies
+            raise TableError(f"series {series!r}, seed {both[0]}: both finished and diverged; "
+                             "one run per series and seed")
     if not (da or db):
         return p
     both = (set(va) | da) & (set(vb) | db)  # the seeds where both have an outcome
@@ -404,6 +449,14 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
         return [Row(c, None, None, b, {}, None, note="no results directory "
                     f"({' or '.join(names)})") for b in c.against]
     table = _table(d)
+    try:
+        return _claim_rows(c, table, d)
+    except (TableError, ValueError, TypeError) as exc:  # a defect of the table: name the file
+        where = d / "results.csv" if (d / "results.csv").is_file() else d
+        raise TableError(f"{where}: {exc}") from None
+
+
+def _claim_rows(c: Claim, table, d: pathlib.Path) -> list[Row]:
     scol = "label_series" if "label_series" in table.columns else "method"
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
     rows = []
@@ -463,27 +516,44 @@ def _best(table, candidates, dataset, alpha, metric, k, scol) -> str | None:
 
 
 def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
-    """Fig. 1: per model (series), the paired difference of separations, gradient − θ."""
-    from rfrs_ref.experiments.results import Store
+    """Fig. 1: per model (series), the paired difference of separations, gradient − θ.
+
+    Each capture run's outcome.json is input: a separation that is not a number, a
+    spec without its model, dataset or seed, or two runs of one series with one seed
+    raise :class:`TableError` naming the file (a non-finite separation is left out)."""
+    from rfrs_ref.experiments.results import OUTCOME, Store
 
     by_series: dict[str, dict[int, float]] = {}
     inits: dict[str, float] = {}
     dataset = None
-    for o in Store(d).outcomes().values():
-        cap = o.get("capture")
-        if o.get("status") != "ok" or not cap:
+    for key, o in Store(d).outcomes().items():
+        where = d / "runs" / key / OUTCOME
+        cap = o.get("capture") if isinstance(o, dict) else None
+        if not isinstance(o, dict) or o.get("status") != "ok" or not cap:
             continue
-        sep = cap.get("separation") or {}
-        ga, gb = sep.get(c.a), sep.get(c.against[0])
-        if ga is None or gb is None or not (np.isfinite(ga) and np.isfinite(gb)):
-            continue
-        spec = o.get("spec") or {}
-        series = (spec.get("labels") or {}).get("series") or spec["config"]["model"]
-        dataset = spec["config"]["dataset"]
-        init = spec["config"].get("init_scale", 0.1)
-        series = f"{series}, init N(0, {init:g}²)"
+        try:
+            sep = cap.get("separation") or {}
+            ga, gb = sep.get(c.a), sep.get(c.against[0])
+            if ga is None or gb is None:
+                continue
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ga, gb)):
+                raise TableError(f"separations {ga!r} and {gb!r} are not both numbers")
+            if not (np.isfinite(ga) and np.isfinite(gb)):
+                continue
+            spec = o.get("spec") or {}
+            config = spec["config"]
+            series = (spec.get("labels") or {}).get("series") or config["model"]
+            init = config.get("init_scale", 0.1)
+            seed = _seed(None, None, config["seed"], str(series))
+            series = f"{series}, init N(0, {float(init):g}²)"
+            if seed in by_series.get(series, {}):
+                raise TableError(f"a second capture run of {series!r} with seed {seed}")
+            dataset = config["dataset"]
+        except (TableError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise TableError(f"{where}: {what}") from None
         inits[series] = float(init)
-        by_series.setdefault(series, {})[int(spec["config"]["seed"])] = float(ga) - float(gb)
+        by_series.setdefault(series, {})[seed] = float(ga) - float(gb)
     if not by_series:
         return [Row(c, None, None, c.against[0], {}, str(d), note="no finished capture run")]
     rows = []

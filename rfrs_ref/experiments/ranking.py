@@ -36,7 +36,7 @@ from __future__ import annotations
 import pathlib
 from typing import Sequence
 
-from rfrs_ref.experiments.claims import CONFIDENCE, paired_difference
+from rfrs_ref.experiments.claims import CONFIDENCE, _values, paired_difference
 
 NAME = "ranking"
 DATASETS = ("lastfm", "ml100k")
@@ -144,10 +144,10 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
                                 or key == _key(*NO_DEFENSE)]
                         for key in keys:
                             rule = key.split("|")[0]
-                            vals = sub[(sub["_cell"] == key) & (sub["metric"] == metric)
-                                       & (sub["k"] == k) & (sub["status"] == "ok")]
-                            finite = [float(v) for v in vals["value"] if v is not None
-                                      and np.isfinite(float(v))]
+                            # one value per seed, each a metric in [0, 1] (a duplicate
+                            # or an infinite value is refused, not averaged or dropped)
+                            finite = list(_values(sub, key, dataset=dataset, alpha=alpha,
+                                                  metric=metric, k=k, series_col="_cell").values())
                             div = len(set(sub.loc[(sub["_cell"] == key)
                                                   & (sub["status"] == "diverged"), "seed"]))
                             rec = {"dataset": dataset, "alpha": alpha, "attack": attack,

@@ -586,10 +586,22 @@ def read_table(path: str | os.PathLike):
         return pd.read_parquet(path)
     if path.suffix != ".csv":
         raise ValueError(f"{path}: a results table is a .parquet or .csv file")
-    df = pd.read_csv(path)
+    df = _read_csv(path)
     if "status" in df.columns or "metric" not in df.columns:
         return df  # the whole tidy table in one file (or not a tidy table: the caller says)
     return _joined(df, path)
+
+
+def _read_csv(path: pathlib.Path):
+    """``pd.read_csv(path)``; a file that is not CSV text (binary, empty, not UTF-8) is a
+    ValueError naming the file (pandas' own message does not)."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        msg = str(exc).split("\n")[0]
+        raise ValueError(f"{path}: not a readable CSV table ({msg})") from None
 
 
 def _joined(results, path: pathlib.Path):
@@ -601,7 +613,7 @@ def _joined(results, path: pathlib.Path):
     if not runs_path.exists():
         raise FileNotFoundError(f"{path}: holds one row per metric and needs {runs_path.name} "
                                 f"beside it (one row per run), which is missing")
-    runs = pd.read_csv(runs_path)
+    runs = _read_csv(runs_path)
     for name, t in ((path, results), (runs_path, runs)):
         if "key" not in t.columns:
             raise ValueError(f"{name}: no column 'key'; not a results table of rfrs-ref")

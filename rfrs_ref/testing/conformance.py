@@ -355,6 +355,36 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
 
 # -- optimisers ---------------------------------------------------------------------------------
 
+def _copied(x):
+    if isinstance(x, dict):
+        return {k: _copied(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    return x
+
+
+class _Isolated:
+    """The optimiser under test, called on copies of its arguments.
+
+    The laws compare what it returns with the example's state and gradient; an
+    object that overwrote them (zeroed the gradient it was given, then recovered
+    zeros) would otherwise agree with whatever it left there. Every other
+    attribute (hyperparameters, ``name``) is the object's own.
+    """
+
+    def __init__(self, obj) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name):
+        return getattr(self._obj, name)
+
+    def client_rule(self, state, g, t):
+        return self._obj.client_rule(_copied(state), _copied(g), t)
+
+    def recover(self, state, upload, t):
+        return self._obj.recover(_copied(state), _copied(upload), t)
+
+
 def _factory_takes(factory, names) -> bool:
     try:
         params = inspect.signature(factory).parameters
@@ -390,7 +420,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
         fixed = None
 
         def under_test(case):
-            return obj(**values(case.optimizer))
+            return _Isolated(obj(**values(case.optimizer)))
     else:
         try:
             inst = obj() if is_factory else obj
@@ -400,7 +430,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
                                f"{obj!r}: {type(exc).__name__}: {exc}") from None
 
         def under_test(case):
-            return inst
+            return _Isolated(inst)
     if camouflage is None:
         from rfrs_ref.attack.camouflage import camouflage_gradient
 
@@ -417,7 +447,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
             base = fixed if fixed is not None else ref_cls()
 
             def check(seq, base=base):
-                L.lemma2(obj(**values(base)) if drawn else under_test(None), seq, kind)
+                L.lemma2(_Isolated(obj(**values(base))) if drawn else under_test(None), seq, kind)
 
             def describe(seq):
                 return seq.describe()

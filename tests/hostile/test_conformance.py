@@ -206,3 +206,107 @@ def test_the_python_api_refuses_unknown_laws():
         run_optimizer_conformance("sgd", SGD, laws=["nope"])
     with pytest.raises(ValueError, match="no law 'nope'"):
         run_rule_conformance("mean", adapters.rfrs("mean"), laws=["nope"])
+
+
+# -- implementations that tamper with what they are given, and runs that check nothing ---------------------
+
+CHEATS = textwrap.dedent('''
+    import dataclasses
+
+    import numpy as np
+
+    from rfrs_ref.optim import Adam
+
+
+    def mean_posing_as_median(X, ns, f):
+        """The plain mean (not robust); then every row is overwritten with it."""
+        m = np.where(np.isfinite(X), X, 0.0).astype(np.float64).mean(axis=0)
+        X[...] = m
+        ns[...] = 1
+        return m
+
+
+    def weights_posing_as_krum(X, ns, f):
+        """Equal weights (the mean), after making every row equal to the first."""
+        X[...] = X[0]
+        return np.full(X.shape[0], 1.0 / X.shape[0])
+
+
+    def vector_only_mean(X, ns, f):
+        return np.asarray(X, dtype=np.float64).mean(axis=0)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamZeroRecovery(Adam):
+        """Recovers 0 whatever was uploaded; its rule zeroes the caller's gradient in place."""
+
+        def client_rule(self, state, g, t):
+            up = super().client_rule(state, g, t)
+            g[...] = 0.0
+            return up
+
+        def recover(self, state, upload, t):
+            return np.zeros(np.shape(upload["m"]))
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamShrinkingState(Adam):
+        """Zeroes the state it is given, so that any bound computed from it afterwards is 0."""
+
+        def client_rule(self, state, g, t):
+            up = super().client_rule(state, g, t)
+            for v in state.values():
+                v[...] = 0.0
+            return up
+''')
+
+
+@pytest.fixture
+def cheats(tmp_path, monkeypatch):
+    (tmp_path / "cheating_impls.py").write_text(CHEATS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "cheating_impls"
+    sys.modules.pop("cheating_impls", None)
+
+
+@pytest.mark.parametrize("law", ["coordinate_range", "permutation_invariance"])
+def test_a_rule_that_overwrites_its_input_is_judged_on_the_input_it_was_given(cheats, law):
+    """The plain mean, which then sets every row to its output: the honest range left
+    behind was a single point, and the mean 'held' coordinate_range."""
+    res = _cli("--rule", "median", "--callable", f"{cheats}:mean_posing_as_median", "--law", law,
+               "--law", "coordinate_range", "--max-examples", "30")
+    _law_fails(res, "coordinate_range")
+
+
+def test_a_weights_rule_that_overwrites_its_input_fails(cheats):
+    res = _cli("--rule", "krum", "--callable", f"{cheats}:weights_posing_as_krum", "--adapter", "weights",
+               "--law", "krum_output_bound", "--law", "finite_output", "--max-examples", "30")
+    _law_fails(res, "finite_output")
+
+
+def test_an_optimizer_that_overwrites_the_gradient_it_is_given_fails(cheats):
+    """Its rule zeroed the caller's g, then recovery of 0 'matched' the g left behind."""
+    res = _cli("--optimizer", "adam", "--callable", f"{cheats}:AdamZeroRecovery", "--law", "recovery_exact",
+               "--max-examples", "20")
+    _law_fails(res, "recovery_exact")
+
+
+def test_an_optimizer_that_zeroes_the_state_it_is_given_is_judged_on_the_real_state(cheats):
+    res = _cli("--optimizer", "adam", "--callable", f"{cheats}:AdamShrinkingState", "--max-examples", "10")
+    assert res.exit_code == 0, res.output  # its uploads and recovery are right: every law holds
+
+
+def test_a_run_whose_every_law_is_skipped_does_not_pass(cheats):
+    """A callable without weights and only laws on weights: nothing checked, exit status 1."""
+    res = _cli("--rule", "mean", "--callable", f"{cheats}:vector_only_mean", "--law", "weights_sum_to_one")
+    assert "skipped" in res.output
+    _refused(res, "no law was checked", "weights_sum_to_one")
+    res = _cli("--rule", "mean", "--callable", f"{cheats}:vector_only_mean", "--law", "weights_sum_to_one",
+               "--json")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+
+
+def test_an_option_given_twice_is_refused():
+    res = _cli("--rule", "krum", "--callable", "flwr.server.strategy.aggregate:aggregate_krum",
+               "--option", "to_keep=1", "--option", "to_keep=n-f")
+    assert res.exit_code == 2 and "to_keep is given twice" in res.output and "Traceback" not in res.output

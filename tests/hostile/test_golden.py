@@ -346,3 +346,170 @@ def test_a_federated_case_cannot_claim_an_endless_run(tmp_path, rounds):
                lambda d: d["params"].update(rounds=rounds))
     _case_fails(root, "params.rounds", "must describe rounds 1 to params.rounds",
                 name="federated/adam-krum-gradient-ascent-f64")
+
+
+# -- cases that check nothing, or less than they state --------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    {"compare": "close", "rtol": 1e300, "atol": 0.0},
+    {"compare": "close", "rtol": 1.0, "atol": 0.0},
+    {"compare": "close", "rtol": 0.0, "atol": 1e300},
+    {"compare": "close", "rtol": 1e-15, "atol": 1e3},
+])
+def test_a_finite_tolerance_that_accepts_zero_everywhere_is_unusable(vectors, spec):
+    """Finite and ≥ 0, yet 0 (or any value of the same order) would match: the case checks nothing."""
+    def edit(d):
+        d["outputs"]["upload_theta"].update(spec)
+
+    _edit_json(vectors / CASE / "case.json", edit)
+    line = _case_fails(vectors, "upload_theta", "unusable tolerance", "checks nothing")
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+
+
+def test_a_tolerance_is_judged_against_a_nonzero_expected_value_only():
+    """An expected value that is all zero has no magnitude: the tolerance is used as stated."""
+    spec = {"compare": "close", "rtol": 0.5, "atol": 1e-3}
+    assert golden.compare_output("x", spec, np.zeros(3), np.full(3, 1e-4)) is None
+    assert golden.compare_output("x", spec, np.zeros(3), np.full(3, 1e-2)) is not None
+    assert golden.compare_output("x", spec, np.array([0.0, 1.0]), np.array([0.0, 1.2])) is None
+
+
+def test_a_case_that_states_no_output_fails(vectors):
+    _edit_json(vectors / CASE / "case.json", lambda d: d.update(outputs={}))
+    _case_fails(vectors, "states no output", "nothing to compare")
+
+
+def test_a_case_that_leaves_out_an_output_fails(vectors):
+    """A cut-down case.json (one output deleted) would check less than its 'ok' says."""
+    _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"].pop("upload_theta"))
+    _case_fails(vectors, "'upload_theta'", "not stated in the case")
+
+
+def test_a_duplicate_key_in_a_case_or_the_index(vectors):
+    """JSON readers disagree on which of two equal keys wins: refused, naming the key."""
+    path = vectors / CASE / "case.json"
+    text = path.read_text()
+    path.write_text(text.replace('"outputs": {', '"outputs": {"step_size": {"value": 1e300}, ', 1)
+                    if '"outputs": {' in text else text.replace('"outputs":{', '"outputs":{"step_size":{}, ', 1))
+    _case_fails(vectors, "duplicate key 'step_size'")
+    index = vectors / "index.json"
+    index.write_text(index.read_text().replace('"format":', '"seed": 1, "format":', 1))
+    _refused(_cli("check", vectors), "index.json", "duplicate key 'seed'")
+
+
+def test_an_index_with_a_byte_order_mark(vectors):
+    index = vectors / "index.json"
+    index.write_bytes(b"\xef\xbb\xbf" + index.read_bytes())
+    _refused(_cli("check", vectors), "index.json", "byte order mark")
+
+
+def test_the_exported_tolerance_of_huge_byzantine_rows_checks_the_aggregate(tmp_path):
+    """The 1e38 rows a robust rule discards used to set the scale: atol ≈ 7e23 accepted any
+    aggregate of magnitude ~1 (an all-zero aggregate passed)."""
+    for rule in ("krum", "median", "caf"):
+        case = next(c for c in golden.all_cases([f"aggregate/{rule}-gradient-huge-f64"]))
+        for k in ("aggregate_theta", "aggregate_m"):
+            e = case.outputs[k]
+            spec = {"compare": "close", "rtol": e.rtol, "atol": e.atol}
+            assert e.atol < 1e-10, (rule, k, e.atol)
+            assert golden.compare_output(k, spec, e.value, np.zeros_like(e.value)) is not None
+            assert golden.compare_output(k, spec, e.value, e.value * (1 + 1e-6)) is not None
+            assert golden.compare_output(k, spec, e.value, e.value.copy()) is None
+
+
+@pytest.mark.parametrize("how", ["same entry twice", "two names, one folder"])
+def test_an_index_that_lists_a_case_twice_is_refused(vectors, how):
+    """'2 cases, 2 ok' must not hide that optim/sgd-f32 was never checked."""
+    def edit(d):
+        first, second = d["cases"]
+        if how == "same entry twice":
+            d["cases"] = [first, dict(first)]
+        else:
+            second["path"] = first["path"]
+
+    _edit_json(vectors / "index.json", edit)
+    _refused(_cli("check", vectors), "index.json", "each case is listed once")
+
+
+def test_an_index_name_must_be_the_case_it_points_to(vectors):
+    def edit(d):
+        d["cases"][0]["name"], d["cases"][1]["name"] = d["cases"][1]["name"], d["cases"][0]["name"]
+
+    _edit_json(vectors / "index.json", edit)
+    _case_fails(vectors, "the index lists it as", name="optim/sgd-f32")
+
+
+@pytest.mark.parametrize("case, key, value", [
+    ("aggregate/rfa-gradient-f64", "max_iter", 10 ** 12),
+    ("aggregate/cc-gradient-f64", "iterations", 10 ** 12),
+    ("aggregate/mda-gradient-f64", "max_subsets", 10 ** 15),
+    ("aggregate/rfa-gradient-f64", "max_iter", -1),
+    ("aggregate/rfa-gradient-f64", "max_iter", "100"),
+])
+def test_a_case_cannot_make_the_recomputation_loop_for_ever(tmp_path, case, key, value):
+    """10¹² iterations of centered clipping used to hang `golden check` (RFA stops when its
+    iterate stops moving, but nothing else bounds a count read from the case)."""
+    root = tmp_path / "v"
+    golden.export(root, only=[case])
+
+    def edit(d):
+        d["params"]["hyperparameters"][key] = value
+        if key == "max_iter":
+            d["params"]["hyperparameters"]["tol"] = 0.0  # never converges: all the steps run
+
+    _edit_json(root / case / "case.json", edit)
+    _case_fails(root, f"params.hyperparameters.{key} is {value!r}", "must be an integer from 0", name=case)
+
+
+def test_a_case_cut_to_zero_coordinates_fails(vectors):
+    """Every array of optim/sgd-f64 cut to no element, outputs recomputed to match: the
+    uploads and the recovery compared nothing, and the case was 'ok'."""
+    folder = vectors / CASE
+    doc = json.loads((folder / "case.json").read_text())
+    for meta in doc["inputs"].values():
+        a = np.load(folder / meta["file"])
+        a = a[..., :0] if a.ndim else a
+        np.save(folder / meta["file"], a)
+        meta["shape"] = list(a.shape)
+    inputs = {k: np.load(folder / m["file"]) for k, m in doc["inputs"].items()}
+    got = golden.KINDS[doc["kind"]](inputs, doc["params"], "numpy")
+    for k, meta in doc["outputs"].items():
+        if "file" in meta:
+            a = np.asarray(got[k])
+            np.save(folder / meta["file"], a)
+            meta["shape"] = list(a.shape)
+    (folder / "case.json").write_text(json.dumps(doc))
+    _case_fails(vectors, "'upload_theta': the expected value has shape (0,), no element")
+    # an empty exact value (no client selected) states its length: compared, not refused
+    assert golden.compare_output("selected", {"compare": "exact"}, [], []) is None
+    assert golden.compare_output("selected", {"compare": "exact"}, [], [1]) is not None
+
+
+def test_an_index_that_is_a_link_out_of_the_vectors_is_refused(vectors, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "index.json").write_bytes((vectors / "index.json").read_bytes())
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to(elsewhere / "index.json")
+    _refused(_cli("check", vectors), "index.json", "leads outside")
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to("optim/../index.real.json")
+    (vectors / "index.real.json").write_bytes((elsewhere / "index.json").read_bytes())
+    assert _cli("check", vectors).exit_code == 0  # a link that stays inside is followed
+
+
+@pytest.mark.parametrize("link", ["optim", "optim/sgd-f64", "index.json"])
+def test_export_does_not_write_through_a_link_out_of_the_vectors(tmp_path, link):
+    """A vectors directory from elsewhere with `optim -> /somewhere`: export removed
+    /somewhere/sgd-f64 and wrote there; a linked index.json had its target overwritten."""
+    root = tmp_path / "v"
+    outside = tmp_path / "outside"
+    (outside / "sgd-f64").mkdir(parents=True)
+    (outside / "sgd-f64" / "keep.txt").write_text("precious")
+    (outside / "index.json").write_text("precious")
+    (root / "optim").mkdir(parents=True) if link != "optim" else root.mkdir()
+    target = {"optim": outside, "optim/sgd-f64": outside / "sgd-f64", "index.json": outside / "index.json"}[link]
+    (root / link).symlink_to(target)
+    _refused(_cli("export", root, "--only", "optim/sgd-*"), "leads outside")
+    assert (outside / "sgd-f64" / "keep.txt").read_text() == "precious"
+    assert (outside / "index.json").read_text() == "precious"

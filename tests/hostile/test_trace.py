@@ -251,3 +251,175 @@ def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
 
 def test_a_device_is_not_read_forever(ref):
     _refused(_cli(ref, "/dev/zero"), "/dev/zero", "not a regular file")
+
+
+# -- comparisons that compare nothing, or less than they claim ----------------------------------------
+
+def test_two_traces_without_a_round_do_not_agree(tmp_path):
+    """Headers only: no round was compared, so 'the traces agree' would claim what nobody checked."""
+    a = _write(tmp_path / "a.jsonl", _lines(0))
+    b = _write(tmp_path / "b.jsonl", _lines(0))
+    msg = _refused(_cli(a, b), "no round")
+    assert "b.jsonl" in msg
+    with pytest.raises(ValueError, match="no round"):
+        T.compare(a, b)
+
+
+def test_a_candidate_without_checksums_is_not_reported_as_checked(ref, tmp_path):
+    """B drops every state checksum: the checksums of A are missing in B, as one array would be."""
+    lines = _lines()
+    for r in lines[1:]:
+        del r["state_checksums"]
+    res = _cli(ref, _write(tmp_path / "b.jsonl", lines))
+    assert res.exit_code == 1 and "round 1, field state_checksums" in res.output, res.output
+    assert "missing in B" in res.output
+    lines[0]["initial"].pop("state_checksums")
+    d = T.compare(ref, _write(tmp_path / "c.jsonl", lines)).divergence
+    assert (d.round, d.field, d.reason) == (0, "initial.state_checksums", "missing in B")
+    # --no-checksums: the user asked not to compare them, and the report says so
+    res = _cli(ref, tmp_path / "c.jsonl", "--no-checksums")
+    assert res.exit_code == 0 and "checksums not compared" in res.output, res.output
+
+
+@pytest.mark.parametrize("field, value", [("clients", [0, 3.000001]), ("n_samples", [3, 4.0000001]),
+                                          ("f", 1.0000001), ("f_rule", 1.0000001)])
+def test_integer_fields_compare_exactly_even_when_written_as_floats(ref, tmp_path, field, value):
+    """Client ids, nᵢ and f are integers: a float in B near A's integer is not within tolerance of
+    it (it used to pass with --rtol 1e-6, and any client id ≥ 10⁶ with an offset of 0.5)."""
+    lines = _lines()
+    lines[2][field] = value
+    d = T.compare(ref, _write(tmp_path / "b.jsonl", lines), rtol=0.5).divergence
+    assert d is not None and d.round == 2 and d.field.split("[")[0] == field, d
+    # the same integer written as a float (another writer's 3.0) is the same value
+    lines[2][field] = [float(x) for x in _round(2)[field]] if isinstance(value, list) else 1.0
+    assert T.compare(ref, _write(tmp_path / "c.jsonl", lines)).agree
+
+
+def test_a_large_client_id_off_by_a_half_diverges(tmp_path):
+    a, b = _lines(1), _lines(1)
+    a[1]["clients"] = [0, 2_000_000]
+    b[1]["clients"] = [0, 2_000_000.5]
+    d = T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).divergence
+    assert d is not None and d.field == "clients[1]"
+
+
+def test_exclusions_without_their_client_and_check_diverge(ref, tmp_path):
+    """An exclusion of B that shares no key with A's used to compare nothing and agree."""
+    a = _lines()
+    a[1]["excluded"] = [{"client": 3, "check": "nonfinite"}]
+    pa = _write(tmp_path / "a.jsonl", a)
+    for entry, field in [({}, "excluded[0].client"), ({"id": 3, "reason": "nonfinite"}, "excluded[0].client"),
+                         ({"client": 3}, "excluded[0].check")]:
+        b = copy.deepcopy(a)
+        b[1]["excluded"] = [entry]
+        d = T.compare(pa, _write(tmp_path / "b.jsonl", b)).divergence
+        assert d is not None and (d.round, d.field, d.reason) == (1, field, "missing in B"), (entry, d)
+
+
+def test_a_null_rule_or_attack_in_one_trace_is_noted(ref, tmp_path):
+    """Decision: `rule` and `attack` are optional diagnostics; a null on one side is skipped,
+    but with a note, like a field present in one trace only."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["rule"] = None
+    res = _cli(ref, _write(tmp_path / "b.jsonl", lines))
+    assert res.exit_code == 0 and "note: rule: null in one trace only, not compared" in res.output, res.output
+
+
+@pytest.mark.parametrize("dup", ['"loss": 0.7, "loss": 0.7', '"round": 1, "round": 2'])
+def test_a_line_with_a_duplicate_key_is_refused(ref, tmp_path, dup):
+    """JSON readers disagree on which of two equal keys wins: the line is ambiguous."""
+    line = json.dumps(_round(1)).replace('"round": 1', dup.split(", ")[0]).replace(
+        '"f": 1,', f'"f": 1, {dup.split(", ")[1]},')
+    bad = tmp_path / "dup.jsonl"
+    bad.write_text(json.dumps(HEADER) + "\n" + line + "\n")
+    _refused(_cli(ref, bad), "dup.jsonl:2", "duplicate key")
+
+
+def test_a_bom_and_crlf_line_ends(ref, tmp_path):
+    """CRLF line ends are JSON whitespace (judged); a UTF-8 byte order mark is refused by name."""
+    text = "".join(json.dumps(x) + "\r\n" for x in _lines())
+    crlf = tmp_path / "crlf.jsonl"
+    crlf.write_bytes(text.encode())
+    assert _cli(ref, crlf).exit_code == 0
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    _refused(_cli(ref, bom), "bom.jsonl:1", "byte order mark")
+
+
+@pytest.mark.parametrize("value", ["-1", "1e400", "abc"])
+def test_a_negative_or_unreadable_tolerance_is_refused(ref, value):
+    res = _cli(ref, ref, "--atol", value)
+    assert res.exit_code != 0 and "Traceback" not in res.output and "agree" not in res.output
+
+
+@pytest.mark.parametrize("rtol", ["1", "1e300"])
+def test_a_relative_tolerance_of_one_or_more_is_refused(ref, tmp_path, rtol):
+    """With rtol ≥ 1, |0 − A| ≤ rtol·|A|: a trace of zeros agreed with any trace."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["loss"], r["grad_norms"] = 0.0, [0.0, 0.0]
+        r["state_norms"] = {"m": 0.0, "theta": 0.0}
+    _refused(_cli(ref, _write(tmp_path / "zeros.jsonl", lines), "--rtol", rtol, "--no-checksums"),
+             "rtol must be < 1")
+    assert _cli(ref, ref, "--rtol", "0.99").exit_code == 0
+
+
+@pytest.mark.parametrize("which", ["round", "initial"])
+def test_the_reference_must_record_every_array_of_its_header(tmp_path, which):
+    """Two traces whose rounds record no state norm ({}) compared nothing of the state; an
+    array missing from B only still diverges (test_a_dropped_state_array_diverges)."""
+    lines = _lines()
+    if which == "initial":
+        lines[0]["initial"]["state_norms"] = {"m": 0.0}
+    else:
+        for r in lines[1:]:
+            r["state_norms"] = {}
+    a = _write(tmp_path / "a.jsonl", lines)
+    msg = _refused(_cli(a, _write(tmp_path / "b.jsonl", lines)), "a.jsonl:", "state_norms lacks")
+    assert "theta" in msg and ("initial" in msg if which == "initial" else "round 1" in msg)
+
+
+def test_state_arrays_must_be_a_list_of_names(ref, tmp_path):
+    lines = _lines()
+    lines[0]["state_arrays"] = "theta"
+    _refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:1", "state_arrays must be a list")
+
+
+def test_an_integer_of_the_reference_compares_exactly_anywhere(ref, tmp_path):
+    """A Krum selection of A (JSON integers) against B's floats near them: docs say selections
+    compare exactly, and a relative tolerance let 2,000,000.5 stand for client 2,000,000."""
+    a, b = _lines(1), _lines(1)
+    a[1]["rule"]["selected"] = [2_000_000]
+    b[1]["rule"]["selected"] = [2_000_000.5]
+    d = T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).divergence
+    assert d is not None and (d.field, d.reason) == ("rule.selected[0]", "different integers")
+    b[1]["rule"]["selected"] = [2_000_000.0]  # the same integer written as a float
+    assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
+    # a float of A still compares within the tolerance, whatever B writes
+    a[1]["loss"], b[1]["loss"] = 2.0, 2
+    assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
+
+
+def test_metrics_recorded_by_one_trace_only_are_counted_in_a_note(tmp_path):
+    a, b = _lines(2), _lines(2)
+    for r in a[1:]:
+        r["metrics"] = {"n_users": 5, "precision@5": 0.25}
+    res = _cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b))
+    assert res.exit_code == 0 and "note: metrics: recorded by one trace only on 2 round(s)" in res.output, res.output
+
+
+def test_ignoring_every_field_is_not_an_agreement(ref, tmp_path):
+    """`--ignore` of every field but the round numbers compared nothing and said 'agree'."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["clients"], r["loss"] = [7, 8], 99.0
+    b = _write(tmp_path / "b.jsonl", lines)
+    ignore = [x for f in T.ROUND_FIELDS if f != "round" for x in ("--ignore", f)]
+    _refused(_cli(ref, b, *ignore), "leaves no field", "3 rounds")
+    # with one field left, it is compared (and here diverges)
+    res = _cli(ref, b, *[x for f in T.ROUND_FIELDS if f not in ("round", "clients") for x in ("--ignore", f)])
+    assert res.exit_code == 1 and "traces diverge" in res.output, res.output
+    # --ignore round does not unpair the lines
+    res = _cli(ref, ref, "--ignore", "round")
+    assert res.exit_code == 0, res.output

@@ -1,0 +1,68 @@
+"""Hostile results tables handed to `rfrs-ref ranking`: a value that is no metric, a seed
+recorded twice. A rule's mean and its paired differences read one value per seed; these
+are refused in one line naming the file, never averaged into a rank or dropped."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+
+def _rows(values: dict) -> list[dict]:
+    """values[(rule, space, seed)] = P@5 on ML100K, α = 0.4, ascent, no pre-aggregator."""
+    return [{"status": "ok", "label_series": rule, "label_space": space, "label_pre": "none",
+             "attack": "ascent", "dataset": "ml100k", "alpha": 0.4, "seed": seed, "metric": "precision",
+             "k": 5, "value": v} for (rule, space, seed), v in values.items()]
+
+
+GOOD = {**{("mean", "parameter", s): 0.10 + 0.01 * s for s in range(3)},
+        **{("krum", "gradient", s): 0.20 + 0.01 * s for s in range(3)},
+        **{("trmean", "gradient", s): 0.15 + 0.02 * s for s in range(3)}}
+
+
+def _ranking(tmp_path, rows):
+    from rfrs_ref.cli.main import main
+
+    path = tmp_path / "results.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return CliRunner().invoke(main, ["ranking", str(path)]), str(path)
+
+
+def _refused(res, *fragments) -> str:
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output and "| 1 |" not in res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1, res.output
+    for frag in fragments:
+        assert frag in errors[0], errors[0]
+    return errors[0]
+
+
+def test_the_clean_table_ranks(tmp_path):
+    res, _ = _ranking(tmp_path, _rows(GOOD))
+    assert res.exit_code == 0 and "| 1 | krum |" in res.output, res.output
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1e300, -1.0, "x"])
+def test_a_value_that_is_no_metric_is_refused(tmp_path, value):
+    """trmean's seed 1 at +inf was dropped (trmean still ranked on two seeds); 1e300 ranked it first."""
+    rows = _rows(GOOD)
+    i = next(i for i, r in enumerate(rows) if r["label_series"] == "trmean" and r["seed"] == 1)
+    rows[i]["value"] = value
+    res, path = _ranking(tmp_path, rows)
+    _refused(res, path, f"line {i + 2}", "trmean", "seed 1")
+
+
+def test_a_seed_recorded_twice_is_refused(tmp_path):
+    """Averaged into trmean's mean before: its rank came from four runs over three seeds."""
+    res, path = _ranking(tmp_path, _rows(GOOD) + _rows({("trmean", "gradient", 0): 0.9}))
+    _refused(res, path, "trmean", "seed 0", "two finished runs")
+
+
+def test_a_value_at_another_k_is_not_read(tmp_path):
+    """Only the ranked metric@K is judged: a row of another K is never read."""
+    rows = _rows(GOOD) + [{**r, "k": 1, "value": 7.0} for r in _rows(GOOD)]
+    res, _ = _ranking(tmp_path, rows)
+    assert res.exit_code == 0 and "| 1 | krum |" in res.output, res.output

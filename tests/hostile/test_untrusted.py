@@ -1,0 +1,53 @@
+"""Hostile input to the file readers and writers the checking tools share (rfrs_ref.untrusted,
+rfrs_ref.files): JSON that two readers would read differently, and a link planted where
+a result is about to be written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rfrs_ref.files import atomic_write
+from rfrs_ref.untrusted import UntrustedFileError, parse_json, read_json
+
+
+@pytest.mark.parametrize("text, key", [
+    ('{"a": 1, "a": 2}', "a"),
+    ('{"x": {"tol": 1e-9, "tol": 1e300}}', "tol"),
+    ('[{"k": 1}, {"k": 2, "k": 3}]', "k"),
+    ('{"\\u0061": 1, "a": 2}', "a"),  # the same key, escaped
+])
+def test_a_duplicate_key_is_refused_naming_it(text, key):
+    """Python keeps the last value, other readers the first: the file means two things."""
+    with pytest.raises(UntrustedFileError, match=f"f.json: duplicate key '{key}'"):
+        parse_json(text, "f.json")
+
+
+def test_equal_keys_in_different_objects_are_fine():
+    assert parse_json('[{"k": 1}, {"k": 2}, {"a": {"k": 3}, "k": 4}]', "f") == [
+        {"k": 1}, {"k": 2}, {"a": {"k": 3}, "k": 4}]
+
+
+def test_a_byte_order_mark_is_refused_in_words(tmp_path):
+    p = tmp_path / "bom.json"
+    p.write_bytes(b"\xef\xbb\xbf{}")
+    with pytest.raises(UntrustedFileError, match="bom.json: starts with a UTF-8 byte order mark"):
+        read_json(p)
+    p.write_bytes(b"{\r\n}\r\n")  # CRLF line ends are JSON whitespace
+    assert read_json(p) == {}
+
+
+def test_atomic_write_does_not_write_through_a_planted_link(tmp_path):
+    """The temporary name carries the pid, so it can be guessed: a link planted there used
+    to be followed, and the target (here: a file outside) overwritten."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "verdict.md"
+    (out / f".verdict.md.{os.getpid()}.tmp").symlink_to(victim)
+    atomic_write(path, lambda fh: fh.write(b"table"))
+    assert victim.read_text() == "precious"
+    assert path.read_bytes() == b"table" and not path.is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == ["verdict.md"]

@@ -1,0 +1,196 @@
+"""Hostile results tables handed to `rfrs-ref verdict`: values that are no metric, a seed
+recorded twice, a run both finished and diverged, seeds that are no integer.
+
+A verdict pairs runs by seed; each of these would make the pairing ambiguous or
+the statistic meaningless (a P@1 of 1e300 "holds" any claim). They are refused in
+one line naming the file, the line, the series and the seed, never a traceback and
+never a verdict. A missing value (NaN: a metric the run did not record) is an
+unpaired seed, as documented, and the divergence rule decides as documented.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.experiments.claims import (FAILS, HOLDS, INCONCLUSIVE, TableError, claim, evaluate_claim,
+                                         find_results, paired_difference)
+
+
+def _rows(values: dict, status="ok") -> list[dict]:
+    """values[(series, seed)] = P@1 = P@5 = R@5 of Fig. 10 (Adam vs SGD) on ML100K."""
+    rows = []
+    for (series, seed), v in values.items():
+        for metric, k in (("precision", 1), ("precision", 5), ("recall", 5)):
+            rows.append({"status": status, "label_series": series, "dataset": "ml100k", "alpha": 0.0,
+                         "seed": seed, "metric": metric if status == "ok" else None,
+                         "k": k if status == "ok" else None, "value": v if status == "ok" else None})
+            if status != "ok":
+                break
+    return rows
+
+
+GOOD = {**{("Adam", s): 0.30 + 0.01 * s for s in range(5)}, **{("SGD", s): 0.20 + 0.012 * s for s in range(5)}}
+
+
+def _store(tmp_path, rows) -> str:
+    d = tmp_path / "adam-sgd"
+    d.mkdir()
+    pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+    return str(tmp_path)
+
+
+def _verdict(path, *extra):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, ["verdict", path, "--claim", "adam-sgd", *extra])
+
+
+def _refused(res, *fragments) -> str:
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output and "| holds |" not in res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1, res.output
+    for frag in fragments:
+        assert frag in errors[0], errors[0]
+    return errors[0]
+
+
+def test_the_clean_table_holds(tmp_path):
+    res = _verdict(_store(tmp_path, _rows(GOOD)))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (1e300, "not a metric in [0, 1]"), (float("inf"), "not a metric in [0, 1]"),
+    (-0.5, "not a metric in [0, 1]"), (1.5, "not a metric in [0, 1]"), ("abc", "is not a number"),
+])
+def test_a_value_that_is_no_metric_is_refused(tmp_path, value, fragment):
+    """SGD's seed 2 at P@1: with 1e300 (or +inf, dropped before) Adam's claim could flip or 'hold'."""
+    rows = _rows(GOOD)
+    i = next(i for i, r in enumerate(rows) if r["label_series"] == "SGD" and r["seed"] == 2)
+    rows[i]["value"] = value
+    _refused(_verdict(_store(tmp_path, rows)), "adam-sgd/results.csv", f"line {i + 2}", "'SGD'",
+             "seed 2", fragment)
+
+
+def test_a_seed_recorded_twice_is_refused(tmp_path):
+    """Two finished runs of Adam with seed 0 (a concatenated table): which one pairs with SGD's?"""
+    rows = _rows(GOOD) + _rows({("Adam", 0): 0.9})
+    _refused(_verdict(_store(tmp_path, rows)), "results.csv", "'Adam'", "seed 0", "two finished runs")
+
+
+def test_a_seed_both_finished_and_diverged_is_refused(tmp_path):
+    rows = _rows(GOOD) + _rows({("SGD", 3): None}, status="diverged")
+    _refused(_verdict(_store(tmp_path, rows)), "results.csv", "'SGD'", "seed 3", "both finished and diverged")
+
+
+@pytest.mark.parametrize("seed", [1.5, "x"])
+def test_a_seed_that_is_no_integer_is_refused(tmp_path, seed):
+    """1.5 would be read as seed 1 and pair with another run's seed 1."""
+    rows = _rows(GOOD)
+    for r in rows:
+        if r["label_series"] == "SGD" and r["seed"] == 4:
+            r["seed"] = seed
+    _refused(_verdict(_store(tmp_path, rows)), "results.csv", "'SGD'", "is not an integer")
+
+
+def test_a_missing_value_is_an_unpaired_seed_not_a_win(tmp_path):
+    """Decision (documented): NaN is a metric the run did not record; the seed is left
+    out of the pairs, and with fewer than 2 pairs nothing holds."""
+    rows = _rows(GOOD)
+    for r in rows:
+        if r["label_series"] == "SGD" and r["seed"] >= 1:
+            r["value"] = float("nan")
+    res = _verdict(_store(tmp_path, rows))
+    assert res.exit_code == 0 and "| holds |" not in res.output, res.output
+    rows_ = evaluate_claim(claim("adam-sgd"), find_results([tmp_path]))
+    assert all(r.n == 1 and r.verdict == INCONCLUSIVE for r in rows_)
+
+
+def test_the_divergence_rule_decides_as_documented():
+    """Decision (documented): on the seeds where both have an outcome, the series that
+    diverged on more seeds is the worse one, whatever the metrics of the others; a seed
+    where only one series has an outcome counts for nothing."""
+    t = pd.DataFrame(_rows(GOOD) + _rows({("SGD", 0): None, ("SGD", 1): None}, status="diverged"))
+    t = t[~((t["label_series"] == "SGD") & t["seed"].isin([0, 1]) & (t["status"] == "ok"))]
+    p = paired_difference(t, "Adam", "SGD", dataset="ml100k", metric="precision", k=1)
+    assert (p.diverged_a, p.diverged_b, p.total) == (0, 2, 5) and p.verdict(1) == HOLDS
+    assert p.verdict(-1) == FAILS
+    # Adam diverged on a seed SGD never ran: not compared, the t interval decides
+    t2 = pd.DataFrame(_rows(GOOD) + _rows({("Adam", 7): None}, status="diverged"))
+    p2 = paired_difference(t2, "Adam", "SGD", dataset="ml100k", metric="precision", k=1)
+    assert (p2.diverged_a, p2.total) == (0, 5) and p2.verdict(1) == HOLDS
+
+
+def test_the_python_api_raises_a_table_error():
+    t = pd.DataFrame(_rows(GOOD) + _rows({("Adam", 1): 0.5}))
+    with pytest.raises(TableError, match="two finished runs"):
+        paired_difference(t, "Adam", "SGD", dataset="ml100k", metric="precision", k=1)
+    assert issubclass(TableError, ValueError)
+
+
+# -- Fig. 1: the capture runs' outcome.json files ---------------------------------------------------------
+
+def _pca(tmp_path, outcomes: dict) -> str:
+    import json
+
+    d = tmp_path / "pca"
+    (d / "runs").mkdir(parents=True)
+    (d / "results.csv").write_text("status\n")
+    for key, o in outcomes.items():
+        (d / "runs" / key).mkdir()
+        (d / "runs" / key / "outcome.json").write_text(o if isinstance(o, str) else json.dumps(o))
+    return str(tmp_path)
+
+
+def _capture(seed, grad=0.9, theta=0.2, **config):
+    return {"status": "ok", "capture": {"separation": {"gradient": grad, "theta": theta}},
+            "spec": {"labels": {"series": "FISM"},
+                     "config": {"model": "fism", "dataset": "ml100k", "seed": seed, "init_scale": 0.1, **config}}}
+
+
+def _pca_verdict(path):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, ["verdict", path, "--claim", "pca"])
+
+
+def test_clean_capture_runs_are_judged(tmp_path):
+    res = _pca_verdict(_pca(tmp_path, {f"k{s}": _capture(s, grad=0.9 + 0.01 * s) for s in range(3)}))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda o: o["capture"]["separation"].update(gradient="0.9"), "not both numbers"),
+    (lambda o: o["capture"]["separation"].update(theta=True), "not both numbers"),
+    (lambda o: o["spec"]["config"].pop("seed"), "no 'seed'"),
+    (lambda o: o["spec"]["config"].update(seed=1.5), "is not an integer"),
+    (lambda o: o["spec"].update(config=[1]), "outcome.json"),
+])
+def test_a_malformed_capture_outcome_is_refused(tmp_path, edit, fragment):
+    """A string separation crashed the verdict with a traceback (TypeError)."""
+    outcomes = {f"k{s}": _capture(s) for s in range(3)}
+    edit(outcomes["k1"])
+    _refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k1/outcome.json", fragment)
+
+
+def test_two_capture_runs_with_one_seed_are_refused(tmp_path):
+    """The second silently replaced the first in the pairing."""
+    outcomes = {**{f"k{s}": _capture(s) for s in range(3)}, "dup": _capture(0, grad=0.1)}
+    _refused(_pca_verdict(_pca(tmp_path, outcomes)), "outcome.json", "a second capture run", "seed 0")
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"", b"a,b\n1,2,3,4\n5\n"])
+def test_a_results_file_that_is_not_csv_is_refused_naming_it(tmp_path, content):
+    """pandas' messages ('No columns to parse from file', a codec error) named no file."""
+    d = tmp_path / "adam-sgd"
+    d.mkdir()
+    (d / "results.csv").write_bytes(content)
+    _refused(_verdict(str(tmp_path)), "adam-sgd/results.csv")
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["ranking", str(d / "results.csv")])
+    _refused(res, "adam-sgd/results.csv")
