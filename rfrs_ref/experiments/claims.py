@@ -450,13 +450,13 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
                     f"({' or '.join(names)})") for b in c.against]
     table = _table(d)
     try:
-        return _claim_rows(c, table, d)
+        return _claim_rows(c, table, d, present_only=present_only)
     except (TableError, ValueError, TypeError) as exc:  # a defect of the table: name the file
         where = d / "results.csv" if (d / "results.csv").is_file() else d
         raise TableError(f"{where}: {exc}") from None
 
 
-def _claim_rows(c: Claim, table, d: pathlib.Path) -> list[Row]:
+def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False) -> list[Row]:
     scol = "label_series" if "label_series" in table.columns else "method"
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
     rows = []
