@@ -1,0 +1,98 @@
+"""Non-finite is never success: every command that reads or measures a model, a run or a
+table whose values hold NaN or ±inf says so, instead of printing a normal-looking number,
+a mean that silently left a value out, or a top-K of a model that is not finite.
+
+Each case is an input that once passed as a success (exit 0, a plain table); the tests
+pin what happens now.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+
+SMALL = ["--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
+         "--client-fraction", "0.1", "--backend", "numpy"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error(res, *needles):
+    """A non-zero exit with one ``Error:`` line holding every needle, no traceback."""
+    assert res.exit_code not in (0, None), res.output
+    assert "Traceback" not in res.output, res.output
+    if res.exception is not None:
+        assert isinstance(res.exception, SystemExit), repr(res.exception)
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, res.output
+    for needle in needles:
+        assert str(needle) in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    d = tmp_path_factory.mktemp("finished") / "run"
+    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--out", d)
+    assert res.exit_code == 0, res.output
+    return d
+
+
+@pytest.fixture
+def run_copy(finished, tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(finished, d)
+    return d
+
+
+def _rewrite_npz(path, change):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    change(arrays)
+    np.savez(path, **arrays)
+
+
+# -- mechanism: a run that diverges ------------------------------------------------------------
+def test_mechanism_stops_at_the_divergence_and_says_so(tmp_path):
+    # SGD at lr 1e3 under 40% gradient ascent with no defence: the server state becomes
+    # ±inf at round 11 of 12; the command once measured all 12 rounds (empty cells from round
+    # 11 on), printed means over them and exited 0 with no word of it
+    out = tmp_path / "mech"
+    res = invoke("mechanism", "4", "--dataset", "synthetic", "--alpha", 0.4, "--rounds", 12,
+                 "--series", "No defense", "--set", "client_fraction=0.2",
+                 "--set", 'dataset_params={"n_users": 100, "n_items": 120}',
+                 "--set", "optimizer=sgd", "--set", 'optimizer_params={"lr": 1e3}',
+                 "--set", "backend=numpy", "--out", out)
+    assert "Traceback" not in res.output, res.output
+    # a divergence is the run's outcome (as in a sweep), so the command finishes and says where
+    assert res.exit_code == 0, res.output
+    assert "the run diverged at round 11 (non-finite server state" in res.output
+    stem = "defenses-synthetic-a0.4-seed0"
+    df = pd.read_csv(out / f"{stem}-no-defense.csv")
+    assert list(df["round"]) == list(range(1, 11))  # nothing of round 11 or after
+    summary = (out / f"{stem}.md").read_text()
+    assert "| No defense (diverged at round 11) |" in summary
+    assert "No defense at round 11 (non-finite server state" in summary
+
+
+def test_measure_run_raises_diverged_with_the_rows_before_it(tmp_path):
+    from rfrs_ref.experiments.mechanism import measure_run
+    from rfrs_ref.experiments.spec import RunSpec
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.trainer import Diverged
+
+    config = TrainConfig(dataset="synthetic", dataset_params={"n_users": 100, "n_items": 120},
+                         client_fraction=0.2, rounds=4, optimizer="sgd", attack="inf",
+                         byzantine_fraction=0.4, backend="numpy")
+    with pytest.raises(Diverged) as info:
+        measure_run(RunSpec(config))
+    assert info.value.round == 1 and info.value.rows == []
