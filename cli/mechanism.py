@@ -45,10 +45,7 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
       rfrs-ref mechanism 4 --dataset ml100k --alpha 0.4 --out results/mechanism
     """
     from rfrs_ref.experiments.figures import Scale, figure
-    from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
-                                                summary)
-    from rfrs_ref.experiments.results import atomic_write_text
-    from rfrs_ref.federated.trainer import Diverged
+    from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
     try:
         fig = figure(figure_name)
@@ -78,9 +75,29 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
         raise click.BadParameter(f"{', '.join(unknown)}: not a series of figure {fig.id}; "
                                  f"series: {', '.join(known)}", param_hint="--series")
     runs = [r for r in runs if not series or r.labels["series"] in series]
-    a = runs[0].config.byzantine_fraction
     out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # a shared hold on --out: other mechanism or plot commands may add their files beside
+    # ours, but not into a directory a run or a sweep owns (nor may one start there meanwhile)
+    lock = DirectoryLock(out, shared=True)
+    try:
+        lock.acquire()
+    except DirectoryLocked as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
+    try:
+        _measure(fig, runs, dataset, seed, every, out)
+    finally:
+        lock.release()
+
+
+def _measure(fig, runs, dataset, seed, every, out: pathlib.Path) -> None:
+    from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
+                                                summary)
+    from rfrs_ref.experiments.results import atomic_write_text
+    from rfrs_ref.federated.trainer import Diverged
+
+    a = runs[0].config.byzantine_fraction
     stem = f"{_slug(fig.experiment)}-{dataset}-a{a:g}-seed{seed}"
     frames = {}
     diverged = {}  # series -> Diverged

@@ -190,7 +190,7 @@ def store_lock(out: pathlib.Path):
     try:
         lock.acquire()
     except DirectoryLocked as exc:
-        raise StoreLocked(exc.directory, exc.holder) from None
+        raise StoreLocked(exc.directory, exc.holder, str(exc)) from None
     try:
         yield
     finally:

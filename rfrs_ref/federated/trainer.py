@@ -609,7 +609,10 @@ class RunDirectory:
             if not (p / "config.json").exists():
                 raise FileNotFoundError(f"{p}: no run to resume (no config.json)")
             return has_checkpoint
-        present = [name for name in RUN_FILES if (p / name).exists()]
+        # every file a run writes, ids.npz and valid_metrics.csv included: a new run never
+        # writes over a file of that name that it did not write itself (a user's own)
+        present = [name for name in (*RUN_FILES, VALID_METRICS, "ids.npz")
+                   if (p / name).exists() or (p / name).is_symlink()]
         if not present:
             return False
         hint = f"resume it (rfrs-ref train --resume {p}) or choose another run directory (--out)"
@@ -618,8 +621,9 @@ class RunDirectory:
         try:
             recorded = json.loads((p / "config.json").read_text())["config"]
         except (OSError, ValueError, KeyError, TypeError):
-            raise RunExists(f"{p} holds the files of a run without a readable config.json; "
-                            "choose another run directory (--out)") from None
+            raise RunExists(f"{p} holds {', '.join(present)} without a readable config.json "
+                            "(files a run writes, which it would overwrite); choose another run "
+                            "directory (--out)") from None
         if _comparable(recorded) != _comparable(config.to_json()):
             raise RunExists(f"{p} holds a run of another configuration that stopped before its "
                             f"first checkpoint; {hint}")
@@ -641,7 +645,7 @@ class RunDirectory:
                 "random_streams": ["split", "init", "sampling[t]", "byzantine",
                                    "negatives[t, client]", "attack[t]"],
             },
-            **_provenance(trainer, self.path),
+            **_code_and_data(trainer),
             "versions": software_versions(),
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -650,6 +654,7 @@ class RunDirectory:
             record["derived"]["target_items"] = trainer.targets.tolist()
         text = json.dumps(record, indent=2) + "\n"
         atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
+        _write_ids(trainer, self.path)
         with open(self.path / "metrics.csv", "w", newline="") as fh:
             csv.writer(fh).writerow(METRICS_FIELDS + (TARGET_FIELDS if trainer.targets is not None
                                                       else []))
@@ -844,13 +849,11 @@ def _comparable(config_json: dict) -> dict:
     d = json.loads(json.dumps(config_json))
     d.pop("trace", None)
     return d
-def _provenance(trainer: "Trainer", path: pathlib.Path) -> dict:
+def _code_and_data(trainer: "Trainer") -> dict:
     """``data_files`` (sha256 of each data file read) and ``code`` (version, git commit) for
-    config.json, and ``ids.npz`` (the dataset's own user and item ids) beside it.
-
-    Never fails a run: what cannot be determined is recorded as ``"unknown"`` with the reason.
-    """
-    from rfrs_ref.provenance import code_version, data_files, dataset_ids
+    config.json. Never fails a run: what cannot be determined is recorded as ``"unknown"``
+    with the reason."""
+    from rfrs_ref.provenance import code_version, data_files
 
     c = trainer.config
     out: dict = {"code": code_version()}
@@ -858,13 +861,22 @@ def _provenance(trainer: "Trainer", path: pathlib.Path) -> dict:
         out["data_files"] = data_files(c.dataset, c.data_dir)
     except Exception as exc:  # noqa: BLE001 - e.g. data handed in by a caller, found nowhere
         out["data_files"] = f"unknown ({type(exc).__name__}: {exc})"
+    return out
+
+
+def _write_ids(trainer: "Trainer", path: pathlib.Path) -> None:
+    """``ids.npz`` (the dataset's own user and item ids) beside config.json; never fails the
+    run. Written after config.json, so that a directory holding an ``ids.npz`` but no
+    config.json is never a run of this package (:meth:`RunDirectory.prepare` refuses it)."""
+    from rfrs_ref.provenance import dataset_ids
+
+    c = trainer.config
     try:
         users, items = dataset_ids(c.dataset, trainer.data, c.data_dir)
         if users.size == trainer.data.n_users and items.size == trainer.data.n_items:
             atomic_write(path / "ids.npz", lambda fh: np.savez(fh, user_ids=users, item_ids=items))
     except Exception:  # noqa: BLE001 - `rfrs-ref recommend` then says the ids are missing
         pass
-    return out
 
 
 def load_config(run_dir) -> TrainConfig:

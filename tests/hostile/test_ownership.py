@@ -105,3 +105,135 @@ def test_a_sweep_never_clears_a_run_directory_another_process_holds(tmp_path):
     report = run_sweep(runs, out, workers=0)
     assert report.finished == 1 and report.failed == 0
     assert not (run_dir / LOCK_NAME).exists()
+
+
+# -- stale locks ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["process 1 on another-host\n", "process 999999 on vm\n", ""])
+def test_a_lock_file_no_live_process_holds_is_taken_over(tmp_path, text):
+    # no pid or host in the file is trusted: only a live flock holds a directory (a pid
+    # reused by an unrelated process, a host that crashed, an empty file)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(text)
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert not (out / LOCK_NAME).exists()
+
+
+# -- a user's directory as --out -----------------------------------------------------------------
+def test_a_users_files_beside_a_run_are_left_as_they_are(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes\n")
+    (out / "data").mkdir()
+    (out / "data" / "ratings.csv").write_text("1,2,5\n")
+    before = files(out)
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", out)
+    assert res.exit_code == 0, res.output
+    after = files(out)
+    assert {k: after[k] for k in before} == before
+
+
+@pytest.mark.parametrize("name", ["ids.npz", "valid_metrics.csv"])
+def test_a_users_file_named_like_a_run_file_is_never_overwritten(tmp_path, name):
+    # a run once wrote its ids.npz over the user's, and appended its validation rows to a
+    # valid_metrics.csv of the user's: neither name was among the files prepare() checks
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_bytes(b"the user's own\n")
+    before = files(out)
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--valid-fraction", 0.2, "--out", out),
+              out, name, "another run directory")
+    assert files(out) == before
+
+
+def test_a_link_planted_at_a_run_file_is_not_followed(tmp_path):
+    # a dangling link metrics.csv -> elsewhere: open("w") in start() would create its target
+    out = tmp_path / "run"
+    out.mkdir()
+    target = tmp_path / "elsewhere.csv"
+    (out / "metrics.csv").symlink_to(target)
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "metrics.csv")
+    assert not target.exists()
+
+
+def test_a_lock_file_of_someone_else_is_never_truncated_or_removed(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("{\"owner\": \"another tool\", \"since\": 1700000000}\n")
+    before = (out / LOCK_NAME).read_bytes()
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out),
+              out / LOCK_NAME, "not a lock file of rfrs-ref", "move it away")
+    assert (out / LOCK_NAME).read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+def test_out_as_a_link_to_a_directory_runs_there(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", link)
+    assert res.exit_code == 0, res.output
+    assert (target / "final_metrics.json").exists() and link.is_symlink()
+
+
+def test_out_as_a_dangling_link_is_one_line(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere", target_is_directory=True)
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", link), "--out")
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+# -- mechanism and plot into a directory another process owns -------------------------------------
+MECHANISM = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--rounds", "2",
+             "--series", "No defense", "--set", "client_fraction=0.2", "--set",
+             'dataset_params={"n_users": 60, "n_items": 40, "mean_items": 8.0}',
+             "--set", "backend=numpy"]
+
+
+def test_mechanism_does_not_write_into_a_directory_a_run_owns(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with Holder(out) as holder:
+        one_error(invoke(*MECHANISM, "--out", out), out, f"process {holder.pid} ")
+        assert files(out) == {}
+    res = invoke(*MECHANISM, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert not (out / LOCK_NAME).exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    d = tmp_path_factory.mktemp("sweep")
+    (d / "s.toml").write_text(TINY_SWEEP.replace("[base]", "trials = 2\n[base]"))
+    run_sweep(load_sweep(d / "s.toml").runs, d / "out", workers=0)
+    return d / "out"
+
+
+def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path):
+    out = tmp_path / "figs"
+    out.mkdir()
+    with Holder(out) as holder:
+        one_error(invoke("plot", tiny_results, "--figure", "3", "--out", out), out,
+                  f"process {holder.pid} ")
+        assert files(out) == {}
+    # a sweep owns its results directory, not its figures/ folder: plotting a sweep under
+    # way is allowed (the sweep's lock is not in the way)
+    with Holder(tiny_results):
+        res = invoke("plot", tiny_results, "--figure", "3")
+        assert res.exit_code == 0, res.output
+    assert (tiny_results / "figures" / "fig3.png").exists()
+    assert not (tiny_results / "figures" / LOCK_NAME).exists()
+
+
+def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path):
+    from rfrs_ref.files import DirectoryLock
+
+    out = tmp_path / "figs"
+    with DirectoryLock(out, shared=True):  # as `plot` or `mechanism` holds it
+        one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "in use")
+        assert files(out) == {}
