@@ -187,19 +187,12 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
                                        "choose a writable file") from None
     c = trainer.config
     if resume and done >= c.rounds and (run_dir / "final_metrics.json").exists():
-        import json
-
         from rfrs_ref.federated.trainer import CheckpointError, RunDirectory
 
-        try:  # a finished run is shown, not trained again, once its files prove sound
-            RunDirectory(run_dir).check_resumable(trainer)
-            final = json.loads((run_dir / "final_metrics.json").read_text())
-            final["model"], final["popularity"]  # noqa: B018 - what the summary prints
+        try:  # a finished run is shown, not trained again, once its files prove sound and finite
+            final = RunDirectory(run_dir).read_finished(trainer)
         except CheckpointError as exc:
             raise click.ClickException(_one_line(exc)) from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise click.ClickException(f"{run_dir / 'final_metrics.json'}: {_one_line(exc)}; "
-                                       "restore it, or start a new run in another directory") from None
         click.echo(f"{run_dir} already finished all {c.rounds} rounds; nothing to resume. "
                    "Its final evaluation:")
         _print_summary(final, c.ks, run_dir, None)

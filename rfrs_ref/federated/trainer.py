@@ -755,6 +755,47 @@ class RunDirectory:
         self._read_tables(t)
         return t
 
+    def read_finished(self, trainer: "Trainer") -> dict:
+        """The final evaluation of a run that finished, once its files prove it finished
+        with a finite model: the checkpoint and tables (:meth:`check_resumable`), a
+        ``final_metrics.json`` whose model and popularity metrics are all finite numbers,
+        and a ``state.npz`` whose arrays are all finite. Writes nothing.
+
+        Raises :class:`CheckpointError` naming the file otherwise: a NaN or ±inf read back
+        from a finished run (a damaged or edited file) is never shown as its result.
+        """
+        self.check_resumable(trainer)
+        path = self.path / "final_metrics.json"
+        restore = "restore it, or start a new run in another directory"
+        try:
+            final = json.loads(path.read_text())
+            parts = {part: final[part] for part in ("model", "popularity")}
+            if final.get("valid"):
+                parts.update({f"valid {part}": final["valid"][part]
+                              for part in ("model", "popularity")})
+            values = {f"{part} {name}": v for part, d in parts.items()
+                      for name, v in d.items() if name != "n_users"}
+            final["round"], final["beats_popularity"], final["selection"]  # noqa: B018 - printed
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: {type(exc).__name__}: {exc}; {restore}") from None
+        bad = [k for k, v in values.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+        if bad:
+            raise CheckpointError(f"{path}: {bad[0]} is {values[bad[0]]!r}, not a finite number "
+                                  f"({len(bad)} such value(s)); {restore}")
+        path = self.path / "state.npz"
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(f"{path} is damaged or missing ({type(exc).__name__}: {exc}); "
+                                  f"{restore}") from None
+        found = first_non_finite(arrays)
+        if found is not None:
+            raise CheckpointError(f"{path} holds {found[1]} non-finite value(s) (NaN or ±inf) in "
+                                  f"{found[0]!r}: not the state of a finished run; {restore}")
+        return final
+
     def _read_tables(self, t: int):
         """The metrics tables' (header, rows up to round t) and round records up to round t,
         each checked; :class:`CheckpointError` if any file is damaged."""

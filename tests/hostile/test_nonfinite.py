@@ -96,3 +96,48 @@ def test_measure_run_raises_diverged_with_the_rows_before_it(tmp_path):
     with pytest.raises(Diverged) as info:
         measure_run(RunSpec(config))
     assert info.value.round == 1 and info.value.rows == []
+
+
+# -- a finished run read back: train --resume ---------------------------------------------------
+def _nan_precision(final):
+    final["model"]["precision@5"] = float("nan")
+
+
+def _inf_recall(final):
+    final["popularity"]["recall@1"] = float("inf")
+
+
+def _string_metric(final):
+    final["model"]["ndcg@2"] = "0.5"
+
+
+@pytest.mark.parametrize("tamper", [_nan_precision, _inf_recall, _string_metric])
+def test_resume_of_a_finished_run_never_shows_a_non_finite_result(run_copy, tamper):
+    # it once printed "already finished" and a table holding nan / inf, and exited 0
+    path = run_copy / "final_metrics.json"
+    final = json.loads(path.read_text())
+    tamper(final)
+    path.write_text(json.dumps(final))
+    before = path.read_bytes()
+    one_error(invoke("train", "--resume", run_copy), "final_metrics.json", "not a finite number")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("array", ["theta", "m"])
+def test_resume_of_a_finished_run_with_a_non_finite_state(run_copy, array):
+    def poison(z):
+        z[array][3] = np.inf
+
+    _rewrite_npz(run_copy / "state.npz", poison)
+    one_error(invoke("train", "--resume", run_copy), "state.npz", "non-finite", repr(array))
+
+
+def test_resume_of_a_finished_run_without_its_state(run_copy):
+    (run_copy / "state.npz").unlink()
+    one_error(invoke("train", "--resume", run_copy), "state.npz", "missing")
+
+
+def test_resume_of_a_sound_finished_run_still_shows_it(run_copy):
+    res = invoke("train", "--resume", run_copy)
+    assert res.exit_code == 0, res.output
+    assert "already finished all 4 rounds" in res.output
