@@ -141,3 +141,36 @@ def test_resume_of_a_sound_finished_run_still_shows_it(run_copy):
     res = invoke("train", "--resume", run_copy)
     assert res.exit_code == 0, res.output
     assert "already finished all 4 rounds" in res.output
+
+
+# -- recommend: a state that is not a finished run's model ---------------------------------------
+def _nan_in_m(z):
+    z["m"][5] = np.nan  # the model (theta) is finite, the optimiser's moment is not
+
+
+def _inf_in_theta(z):
+    z["theta"][0] = np.inf
+
+
+def _no_round(z):
+    del z["round"]
+
+
+@pytest.mark.parametrize("tamper, needles", [
+    (_nan_in_m, ["'m'", "NaN or ±inf", "nothing to recommend"]),
+    (_inf_in_theta, ["'theta'", "NaN or ±inf", "nothing to recommend"]),
+    (_no_round, ["not the final state", "round"]),
+], ids=["nan-moment", "inf-theta", "no-round"])
+def test_recommend_never_ranks_with_a_state_that_is_not_finite(run_copy, tamper, needles):
+    # a NaN moment once passed (only this user's scores were checked), and a state without
+    # its round ended in a traceback after the top-K was computed
+    _rewrite_npz(run_copy / "state.npz", tamper)
+    res = invoke("recommend", run_copy, "--user", 1, "-k", 3)
+    one_error(res, "state.npz", *needles)
+    assert " item " not in res.output  # no ranking printed
+
+
+def test_recommend_on_a_truncated_state(run_copy):
+    data = (run_copy / "state.npz").read_bytes()
+    (run_copy / "state.npz").write_bytes(data[: len(data) // 3])
+    one_error(invoke("recommend", run_copy, "--user", 1), "state.npz", "not the final state")
