@@ -174,3 +174,97 @@ def test_recommend_on_a_truncated_state(run_copy):
     data = (run_copy / "state.npz").read_bytes()
     (run_copy / "state.npz").write_bytes(data[: len(data) // 3])
     one_error(invoke("recommend", run_copy, "--user", 1), "state.npz", "not the final state")
+
+
+# -- sweep tables: an outcome that records a non-finite metric -----------------------------------
+TINY_SWEEP = """trials = 2
+[base]
+dataset = "synthetic"
+dataset_params = { n_users = 60, n_items = 40, mean_items = 8.0 }
+client_fraction = 0.2
+rounds = 2
+backend = "numpy"
+"""
+
+
+@pytest.fixture
+def sweep_dir(tmp_path_factory, tmp_path):
+    """A finished 2-trial sweep (one configuration), copied afresh per test."""
+    cache = tmp_path_factory.getbasetemp() / "tiny-sweep"
+    if not cache.exists():
+        from rfrs_ref.experiments.spec import load_sweep
+        from rfrs_ref.experiments.sweep import run_sweep
+
+        cache.mkdir()
+        (cache / "s.toml").write_text(TINY_SWEEP)
+        run_sweep(load_sweep(cache / "s.toml").runs, cache / "out", workers=0)
+    d = tmp_path / "sweep"
+    shutil.copytree(cache, d)
+    return d
+
+
+def _edit_outcome(sweep_dir, change):
+    from rfrs_ref.experiments.spec import load_sweep
+
+    key = load_sweep(sweep_dir / "s.toml").runs[0].key
+    path = sweep_dir / "out" / "runs" / key / "outcome.json"
+    outcome = json.loads(path.read_text())
+    change(outcome)
+    path.write_text(json.dumps(outcome))  # Python's json writes NaN and Infinity as such
+    return key
+
+
+def _summary_row(sweep_dir, metric, k):
+    s = pd.read_csv(sweep_dir / "out" / "summary.csv")
+    return s[(s["metric"] == metric) & (s["k"] == k)].iloc[0]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.3"])
+def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, value):
+    # once: the run stayed "ok"; its NaN was dropped from the mean while n still counted it
+    # ("0.2000", trials 2), its inf was shown as the mean ("inf")
+    def change(o):
+        o["final"]["model"]["precision@1"] = value
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0)
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    from rfrs_ref.experiments.results import read_table
+
+    table = read_table(sweep_dir / "out")
+    run = table[table["key"] == key]
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    assert "precision@1" in run["error"].iloc[0] and "not a finite number" in run["error"].iloc[0]
+    assert run["value"].isna().all()
+    # the summary is over the other trial only, and says so
+    row = _summary_row(sweep_dir, "precision", 1)
+    assert row["n"] == 1 and np.isfinite(row["mean"])
+    assert "| 1 |" in (sweep_dir / "out" / "summary.md").read_text()
+
+
+def test_n_counts_the_trials_in_the_mean():
+    # NaN in an "ok" row means "not recorded" (a run made before the metric existed): pandas'
+    # mean skips it, and n once counted every row, so a mean over 1 trial read "n = 2" (as in
+    # ML100K's RFA at α = 0.4, whose NDCG two of five seeds did not record)
+    from rfrs_ref.experiments.results import summarise, summary_markdown
+
+    ok = {"status": "ok", "method": "A-FRS", "dataset": "synthetic", "k": 5, "wall_s": 1.0}
+    df = pd.DataFrame([
+        {**ok, "key": "a", "seed": 0, "metric": "ndcg", "value": 0.25},
+        {**ok, "key": "b", "seed": 1, "metric": "ndcg", "value": float("nan")},
+        {**ok, "key": "a", "seed": 0, "metric": "precision", "value": 0.2},
+        {**ok, "key": "b", "seed": 1, "metric": "precision", "value": 0.3},
+        {**ok, "key": "c", "seed": 0, "method": "old", "metric": "ndcg", "value": float("nan")},
+        {**ok, "key": "d", "seed": 0, "method": "edited", "metric": "ndcg", "value": float("inf")},
+        {**ok, "key": "e", "seed": 1, "method": "edited", "metric": "ndcg", "value": 0.5},
+    ])
+    s = summarise(df).set_index(["method", "metric"])
+    assert (s.loc[("A-FRS", "ndcg"), "mean"], s.loc[("A-FRS", "ndcg"), "n"]) == (0.25, 1)
+    assert (s.loc[("A-FRS", "precision"), "mean"], s.loc[("A-FRS", "precision"), "n"]) == (
+        pytest.approx(0.25), 2)
+    assert np.isnan(s.loc[("old", "ndcg"), "mean"]) and s.loc[("old", "ndcg"), "n"] == 0
+    # an infinite value is never the mean, nor counted in it
+    assert (s.loc[("edited", "ndcg"), "mean"], s.loc[("edited", "ndcg"), "n"]) == (0.5, 1)
+    md = summary_markdown(summarise(df), metrics=("ndcg",))
+    assert "| A-FRS | 0.2500 | 1 |" in md and "inf" not in md
