@@ -203,6 +203,7 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
             f"α={c.byzantine_fraction}; {c.rounds} rounds")
     if resume:
         click.echo(f"resuming {run_dir} from round {done} of {c.rounds} ({what})")
+        _say_code_change(run_dir)
     else:
         click.echo(f"{what} -> {run_dir}")
 
@@ -229,6 +230,24 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
             tracer.close()
 
     _print_summary(result.final, c.ks, result.run_dir, bar.elapsed())
+
+
+def _say_code_change(run_dir: pathlib.Path) -> None:
+    """A note when the code resuming the run is not the code that started it (the run is
+    resumed all the same; config.json records both, see docs/training.md)."""
+    import json
+
+    from rfrs_ref.federated.trainer import code_change, describe_code
+
+    try:
+        change = code_change(json.loads((run_dir / "config.json").read_text()))
+    except (OSError, ValueError, AttributeError):
+        return  # the run itself reports a damaged config.json
+    if change is not None:
+        click.echo(f"note: the run was started by {describe_code(change['then'])} and is resumed "
+                   f"by {describe_code(change['now'])}; the rounds after the checkpoint are this "
+                   "code's, so the run may not end bit for bit where an uninterrupted one would "
+                   "(config.json records both under \"resumed\")", err=True)
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:

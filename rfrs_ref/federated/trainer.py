@@ -419,6 +419,7 @@ class Trainer:
         if resume:
             state, private, t0, acc = out.load_checkpoint(self)
             out.truncate_after(t0)
+            out.record_resume(t0)
             history = out.read_history()
         else:
             state, private = self.initial_state()
@@ -755,6 +756,22 @@ class RunDirectory:
         self._read_tables(t)
         return t
 
+    def record_resume(self, t: int) -> None:
+        """When the code resuming the run from round ``t`` is not the code that started it
+        (:func:`code_change`), append ``{"round", "then", "now", "at"}`` to config.json's
+        ``resumed`` list (atomically), so that its provenance names both. Nothing is
+        written for a resume by the same code."""
+        path = self.path / "config.json"
+        record = json.loads(path.read_text())
+        change = code_change(record)
+        if change is None:
+            return
+        entry = {"round": int(t), **change,
+                 "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        record.setdefault("resumed", []).append(entry)
+        text = json.dumps(record, indent=2) + "\n"
+        atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
     def read_finished(self, trainer: "Trainer") -> dict:
         """The final evaluation of a run that finished, once its files prove it finished
         with a finite model: the checkpoint and tables (:meth:`check_resumable`), a
@@ -890,6 +907,49 @@ def _comparable(config_json: dict) -> dict:
     d = json.loads(json.dumps(config_json))
     d.pop("trace", None)
     return d
+#: versions in config.json whose change can change a run's numbers (see code_change)
+_NUMERIC_VERSIONS = ("rfrs_ref", "numpy", "numba", "llvmlite", "scipy")
+
+
+def code_change(record: Mapping) -> dict | None:
+    """How the code running now differs from the code that wrote a run's ``config.json``
+    (``record``, as parsed), or None when it does not: ``{"then": ..., "now": ...}``, each
+    with ``code`` (package version, git commit) and the ``versions`` of the packages the
+    numbers depend on. A git commit of ``"unknown"`` on either side compares equal to any.
+
+    Resuming across such a change is allowed (a patch release, a run started before an
+    upgrade), but the rounds after the checkpoint are then this code's, and a resumed run
+    ends bit for bit where an uninterrupted one ends only with the same code: the change
+    is said, and recorded in config.json (``resumed``), never silent.
+    """
+    from rfrs_ref.provenance import code_version
+
+    then_code = record.get("code") if isinstance(record.get("code"), dict) else {}
+    then_versions = record.get("versions") if isinstance(record.get("versions"), dict) else {}
+    now_code, now_versions = code_version(), software_versions()
+    differs = then_code.get("package", now_code["package"]) != now_code["package"]
+    a, b = then_code.get("git_commit", "unknown"), now_code["git_commit"]
+    differs |= "unknown" not in (a, b) and a != b
+    differs |= any(name in then_versions and then_versions[name] != now_versions.get(name)
+                   for name in _NUMERIC_VERSIONS)
+    if not differs:
+        return None
+    pick = lambda v: {n: v.get(n) for n in _NUMERIC_VERSIONS}  # noqa: E731
+    return {"then": {"code": dict(then_code), "versions": pick(then_versions)},
+            "now": {"code": now_code, "versions": pick(now_versions)}}
+
+
+def describe_code(side: Mapping) -> str:
+    """``rfrs-ref 0.1.0 (commit 618716c), numpy 2.4.6, numba 0.68.1`` for one side of
+    :func:`code_change`."""
+    code, versions = side.get("code") or {}, side.get("versions") or {}
+    commit = code.get("git_commit")
+    text = f"rfrs-ref {code.get('package') or versions.get('rfrs_ref')}"
+    if commit and commit != "unknown":
+        text += f" (commit {str(commit)[:7]}{', with changes' if code.get('git_dirty') else ''})"
+    return text + "".join(f", {n} {v}" for n, v in versions.items() if n != "rfrs_ref" and v)
+
+
 def _code_and_data(trainer: "Trainer") -> dict:
     """``data_files`` (sha256 of each data file read) and ``code`` (version, git commit) for
     config.json. Never fails a run: what cannot be determined is recorded as ``"unknown"``

@@ -237,3 +237,92 @@ def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path):
     with DirectoryLock(out, shared=True):  # as `plot` or `mechanism` holds it
         one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "in use")
         assert files(out) == {}
+
+
+# -- --resume of a directory whose files are links out of it --------------------------------------
+def test_resume_never_writes_through_a_link_out_of_the_run_directory(tmp_path):
+    # the tables are rewritten by rename (truncated to the checkpoint) before anything is
+    # appended, so a link planted at metrics.csv or rounds.jsonl is replaced, not followed
+    import shutil
+
+    run = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--checkpoint-every", 2,
+                 "--out", run)
+    assert res.exit_code == 0, res.output
+    for name in ("final_metrics.json", "state.npz"):
+        (run / name).unlink()
+    import numpy as np
+
+    with np.load(run / "checkpoint.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("metrics.csv", "rounds.jsonl"):
+        shutil.copyfile(run / name, outside / name)
+        (run / name).unlink()
+        (run / name).symlink_to(outside / name)
+    np.savez(outside / "checkpoint.npz", **arrays)
+    (run / "checkpoint.npz").unlink()
+    (run / "checkpoint.npz").symlink_to(outside / "checkpoint.npz")
+    before = files(outside)
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert files(outside) == before
+    assert not any((run / n).is_symlink() for n in ("metrics.csv", "rounds.jsonl"))
+
+
+# -- --resume of a run another version started ----------------------------------------------------
+def _interrupted_run(tmp_path):
+    """A 4-round run cut off after its round-2 checkpoint (the rounds after it dropped)."""
+    import json
+
+    import numpy as np
+
+    run = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--checkpoint-every", 2,
+                 "--out", run)
+    assert res.exit_code == 0, res.output
+    (run / "final_metrics.json").unlink()
+    (run / "state.npz").unlink()
+    with np.load(run / "checkpoint.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["round"] = np.array(2)
+    np.savez(run / "checkpoint.npz", **arrays)
+    return run, json.loads((run / "config.json").read_text())
+
+
+def test_resume_by_another_version_is_said_and_recorded(tmp_path):
+    # a deliberate decision: a run may be resumed by other code (a patch release), but its
+    # numbers after the checkpoint are then that code's; once this was silent, and config.json
+    # went on naming only the version that started the run
+    import json
+
+    run, record = _interrupted_run(tmp_path)
+    record["code"] = {"package": "0.0.9", "git_commit": "0" * 40, "git_dirty": False}
+    record["versions"]["numpy"] = "1.26.0"
+    (run / "config.json").write_text(json.dumps(record, indent=2))
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert "note: the run was started by rfrs-ref 0.0.9 (commit 0000000), numpy 1.26.0" \
+        in res.output
+    assert "may not end bit for bit" in res.output
+    after = json.loads((run / "config.json").read_text())
+    (entry,) = after["resumed"]
+    assert entry["round"] == 2 and entry["then"]["code"]["package"] == "0.0.9"
+    assert entry["now"]["versions"]["numpy"] == np_version()
+    assert after["code"] == record["code"]  # what started the run is kept as it was
+
+
+def np_version():
+    import numpy
+
+    return numpy.__version__
+
+
+def test_resume_by_the_same_code_changes_no_provenance(tmp_path):
+    run, record = _interrupted_run(tmp_path)
+    before = (run / "config.json").read_bytes()
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert "note:" not in res.output
+    assert (run / "config.json").read_bytes() == before
