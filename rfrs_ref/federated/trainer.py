@@ -609,6 +609,13 @@ class RunDirectory:
         if resume:
             if not (p / "config.json").exists():
                 raise FileNotFoundError(f"{p}: no run to resume (no config.json)")
+            if not has_checkpoint and _finished(p):
+                # restarting would train the whole run again and rewrite the records of a
+                # finished run (a sweep removes a finished run's checkpoint and state)
+                raise RunExists(f"{p} holds a finished run (final_metrics.json) and no "
+                                "checkpoint: there is nothing to resume; its final evaluation "
+                                "is in final_metrics.json (start a new run in another "
+                                "directory to train it again)")
             return has_checkpoint
         # every file a run writes, ids.npz and valid_metrics.csv included: a new run never
         # writes over a file of that name that it did not write itself (a user's own)
@@ -900,6 +907,16 @@ class RunDirectory:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
         atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
+
+
+def _finished(path: pathlib.Path) -> bool:
+    """Whether ``path/final_metrics.json`` records a finished run (not a diverged one, which
+    has no final model: resuming it replays it, from round 0 when it has no checkpoint)."""
+    try:
+        final = json.loads((path / "final_metrics.json").read_text())
+    except (OSError, ValueError):
+        return (path / "final_metrics.json").exists()  # unreadable: never rewritten blindly
+    return not (isinstance(final, dict) and final.get("status") == "diverged")
 
 
 def _comparable(config_json: dict) -> dict:

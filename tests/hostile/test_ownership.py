@@ -326,3 +326,22 @@ def test_resume_by_the_same_code_changes_no_provenance(tmp_path):
     assert res.exit_code == 0, res.output
     assert "note:" not in res.output
     assert (run / "config.json").read_bytes() == before
+
+
+def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path):
+    # a sweep removes a finished run's checkpoint (and state): `train --resume runs/<key>`
+    # once took that for "stopped before its first checkpoint", trained the run again from
+    # round 0 and rewrote its records
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    runs = load_sweep(spec).runs
+    run_sweep(runs, tmp_path / "out", workers=0)
+    run_dir = tmp_path / "out" / "runs" / runs[0].key
+    assert not (run_dir / "checkpoint.npz").exists()
+    before = files(run_dir)
+    one_error(invoke("train", "--resume", run_dir), run_dir, "finished run",
+              "nothing to resume")
+    assert files(run_dir) == before
