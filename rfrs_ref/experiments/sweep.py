@@ -308,6 +308,13 @@ def run_sweep(
         done = {k for k, o in outcomes.items() if o.get("status") in ("ok", "diverged")}
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
+        linked = [store.run_dir(k) for k in pending if store.run_dir(k).is_symlink()]
+        if linked:
+            # a run's directory is cleared when the run starts again, and its outcome written
+            # there: through a link, both would reach a directory outside the store
+            raise ValueError(f"{linked[0]} is a link (to {os.readlink(linked[0])}), not a run "
+                             f"directory of this sweep ({len(linked)} such); remove it and run "
+                             "the sweep again; nothing was run")
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
         if not run:
             pending = []
@@ -346,8 +353,12 @@ def run_sweep(
         in_process = workers == 0 and client is None and scheduler is None
         if shared_fs is None:
             shared_fs = in_process or (client is None and scheduler is None)
+        # absolute for workers in other directories, but the run's own directory unresolved:
+        # a link planted at runs/<key> must reach the worker as a link (which refuses it),
+        # not as the directory it points to (which a restarted run would clear)
+        runs_root = store.runs.resolve()
         tasks = {k: {"spec": by_key[k].to_json(), "key": k,
-                     "run_dir": str(store.run_dir(k).resolve()) if shared_fs else None,
+                     "run_dir": str(runs_root / k) if shared_fs else None,
                      "data_dir": data_dir, "keep_state": keep_state} for k in pending}
         cluster = own_client = None
         try:

@@ -149,6 +149,11 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.files import DirectoryLock
 
+    if run_dir.is_symlink():
+        # a run that starts again clears its directory: through a link, that would remove
+        # the files of whatever directory it points to
+        raise ValueError(f"{run_dir} is a link (to {os.readlink(run_dir)}), not a run "
+                         "directory of this sweep; remove the link and run the sweep again")
     trainer = Trainer(spec.config)
     # The run directory is this process's before anything in it is read or removed: a
     # `train --resume` (or any holder) working there meanwhile is refused, not wiped

@@ -345,3 +345,29 @@ def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path):
     one_error(invoke("train", "--resume", run_dir), run_dir, "finished run",
               "nothing to resume")
     assert files(run_dir) == before
+
+
+def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, monkeypatch):
+    # a run that starts again clears its directory; runs/<key> planted as a link must not
+    # make it clear the directory the link points to
+    from rfrs_ref.experiments.spec import load_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    runs = load_sweep(spec).runs
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work\n")
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / runs[0].key).symlink_to(precious, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    res = invoke("sweep", spec, "--out", "out", "--workers", 0)
+    one_error(res, runs[0].key, "is a link", "nothing was run")
+    assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
+    # the worker refuses a linked run directory too (the sweep hands it over unresolved)
+    from rfrs_ref.experiments.worker import execute_run
+
+    outcome = execute_run({"spec": runs[0].to_json(), "key": runs[0].key,
+                           "run_dir": str(tmp_path / "out" / "runs" / runs[0].key)})
+    assert outcome["status"] == "failed" and "is a link" in outcome["error"]
+    assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
