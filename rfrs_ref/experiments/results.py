@@ -199,6 +199,46 @@ def store_lock(out: pathlib.Path):
         lock.release()
 
 
+#: the first line each table of a store starts with, for telling a store's tables from a
+#: user's files of the same name (see foreign_file)
+def _is_store_table(name: str, head: str) -> bool:
+    if name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv"):
+        return head.split(",")[0].strip() == "key"
+    if name == f"{SUMMARY}.csv":
+        return "mean" in [c.strip() for c in head.split(",")]
+    if name == f"{SUMMARY}.md":
+        return head.startswith(("| ", "_no finished runs_"))
+    return head.lstrip().startswith("{")  # provenance.json
+
+
+def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
+    """A file in ``out`` that a sweep would rewrite (its tables, ``provenance.json``) but that
+    is not a sweep's (a user's ``results.csv``, ``summary.md``...), or None.
+
+    A directory holding ``runs/`` is a store: its tables are the sweep's to rewrite.
+    Otherwise each such file must start as a store's does (``results.csv`` and
+    ``runs.csv`` with the column ``key``, ``summary.csv`` with ``mean``, ``summary.md``
+    with a table or "_no finished runs_", ``provenance.json`` with a JSON object): a
+    sweep never overwrites a file it did not write.
+    """
+    out = pathlib.Path(out)
+    if (out / "runs").is_dir():
+        return None
+    for name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY}.md",
+                 "provenance.json"):
+        path = out / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(4096).decode("utf-8", "replace").split("\n")[0]
+        except OSError:
+            return path
+        if path.is_symlink() or not _is_store_table(name, head):
+            return path
+    return None
+
+
 # -- the store --------------------------------------------------------------------------------
 class Store:
     """A sweep's output directory (see the module docstring)."""

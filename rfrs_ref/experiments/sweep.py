@@ -51,8 +51,8 @@ import traceback
 from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
-from rfrs_ref.experiments.results import (Store, frame_from_rows, store_lock, tidy_rows,
-                                          write_summary, write_table)
+from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, store_lock,
+                                          tidy_rows, write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
 from rfrs_ref.experiments.worker import execute_run
 
@@ -290,6 +290,11 @@ def run_sweep(
     started = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
+        foreign = foreign_file(store.path)
+        if foreign is not None:
+            raise ValueError(f"{foreign} was not written by a sweep, and a sweep rewrites "
+                             f"{foreign.name} in its output directory; move it away or choose "
+                             "another output directory; nothing was run")
         outcomes: dict[str, dict] = {}
         compacted = False
         for k in keys:

@@ -371,3 +371,43 @@ def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, m
                            "run_dir": str(tmp_path / "out" / "runs" / runs[0].key)})
     assert outcome["status"] == "failed" and "is a link" in outcome["error"]
     assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
+
+
+# -- a user's directory as a sweep's output ----------------------------------------------------
+@pytest.mark.parametrize("name, text", [
+    ("results.csv", "precious,table\n"),
+    ("summary.md", "# My summary\n"),
+    ("summary.csv", "a,b\n1,2\n"),
+    ("runs.csv", "run,when\n1,today\n"),
+    ("provenance.json", "not json\n"),
+])
+def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, text):
+    # the tables were rewritten whatever the directory held: a user's results.csv or
+    # summary.md in the directory given as --out was replaced
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text(text)
+    (out / "notes.txt").write_text("mine\n")
+    before = files(out)
+    monkeypatch.chdir(tmp_path)
+    one_error(invoke("sweep", spec, "--out", out, "--workers", 0), out / name,
+              "not written by a sweep", "nothing was run")
+    assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+def test_a_sweeps_own_tables_are_rewritten_even_before_any_run(tmp_path, monkeypatch):
+    # --no-run on a new directory writes (empty) tables and no runs/: they are the sweep's
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    runs = load_sweep(spec).runs
+    run_sweep(runs, out, workers=0, run=False)
+    assert (out / "results.csv").exists() and not (out / "runs").exists()
+    report = run_sweep(runs, out, workers=0)
+    assert report.finished == 1
