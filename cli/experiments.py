@@ -325,6 +325,7 @@ def plot(results, figure_name, out):
     # a shared hold on the figures' directory: other plots may write beside ours, but not
     # into a directory a run or a sweep owns (a sweep owns its results directory, not the
     # figures/ folder in it, so a sweep under way can be plotted)
+    existed = out.exists()
     lock = DirectoryLock(out, shared=True)
     try:
         lock.acquire()
@@ -338,5 +339,10 @@ def plot(results, figure_name, out):
         raise click.ClickException(str(exc)) from exc
     finally:
         lock.release()
+        if not existed:
+            try:
+                out.rmdir()  # only when nothing was drawn: a failed plot leaves no empty folder
+            except OSError:
+                pass
     for p in paths:
         click.echo(f"figure: {p}")

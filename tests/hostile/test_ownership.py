@@ -411,3 +411,14 @@ def test_a_sweeps_own_tables_are_rewritten_even_before_any_run(tmp_path, monkeyp
     assert (out / "results.csv").exists() and not (out / "runs").exists()
     report = run_sweep(runs, out, workers=0)
     assert report.finished == 1
+
+
+def test_a_plot_that_draws_nothing_leaves_no_folder(tmp_path):
+    import pandas as pd
+
+    table = tmp_path / "results.csv"
+    pd.DataFrame([{"key": "a", "status": "failed", "metric": None, "k": None,
+                   "value": None}]).to_csv(table, index=False)
+    res = invoke("plot", table, "--figure", "3")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert not (tmp_path / "figures").exists()
