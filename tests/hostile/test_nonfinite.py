@@ -268,3 +268,46 @@ def test_n_counts_the_trials_in_the_mean():
     assert (s.loc[("edited", "ndcg"), "mean"], s.loc[("edited", "ndcg"), "n"]) == (0.5, 1)
     md = summary_markdown(summarise(df), metrics=("ndcg",))
     assert "| A-FRS | 0.2500 | 1 |" in md and "inf" not in md
+
+
+# -- flower: a run that diverged on the federation ---------------------------------------------
+def _diverged_final(run_dir):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "final_metrics.json").write_text(json.dumps({
+        "status": "diverged", "round": 3, "reason": "non-finite server state",
+        "what": "'theta': 5 of 100 values", "checkpoint": None, "message": "m",
+        "last_evaluation": None}))
+
+
+def test_flower_simulate_reports_a_diverged_run_in_one_line(tmp_path, monkeypatch):
+    # Flower ends the simulation without passing the trainer's Diverged on: the command
+    # once ended in a traceback (RuntimeError) instead of saying the run diverged
+    import rfrs_ref.flower.run
+
+    out = tmp_path / "run"
+
+    def simulate(config, run_dir, **kw):
+        _diverged_final(out)
+        raise RuntimeError("the Flower simulation ended without finishing the run; see the "
+                           "log above")
+
+    monkeypatch.setattr(rfrs_ref.flower.run, "simulate", simulate)
+    res = invoke("flower", "simulate", "--rounds", 3, "--out", out)
+    one_error(res, "diverged at round 3", "non-finite server state")
+
+
+def test_flower_deploy_never_reports_a_diverged_run_as_finished(tmp_path, monkeypatch):
+    # a deployment whose server app diverged: its final_metrics.json has no model, and the
+    # command once ended in a KeyError traceback reading it as a finished run's
+    import rfrs_ref.flower.deploy
+
+    out = tmp_path / "run"
+
+    def deploy(config, run_dir, **kw):
+        _diverged_final(out)
+        return {"seconds": 1.0, "logs": str(tmp_path)}
+
+    monkeypatch.setattr(rfrs_ref.flower.deploy, "deploy", deploy)
+    res = invoke("flower", "deploy", "--rounds", 3, "--out", out)
+    one_error(res, "diverged at round 3")
+    assert "after round" not in res.output
