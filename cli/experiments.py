@@ -326,12 +326,36 @@ def plot(results, figure_name, out):
         fig = figure(figure_name)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="--figure") from None
+    from rfrs_ref.files import DirectoryLock, DirectoryLocked
+
     path = pathlib.Path(results)
     base = path if path.is_dir() else path.parent
     try:
         table = read_table(path)
-        paths = plot_figure(fig, table, base, pathlib.Path(out) if out else base / "figures")
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
+    out = pathlib.Path(out) if out else base / "figures"
+    # a shared hold on the figures' directory: other plots may write beside ours, but not
+    # into a directory a run or a sweep owns (a sweep owns its results directory, not the
+    # figures/ folder in it, so a sweep under way can be plotted)
+    existed = out.exists()
+    lock = DirectoryLock(out, shared=True)
+    try:
+        lock.acquire()
+    except DirectoryLocked as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
+    try:
+        paths = plot_figure(fig, table, base, out)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        lock.release()
+        if not existed:
+            try:
+                out.rmdir()  # only when nothing was drawn: a failed plot leaves no empty folder
+            except OSError:
+                pass
     for p in paths:
         click.echo(f"figure: {p}")

@@ -95,6 +95,20 @@ def _config(ctx: click.Context, p: dict):
     return config
 
 
+def _refuse_if_diverged(run_dir) -> None:
+    """A run that diverged on the federation is never reported as finished: the trainer's
+    ``final_metrics.json`` says ``"status": "diverged"`` (docs/training.md, "Failure
+    behaviour"), and Flower itself may end without passing the error on."""
+    try:
+        final = json.loads((pathlib.Path(run_dir) / "final_metrics.json").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(final, dict) and final.get("status") == "diverged":
+        raise click.ClickException(
+            f"the run diverged at round {final.get('round')} ({final.get('reason')}: "
+            f"{final.get('what')}); it has no final model. {run_dir}/final_metrics.json says so")
+
+
 def _summary(result, run_dir) -> None:
     final = result.final
     k = max(result.config.ks)
@@ -136,6 +150,9 @@ def simulate(cpus, **p) -> None:
         out = run(config, p["out"], num_cpus=cpus)
     except FlowerUnavailable as exc:
         raise click.ClickException(str(exc)) from None
+    except (RuntimeError, ValueError) as exc:  # the run ended without finishing (diverged...)
+        _refuse_if_diverged(p["out"])
+        raise click.ClickException(" ".join(str(exc).split())) from None
     _summary(out["result"], p["out"])
 
 
@@ -176,7 +193,9 @@ def deploy(nodes, timeout, round_timeout, kill_node, **p) -> None:
     except FlowerUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     except DeploymentError as exc:
+        _refuse_if_diverged(p["out"])
         raise click.ClickException(str(exc)) from None
+    _refuse_if_diverged(p["out"])
     final = json.loads((pathlib.Path(p["out"]) / "final_metrics.json").read_text())
     k = max(config.resolved().ks)
     click.echo(f"after round {final['round']} ({out['seconds']:.0f} s on {nodes} nodes): "

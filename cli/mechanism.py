@@ -45,9 +45,7 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
       rfrs-ref mechanism 4 --dataset ml100k --alpha 0.4 --out results/mechanism
     """
     from rfrs_ref.experiments.figures import Scale, figure
-    from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
-                                                summary)
-    from rfrs_ref.experiments.results import atomic_write_text
+    from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
     try:
         fig = figure(figure_name)
@@ -77,11 +75,32 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
         raise click.BadParameter(f"{', '.join(unknown)}: not a series of figure {fig.id}; "
                                  f"series: {', '.join(known)}", param_hint="--series")
     runs = [r for r in runs if not series or r.labels["series"] in series]
-    a = runs[0].config.byzantine_fraction
     out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # a shared hold on --out: other mechanism or plot commands may add their files beside
+    # ours, but not into a directory a run or a sweep owns (nor may one start there meanwhile)
+    lock = DirectoryLock(out, shared=True)
+    try:
+        lock.acquire()
+    except DirectoryLocked as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
+    try:
+        _measure(fig, runs, dataset, seed, every, out)
+    finally:
+        lock.release()
+
+
+def _measure(fig, runs, dataset, seed, every, out: pathlib.Path) -> None:
+    from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
+                                                summary)
+    from rfrs_ref.experiments.results import atomic_write_text
+    from rfrs_ref.federated.trainer import Diverged
+
+    a = runs[0].config.byzantine_fraction
     stem = f"{_slug(fig.experiment)}-{dataset}-a{a:g}-seed{seed}"
     frames = {}
+    diverged = {}  # series -> Diverged
     for r in runs:
         name = r.labels["series"]
         with click.progressbar(length=r.config.resolved().rounds, label=name) as bar:
@@ -93,8 +112,17 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
 
             try:
                 rows = measure_run(r, every=every, progress=progress)
+            except Diverged as exc:
+                # an outcome of the run, as in a sweep: its rounds before the divergence are
+                # measured and kept, and every table says where it stopped
+                rows = exc.rows
+                diverged[name] = exc
             except (ValueError, FileNotFoundError, KeyError) as exc:
                 raise click.ClickException(f"{name}: {exc}") from exc
+        if name in diverged:
+            d = diverged[name]
+            click.echo(f"{name}: the run diverged at round {d.round} ({d.reason}: {d.what}); "
+                       f"measured the {len(rows)} round(s) before it", err=True)
         df = mechanism_frame(rows, {"series": name, "dataset": dataset, "alpha": a,
                                     "seed": seed, "key": r.key})
         frames[name] = df
@@ -112,11 +140,17 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
             v = s.get(k)
             return "—" if v is None else f"{v:.3f}"
 
-        lines.append(f"| {name} | {g('honest_cos_mean')} | {g('honest_to_mean_cos')} | "
+        label = name if name not in diverged else f"{name} (diverged at round {diverged[name].round})"
+        lines.append(f"| {label} | {g('honest_cos_mean')} | {g('honest_to_mean_cos')} | "
                      f"{g('honest_to_others_cos')} | "
                      f"{g('byzantine_to_mean_cos')} | {g('spearman_gradient')} | "
                      f"{g('spearman_parameter')} | {g('byzantine_share_sampled')} → "
                      f"{g('byzantine_share_kept')} |")
+    if diverged:
+        lines += ["", "Diverged (the state held NaN or ±inf): "
+                  + "; ".join(f"{n} at round {d.round} ({d.reason}: {d.what})"
+                              for n, d in diverged.items())
+                  + ". Its means are over the rounds before the divergence."]
     text = (f"Means over the rounds: {fig.title}, {dataset}, α = {a:g}, seed {seed}\n\n"
             + "\n".join(lines) + "\n")
     atomic_write_text(out / f"{stem}.md", text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import zipfile
 
 import click
 
@@ -71,14 +72,25 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         raise click.BadParameter(f"user {user} is not in {config.dataset} (its user ids run "
                                  f"from {lo} to {hi}, {users.size} users)", param_hint="--user")
     u = int(where[0])
+    from rfrs_ref.federated.trainer import first_non_finite
+
     try:
         with np.load(state_path, allow_pickle=False) as z:
-            theta = z["theta"]
-            private = z["private_theta"] if "private_theta" in z.files else None
+            arrays = {name: z[name] for name in z.files}
+        theta, final_round = arrays["theta"], int(arrays["round"])
+        private = arrays.get("private_theta")
+        # every array, not only this user's scores: a state holding NaN or ±inf anywhere (an
+        # optimiser moment, another user's private vector) is no finished run's model
+        bad = first_non_finite(arrays)
+        if bad is not None:
+            raise click.ClickException(
+                f"{state_path}: {bad[0]!r} holds {bad[1]} NaN or ±inf value(s) of {bad[2]}; "
+                "not the state of a run that finished, so there is nothing to recommend")
         scores = trainer.model.scores(theta, trainer.split.train, np.array([u]),
                                       private=private, backend="numpy")
-    except (OSError, ValueError, KeyError, EOFError) as exc:  # damaged or foreign file
-        raise click.ClickException(f"{state_path}: not the final state of this run ({exc})")
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:  # damaged
+        raise click.ClickException(f"{state_path}: not the final state of this run "
+                                   f"({_one_line(exc)})") from None
     if not np.isfinite(scores).all():
         raise click.ClickException(f"{state_path}: the model's scores hold NaN or infinity "
                                    "(the run diverged); there is nothing to recommend")
@@ -89,7 +101,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     names = _names(config)
     click.echo(f"{config.dataset} user {user}: {seen.size} training items, "
                f"{trainer.split.test.counts()[u]} test items; top {k} of the model after round "
-               f"{_round(state_path)}" + ("" if include_seen else " (training items left out)"))
+               f"{final_round}" + ("" if include_seen else " (training items left out)"))
     test = set(trainer.split.test.items_of(u).tolist())
     for rank, j in enumerate(top, 1):
         name = names[j] if names is not None else ""
@@ -152,8 +164,7 @@ def _names(config):
         return None
 
 
-def _round(path) -> int:
-    import numpy as np
-
-    with np.load(path, allow_pickle=False) as z:
-        return int(z["round"])
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (a KeyError's without its quotes)."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(str(text).split()) or type(exc).__name__

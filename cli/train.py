@@ -187,19 +187,12 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
                                        "choose a writable file") from None
     c = trainer.config
     if resume and done >= c.rounds and (run_dir / "final_metrics.json").exists():
-        import json
-
         from rfrs_ref.federated.trainer import CheckpointError, RunDirectory
 
-        try:  # a finished run is shown, not trained again, once its files prove sound
-            RunDirectory(run_dir).check_resumable(trainer)
-            final = json.loads((run_dir / "final_metrics.json").read_text())
-            final["model"], final["popularity"]  # noqa: B018 - what the summary prints
+        try:  # a finished run is shown, not trained again, once its files prove sound and finite
+            final = RunDirectory(run_dir).read_finished(trainer)
         except CheckpointError as exc:
             raise click.ClickException(_one_line(exc)) from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise click.ClickException(f"{run_dir / 'final_metrics.json'}: {_one_line(exc)}; "
-                                       "restore it, or start a new run in another directory") from None
         click.echo(f"{run_dir} already finished all {c.rounds} rounds; nothing to resume. "
                    "Its final evaluation:")
         _print_summary(final, c.ks, run_dir, None)
@@ -210,6 +203,7 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
             f"α={c.byzantine_fraction}; {c.rounds} rounds")
     if resume:
         click.echo(f"resuming {run_dir} from round {done} of {c.rounds} ({what})")
+        _say_code_change(run_dir)
     else:
         click.echo(f"{what} -> {run_dir}")
 
@@ -236,6 +230,24 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
             tracer.close()
 
     _print_summary(result.final, c.ks, result.run_dir, bar.elapsed())
+
+
+def _say_code_change(run_dir: pathlib.Path) -> None:
+    """A note when the code resuming the run is not the code that started it (the run is
+    resumed all the same; config.json records both, see docs/training.md)."""
+    import json
+
+    from rfrs_ref.federated.trainer import code_change, describe_code
+
+    try:
+        change = code_change(json.loads((run_dir / "config.json").read_text()))
+    except (OSError, ValueError, AttributeError):
+        return  # the run itself reports a damaged config.json
+    if change is not None:
+        click.echo(f"note: the run was started by {describe_code(change['then'])} and is resumed "
+                   f"by {describe_code(change['now'])}; the rounds after the checkpoint are this "
+                   "code's, so the run may not end bit for bit where an uninterrupted one would "
+                   "(config.json records both under \"resumed\")", err=True)
 
 
 def _parse_ks(text: str) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from typing import Callable, IO
 
 
@@ -44,10 +45,28 @@ class DirectoryLocked(RuntimeError):
             or "another process" when it has not written it yet.
     """
 
-    def __init__(self, directory: pathlib.Path, holder: str) -> None:
+    def __init__(self, directory: pathlib.Path, holder: str, message: str | None = None) -> None:
         self.directory, self.holder = directory, holder
-        super().__init__(f"{directory} is in use by {holder}; wait for it to finish or use "
-                         f"another directory (the lock goes with the process that holds it)")
+        super().__init__(message or f"{directory} is in use by {holder}; wait for it to finish "
+                         f"or use another directory (the lock goes with the process that holds it)")
+
+
+class ForeignLockFile(DirectoryLocked):
+    """``DIR/.lock`` exists and is not a lock file of this package (a file of the user's, or
+    of another tool): it is left as it is, and the directory is not taken.
+
+    Attributes: as :class:`DirectoryLocked`; ``holder`` is ``"a file that is not a lock"``.
+    """
+
+    def __init__(self, directory: pathlib.Path, text: str) -> None:
+        super().__init__(directory, "a file that is not a lock",
+                         f"{directory / LOCK_NAME} is not a lock file of rfrs-ref (it holds "
+                         f"{text!r}); it is left as it is: move it away or use another directory")
+
+
+#: what a holder writes into its lock file (see DirectoryLock.acquire); anything else in an
+#: existing .lock is someone else's file
+_HOLDER_LINE = re.compile(r"process \d+ on [^\n]*\n?")
 
 
 class DirectoryLock:
@@ -70,11 +89,25 @@ class DirectoryLock:
     inherit the descriptor (``fork`` without ``exec``) keep the lock held until
     they exit too. Raises ``OSError`` when the directory cannot be created or
     written (read-only, a file in the way, a link planted at ``DIR/.lock``).
+
+    An existing ``DIR/.lock`` that holds anything but a holder's line (a file of
+    the user's or of another tool) is never truncated or removed:
+    :class:`ForeignLockFile` (a ``DirectoryLocked``) is raised and nothing is
+    written.
+
+    ``shared=True`` takes a shared lock instead (``LOCK_SH``), for commands
+    that only add their own files to a directory (``mechanism``, ``plot``):
+    any number of them may hold it together, but not while an exclusive
+    holder (a run, a sweep) owns the directory, and an exclusive holder is
+    refused while they write (its message then names "another process": shared
+    holders write nothing into the file). The last shared holder to release
+    removes the file.
     """
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, *, shared: bool = False) -> None:
         self.directory = pathlib.Path(directory)
         self.path = self.directory / LOCK_NAME
+        self.shared = shared
         self._fd: int | None = None
 
     def acquire(self) -> "DirectoryLock":
@@ -88,7 +121,7 @@ class DirectoryLock:
             # O_NOFOLLOW: a link planted at DIR/.lock must not make us truncate its target
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
                 raise DirectoryLocked(self.directory, self._holder()) from None
@@ -108,8 +141,15 @@ class DirectoryLock:
                 break
             os.close(fd)
         try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+            text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            if text and not _HOLDER_LINE.fullmatch(text):
+                raise ForeignLockFile(self.directory, " ".join(text.split())[:80])
+            if self.shared:
+                if text:  # a dead exclusive holder's line would name it in others' messages
+                    os.ftruncate(fd, 0)
+            else:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
         except BaseException:
             os.close(fd)
             raise
@@ -120,6 +160,19 @@ class DirectoryLock:
         if self._fd is None:
             return
         try:
+            if self.shared:
+                import fcntl
+
+                try:  # the last shared holder only: others still write in the directory
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return
+                try:
+                    st, fst = os.stat(self.path), os.fstat(self._fd)
+                except FileNotFoundError:
+                    return
+                if (st.st_dev, st.st_ino) != (fst.st_dev, fst.st_ino):
+                    return
             # unlinked while still locked, so no newcomer can lock this file and believe
             # it owns the directory (see acquire)
             self.path.unlink(missing_ok=True)

@@ -118,3 +118,42 @@ def test_a_link_planted_as_the_lock_file_is_not_followed(tmp_path):
     with pytest.raises(OSError):
         DirectoryLock(tmp_path / "run").acquire()
     assert target.read_text() == "keep me\n"
+
+
+# -- shared holders (commands that only add their own files: mechanism, plot) ---------------------
+def test_shared_holders_coexist_and_the_last_one_removes_the_file(tmp_path):
+    a = DirectoryLock(tmp_path, shared=True).acquire()
+    b = DirectoryLock(tmp_path, shared=True).acquire()
+    a.release()
+    assert (tmp_path / LOCK_NAME).exists()  # b still writes there
+    b.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_shared_and_exclusive_holders_exclude_each_other(tmp_path):
+    with DirectoryLock(tmp_path, shared=True):
+        with pytest.raises(DirectoryLocked, match="another process"):
+            DirectoryLock(tmp_path).acquire()
+    with DirectoryLock(tmp_path):
+        with pytest.raises(DirectoryLocked, match=f"process {os.getpid()} "):
+            DirectoryLock(tmp_path, shared=True).acquire()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_shared_holder_clears_a_dead_holders_name(tmp_path):
+    # the pid of a holder long gone must not name it in the messages of later refusals
+    (tmp_path / LOCK_NAME).write_text("process 1 on elsewhere\n")
+    with DirectoryLock(tmp_path, shared=True):
+        with pytest.raises(DirectoryLocked) as info:
+            DirectoryLock(tmp_path).acquire()
+    assert "elsewhere" not in str(info.value)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_lock_file_that_is_not_ours_is_left_alone(tmp_path, shared):
+    from rfrs_ref.files import ForeignLockFile
+
+    (tmp_path / LOCK_NAME).write_text("pid=12 owner=make\n")
+    with pytest.raises(ForeignLockFile, match="not a lock file of rfrs-ref"):
+        DirectoryLock(tmp_path, shared=shared).acquire()
+    assert (tmp_path / LOCK_NAME).read_text() == "pid=12 owner=make\n"

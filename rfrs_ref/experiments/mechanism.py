@@ -148,9 +148,18 @@ def measure_run(spec, *, every: int = 1, progress: Callable[[int, int], None] | 
     The training is the trainer's (same configuration, seed, buffers and round
     function as a sweep run, so the run is the one the sweep ran); the
     measurement only reads the round's buffers afterwards.
+
+    A run that diverges (its aggregated server state, or its private client
+    state, holds NaN or ±inf after round t, checked after every round as the
+    trainer checks it) is not measured past it: nothing of round t or later is
+    measured (a non-finite state makes every measure of the rounds after it
+    meaningless, and measuring on would turn the run's divergence into a table
+    of empty cells that reads like a finished run). It raises
+    :class:`rfrs_ref.federated.trainer.Diverged` (round, reason, what) with
+    ``rows``: the rows measured before round t.
     """
     from rfrs_ref.federated.round import run_round
-    from rfrs_ref.federated.trainer import Trainer
+    from rfrs_ref.federated.trainer import Diverged, Trainer
 
     if every < 1:
         raise ValueError(f"every must be at least 1, got {every}")
@@ -163,6 +172,12 @@ def measure_run(spec, *, every: int = 1, progress: Callable[[int, int], None] | 
     for t in range(1, c.rounds + 1):
         prev = state
         state, record = run_round(trainer.federation, state, t, buf, private)
+        try:
+            trainer._check_finite(t, state, private, None, None,
+                                  norms=record.get("state_norms"))
+        except Diverged as exc:
+            exc.rows = rows
+            raise
         if t % every and t != c.rounds:
             if progress is not None:
                 progress(t, c.rounds)

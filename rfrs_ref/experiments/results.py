@@ -72,7 +72,9 @@ The summary table
 -----------------
 Mean, sample standard deviation (ddof = 1; empty for one trial) and count
 over the trials of each configuration (every configuration column but the
-seed), for each K and metric, of the runs that finished. When some run of
+seed), for each K and metric, of the runs that finished; the count ``n`` is
+the number of trials in the mean (a metric a run did not record is in
+neither, so a mean never silently covers fewer trials than ``n`` says). When some run of
 the table diverged, two more columns say, per configuration, how many of its
 trials diverged: ``n_diverged`` and ``diverged`` ("4/5": of the trials with
 an outcome, finished or diverged); mean, std and n are then over the finished
@@ -190,11 +192,51 @@ def store_lock(out: pathlib.Path):
     try:
         lock.acquire()
     except DirectoryLocked as exc:
-        raise StoreLocked(exc.directory, exc.holder) from None
+        raise StoreLocked(exc.directory, exc.holder, str(exc)) from None
     try:
         yield
     finally:
         lock.release()
+
+
+#: the first line each table of a store starts with, for telling a store's tables from a
+#: user's files of the same name (see foreign_file)
+def _is_store_table(name: str, head: str) -> bool:
+    if name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv"):
+        return head.split(",")[0].strip() == "key"
+    if name == f"{SUMMARY}.csv":
+        return "mean" in [c.strip() for c in head.split(",")]
+    if name == f"{SUMMARY}.md":
+        return head.startswith(("| ", "_no finished runs_"))
+    return head.lstrip().startswith("{")  # provenance.json
+
+
+def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
+    """A file in ``out`` that a sweep would rewrite (its tables, ``provenance.json``) but that
+    is not a sweep's (a user's ``results.csv``, ``summary.md``...), or None.
+
+    A directory holding ``runs/`` is a store: its tables are the sweep's to rewrite.
+    Otherwise each such file must start as a store's does (``results.csv`` and
+    ``runs.csv`` with the column ``key``, ``summary.csv`` with ``mean``, ``summary.md``
+    with a table or "_no finished runs_", ``provenance.json`` with a JSON object): a
+    sweep never overwrites a file it did not write.
+    """
+    out = pathlib.Path(out)
+    if (out / "runs").is_dir():
+        return None
+    for name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY}.md",
+                 "provenance.json"):
+        path = out / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(4096).decode("utf-8", "replace").split("\n")[0]
+        except OSError:
+            return path
+        if path.is_symlink() or not _is_store_table(name, head):
+            return path
+    return None
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -430,6 +472,17 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
         "excluded_honest": sel.get("excluded_honest"),
         "evaluated_clients": (final.get("model") or {}).get("n_users"),
     })
+    if outcome.get("status") == "ok" and final:
+        bad = non_finite_metric(final, config.ks)
+        if bad is not None:
+            # a finished run's metrics are finite numbers by construction (a non-finite score
+            # makes the run diverge); one that is not (an edited or damaged outcome.json) is
+            # not shown as a result: no row may read like a normal number, and no mean may
+            # silently leave it out
+            base["status"] = "failed"
+            base["error"] = (f"outcome.json records {bad[0]} = {bad[1]!r}, not a finite number; "
+                             "the run's metrics are left out of the tables")
+            return [{**base, "k": None, "metric": None, "value": None}]
     if outcome.get("status") != "ok" or not final:
         return [{**base, "k": None, "metric": None, "value": None}]
     rows = []
@@ -451,6 +504,24 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
                     rows.append({**base, "k": int(k), "metric": prefix + name,
                                  "value": float("nan") if v is None else float(v)})
     return rows
+
+
+def non_finite_metric(final: Mapping, ks) -> tuple[str, object] | None:
+    """(name, value) of the first metric of a finished run's ``final`` that is recorded but is
+    not a finite number (NaN, ±inf, text), or None. A metric not recorded at all (a run made
+    before it existed) is not one: the tables show it empty."""
+    parts = [("", final.get("model") or {}), ("popularity ", final.get("popularity") or {})]
+    valid = final.get("valid") or {}
+    parts += [("valid ", valid.get("model") or {}), ("valid popularity ", valid.get("popularity") or {})]
+    for prefix, source in parts:
+        for k in ks:
+            for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+                v = source.get(f"{name}@{k}")
+                if v is None:
+                    continue
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    return f"{prefix}{name}@{k}", v
+    return None
 
 
 def _worker(w) -> str | None:
@@ -658,6 +729,11 @@ def group_columns(df) -> list[str]:
 def summarise(df):
     """Mean, std (ddof=1) and count of ``value`` over trials, per configuration, K and metric.
 
+    The count ``n`` is the number of trials in the mean: those with a finite value. A
+    metric a run did not record (NaN: a run made before it existed) is left out of the
+    mean and of ``n``, so a configuration whose trials all lack it has an empty mean and
+    n = 0, and one where only some have it says over how many the mean is.
+
     When some run diverged, ``n_diverged`` and ``diverged`` ("k/n") count per
     configuration the diverged trials among those with an outcome (finished or
     diverged); the mean, std and n stay over the finished trials, and a
@@ -667,6 +743,8 @@ def summarise(df):
     import pandas as pd
 
     ok = df[(df["status"] == "ok") & df["metric"].notna()]
+    value = ok["value"].astype(float)
+    ok = ok.assign(_finite=value.where(np.isfinite(value)))
     cols = group_columns(df)
     diverged = df[df["status"] == "diverged"]
     empty = pd.DataFrame(columns=[*cols, "mean", "std", "n", "wall_s_mean"])
@@ -677,7 +755,12 @@ def summarise(df):
         keyed = ok[cols].astype(str).fillna("")
         by = [keyed[c] for c in cols]
         grouped = ok.groupby(by, sort=False, dropna=False)
-        out = grouped.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"),
+        # n counts the values in the mean: pandas' mean skips NaN (a metric a run did not
+        # record), so counting every row made a mean over 3 trials read "n = 5"; a non-finite
+        # value (edited into a table; outcomes cannot hold one, see tidy_rows) is not counted
+        # either, nor shown as the mean
+        out = grouped.agg(mean=("_finite", "mean"), std=("_finite", "std"),
+                          n=("_finite", "count"),
                           wall_s_mean=("wall_s", "mean")).reset_index(drop=True)
         firsts = grouped[cols].first().reset_index(drop=True)
         out = pd.concat([firsts, out], axis=1)

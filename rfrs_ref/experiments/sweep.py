@@ -56,7 +56,8 @@ import traceback
 from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
-from rfrs_ref.experiments.results import (Store, frame_from_rows, store_lock, tidy_rows,
+from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows,
+                                          non_finite_metric, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
 from rfrs_ref.experiments.worker import execute_run
@@ -306,6 +307,11 @@ def run_sweep(
     started = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
+        foreign = foreign_file(store.path)
+        if foreign is not None:
+            raise ValueError(f"{foreign} was not written by a sweep, and a sweep rewrites "
+                             f"{foreign.name} in its output directory; move it away or choose "
+                             "another output directory; nothing was run")
         outcomes: dict[str, dict] = {}
         compacted = False
         for k in keys:
@@ -324,6 +330,13 @@ def run_sweep(
         done = {k for k, o in outcomes.items() if o.get("status") in ("ok", "diverged")}
         pending = [k for k in keys if k not in done
                    and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
+        linked = [store.run_dir(k) for k in pending if store.run_dir(k).is_symlink()]
+        if linked:
+            # a run's directory is cleared when the run starts again, and its outcome written
+            # there: through a link, both would reach a directory outside the store
+            raise ValueError(f"{linked[0]} is a link (to {os.readlink(linked[0])}), not a run "
+                             f"directory of this sweep ({len(linked)} such); remove it and run "
+                             "the sweep again; nothing was run")
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
         if not run:
             pending = []
@@ -373,8 +386,12 @@ def run_sweep(
         in_process = workers == 0 and client is None and scheduler is None
         if shared_fs is None:
             shared_fs = in_process or (client is None and scheduler is None)
+        # absolute for workers in other directories, but the run's own directory unresolved:
+        # a link planted at runs/<key> must reach the worker as a link (which refuses it),
+        # not as the directory it points to (which a restarted run would clear)
+        runs_root = store.runs.resolve()
         tasks = {k: {"spec": by_key[k].to_json(), "key": k,
-                     "run_dir": str(store.run_dir(k).resolve()) if shared_fs else None,
+                     "run_dir": str(runs_root / k) if shared_fs else None,
                      "data_dir": data_dir, "keep_state": keep_state} for k in pending}
         cluster = own_client = None
         try:
@@ -428,17 +445,23 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
 
     An outcome counts only if the configuration it records hashes to ``key`` (a record
     of another run, or one edited by hand, is not taken for this one), and only when
-    finished or diverged: a failure says nothing about the run's result.
+    finished or diverged: a failure says nothing about the run's result, nor does a
+    finished run whose recorded metrics are not finite numbers.
     """
     for src in sources:
         o = src.read_outcome(key)
         if not isinstance(o, dict) or o.get("status") not in ("ok", "diverged"):
             continue
         try:
-            if RunSpec.from_json(o["spec"]).key != key:
+            spec = RunSpec.from_json(o["spec"])
+            if spec.key != key:
                 continue
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
+        final = o.get("final")
+        if o["status"] == "ok" and (not isinstance(final, dict)
+                                    or non_finite_metric(final, spec.config.ks) is not None):
+            continue  # the tables would not count it as a result: run it here instead
         copied = {n: v for n, v in o.items() if n not in ("key", "spec", "reused_from")}
         rounds = src.read_rounds(key)
         if rounds and "rounds" not in copied:

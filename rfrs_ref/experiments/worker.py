@@ -131,10 +131,40 @@ def _same_config(run_dir: pathlib.Path, spec) -> bool:
     return json.loads(json.dumps(recorded)) == json.loads(json.dumps(ours))
 
 
+def _clear(run_dir: pathlib.Path) -> None:
+    """Remove everything in ``run_dir`` but its lock file (which its holder, this
+    process, keeps open: removing it would let another process lock a new one)."""
+    from rfrs_ref.files import LOCK_NAME
+
+    for p in run_dir.iterdir():
+        if p.name == LOCK_NAME:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
 def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
+    from rfrs_ref.federated.trainer import Trainer
+    from rfrs_ref.files import DirectoryLock
+
+    if run_dir.is_symlink():
+        # a run that starts again clears its directory: through a link, that would remove
+        # the files of whatever directory it points to
+        raise ValueError(f"{run_dir} is a link (to {os.readlink(run_dir)}), not a run "
+                         "directory of this sweep; remove the link and run the sweep again")
+    trainer = Trainer(spec.config)
+    # The run directory is this process's before anything in it is read or removed: a
+    # `train --resume` (or any holder) working there meanwhile is refused, not wiped
+    # out from under it (the run is then recorded as failed, naming the holder).
+    with DirectoryLock(run_dir):
+        return _train_locked(spec, trainer, run_dir, keep_state)
+
+
+def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool) -> dict:
     from rfrs_ref.federated.trainer import Diverged, Trainer
 
-    trainer = Trainer(spec.config)
     resume = (run_dir / "checkpoint.npz").exists() and _same_config(run_dir, spec)
     resumed_from = None
     result = None
@@ -143,16 +173,15 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
             try:
                 with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as z:
                     resumed_from = int(z["round"])
-                result = trainer.run(run_dir, resume=True)
+                result = trainer.run(run_dir, resume=True, locked=True)
             except Diverged:
                 raise
             except Exception:  # noqa: BLE001 - an unreadable checkpoint: start again from scratch
                 resumed_from, result = None, None
                 trainer = Trainer(spec.config)
         if result is None:
-            if run_dir.exists():
-                shutil.rmtree(run_dir)
-            result = trainer.run(run_dir)
+            _clear(run_dir)
+            result = trainer.run(run_dir, locked=True)
     except Diverged as exc:
         # an outcome, not a failure: the run is finished, its checkpoint no longer needed
         for name in LARGE_FILES:

@@ -419,6 +419,7 @@ class Trainer:
         if resume:
             state, private, t0, acc = out.load_checkpoint(self)
             out.truncate_after(t0)
+            out.record_resume(t0)
             history = out.read_history()
         else:
             state, private = self.initial_state()
@@ -608,8 +609,18 @@ class RunDirectory:
         if resume:
             if not (p / "config.json").exists():
                 raise FileNotFoundError(f"{p}: no run to resume (no config.json)")
+            if not has_checkpoint and _finished(p):
+                # restarting would train the whole run again and rewrite the records of a
+                # finished run (a sweep removes a finished run's checkpoint and state)
+                raise RunExists(f"{p} holds a finished run (final_metrics.json) and no "
+                                "checkpoint: there is nothing to resume; its final evaluation "
+                                "is in final_metrics.json (start a new run in another "
+                                "directory to train it again)")
             return has_checkpoint
-        present = [name for name in RUN_FILES if (p / name).exists()]
+        # every file a run writes, ids.npz and valid_metrics.csv included: a new run never
+        # writes over a file of that name that it did not write itself (a user's own)
+        present = [name for name in (*RUN_FILES, VALID_METRICS, "ids.npz")
+                   if (p / name).exists() or (p / name).is_symlink()]
         if not present:
             return False
         hint = f"resume it (rfrs-ref train --resume {p}) or choose another run directory (--out)"
@@ -618,8 +629,9 @@ class RunDirectory:
         try:
             recorded = json.loads((p / "config.json").read_text())["config"]
         except (OSError, ValueError, KeyError, TypeError):
-            raise RunExists(f"{p} holds the files of a run without a readable config.json; "
-                            "choose another run directory (--out)") from None
+            raise RunExists(f"{p} holds {', '.join(present)} without a readable config.json "
+                            "(files a run writes, which it would overwrite); choose another run "
+                            "directory (--out)") from None
         if _comparable(recorded) != _comparable(config.to_json()):
             raise RunExists(f"{p} holds a run of another configuration that stopped before its "
                             f"first checkpoint; {hint}")
@@ -641,7 +653,7 @@ class RunDirectory:
                 "random_streams": ["split", "init", "sampling[t]", "byzantine",
                                    "negatives[t, client]", "attack[t]"],
             },
-            **_provenance(trainer, self.path),
+            **_code_and_data(trainer),
             "versions": software_versions(),
             "machine": machine_info(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -650,6 +662,7 @@ class RunDirectory:
             record["derived"]["target_items"] = trainer.targets.tolist()
         text = json.dumps(record, indent=2) + "\n"
         atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
+        _write_ids(trainer, self.path)
         with open(self.path / "metrics.csv", "w", newline="") as fh:
             csv.writer(fh).writerow(METRICS_FIELDS + (TARGET_FIELDS if trainer.targets is not None
                                                       else []))
@@ -750,6 +763,63 @@ class RunDirectory:
         self._read_tables(t)
         return t
 
+    def record_resume(self, t: int) -> None:
+        """When the code resuming the run from round ``t`` is not the code that started it
+        (:func:`code_change`), append ``{"round", "then", "now", "at"}`` to config.json's
+        ``resumed`` list (atomically), so that its provenance names both. Nothing is
+        written for a resume by the same code."""
+        path = self.path / "config.json"
+        record = json.loads(path.read_text())
+        change = code_change(record)
+        if change is None:
+            return
+        entry = {"round": int(t), **change,
+                 "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        record.setdefault("resumed", []).append(entry)
+        text = json.dumps(record, indent=2) + "\n"
+        atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
+    def read_finished(self, trainer: "Trainer") -> dict:
+        """The final evaluation of a run that finished, once its files prove it finished
+        with a finite model: the checkpoint and tables (:meth:`check_resumable`), a
+        ``final_metrics.json`` whose model and popularity metrics are all finite numbers,
+        and a ``state.npz`` whose arrays are all finite. Writes nothing.
+
+        Raises :class:`CheckpointError` naming the file otherwise: a NaN or ±inf read back
+        from a finished run (a damaged or edited file) is never shown as its result.
+        """
+        self.check_resumable(trainer)
+        path = self.path / "final_metrics.json"
+        restore = "restore it, or start a new run in another directory"
+        try:
+            final = json.loads(path.read_text())
+            parts = {part: final[part] for part in ("model", "popularity")}
+            if final.get("valid"):
+                parts.update({f"valid {part}": final["valid"][part]
+                              for part in ("model", "popularity")})
+            values = {f"{part} {name}": v for part, d in parts.items()
+                      for name, v in d.items() if name != "n_users"}
+            final["round"], final["beats_popularity"], final["selection"]  # noqa: B018 - printed
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: {type(exc).__name__}: {exc}; {restore}") from None
+        bad = [k for k, v in values.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+        if bad:
+            raise CheckpointError(f"{path}: {bad[0]} is {values[bad[0]]!r}, not a finite number "
+                                  f"({len(bad)} such value(s)); {restore}")
+        path = self.path / "state.npz"
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(f"{path} is damaged or missing ({type(exc).__name__}: {exc}); "
+                                  f"{restore}") from None
+        found = first_non_finite(arrays)
+        if found is not None:
+            raise CheckpointError(f"{path} holds {found[1]} non-finite value(s) (NaN or ±inf) in "
+                                  f"{found[0]!r}: not the state of a finished run; {restore}")
+        return final
+
     def _read_tables(self, t: int):
         """The metrics tables' (header, rows up to round t) and round records up to round t,
         each checked; :class:`CheckpointError` if any file is damaged."""
@@ -839,18 +909,69 @@ class RunDirectory:
         atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
 
 
+def _finished(path: pathlib.Path) -> bool:
+    """Whether ``path/final_metrics.json`` records a finished run (not a diverged one, which
+    has no final model: resuming it replays it, from round 0 when it has no checkpoint)."""
+    try:
+        final = json.loads((path / "final_metrics.json").read_text())
+    except (OSError, ValueError):
+        return (path / "final_metrics.json").exists()  # unreadable: never rewritten blindly
+    return not (isinstance(final, dict) and final.get("status") == "diverged")
+
+
 def _comparable(config_json: dict) -> dict:
     """A configuration as JSON, without what does not change the run's results."""
     d = json.loads(json.dumps(config_json))
     d.pop("trace", None)
     return d
-def _provenance(trainer: "Trainer", path: pathlib.Path) -> dict:
-    """``data_files`` (sha256 of each data file read) and ``code`` (version, git commit) for
-    config.json, and ``ids.npz`` (the dataset's own user and item ids) beside it.
+#: versions in config.json whose change can change a run's numbers (see code_change)
+_NUMERIC_VERSIONS = ("rfrs_ref", "numpy", "numba", "llvmlite", "scipy")
 
-    Never fails a run: what cannot be determined is recorded as ``"unknown"`` with the reason.
+
+def code_change(record: Mapping) -> dict | None:
+    """How the code running now differs from the code that wrote a run's ``config.json``
+    (``record``, as parsed), or None when it does not: ``{"then": ..., "now": ...}``, each
+    with ``code`` (package version, git commit) and the ``versions`` of the packages the
+    numbers depend on. A git commit of ``"unknown"`` on either side compares equal to any.
+
+    Resuming across such a change is allowed (a patch release, a run started before an
+    upgrade), but the rounds after the checkpoint are then this code's, and a resumed run
+    ends bit for bit where an uninterrupted one ends only with the same code: the change
+    is said, and recorded in config.json (``resumed``), never silent.
     """
-    from rfrs_ref.provenance import code_version, data_files, dataset_ids
+    from rfrs_ref.provenance import code_version
+
+    then_code = record.get("code") if isinstance(record.get("code"), dict) else {}
+    then_versions = record.get("versions") if isinstance(record.get("versions"), dict) else {}
+    now_code, now_versions = code_version(), software_versions()
+    differs = then_code.get("package", now_code["package"]) != now_code["package"]
+    a, b = then_code.get("git_commit", "unknown"), now_code["git_commit"]
+    differs |= "unknown" not in (a, b) and a != b
+    differs |= any(name in then_versions and then_versions[name] != now_versions.get(name)
+                   for name in _NUMERIC_VERSIONS)
+    if not differs:
+        return None
+    pick = lambda v: {n: v.get(n) for n in _NUMERIC_VERSIONS}  # noqa: E731
+    return {"then": {"code": dict(then_code), "versions": pick(then_versions)},
+            "now": {"code": now_code, "versions": pick(now_versions)}}
+
+
+def describe_code(side: Mapping) -> str:
+    """``rfrs-ref 0.1.0 (commit 618716c), numpy 2.4.6, numba 0.68.1`` for one side of
+    :func:`code_change`."""
+    code, versions = side.get("code") or {}, side.get("versions") or {}
+    commit = code.get("git_commit")
+    text = f"rfrs-ref {code.get('package') or versions.get('rfrs_ref')}"
+    if commit and commit != "unknown":
+        text += f" (commit {str(commit)[:7]}{', with changes' if code.get('git_dirty') else ''})"
+    return text + "".join(f", {n} {v}" for n, v in versions.items() if n != "rfrs_ref" and v)
+
+
+def _code_and_data(trainer: "Trainer") -> dict:
+    """``data_files`` (sha256 of each data file read) and ``code`` (version, git commit) for
+    config.json. Never fails a run: what cannot be determined is recorded as ``"unknown"``
+    with the reason."""
+    from rfrs_ref.provenance import code_version, data_files
 
     c = trainer.config
     out: dict = {"code": code_version()}
@@ -858,13 +979,22 @@ def _provenance(trainer: "Trainer", path: pathlib.Path) -> dict:
         out["data_files"] = data_files(c.dataset, c.data_dir)
     except Exception as exc:  # noqa: BLE001 - e.g. data handed in by a caller, found nowhere
         out["data_files"] = f"unknown ({type(exc).__name__}: {exc})"
+    return out
+
+
+def _write_ids(trainer: "Trainer", path: pathlib.Path) -> None:
+    """``ids.npz`` (the dataset's own user and item ids) beside config.json; never fails the
+    run. Written after config.json, so that a directory holding an ``ids.npz`` but no
+    config.json is never a run of this package (:meth:`RunDirectory.prepare` refuses it)."""
+    from rfrs_ref.provenance import dataset_ids
+
+    c = trainer.config
     try:
         users, items = dataset_ids(c.dataset, trainer.data, c.data_dir)
         if users.size == trainer.data.n_users and items.size == trainer.data.n_items:
             atomic_write(path / "ids.npz", lambda fh: np.savez(fh, user_ids=users, item_ids=items))
     except Exception:  # noqa: BLE001 - `rfrs-ref recommend` then says the ids are missing
         pass
-    return out
 
 
 def load_config(run_dir) -> TrainConfig:

@@ -57,6 +57,12 @@ def test_a_failed_or_foreign_record_is_not_copied(scale, tmp_path):
     path.write_text(json.dumps(foreign))
     report, _ = reproduce(figure("3"), scale, frs, workers=0, plot=False, reuse_from=[adam_sgd])
     assert (report.reused, report.finished) == (0, 2)
+    nan = json.loads(json.dumps(good))
+    nan["final"]["model"]["precision@1"] = float("nan")
+    path.write_text(json.dumps(nan))
+    report, _ = reproduce(figure("3"), scale, tmp_path / "frs-nan", workers=0, plot=False,
+                          reuse_from=[adam_sgd])
+    assert (report.reused, report.finished) == (0, 2)
     failed = {**good, "status": "failed", "error": "boom"}
     path.write_text(json.dumps(failed))
     other = tmp_path / "frs2"

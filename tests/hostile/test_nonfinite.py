@@ -1,0 +1,313 @@
+"""Non-finite is never success: every command that reads or measures a model, a run or a
+table whose values hold NaN or ±inf says so, instead of printing a normal-looking number,
+a mean that silently left a value out, or a top-K of a model that is not finite.
+
+Each case is an input that once passed as a success (exit 0, a plain table); the tests
+pin what happens now.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+
+SMALL = ["--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
+         "--client-fraction", "0.1", "--backend", "numpy"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error(res, *needles):
+    """A non-zero exit with one ``Error:`` line holding every needle, no traceback."""
+    assert res.exit_code not in (0, None), res.output
+    assert "Traceback" not in res.output, res.output
+    if res.exception is not None:
+        assert isinstance(res.exception, SystemExit), repr(res.exception)
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, res.output
+    for needle in needles:
+        assert str(needle) in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    d = tmp_path_factory.mktemp("finished") / "run"
+    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--out", d)
+    assert res.exit_code == 0, res.output
+    return d
+
+
+@pytest.fixture
+def run_copy(finished, tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(finished, d)
+    return d
+
+
+def _rewrite_npz(path, change):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    change(arrays)
+    np.savez(path, **arrays)
+
+
+# -- mechanism: a run that diverges ------------------------------------------------------------
+def test_mechanism_stops_at_the_divergence_and_says_so(tmp_path):
+    # SGD at lr 1e3 under 40% gradient ascent with no defence: the server state becomes
+    # ±inf at round 11 of 12; the command once measured all 12 rounds (empty cells from round
+    # 11 on), printed means over them and exited 0 with no word of it
+    out = tmp_path / "mech"
+    res = invoke("mechanism", "4", "--dataset", "synthetic", "--alpha", 0.4, "--rounds", 12,
+                 "--series", "No defense", "--set", "client_fraction=0.2",
+                 "--set", 'dataset_params={"n_users": 100, "n_items": 120}',
+                 "--set", "optimizer=sgd", "--set", 'optimizer_params={"lr": 1e3}',
+                 "--set", "backend=numpy", "--out", out)
+    assert "Traceback" not in res.output, res.output
+    # a divergence is the run's outcome (as in a sweep), so the command finishes and says where
+    assert res.exit_code == 0, res.output
+    assert "the run diverged at round 11 (non-finite server state" in res.output
+    stem = "defenses-synthetic-a0.4-seed0"
+    df = pd.read_csv(out / f"{stem}-no-defense.csv")
+    assert list(df["round"]) == list(range(1, 11))  # nothing of round 11 or after
+    summary = (out / f"{stem}.md").read_text()
+    assert "| No defense (diverged at round 11) |" in summary
+    assert "No defense at round 11 (non-finite server state" in summary
+
+
+def test_measure_run_raises_diverged_with_the_rows_before_it(tmp_path):
+    from rfrs_ref.experiments.mechanism import measure_run
+    from rfrs_ref.experiments.spec import RunSpec
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.trainer import Diverged
+
+    config = TrainConfig(dataset="synthetic", dataset_params={"n_users": 100, "n_items": 120},
+                         client_fraction=0.2, rounds=4, optimizer="sgd", attack="inf",
+                         byzantine_fraction=0.4, backend="numpy")
+    with pytest.raises(Diverged) as info:
+        measure_run(RunSpec(config))
+    assert info.value.round == 1 and info.value.rows == []
+
+
+# -- a finished run read back: train --resume ---------------------------------------------------
+def _nan_precision(final):
+    final["model"]["precision@5"] = float("nan")
+
+
+def _inf_recall(final):
+    final["popularity"]["recall@1"] = float("inf")
+
+
+def _string_metric(final):
+    final["model"]["ndcg@2"] = "0.5"
+
+
+@pytest.mark.parametrize("tamper", [_nan_precision, _inf_recall, _string_metric])
+def test_resume_of_a_finished_run_never_shows_a_non_finite_result(run_copy, tamper):
+    # it once printed "already finished" and a table holding nan / inf, and exited 0
+    path = run_copy / "final_metrics.json"
+    final = json.loads(path.read_text())
+    tamper(final)
+    path.write_text(json.dumps(final))
+    before = path.read_bytes()
+    one_error(invoke("train", "--resume", run_copy), "final_metrics.json", "not a finite number")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("array", ["theta", "m"])
+def test_resume_of_a_finished_run_with_a_non_finite_state(run_copy, array):
+    def poison(z):
+        z[array][3] = np.inf
+
+    _rewrite_npz(run_copy / "state.npz", poison)
+    one_error(invoke("train", "--resume", run_copy), "state.npz", "non-finite", repr(array))
+
+
+def test_resume_of_a_finished_run_without_its_state(run_copy):
+    (run_copy / "state.npz").unlink()
+    one_error(invoke("train", "--resume", run_copy), "state.npz", "missing")
+
+
+def test_resume_of_a_sound_finished_run_still_shows_it(run_copy):
+    res = invoke("train", "--resume", run_copy)
+    assert res.exit_code == 0, res.output
+    assert "already finished all 4 rounds" in res.output
+
+
+# -- recommend: a state that is not a finished run's model ---------------------------------------
+def _nan_in_m(z):
+    z["m"][5] = np.nan  # the model (theta) is finite, the optimiser's moment is not
+
+
+def _inf_in_theta(z):
+    z["theta"][0] = np.inf
+
+
+def _no_round(z):
+    del z["round"]
+
+
+@pytest.mark.parametrize("tamper, needles", [
+    (_nan_in_m, ["'m'", "NaN or ±inf", "nothing to recommend"]),
+    (_inf_in_theta, ["'theta'", "NaN or ±inf", "nothing to recommend"]),
+    (_no_round, ["not the final state", "round"]),
+], ids=["nan-moment", "inf-theta", "no-round"])
+def test_recommend_never_ranks_with_a_state_that_is_not_finite(run_copy, tamper, needles):
+    # a NaN moment once passed (only this user's scores were checked), and a state without
+    # its round ended in a traceback after the top-K was computed
+    _rewrite_npz(run_copy / "state.npz", tamper)
+    res = invoke("recommend", run_copy, "--user", 1, "-k", 3)
+    one_error(res, "state.npz", *needles)
+    assert " item " not in res.output  # no ranking printed
+
+
+def test_recommend_on_a_truncated_state(run_copy):
+    data = (run_copy / "state.npz").read_bytes()
+    (run_copy / "state.npz").write_bytes(data[: len(data) // 3])
+    one_error(invoke("recommend", run_copy, "--user", 1), "state.npz", "not the final state")
+
+
+# -- sweep tables: an outcome that records a non-finite metric -----------------------------------
+TINY_SWEEP = """trials = 2
+[base]
+dataset = "synthetic"
+dataset_params = { n_users = 60, n_items = 40, mean_items = 8.0 }
+client_fraction = 0.2
+rounds = 2
+backend = "numpy"
+"""
+
+
+@pytest.fixture
+def sweep_dir(tmp_path_factory, tmp_path):
+    """A finished 2-trial sweep (one configuration), copied afresh per test."""
+    cache = tmp_path_factory.getbasetemp() / "tiny-sweep"
+    if not cache.exists():
+        from rfrs_ref.experiments.spec import load_sweep
+        from rfrs_ref.experiments.sweep import run_sweep
+
+        cache.mkdir()
+        (cache / "s.toml").write_text(TINY_SWEEP)
+        run_sweep(load_sweep(cache / "s.toml").runs, cache / "out", workers=0)
+    d = tmp_path / "sweep"
+    shutil.copytree(cache, d)
+    return d
+
+
+def _edit_outcome(sweep_dir, change):
+    from rfrs_ref.experiments.spec import load_sweep
+
+    key = load_sweep(sweep_dir / "s.toml").runs[0].key
+    path = sweep_dir / "out" / "runs" / key / "outcome.json"
+    outcome = json.loads(path.read_text())
+    change(outcome)
+    path.write_text(json.dumps(outcome))  # Python's json writes NaN and Infinity as such
+    return key
+
+
+def _summary_row(sweep_dir, metric, k):
+    s = pd.read_csv(sweep_dir / "out" / "summary.csv")
+    return s[(s["metric"] == metric) & (s["k"] == k)].iloc[0]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.3"])
+def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, value):
+    # once: the run stayed "ok"; its NaN was dropped from the mean while n still counted it
+    # ("0.2000", trials 2), its inf was shown as the mean ("inf")
+    def change(o):
+        o["final"]["model"]["precision@1"] = value
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0)
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    from rfrs_ref.experiments.results import read_table
+
+    table = read_table(sweep_dir / "out")
+    run = table[table["key"] == key]
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    assert "precision@1" in run["error"].iloc[0] and "not a finite number" in run["error"].iloc[0]
+    assert run["value"].isna().all()
+    # the summary is over the other trial only, and says so
+    row = _summary_row(sweep_dir, "precision", 1)
+    assert row["n"] == 1 and np.isfinite(row["mean"])
+    assert "| 1 |" in (sweep_dir / "out" / "summary.md").read_text()
+
+
+def test_n_counts_the_trials_in_the_mean():
+    # NaN in an "ok" row means "not recorded" (a run made before the metric existed): pandas'
+    # mean skips it, and n once counted every row, so a mean over 1 trial read "n = 2" (as in
+    # ML100K's RFA at α = 0.4, whose NDCG two of five seeds did not record)
+    from rfrs_ref.experiments.results import summarise, summary_markdown
+
+    ok = {"status": "ok", "method": "A-FRS", "dataset": "synthetic", "k": 5, "wall_s": 1.0}
+    df = pd.DataFrame([
+        {**ok, "key": "a", "seed": 0, "metric": "ndcg", "value": 0.25},
+        {**ok, "key": "b", "seed": 1, "metric": "ndcg", "value": float("nan")},
+        {**ok, "key": "a", "seed": 0, "metric": "precision", "value": 0.2},
+        {**ok, "key": "b", "seed": 1, "metric": "precision", "value": 0.3},
+        {**ok, "key": "c", "seed": 0, "method": "old", "metric": "ndcg", "value": float("nan")},
+        {**ok, "key": "d", "seed": 0, "method": "edited", "metric": "ndcg", "value": float("inf")},
+        {**ok, "key": "e", "seed": 1, "method": "edited", "metric": "ndcg", "value": 0.5},
+    ])
+    s = summarise(df).set_index(["method", "metric"])
+    assert (s.loc[("A-FRS", "ndcg"), "mean"], s.loc[("A-FRS", "ndcg"), "n"]) == (0.25, 1)
+    assert (s.loc[("A-FRS", "precision"), "mean"], s.loc[("A-FRS", "precision"), "n"]) == (
+        pytest.approx(0.25), 2)
+    assert np.isnan(s.loc[("old", "ndcg"), "mean"]) and s.loc[("old", "ndcg"), "n"] == 0
+    # an infinite value is never the mean, nor counted in it
+    assert (s.loc[("edited", "ndcg"), "mean"], s.loc[("edited", "ndcg"), "n"]) == (0.5, 1)
+    md = summary_markdown(summarise(df), metrics=("ndcg",))
+    assert "| A-FRS | 0.2500 | 1 |" in md and "inf" not in md
+
+
+# -- flower: a run that diverged on the federation ---------------------------------------------
+def _diverged_final(run_dir):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "final_metrics.json").write_text(json.dumps({
+        "status": "diverged", "round": 3, "reason": "non-finite server state",
+        "what": "'theta': 5 of 100 values", "checkpoint": None, "message": "m",
+        "last_evaluation": None}))
+
+
+def test_flower_simulate_reports_a_diverged_run_in_one_line(tmp_path, monkeypatch):
+    # Flower ends the simulation without passing the trainer's Diverged on: the command
+    # once ended in a traceback (RuntimeError) instead of saying the run diverged
+    import rfrs_ref.flower.run
+
+    out = tmp_path / "run"
+
+    def simulate(config, run_dir, **kw):
+        _diverged_final(out)
+        raise RuntimeError("the Flower simulation ended without finishing the run; see the "
+                           "log above")
+
+    monkeypatch.setattr(rfrs_ref.flower.run, "simulate", simulate)
+    res = invoke("flower", "simulate", "--rounds", 3, "--out", out)
+    one_error(res, "diverged at round 3", "non-finite server state")
+
+
+def test_flower_deploy_never_reports_a_diverged_run_as_finished(tmp_path, monkeypatch):
+    # a deployment whose server app diverged: its final_metrics.json has no model, and the
+    # command once ended in a KeyError traceback reading it as a finished run's
+    import rfrs_ref.flower.deploy
+
+    out = tmp_path / "run"
+
+    def deploy(config, run_dir, **kw):
+        _diverged_final(out)
+        return {"seconds": 1.0, "logs": str(tmp_path)}
+
+    monkeypatch.setattr(rfrs_ref.flower.deploy, "deploy", deploy)
+    res = invoke("flower", "deploy", "--rounds", 3, "--out", out)
+    one_error(res, "diverged at round 3")
+    assert "after round" not in res.output

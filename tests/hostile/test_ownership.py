@@ -1,0 +1,424 @@
+"""A run directory has one owner: no command reads, removes or writes in a directory that
+another live process owns, and no command deletes or overwrites a file it did not write.
+
+The attacks: a sweep worker on a run directory a `train --resume` holds, a stale lock
+naming a dead process or another host, a user's directory (with a `.lock` of its own, an
+`ids.npz`, a `valid_metrics.csv`) given as `--out`, `mechanism` and `plot` writing into a
+directory a run or a sweep owns.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from rfrs_ref.cli.main import main
+from rfrs_ref.files import LOCK_NAME
+
+SMALL = ["--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
+         "--client-fraction", "0.1", "--backend", "numpy"]
+TINY_SWEEP = textwrap.dedent('''
+    [base]
+    dataset = "synthetic"
+    dataset_params = { n_users = 60, n_items = 40, mean_items = 8.0 }
+    client_fraction = 0.2
+    rounds = 2
+    backend = "numpy"
+''')
+HOLD = ("import sys, time; from rfrs_ref.files import DirectoryLock; "
+        "DirectoryLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error(res, *needles):
+    """A non-zero exit with one ``Error:`` line holding every needle, no traceback."""
+    assert res.exit_code not in (0, None), res.output
+    assert "Traceback" not in res.output, res.output
+    if res.exception is not None:
+        assert isinstance(res.exception, SystemExit), repr(res.exception)
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, res.output
+    for needle in needles:
+        assert str(needle) in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+class Holder:
+    """Another live process holding ``directory``'s lock (as a `train` working there would)."""
+
+    def __init__(self, directory) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", HOLD, str(directory)],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "held"
+        self.pid = self.proc.pid
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)  # as a crash would: no clean-up
+        self.proc.wait()
+        self.proc.stdout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+
+def files(directory):
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != LOCK_NAME}
+
+
+# -- a sweep worker and another process on one run directory ----------------------------------
+def test_a_sweep_never_clears_a_run_directory_another_process_holds(tmp_path):
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    runs = load_sweep(spec).runs
+    out = tmp_path / "out"
+    run_dir = out / "runs" / runs[0].key
+    run_dir.mkdir(parents=True)
+    (run_dir / "notes.txt").write_text("the holder's file\n")
+    with Holder(run_dir) as holder:
+        # the worker once removed the whole directory (the holder's files and its lock) and
+        # trained there while the holder still ran
+        report = run_sweep(runs, out, workers=0)
+        assert report.failed == 1 and report.finished == 0
+        assert "in use by process" in report.failures[0][1]
+        assert f"process {holder.pid} " in report.failures[0][1]
+        assert (run_dir / "notes.txt").read_text() == "the holder's file\n"
+        assert f"process {holder.pid} " in (run_dir / LOCK_NAME).read_text()
+        assert not (run_dir / "config.json").exists()
+    # the holder gone, the next call runs it (a failed run is retried)
+    report = run_sweep(runs, out, workers=0)
+    assert report.finished == 1 and report.failed == 0
+    assert not (run_dir / LOCK_NAME).exists()
+
+
+# -- stale locks ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["process 1 on another-host\n", "process 999999 on vm\n", ""])
+def test_a_lock_file_no_live_process_holds_is_taken_over(tmp_path, text):
+    # no pid or host in the file is trusted: only a live flock holds a directory (a pid
+    # reused by an unrelated process, a host that crashed, an empty file)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(text)
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert not (out / LOCK_NAME).exists()
+
+
+# -- a user's directory as --out -----------------------------------------------------------------
+def test_a_users_files_beside_a_run_are_left_as_they_are(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes\n")
+    (out / "data").mkdir()
+    (out / "data" / "ratings.csv").write_text("1,2,5\n")
+    before = files(out)
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", out)
+    assert res.exit_code == 0, res.output
+    after = files(out)
+    assert {k: after[k] for k in before} == before
+
+
+@pytest.mark.parametrize("name", ["ids.npz", "valid_metrics.csv"])
+def test_a_users_file_named_like_a_run_file_is_never_overwritten(tmp_path, name):
+    # a run once wrote its ids.npz over the user's, and appended its validation rows to a
+    # valid_metrics.csv of the user's: neither name was among the files prepare() checks
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_bytes(b"the user's own\n")
+    before = files(out)
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--valid-fraction", 0.2, "--out", out),
+              out, name, "another run directory")
+    assert files(out) == before
+
+
+def test_a_link_planted_at_a_run_file_is_not_followed(tmp_path):
+    # a dangling link metrics.csv -> elsewhere: open("w") in start() would create its target
+    out = tmp_path / "run"
+    out.mkdir()
+    target = tmp_path / "elsewhere.csv"
+    (out / "metrics.csv").symlink_to(target)
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "metrics.csv")
+    assert not target.exists()
+
+
+def test_a_lock_file_of_someone_else_is_never_truncated_or_removed(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("{\"owner\": \"another tool\", \"since\": 1700000000}\n")
+    before = (out / LOCK_NAME).read_bytes()
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out),
+              out / LOCK_NAME, "not a lock file of rfrs-ref", "move it away")
+    assert (out / LOCK_NAME).read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+def test_out_as_a_link_to_a_directory_runs_there(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", link)
+    assert res.exit_code == 0, res.output
+    assert (target / "final_metrics.json").exists() and link.is_symlink()
+
+
+def test_out_as_a_dangling_link_is_one_line(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere", target_is_directory=True)
+    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", link), "--out")
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+# -- mechanism and plot into a directory another process owns -------------------------------------
+MECHANISM = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--rounds", "2",
+             "--series", "No defense", "--set", "client_fraction=0.2", "--set",
+             'dataset_params={"n_users": 60, "n_items": 40, "mean_items": 8.0}',
+             "--set", "backend=numpy"]
+
+
+def test_mechanism_does_not_write_into_a_directory_a_run_owns(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with Holder(out) as holder:
+        one_error(invoke(*MECHANISM, "--out", out), out, f"process {holder.pid} ")
+        assert files(out) == {}
+    res = invoke(*MECHANISM, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert not (out / LOCK_NAME).exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    d = tmp_path_factory.mktemp("sweep")
+    (d / "s.toml").write_text(TINY_SWEEP.replace("[base]", "trials = 2\n[base]"))
+    run_sweep(load_sweep(d / "s.toml").runs, d / "out", workers=0)
+    return d / "out"
+
+
+def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path):
+    out = tmp_path / "figs"
+    out.mkdir()
+    with Holder(out) as holder:
+        one_error(invoke("plot", tiny_results, "--figure", "3", "--out", out), out,
+                  f"process {holder.pid} ")
+        assert files(out) == {}
+    # a sweep owns its results directory, not its figures/ folder: plotting a sweep under
+    # way is allowed (the sweep's lock is not in the way)
+    with Holder(tiny_results):
+        res = invoke("plot", tiny_results, "--figure", "3")
+        assert res.exit_code == 0, res.output
+    assert (tiny_results / "figures" / "fig3.png").exists()
+    assert not (tiny_results / "figures" / LOCK_NAME).exists()
+
+
+def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path):
+    from rfrs_ref.files import DirectoryLock
+
+    out = tmp_path / "figs"
+    with DirectoryLock(out, shared=True):  # as `plot` or `mechanism` holds it
+        one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "in use")
+        assert files(out) == {}
+
+
+# -- --resume of a directory whose files are links out of it --------------------------------------
+def test_resume_never_writes_through_a_link_out_of_the_run_directory(tmp_path):
+    # the tables are rewritten by rename (truncated to the checkpoint) before anything is
+    # appended, so a link planted at metrics.csv or rounds.jsonl is replaced, not followed
+    import shutil
+
+    run = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--checkpoint-every", 2,
+                 "--out", run)
+    assert res.exit_code == 0, res.output
+    for name in ("final_metrics.json", "state.npz"):
+        (run / name).unlink()
+    import numpy as np
+
+    with np.load(run / "checkpoint.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("metrics.csv", "rounds.jsonl"):
+        shutil.copyfile(run / name, outside / name)
+        (run / name).unlink()
+        (run / name).symlink_to(outside / name)
+    np.savez(outside / "checkpoint.npz", **arrays)
+    (run / "checkpoint.npz").unlink()
+    (run / "checkpoint.npz").symlink_to(outside / "checkpoint.npz")
+    before = files(outside)
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert files(outside) == before
+    assert not any((run / n).is_symlink() for n in ("metrics.csv", "rounds.jsonl"))
+
+
+# -- --resume of a run another version started ----------------------------------------------------
+def _interrupted_run(tmp_path):
+    """A 4-round run cut off after its round-2 checkpoint (the rounds after it dropped)."""
+    import json
+
+    import numpy as np
+
+    run = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--checkpoint-every", 2,
+                 "--out", run)
+    assert res.exit_code == 0, res.output
+    (run / "final_metrics.json").unlink()
+    (run / "state.npz").unlink()
+    with np.load(run / "checkpoint.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["round"] = np.array(2)
+    np.savez(run / "checkpoint.npz", **arrays)
+    return run, json.loads((run / "config.json").read_text())
+
+
+def test_resume_by_another_version_is_said_and_recorded(tmp_path):
+    # a deliberate decision: a run may be resumed by other code (a patch release), but its
+    # numbers after the checkpoint are then that code's; once this was silent, and config.json
+    # went on naming only the version that started the run
+    import json
+
+    run, record = _interrupted_run(tmp_path)
+    record["code"] = {"package": "0.0.9", "git_commit": "0" * 40, "git_dirty": False}
+    record["versions"]["numpy"] = "1.26.0"
+    (run / "config.json").write_text(json.dumps(record, indent=2))
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert "note: the run was started by rfrs-ref 0.0.9 (commit 0000000), numpy 1.26.0" \
+        in res.output
+    assert "may not end bit for bit" in res.output
+    after = json.loads((run / "config.json").read_text())
+    (entry,) = after["resumed"]
+    assert entry["round"] == 2 and entry["then"]["code"]["package"] == "0.0.9"
+    assert entry["now"]["versions"]["numpy"] == np_version()
+    assert after["code"] == record["code"]  # what started the run is kept as it was
+
+
+def np_version():
+    import numpy
+
+    return numpy.__version__
+
+
+def test_resume_by_the_same_code_changes_no_provenance(tmp_path):
+    run, record = _interrupted_run(tmp_path)
+    before = (run / "config.json").read_bytes()
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+    assert "note:" not in res.output
+    assert (run / "config.json").read_bytes() == before
+
+
+def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path):
+    # a sweep removes a finished run's checkpoint (and state): `train --resume runs/<key>`
+    # once took that for "stopped before its first checkpoint", trained the run again from
+    # round 0 and rewrote its records
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    runs = load_sweep(spec).runs
+    run_sweep(runs, tmp_path / "out", workers=0)
+    run_dir = tmp_path / "out" / "runs" / runs[0].key
+    assert not (run_dir / "checkpoint.npz").exists()
+    before = files(run_dir)
+    one_error(invoke("train", "--resume", run_dir), run_dir, "finished run",
+              "nothing to resume")
+    assert files(run_dir) == before
+
+
+def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, monkeypatch):
+    # a run that starts again clears its directory; runs/<key> planted as a link must not
+    # make it clear the directory the link points to
+    from rfrs_ref.experiments.spec import load_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    runs = load_sweep(spec).runs
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work\n")
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / runs[0].key).symlink_to(precious, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    res = invoke("sweep", spec, "--out", "out", "--workers", 0)
+    one_error(res, runs[0].key, "is a link", "nothing was run")
+    assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
+    # the worker refuses a linked run directory too (the sweep hands it over unresolved)
+    from rfrs_ref.experiments.worker import execute_run
+
+    outcome = execute_run({"spec": runs[0].to_json(), "key": runs[0].key,
+                           "run_dir": str(tmp_path / "out" / "runs" / runs[0].key)})
+    assert outcome["status"] == "failed" and "is a link" in outcome["error"]
+    assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
+
+
+# -- a user's directory as a sweep's output ----------------------------------------------------
+@pytest.mark.parametrize("name, text", [
+    ("results.csv", "precious,table\n"),
+    ("summary.md", "# My summary\n"),
+    ("summary.csv", "a,b\n1,2\n"),
+    ("runs.csv", "run,when\n1,today\n"),
+    ("provenance.json", "not json\n"),
+])
+def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, text):
+    # the tables were rewritten whatever the directory held: a user's results.csv or
+    # summary.md in the directory given as --out was replaced
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text(text)
+    (out / "notes.txt").write_text("mine\n")
+    before = files(out)
+    monkeypatch.chdir(tmp_path)
+    one_error(invoke("sweep", spec, "--out", out, "--workers", 0), out / name,
+              "not written by a sweep", "nothing was run")
+    assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+def test_a_sweeps_own_tables_are_rewritten_even_before_any_run(tmp_path, monkeypatch):
+    # --no-run on a new directory writes (empty) tables and no runs/: they are the sweep's
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY_SWEEP)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    runs = load_sweep(spec).runs
+    run_sweep(runs, out, workers=0, run=False)
+    assert (out / "results.csv").exists() and not (out / "runs").exists()
+    report = run_sweep(runs, out, workers=0)
+    assert report.finished == 1
+
+
+def test_a_plot_that_draws_nothing_leaves_no_folder(tmp_path):
+    import pandas as pd
+
+    table = tmp_path / "results.csv"
+    pd.DataFrame([{"key": "a", "status": "failed", "metric": None, "k": None,
+                   "value": None}]).to_csv(table, index=False)
+    res = invoke("plot", table, "--figure", "3")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert not (tmp_path / "figures").exists()
