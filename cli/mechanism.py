@@ -30,7 +30,9 @@ def _slug(text: str) -> str:
               help="Set a TrainConfig field, as in `rfrs-ref reproduce`.")
 @click.option("--out", type=click.Path(file_okay=False), required=True,
               help="Directory for the per-round CSV files, the summary and the PNG.")
-def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, overrides, out):
+@click.option("--again", is_flag=True,
+              help="Measure every series again, even one whose table in --out is complete.")
+def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, overrides, out, again):
     """Measure, after every round of a figure's runs, the cosines between gradients, the
     rank correlation of Krum's score with the gradient norm, and the Byzantine share
     sampled -> kept.
@@ -38,7 +40,10 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
     The runs are the figure's own (same configuration and seed as in
     `rfrs-ref reproduce FIGURE`), one per series. Writes one CSV per series
     (a row per round), a Markdown summary (means over the rounds) and a PNG.
-    See docs/reproduction.md.
+    A series whose table in --out already holds this run (same key) at every
+    round asked for is read, not measured again (--again measures it anyway),
+    so an interrupted call continues, and series measured by separate calls
+    (--series) are summarised together by a last call. See docs/reproduction.md.
 
     \b
     Example:
@@ -86,12 +91,33 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
     except OSError as exc:
         raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
     try:
-        _measure(fig, runs, dataset, seed, every, out)
+        _measure(fig, runs, dataset, seed, every, out, again=again)
     finally:
         lock.release()
 
 
-def _measure(fig, runs, dataset, seed, every, out: pathlib.Path) -> None:
+def _recorded(path: pathlib.Path, spec, every: int):
+    """The per-round table at ``path`` if it is complete for ``spec``: its key at every row,
+    and exactly the rounds a call with ``every`` measures (each ``every``-th and the last);
+    else None. A diverged run's table stops early, so it is measured again."""
+    import pandas as pd
+
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    rounds = spec.config.resolved().rounds
+    expected = {t for t in range(1, rounds + 1) if t % every == 0 or t == rounds}
+    if ("key" not in df.columns or "round" not in df.columns
+            or not (df["key"].astype(str) == spec.key).all()
+            or len(df) != len(expected) or set(df["round"].tolist()) != expected):
+        return None
+    return df
+
+
+def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool = False) -> None:
     from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
                                                 summary)
     from rfrs_ref.experiments.results import atomic_write_text
@@ -103,6 +129,12 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path) -> None:
     diverged = {}  # series -> Diverged
     for r in runs:
         name = r.labels["series"]
+        path = out / f"{stem}-{_slug(name)}.csv"
+        done = None if again else _recorded(path, r, every)
+        if done is not None:
+            frames[name] = done
+            click.echo(f"{name}: already measured in {path} (--again measures it again)")
+            continue
         with click.progressbar(length=r.config.resolved().rounds, label=name) as bar:
             last = [0]
 
@@ -126,7 +158,6 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path) -> None:
         df = mechanism_frame(rows, {"series": name, "dataset": dataset, "alpha": a,
                                     "seed": seed, "key": r.key})
         frames[name] = df
-        path = out / f"{stem}-{_slug(name)}.csv"
         atomic_write_text(path, df.to_csv(index=False))
         click.echo(f"per-round table: {path}")
     lines = ["| series | honest cos | cos to honest mean: honest | honest, leaving itself out | "

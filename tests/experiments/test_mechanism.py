@@ -101,3 +101,42 @@ def test_mechanism_command(ex, tmp_path):
                                     "0.4", "--series", "Nope", *sets, "--out",
                                     str(tmp_path / "x")])
     assert bad.exit_code != 0 and "not a series" in bad.output
+
+
+def test_mechanism_reads_a_complete_series_and_measures_the_rest(ex, tmp_path):
+    from rfrs_ref.cli.main import main
+
+    sets = ["--set", "client_fraction=0.1", "--set",
+            f"dataset_params={json.dumps(ex.TINY_DATA)}"]
+    base = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--rounds", "4",
+            "--every", "2", *sets, "--out", str(tmp_path)]
+    res = CliRunner().invoke(main, [*base, "--series", "Krum"])
+    assert res.exit_code == 0, res.output
+    krum = tmp_path / "defenses-synthetic-a0.4-seed0-krum.csv"
+    first = krum.read_bytes()
+    assert list(pd.read_csv(krum)["round"]) == [2, 4]
+    # a later call with both series reads Krum's table and measures A-RFRS only
+    res = CliRunner().invoke(main, [*base, "--series", "Krum", "--series", "A-RFRS"])
+    assert res.exit_code == 0, res.output
+    assert "Krum: already measured" in res.output and "A-RFRS: already" not in res.output
+    summary = (tmp_path / "defenses-synthetic-a0.4-seed0.md").read_text()
+    assert "| Krum |" in summary and "| A-RFRS |" in summary
+    assert krum.read_bytes() == first
+    # another --every, a table cut short, or another run's key: measured again
+    res = CliRunner().invoke(main, [*base[:-4], "--every", "1", *sets, "--out", str(tmp_path),
+                                    "--series", "Krum"])
+    assert res.exit_code == 0 and "already measured" not in res.output, res.output
+    assert list(pd.read_csv(krum)["round"]) == [1, 2, 3, 4]
+    df = pd.read_csv(krum)
+    df.iloc[:2].to_csv(krum, index=False)
+    res = CliRunner().invoke(main, [*base[:-4], "--every", "1", *sets, "--out", str(tmp_path),
+                                    "--series", "Krum"])
+    assert "already measured" not in res.output and len(pd.read_csv(krum)) == 4
+    df.assign(key="0" * 16).to_csv(krum, index=False)
+    res = CliRunner().invoke(main, [*base[:-4], "--every", "1", *sets, "--out", str(tmp_path),
+                                    "--series", "Krum"])
+    assert "already measured" not in res.output
+    assert (pd.read_csv(krum)["key"].astype(str) != "0" * 16).all()
+    res = CliRunner().invoke(main, [*base[:-4], "--every", "1", *sets, "--out", str(tmp_path),
+                                    "--series", "Krum", "--again"])
+    assert res.exit_code == 0 and "already measured" not in res.output, res.output
