@@ -38,6 +38,23 @@ def _execution_options(f):
     return f
 
 
+def shared_hold(out: pathlib.Path):
+    """A shared hold on the output directory ``out`` (acquired; the caller releases it):
+    commands that only add files (plot, mechanism) may write beside each other, but not
+    into a directory a run or a sweep owns, nor may one start there meanwhile. A refusal
+    is one line."""
+    from rfrs_ref.files import DirectoryLock, DirectoryLocked
+
+    lock = DirectoryLock(out, shared=True)
+    try:
+        lock.acquire()
+    except DirectoryLocked as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
+    return lock
+
+
 def _parse_overrides(items) -> dict:
     import json
 
@@ -326,7 +343,6 @@ def plot(results, figure_name, out):
         fig = figure(figure_name)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="--figure") from None
-    from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
     path = pathlib.Path(results)
     base = path if path.is_dir() else path.parent
@@ -339,13 +355,7 @@ def plot(results, figure_name, out):
     # into a directory a run or a sweep owns (a sweep owns its results directory, not the
     # figures/ folder in it, so a sweep under way can be plotted)
     existed = out.exists()
-    lock = DirectoryLock(out, shared=True)
-    try:
-        lock.acquire()
-    except DirectoryLocked as exc:
-        raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
+    lock = shared_hold(out)
     try:
         paths = plot_figure(fig, table, base, out)
     except (ValueError, FileNotFoundError, KeyError) as exc:

@@ -7,7 +7,7 @@ import re
 
 import click
 
-from rfrs_ref.cli.experiments import _parse_overrides
+from rfrs_ref.cli.experiments import _parse_overrides, shared_hold
 
 
 def _slug(text: str) -> str:
@@ -50,7 +50,6 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
       rfrs-ref mechanism 4 --dataset ml100k --alpha 0.4 --out results/mechanism
     """
     from rfrs_ref.experiments.figures import Scale, figure
-    from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
     try:
         fig = figure(figure_name)
@@ -81,15 +80,7 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
                                  f"series: {', '.join(known)}", param_hint="--series")
     runs = [r for r in runs if not series or r.labels["series"] in series]
     out = pathlib.Path(out)
-    # a shared hold on --out: other mechanism or plot commands may add their files beside
-    # ours, but not into a directory a run or a sweep owns (nor may one start there meanwhile)
-    lock = DirectoryLock(out, shared=True)
-    try:
-        lock.acquire()
-    except DirectoryLocked as exc:
-        raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
+    lock = shared_hold(out)
     try:
         _measure(fig, runs, dataset, seed, every, out, again=again)
     finally:

@@ -26,19 +26,6 @@ def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def one_error(res, *needles):
-    """A non-zero exit with one ``Error:`` line holding every needle, no traceback."""
-    assert res.exit_code not in (0, None), res.output
-    assert "Traceback" not in res.output, res.output
-    if res.exception is not None:
-        assert isinstance(res.exception, SystemExit), repr(res.exception)
-    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, res.output
-    for needle in needles:
-        assert str(needle) in errors[0], (needle, errors[0])
-    return errors[0]
-
-
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     d = tmp_path_factory.mktemp("finished") / "run"
@@ -112,29 +99,29 @@ def _string_metric(final):
 
 
 @pytest.mark.parametrize("tamper", [_nan_precision, _inf_recall, _string_metric])
-def test_resume_of_a_finished_run_never_shows_a_non_finite_result(run_copy, tamper):
+def test_resume_of_a_finished_run_never_shows_a_non_finite_result(run_copy, tamper, refused):
     # it once printed "already finished" and a table holding nan / inf, and exited 0
     path = run_copy / "final_metrics.json"
     final = json.loads(path.read_text())
     tamper(final)
     path.write_text(json.dumps(final))
     before = path.read_bytes()
-    one_error(invoke("train", "--resume", run_copy), "final_metrics.json", "not a finite number")
+    refused(invoke("train", "--resume", run_copy), "final_metrics.json", "not a finite number")
     assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("array", ["theta", "m"])
-def test_resume_of_a_finished_run_with_a_non_finite_state(run_copy, array):
+def test_resume_of_a_finished_run_with_a_non_finite_state(run_copy, array, refused):
     def poison(z):
         z[array][3] = np.inf
 
     _rewrite_npz(run_copy / "state.npz", poison)
-    one_error(invoke("train", "--resume", run_copy), "state.npz", "non-finite", repr(array))
+    refused(invoke("train", "--resume", run_copy), "state.npz", "non-finite", repr(array))
 
 
-def test_resume_of_a_finished_run_without_its_state(run_copy):
+def test_resume_of_a_finished_run_without_its_state(run_copy, refused):
     (run_copy / "state.npz").unlink()
-    one_error(invoke("train", "--resume", run_copy), "state.npz", "missing")
+    refused(invoke("train", "--resume", run_copy), "state.npz", "missing")
 
 
 def test_resume_of_a_sound_finished_run_still_shows_it(run_copy):
@@ -161,19 +148,19 @@ def _no_round(z):
     (_inf_in_theta, ["'theta'", "NaN or ±inf", "nothing to recommend"]),
     (_no_round, ["not the final state", "round"]),
 ], ids=["nan-moment", "inf-theta", "no-round"])
-def test_recommend_never_ranks_with_a_state_that_is_not_finite(run_copy, tamper, needles):
+def test_recommend_never_ranks_with_a_state_that_is_not_finite(run_copy, tamper, needles, refused):
     # a NaN moment once passed (only this user's scores were checked), and a state without
     # its round ended in a traceback after the top-K was computed
     _rewrite_npz(run_copy / "state.npz", tamper)
     res = invoke("recommend", run_copy, "--user", 1, "-k", 3)
-    one_error(res, "state.npz", *needles)
+    refused(res, "state.npz", *needles)
     assert " item " not in res.output  # no ranking printed
 
 
-def test_recommend_on_a_truncated_state(run_copy):
+def test_recommend_on_a_truncated_state(run_copy, refused):
     data = (run_copy / "state.npz").read_bytes()
     (run_copy / "state.npz").write_bytes(data[: len(data) // 3])
-    one_error(invoke("recommend", run_copy, "--user", 1), "state.npz", "not the final state")
+    refused(invoke("recommend", run_copy, "--user", 1), "state.npz", "not the final state")
 
 
 # -- sweep tables: an outcome that records a non-finite metric -----------------------------------
@@ -279,7 +266,7 @@ def _diverged_final(run_dir):
         "last_evaluation": None}))
 
 
-def test_flower_simulate_reports_a_diverged_run_in_one_line(tmp_path, monkeypatch):
+def test_flower_simulate_reports_a_diverged_run_in_one_line(tmp_path, monkeypatch, refused):
     # Flower ends the simulation without passing the trainer's Diverged on: the command
     # once ended in a traceback (RuntimeError) instead of saying the run diverged
     import rfrs_ref.flower.run
@@ -293,10 +280,10 @@ def test_flower_simulate_reports_a_diverged_run_in_one_line(tmp_path, monkeypatc
 
     monkeypatch.setattr(rfrs_ref.flower.run, "simulate", simulate)
     res = invoke("flower", "simulate", "--rounds", 3, "--out", out)
-    one_error(res, "diverged at round 3", "non-finite server state")
+    refused(res, "diverged at round 3", "non-finite server state")
 
 
-def test_flower_deploy_never_reports_a_diverged_run_as_finished(tmp_path, monkeypatch):
+def test_flower_deploy_never_reports_a_diverged_run_as_finished(tmp_path, monkeypatch, refused):
     # a deployment whose server app diverged: its final_metrics.json has no model, and the
     # command once ended in a KeyError traceback reading it as a finished run's
     import rfrs_ref.flower.deploy
@@ -309,5 +296,5 @@ def test_flower_deploy_never_reports_a_diverged_run_as_finished(tmp_path, monkey
 
     monkeypatch.setattr(rfrs_ref.flower.deploy, "deploy", deploy)
     res = invoke("flower", "deploy", "--rounds", 3, "--out", out)
-    one_error(res, "diverged at round 3")
+    refused(res, "diverged at round 3")
     assert "after round" not in res.output

@@ -39,19 +39,6 @@ def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def one_error(res, *needles):
-    """A non-zero exit with one ``Error:`` line holding every needle, no traceback."""
-    assert res.exit_code not in (0, None), res.output
-    assert "Traceback" not in res.output, res.output
-    if res.exception is not None:
-        assert isinstance(res.exception, SystemExit), repr(res.exception)
-    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, res.output
-    for needle in needles:
-        assert str(needle) in errors[0], (needle, errors[0])
-    return errors[0]
-
-
 class Holder:
     """Another live process holding ``directory``'s lock (as a `train` working there would)."""
 
@@ -135,34 +122,34 @@ def test_a_users_files_beside_a_run_are_left_as_they_are(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["ids.npz", "valid_metrics.csv"])
-def test_a_users_file_named_like_a_run_file_is_never_overwritten(tmp_path, name):
+def test_a_users_file_named_like_a_run_file_is_never_overwritten(tmp_path, name, refused):
     # a run once wrote its ids.npz over the user's, and appended its validation rows to a
     # valid_metrics.csv of the user's: neither name was among the files prepare() checks
     out = tmp_path / "mine"
     out.mkdir()
     (out / name).write_bytes(b"the user's own\n")
     before = files(out)
-    one_error(invoke("train", *SMALL, "--rounds", 1, "--valid-fraction", 0.2, "--out", out),
+    refused(invoke("train", *SMALL, "--rounds", 1, "--valid-fraction", 0.2, "--out", out),
               out, name, "another run directory")
     assert files(out) == before
 
 
-def test_a_link_planted_at_a_run_file_is_not_followed(tmp_path):
+def test_a_link_planted_at_a_run_file_is_not_followed(tmp_path, refused):
     # a dangling link metrics.csv -> elsewhere: open("w") in start() would create its target
     out = tmp_path / "run"
     out.mkdir()
     target = tmp_path / "elsewhere.csv"
     (out / "metrics.csv").symlink_to(target)
-    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "metrics.csv")
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "metrics.csv")
     assert not target.exists()
 
 
-def test_a_lock_file_of_someone_else_is_never_truncated_or_removed(tmp_path):
+def test_a_lock_file_of_someone_else_is_never_truncated_or_removed(tmp_path, refused):
     out = tmp_path / "mine"
     out.mkdir()
     (out / LOCK_NAME).write_text("{\"owner\": \"another tool\", \"since\": 1700000000}\n")
     before = (out / LOCK_NAME).read_bytes()
-    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out),
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", out),
               out / LOCK_NAME, "not a lock file of rfrs-ref", "move it away")
     assert (out / LOCK_NAME).read_bytes() == before
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
@@ -178,10 +165,10 @@ def test_out_as_a_link_to_a_directory_runs_there(tmp_path):
     assert (target / "final_metrics.json").exists() and link.is_symlink()
 
 
-def test_out_as_a_dangling_link_is_one_line(tmp_path):
+def test_out_as_a_dangling_link_is_one_line(tmp_path, refused):
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "nowhere", target_is_directory=True)
-    one_error(invoke("train", *SMALL, "--rounds", 1, "--out", link), "--out")
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", link), "--out")
     assert link.is_symlink() and not (tmp_path / "nowhere").exists()
 
 
@@ -192,11 +179,11 @@ MECHANISM = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--ro
              "--set", "backend=numpy"]
 
 
-def test_mechanism_does_not_write_into_a_directory_a_run_owns(tmp_path):
+def test_mechanism_does_not_write_into_a_directory_a_run_owns(tmp_path, refused):
     out = tmp_path / "run"
     out.mkdir()
     with Holder(out) as holder:
-        one_error(invoke(*MECHANISM, "--out", out), out, f"process {holder.pid} ")
+        refused(invoke(*MECHANISM, "--out", out), out, f"process {holder.pid} ")
         assert files(out) == {}
     res = invoke(*MECHANISM, "--out", out)
     assert res.exit_code == 0, res.output
@@ -214,11 +201,11 @@ def tiny_results(tmp_path_factory):
     return d / "out"
 
 
-def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path):
+def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path, refused):
     out = tmp_path / "figs"
     out.mkdir()
     with Holder(out) as holder:
-        one_error(invoke("plot", tiny_results, "--figure", "3", "--out", out), out,
+        refused(invoke("plot", tiny_results, "--figure", "3", "--out", out), out,
                   f"process {holder.pid} ")
         assert files(out) == {}
     # a sweep owns its results directory, not its figures/ folder: plotting a sweep under
@@ -230,12 +217,12 @@ def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results,
     assert not (tiny_results / "figures" / LOCK_NAME).exists()
 
 
-def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path):
+def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
     from rfrs_ref.files import DirectoryLock
 
     out = tmp_path / "figs"
     with DirectoryLock(out, shared=True):  # as `plot` or `mechanism` holds it
-        one_error(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "in use")
+        refused(invoke("train", *SMALL, "--rounds", 1, "--out", out), out, "in use")
         assert files(out) == {}
 
 
@@ -328,7 +315,7 @@ def test_resume_by_the_same_code_changes_no_provenance(tmp_path):
     assert (run / "config.json").read_bytes() == before
 
 
-def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path):
+def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path, refused):
     # a sweep removes a finished run's checkpoint (and state): `train --resume runs/<key>`
     # once took that for "stopped before its first checkpoint", trained the run again from
     # round 0 and rewrote its records
@@ -342,12 +329,12 @@ def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path):
     run_dir = tmp_path / "out" / "runs" / runs[0].key
     assert not (run_dir / "checkpoint.npz").exists()
     before = files(run_dir)
-    one_error(invoke("train", "--resume", run_dir), run_dir, "finished run",
+    refused(invoke("train", "--resume", run_dir), run_dir, "finished run",
               "nothing to resume")
     assert files(run_dir) == before
 
 
-def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, monkeypatch):
+def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, monkeypatch, refused):
     # a run that starts again clears its directory; runs/<key> planted as a link must not
     # make it clear the directory the link points to
     from rfrs_ref.experiments.spec import load_sweep
@@ -362,7 +349,7 @@ def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, m
     (tmp_path / "out" / "runs" / runs[0].key).symlink_to(precious, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     res = invoke("sweep", spec, "--out", "out", "--workers", 0)
-    one_error(res, runs[0].key, "is a link", "nothing was run")
+    refused(res, runs[0].key, "is a link", "nothing was run")
     assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
     # the worker refuses a linked run directory too (the sweep hands it over unresolved)
     from rfrs_ref.experiments.worker import execute_run
@@ -381,7 +368,7 @@ def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, m
     ("runs.csv", "run,when\n1,today\n"),
     ("provenance.json", "not json\n"),
 ])
-def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, text):
+def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, text, refused):
     # the tables were rewritten whatever the directory held: a user's results.csv or
     # summary.md in the directory given as --out was replaced
     spec = tmp_path / "s.toml"
@@ -392,7 +379,7 @@ def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, tex
     (out / "notes.txt").write_text("mine\n")
     before = files(out)
     monkeypatch.chdir(tmp_path)
-    one_error(invoke("sweep", spec, "--out", out, "--workers", 0), out / name,
+    refused(invoke("sweep", spec, "--out", out, "--workers", 0), out / name,
               "not written by a sweep", "nothing was run")
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 

@@ -43,18 +43,6 @@ def _cli(*args):
     return CliRunner().invoke(main, ["trace", "compare", *map(str, args)])
 
 
-def _refused(res, *fragments) -> str:
-    """The command failed with a one-line error message (no traceback) holding ``fragments``."""
-    assert res.exit_code != 0, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output
-    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
-    assert len(errors) == 1, res.output
-    for frag in fragments:
-        assert frag in errors[0], errors[0]
-    return errors[0]
-
-
 @pytest.fixture
 def ref(tmp_path):
     return _write(tmp_path / "ref.jsonl", _lines())
@@ -142,48 +130,48 @@ def test_a_number_too_large_for_a_float_is_infinite_not_a_crash(ref, tmp_path):
 
 
 @pytest.mark.parametrize("rtol", ["inf", "nan"])
-def test_a_nonfinite_tolerance_is_refused(ref, rtol):
-    _refused(_cli(ref, ref, "--rtol", rtol))
+def test_a_nonfinite_tolerance_is_refused(ref, rtol, refused):
+    refused(_cli(ref, ref, "--rtol", rtol))
 
 
 # -- 4. garbage files -----------------------------------------------------------------------------------
 
-def test_a_binary_trace(ref, tmp_path):
+def test_a_binary_trace(ref, tmp_path, refused):
     bad = tmp_path / "bin.jsonl"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
-    _refused(_cli(ref, bad), "bin.jsonl:", "not UTF-8")
+    refused(_cli(ref, bad), "bin.jsonl:", "not UTF-8")
     with pytest.raises(T.TraceFormatError, match="bin.jsonl:1: not UTF-8"):
         T.read_trace(bad)
 
 
-def test_a_deeply_nested_trace(ref, tmp_path):
+def test_a_deeply_nested_trace(ref, tmp_path, refused):
     bad = tmp_path / "deep.jsonl"
     bad.write_text(json.dumps(HEADER) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
-    _refused(_cli(ref, bad), "deep.jsonl:2", "nested too deeply")
+    refused(_cli(ref, bad), "deep.jsonl:2", "nested too deeply")
 
 
-def test_a_moderately_nested_round_line(ref, tmp_path):
+def test_a_moderately_nested_round_line(ref, tmp_path, refused):
     """Deep enough for the parser, far too deep for a trace: refused before comparing."""
     lines = _lines()
     nest: list = []
     for _ in range(500):
         nest = [nest]
     lines[1]["rule"]["deep"] = nest
-    _refused(_cli(ref, _write(tmp_path / "nest.jsonl", lines)), "nest.jsonl:2", "nested more than")
+    refused(_cli(ref, _write(tmp_path / "nest.jsonl", lines)), "nest.jsonl:2", "nested more than")
 
 
-def test_a_number_with_5000_digits(ref, tmp_path):
+def test_a_number_with_5000_digits(ref, tmp_path, refused):
     bad = tmp_path / "digits.jsonl"
     line = json.dumps(_round(1)).replace('"f": 1,', '"f": ' + "9" * 5000 + ",")
     bad.write_text(json.dumps(HEADER) + "\n" + line + "\n")
-    _refused(_cli(ref, bad), "digits.jsonl:2", "unreadable JSON number")
+    refused(_cli(ref, bad), "digits.jsonl:2", "unreadable JSON number")
 
 
-def test_a_line_cut_short_by_an_interruption(ref, tmp_path):
+def test_a_line_cut_short_by_an_interruption(ref, tmp_path, refused):
     bad = tmp_path / "cut.jsonl"
     text = "".join(json.dumps(x) + "\n" for x in _lines())
     bad.write_text(text[: -40])
-    msg = _refused(_cli(ref, bad), "cut.jsonl:4", "not valid JSON")
+    msg = refused(_cli(ref, bad), "cut.jsonl:4", "not valid JSON")
     assert "cut short" in msg
 
 
@@ -197,26 +185,26 @@ def test_a_line_cut_short_by_an_interruption(ref, tmp_path):
     (lambda h, r: r.update(state_norms=[1.0]), "state_norms must be an object"),
     (lambda h, r: r.update(round=True), "round True"),
 ])
-def test_mistyped_fields(ref, tmp_path, edit, fragment):
+def test_mistyped_fields(ref, tmp_path, edit, fragment, refused):
     lines = _lines(1)
     edit(lines[0], lines[1])
-    _refused(_cli(ref, _write(tmp_path / "typed.jsonl", lines)), "typed.jsonl:", fragment)
+    refused(_cli(ref, _write(tmp_path / "typed.jsonl", lines)), "typed.jsonl:", fragment)
 
 
 @pytest.mark.parametrize("content", ["[1, 2]\n", "null\n", '"text"\n'])
-def test_lines_that_are_not_objects(ref, tmp_path, content):
+def test_lines_that_are_not_objects(ref, tmp_path, content, refused):
     bad = tmp_path / "notobj.jsonl"
     bad.write_text(content)
-    _refused(_cli(ref, bad), "notobj.jsonl:1", "expected a JSON object")
+    refused(_cli(ref, bad), "notobj.jsonl:1", "expected a JSON object")
 
 
-def test_the_reference_side_is_checked_too(ref, tmp_path):
+def test_the_reference_side_is_checked_too(ref, tmp_path, refused):
     bad = tmp_path / "bin.jsonl"
     bad.write_bytes(b"\xff\xfe\x00garbage")
-    _refused(_cli(bad, ref), "bin.jsonl:1")
+    refused(_cli(bad, ref), "bin.jsonl:1")
 
 
-def test_an_unreadable_file(ref, tmp_path):
+def test_an_unreadable_file(ref, tmp_path, refused):
     import os
 
     bad = tmp_path / "locked.jsonl"
@@ -225,7 +213,7 @@ def test_an_unreadable_file(ref, tmp_path):
     try:
         if os.access(bad, os.R_OK):  # running as root: permissions do not apply
             pytest.skip("the file stays readable for this user")
-        _refused(_cli(ref, bad), "locked.jsonl", "cannot read the trace")
+        refused(_cli(ref, bad), "locked.jsonl", "cannot read the trace")
     finally:
         bad.chmod(0o600)
 
@@ -249,17 +237,17 @@ def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
     assert T._prefix(p, 10) == []
 
 
-def test_a_device_is_not_read_forever(ref):
-    _refused(_cli(ref, "/dev/zero"), "/dev/zero", "not a regular file")
+def test_a_device_is_not_read_forever(ref, refused):
+    refused(_cli(ref, "/dev/zero"), "/dev/zero", "not a regular file")
 
 
 # -- comparisons that compare nothing, or less than they claim ----------------------------------------
 
-def test_two_traces_without_a_round_do_not_agree(tmp_path):
+def test_two_traces_without_a_round_do_not_agree(tmp_path, refused):
     """Headers only: no round was compared, so 'the traces agree' would claim what nobody checked."""
     a = _write(tmp_path / "a.jsonl", _lines(0))
     b = _write(tmp_path / "b.jsonl", _lines(0))
-    msg = _refused(_cli(a, b), "no round")
+    msg = refused(_cli(a, b), "no round")
     assert "b.jsonl" in msg
     with pytest.raises(ValueError, match="no round"):
         T.compare(a, b)
@@ -327,16 +315,16 @@ def test_a_null_rule_or_attack_in_one_trace_is_noted(ref, tmp_path):
 
 
 @pytest.mark.parametrize("dup", ['"loss": 0.7, "loss": 0.7', '"round": 1, "round": 2'])
-def test_a_line_with_a_duplicate_key_is_refused(ref, tmp_path, dup):
+def test_a_line_with_a_duplicate_key_is_refused(ref, tmp_path, dup, refused):
     """JSON readers disagree on which of two equal keys wins: the line is ambiguous."""
     line = json.dumps(_round(1)).replace('"round": 1', dup.split(", ")[0]).replace(
         '"f": 1,', f'"f": 1, {dup.split(", ")[1]},')
     bad = tmp_path / "dup.jsonl"
     bad.write_text(json.dumps(HEADER) + "\n" + line + "\n")
-    _refused(_cli(ref, bad), "dup.jsonl:2", "duplicate key")
+    refused(_cli(ref, bad), "dup.jsonl:2", "duplicate key")
 
 
-def test_a_bom_and_crlf_line_ends(ref, tmp_path):
+def test_a_bom_and_crlf_line_ends(ref, tmp_path, refused):
     """CRLF line ends are JSON whitespace (judged); a UTF-8 byte order mark is refused by name."""
     text = "".join(json.dumps(x) + "\r\n" for x in _lines())
     crlf = tmp_path / "crlf.jsonl"
@@ -344,7 +332,7 @@ def test_a_bom_and_crlf_line_ends(ref, tmp_path):
     assert _cli(ref, crlf).exit_code == 0
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
-    _refused(_cli(ref, bom), "bom.jsonl:1", "byte order mark")
+    refused(_cli(ref, bom), "bom.jsonl:1", "byte order mark")
 
 
 @pytest.mark.parametrize("value", ["-1", "1e400", "abc"])
@@ -354,19 +342,19 @@ def test_a_negative_or_unreadable_tolerance_is_refused(ref, value):
 
 
 @pytest.mark.parametrize("rtol", ["1", "1e300"])
-def test_a_relative_tolerance_of_one_or_more_is_refused(ref, tmp_path, rtol):
+def test_a_relative_tolerance_of_one_or_more_is_refused(ref, tmp_path, rtol, refused):
     """With rtol ≥ 1, |0 − A| ≤ rtol·|A|: a trace of zeros agreed with any trace."""
     lines = _lines()
     for r in lines[1:]:
         r["loss"], r["grad_norms"] = 0.0, [0.0, 0.0]
         r["state_norms"] = {"m": 0.0, "theta": 0.0}
-    _refused(_cli(ref, _write(tmp_path / "zeros.jsonl", lines), "--rtol", rtol, "--no-checksums"),
+    refused(_cli(ref, _write(tmp_path / "zeros.jsonl", lines), "--rtol", rtol, "--no-checksums"),
              "rtol must be < 1")
     assert _cli(ref, ref, "--rtol", "0.99").exit_code == 0
 
 
 @pytest.mark.parametrize("which", ["round", "initial"])
-def test_the_reference_must_record_every_array_of_its_header(tmp_path, which):
+def test_the_reference_must_record_every_array_of_its_header(tmp_path, which, refused):
     """Two traces whose rounds record no state norm ({}) compared nothing of the state; an
     array missing from B only still diverges (test_a_dropped_state_array_diverges)."""
     lines = _lines()
@@ -376,14 +364,14 @@ def test_the_reference_must_record_every_array_of_its_header(tmp_path, which):
         for r in lines[1:]:
             r["state_norms"] = {}
     a = _write(tmp_path / "a.jsonl", lines)
-    msg = _refused(_cli(a, _write(tmp_path / "b.jsonl", lines)), "a.jsonl:", "state_norms lacks")
+    msg = refused(_cli(a, _write(tmp_path / "b.jsonl", lines)), "a.jsonl:", "state_norms lacks")
     assert "theta" in msg and ("initial" in msg if which == "initial" else "round 1" in msg)
 
 
-def test_state_arrays_must_be_a_list_of_names(ref, tmp_path):
+def test_state_arrays_must_be_a_list_of_names(ref, tmp_path, refused):
     lines = _lines()
     lines[0]["state_arrays"] = "theta"
-    _refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:1", "state_arrays must be a list")
+    refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:1", "state_arrays must be a list")
 
 
 def test_an_integer_of_the_reference_compares_exactly_anywhere(ref, tmp_path):
@@ -409,14 +397,14 @@ def test_metrics_recorded_by_one_trace_only_are_counted_in_a_note(tmp_path):
     assert res.exit_code == 0 and "note: metrics: recorded by one trace only on 2 round(s)" in res.output, res.output
 
 
-def test_ignoring_every_field_is_not_an_agreement(ref, tmp_path):
+def test_ignoring_every_field_is_not_an_agreement(ref, tmp_path, refused):
     """`--ignore` of every field but the round numbers compared nothing and said 'agree'."""
     lines = _lines()
     for r in lines[1:]:
         r["clients"], r["loss"] = [7, 8], 99.0
     b = _write(tmp_path / "b.jsonl", lines)
     ignore = [x for f in T.ROUND_FIELDS if f != "round" for x in ("--ignore", f)]
-    _refused(_cli(ref, b, *ignore), "leaves no field", "3 rounds")
+    refused(_cli(ref, b, *ignore), "leaves no field", "3 rounds")
     # with one field left, it is compared (and here diverges)
     res = _cli(ref, b, *[x for f in T.ROUND_FIELDS if f not in ("round", "clients") for x in ("--ignore", f)])
     assert res.exit_code == 1 and "traces diverge" in res.output, res.output
