@@ -20,7 +20,10 @@ fourth times the A-RFRS round as it was before the server built the features
 while it verified (recovery, then the screened verification, each reading every
 upload) and before the rule was told that the verified uploads are finite (so
 that it read them once more for NaN and ±inf): again the same rounds, so the
-ratio is those two changes' gain.
+ratio is those two changes' gain. A fifth times the A-FRS round computing every
+client's FISM rows in full, where the round computes the Q rows that clients share
+(2λq outside each client's own items) once per round: the same rounds, bit for bit,
+so the ratio is that change's gain.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -112,6 +115,7 @@ def main(argv=None) -> None:
     robust = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"])
     two_pass = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
     robust_two = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
+    whole = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], shared_rows=False)
 
     n, D = base["n"], base["D"]
     itemsize = np.dtype(args.dtype).itemsize
@@ -122,11 +126,12 @@ def main(argv=None) -> None:
 
     print(f"dataset {args.dataset}: {base['data'].n_users} clients, {n} per round, D = {D:,}, "
           f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
-    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10} {'A-RFRS 2p':>10}")
+    print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10} {'A-RFRS 2p':>10} "
+          f"{'full rows':>10}")
     print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
     print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
     print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
-    cases = (base, robust, two_pass, robust_two)
+    cases = (base, robust, two_pass, robust_two, whole)
     print(f"{'round, median of %d, s' % args.rounds:<50} "
           + " ".join(f"{r['median']:>10.3f}" for r in cases))
     print(f"{'round / minimal-traffic time':<50} "
@@ -136,6 +141,8 @@ def main(argv=None) -> None:
           f"{two_pass['median'] / base['median']:>10.2f}")
     print(f"{'A-RFRS round, two passes / one read':<50} {'':>10} {'':>10} {'':>10} "
           f"{robust_two['median'] / robust['median']:>10.2f}")
+    print(f"{'A-FRS round, full rows / shared rows once':<50} {'':>10} {'':>10} {'':>10} "
+          f"{'':>10} {whole['median'] / base['median']:>10.2f}")
     for name in dict.fromkeys(p for r in cases for p in r["phases"]):
         cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
                  for r in cases]
@@ -147,10 +154,12 @@ def main(argv=None) -> None:
         print(f"{'rfrs-ref train: peak memory (fresh process), GiB':<50} {cli[1]:>10.2f}")
 
 
-def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False) -> dict:
+def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False,
+                shared_rows: bool = True) -> dict:
     """Median round time and per-phase times of ``config`` after ``warmup`` rounds
     (``two_pass``: the weighted mean without the server's one pass; a robust rule with
-    recovery and verification as separate passes over the uploads)."""
+    recovery and verification as separate passes over the uploads; ``shared_rows``
+    False: a streamed round computes every client's rows in full)."""
     import dataclasses
 
     from rfrs_ref.federated import round as round_module
@@ -182,6 +191,7 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
     state, private = trainer.initial_state()
     # the two-pass round holds every upload, as every round did before
     buf = trainer.buffers(full=two_pass)
+    buf.shared_rows = shared_rows
     times, phases = [], {}
     try:
         for t in range(1, warmup + rounds + 1):

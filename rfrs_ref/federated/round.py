@@ -139,13 +139,17 @@ class RoundBuffers:
 
     def __init__(self, n_max: int, n_params: int, dtype, names: tuple[str, ...],
                  private_dim: int = 0, features: bool = True, grad_rows: int | None = None,
-                 upload_rows: int | None = None) -> None:
+                 upload_rows: int | None = None, shared_rows: bool = True) -> None:
         dtype = np.dtype(dtype)
         if upload_rows is not None and upload_rows < n_max and upload_rows % 4:
             raise ValueError(f"upload_rows must be a multiple of 4 (the weighted sums' group of "
                              f"rows), got {upload_rows}")
         self.n_max, self.n_params, self.dtype, self.names = n_max, n_params, dtype, tuple(names)
         self.private_dim = private_dim
+        #: a streamed round computes the rows of θ a model's clients share once
+        #: (``_shared_rows_round``); False computes every client's row in full (the same
+        #: bits, for the tests that prove it)
+        self.shared_rows = bool(shared_rows)
         rows = n_max if upload_rows is None else min(n_max, upload_rows)
         # np.ones touches every page now rather than during the first round
         self.grads = np.ones((n_max if grad_rows is None else min(n_max, grad_rows), n_params),
@@ -308,8 +312,13 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
     from rfrs_ref.aggregate.base import sample_sizes
 
     w = fed.rule.fixed_weights(sample_sizes(rd.n_samples, n))
-    acc = {k: np.zeros(buf.n_params) for k in opt.arrays}
     negatives = _negatives(fed, rd)
+    if buf.shared_rows and hasattr(model, "shared_block") and not model.has_private:
+        out = _shared_rows_round(fed, state, rd, buf, w, negatives)
+        if out is not None:
+            return out
+        rd.timing.clear()
+    acc = {k: np.zeros(buf.n_params) for k in opt.arrays}
     losses = np.empty(n)
     for name in ("gradients", "client_rule", "verification_sums"):
         rd.timing[name] = 0.0
@@ -325,6 +334,106 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
     if model.has_private:
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
     sums = {k: acc[k].astype(buf.dtype) for k in opt.arrays}
+    rows = np.arange(n)
+    new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, None, None, sums)
+    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule, {},
+                     None)
+    record["timing"] = rd.timing
+    return new_state, record
+
+
+def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
+    """:func:`_streamed_round` for a model whose gradients share rows (FISM's Q: a
+    client's gradient there is 2λq outside the rows of its own items): the rows that
+    every client of a batch shares are computed once per round, not once per client.
+
+    1. The shared rows' gradient (``model.shared_gradient``), upload and screen, once.
+    2. Each batch: the gradients, uploads, screen and weighted sums of the dense part
+       (P) and of the rows of the batch's own items only.
+    3. The other rows' sums from the one shared upload (``add_shared_rows``): rows some
+       other batch owns after each batch, rows nobody owns once at the end.
+
+    Every client's upload is what it would be in full (each value is the same
+    expression of the same inputs), the screen's verdict of a row is the conjunction of
+    its parts', and every coordinate's sum takes the same operations in the same order
+    as summing whole rows, so the state and record are :func:`_streamed_round`'s, bit
+    for bit (docs/performance.md, "Shared rows"). Returns None, before anything is
+    modified, when some part is not certainly verified (the caller runs the round as
+    before).
+    """
+    from rfrs_ref.kernels.optim import SCREEN_SUM_ROWS, add_shared_rows, threads_for
+
+    opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
+    n, batch, arrays = clients.size, buf.uploads["theta"].shape[0], opt.arrays
+    start, n_rows, width = model.shared_block
+    for name in ("gradients", "client_rule", "verification_sums"):
+        rd.timing[name] = 0.0
+    tick = time.perf_counter()
+    sq = {k: state[k][start:] for k in arrays}
+    g_sh = model.shared_gradient(state["theta"]).reshape(1, -1)
+    rd.timing["gradients"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    u_sh = {k: np.empty_like(g_sh) for k in arrays}
+    opt.client_rule_batch(sq, g_sh, t, u_sh, backend=fed.backend)
+    rd.timing["client_rule"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    if fed.verify and not opt.screen_sum_batch(sq, u_sh, t, np.ones(1))[0].all():
+        return None
+    starts = range(0, n, batch)
+    own = [np.unique(np.concatenate([fed.train.items_of(c) for c in clients[lo:lo + batch]]
+                                    + [np.zeros(0, np.int64)])).astype(np.int64) for lo in starts]
+    owned = np.zeros(n_rows, dtype=bool)
+    for rows_b in own:
+        owned[rows_b] = True
+    acc = {k: np.zeros(buf.n_params) for k in arrays}
+    head = {k: acc[k][:start] for k in arrays}
+    accq = {k: acc[k][start:].reshape(n_rows, width) for k in arrays}
+    flat_g = buf.grads.reshape(-1)
+    flat_u = {k: buf.uploads[k].reshape(-1) for k in arrays}
+    losses = np.empty(n)
+    rd.timing["verification_sums"] += time.perf_counter() - tick
+    for lo, rows_b in zip(starts, own):
+        hi = min(n, lo + batch)
+        m, q = hi - lo, rows_b.size * width
+        tick = time.perf_counter()
+        parts = [(slice(0, m * start), start), (slice(m * start, m * (start + q)), q)]
+        G = [flat_g[sl].reshape(m, cols) for sl, cols in parts]
+        U = [{k: flat_u[k][sl].reshape(m, cols) for k in arrays} for sl, cols in parts]
+        losses[lo:hi] = model.grads_batch(
+            state["theta"], fed.train, clients[lo:hi], G[0], q_rows=rows_b, out_q=G[1],
+            negatives=None if negatives is None else negatives[lo:hi], backend=fed.backend)
+        rd.timing["gradients"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        S = [{k: state[k][:start] for k in arrays},
+             {k: state[k][start:].reshape(n_rows, width)[rows_b].ravel() for k in arrays}]
+        for Sp, Gp, Up in zip(S, G, U):
+            if Gp.shape[1]:
+                opt.client_rule_batch(Sp, Gp, t, Up, backend=fed.backend)
+        rd.timing["client_rule"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        mine = {k: accq[k][rows_b].ravel() for k in arrays}
+        for Sp, Up, into in zip(S, U, (head, mine)):
+            if Up["theta"].shape[1] and not opt.screen_sum_batch(
+                    Sp, Up, t, w[lo:hi], into=into, screen=fed.verify)[0].all():
+                return None
+        bounds = np.append(np.arange(lo, hi, SCREEN_SUM_ROWS), hi).astype(np.int64) - lo
+        others = owned.copy()
+        others[rows_b] = False
+        others = np.flatnonzero(others)
+        with threads_for(others.size * width * m):
+            for k in arrays:
+                accq[k][rows_b] = mine[k].reshape(-1, width)
+                add_shared_rows(u_sh[k][0], w[lo:hi], bounds, others, width, accq[k].reshape(-1))
+        rd.timing["verification_sums"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    bounds = np.unique(np.concatenate([np.arange(lo, min(n, lo + batch), SCREEN_SUM_ROWS)
+                                       for lo in starts] + [[n]])).astype(np.int64)
+    nobody = np.flatnonzero(~owned)
+    with threads_for(nobody.size * width * n):
+        for k in arrays:
+            add_shared_rows(u_sh[k][0], w, bounds, nobody, width, accq[k].reshape(-1))
+    rd.timing["verification_sums"] += time.perf_counter() - tick
+    sums = {k: acc[k].astype(buf.dtype) for k in arrays}
     rows = np.arange(n)
     new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, None, None, sums)
     record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule, {},

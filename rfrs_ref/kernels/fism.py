@@ -336,8 +336,14 @@ def _fism_prepare(P, Q, S, gamma):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ):
-    """p rows of S, then every q row (2λq outside S; c₁B + c₂(A − a_l p_l) + 2λq_l in S)."""
+def _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ, q_rows):
+    """p rows of S, then the q rows (2λq outside S; c₁B + c₂(A − a_l p_l) + 2λq_l in S).
+
+    ``q_rows`` None: every q row, gQ (n_items, d). Otherwise the sorted item ids whose q
+    rows are written, gQ (len(q_rows), d), row li for item q_rows[li]; it must contain S
+    (the rows outside it are 2λq for every client: :func:`shared_q_gradient`). Each
+    written value is the same expression either way, so the same bits.
+    """
     n_items, d = P.shape
     n = S.shape[0]
     two_lam = 2.0 * lam
@@ -350,42 +356,55 @@ def _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ):
             gP[j, t] = aj * (c2 * (s[t] - Q[j, t])) + two_lam * p
             A[t] += aj * p
     nxt = 0
-    for l in range(n_items):
-        if nxt < n and S[nxt] == l:
-            al = a[nxt]
-            for t in range(d):
-                gQ[l, t] = c1 * B[t] + c2 * (A[t] - al * P[l, t]) + two_lam * Q[l, t]
-            nxt += 1
-        else:
-            for t in range(d):
-                gQ[l, t] = two_lam * Q[l, t]
+    if q_rows is None:
+        for l in range(n_items):
+            if nxt < n and S[nxt] == l:
+                al = a[nxt]
+                for t in range(d):
+                    gQ[l, t] = c1 * B[t] + c2 * (A[t] - al * P[l, t]) + two_lam * Q[l, t]
+                nxt += 1
+            else:
+                for t in range(d):
+                    gQ[l, t] = two_lam * Q[l, t]
+    else:
+        for li in range(q_rows.shape[0]):
+            l = q_rows[li]
+            if nxt < n and S[nxt] == l:
+                al = a[nxt]
+                for t in range(d):
+                    gQ[li, t] = c1 * B[t] + c2 * (A[t] - al * P[l, t]) + two_lam * Q[l, t]
+                nxt += 1
+            else:
+                for t in range(d):
+                    gQ[li, t] = two_lam * Q[l, t]
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def fism_client_exact(P, Q, S, gamma, lam, gP, gQ):
+def fism_client_exact(P, Q, S, gamma, lam, gP, gQ, q_rows):
     """Exact-mode gradient of one client into (gP, gQ); returns the pair loss (no λ‖θ‖²).
 
     P, Q: (n_items, d) views of θ; S: sorted unique training items;
-    gP, gQ: (n_items, d) views of the client's output row.
+    gP: (n_items, d); gQ: (n_items, d), or (len(q_rows), d) for the q rows q_rows only
+    (see :func:`_fism_finish`).
     """
     d = P.shape[1]
     s, sc, c1, c2, y_pos = _fism_prepare(P, Q, S, gamma)
     a = np.zeros(S.shape[0])
     B = np.zeros(d)
     loss = negatives_pass_exact(P, S, sc, y_pos, lam, a, gP, B)
-    _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ)
+    _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ, q_rows)
     return loss
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def fism_client_sampled(P, Q, S, neg, gamma, lam, gP, gQ):
+def fism_client_sampled(P, Q, S, neg, gamma, lam, gP, gQ, q_rows):
     """Sampled-mode gradient of one client; ``neg`` (n, N) are the negatives of each positive."""
     d = P.shape[1]
     s, sc, c1, c2, y_pos = _fism_prepare(P, Q, S, gamma)
     a = np.zeros(S.shape[0])
     B = np.zeros(d)
     loss = negatives_pass_sampled(P, S, neg, sc, y_pos, lam, a, gP, B)
-    _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ)
+    _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ, q_rows)
     return loss
 
 
@@ -435,13 +454,27 @@ def client_costs(counts: np.ndarray, n_items: int, d: int, pairs_per_client=None
     return float(n_items) * d + np.asarray(pairs, dtype=np.float64)
 
 
+@njit(inline="always")
+def _out_rows(out, out_q, q_rows, r, n_items, d):
+    """Client row r's (gP, gQ) views: the halves of out[r] (q_rows None), or out[r]
+    (n_items·d) and out_q[r] (len(q_rows)·d) for the q rows q_rows only."""
+    nd = n_items * d
+    if q_rows is None:
+        row = out[r]
+        return row[:nd].reshape((n_items, d)), row[nd:].reshape((n_items, d))
+    return out[r].reshape((n_items, d)), out_q[r].reshape((q_rows.shape[0], d))
+
+
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def fism_rows_exact(theta, n_items, d, indptr, indices, clients, gamma, lam, out, losses, rows):
+def fism_rows_exact(theta, n_items, d, indptr, indices, clients, gamma, lam, out, losses, rows,
+                    out_q=None, q_rows=None):
     """Exact-mode gradients of the batch rows ``rows``, in that order, on this thread.
 
     Row r: client clients[r] into out[r], its pair loss (without λ‖θ‖²) into
     losses[r]. theta: (2·n_items·d,) = concat(P.ravel(), Q.ravel()); out:
-    (n, D) of theta's dtype, C-contiguous.
+    (n, D) of theta's dtype, C-contiguous. With ``q_rows`` (sorted item ids
+    containing every client's items): out (n, n_items·d) receives the p half and
+    out_q (n, len(q_rows)·d) the q rows q_rows, the same values.
     """
     nd = n_items * d
     P = theta[:nd].reshape((n_items, d))
@@ -450,27 +483,26 @@ def fism_rows_exact(theta, n_items, d, indptr, indices, clients, gamma, lam, out
         r = rows[i]
         c = clients[r]
         S = indices[indptr[c] : indptr[c + 1]]
-        row = out[r]
-        gP = row[:nd].reshape((n_items, d))
-        gQ = row[nd:].reshape((n_items, d))
-        losses[r] = fism_client_exact(P, Q, S, gamma, lam, gP, gQ)
+        gP, gQ = _out_rows(out, out_q, q_rows, r, n_items, d)
+        losses[r] = fism_client_exact(P, Q, S, gamma, lam, gP, gQ, q_rows)
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
 def fism_grads_exact(theta, n_items, d, indptr, indices, clients, gamma, lam, out, losses,
-                     wptr, wrows):
+                     wptr, wrows, out_q=None, q_rows=None):
     """:func:`fism_rows_exact` in parallel: worker w computes rows
     wrows[wptr[w]:wptr[w + 1]] (see :func:`schedule`)."""
     for w in prange(wptr.shape[0] - 1):
         fism_rows_exact(theta, n_items, d, indptr, indices, clients, gamma, lam, out, losses,
-                        wrows[wptr[w] : wptr[w + 1]])
+                        wrows[wptr[w] : wptr[w + 1]], out_q, q_rows)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def fism_rows_sampled(theta, n_items, d, indptr, indices, clients, neg_flat, neg_ptr,
-                      neg_width, gamma, lam, out, losses, rows):
+                      neg_width, gamma, lam, out, losses, rows, out_q=None, q_rows=None):
     """Sampled-mode gradients of the batch rows ``rows``; row r's negatives are
-    ``neg_flat[neg_ptr[r]:neg_ptr[r + 1]].reshape(n_r, neg_width[r])``."""
+    ``neg_flat[neg_ptr[r]:neg_ptr[r + 1]].reshape(n_r, neg_width[r])``; ``out_q`` and
+    ``q_rows`` as in :func:`fism_rows_exact`."""
     nd = n_items * d
     P = theta[:nd].reshape((n_items, d))
     Q = theta[nd:].reshape((n_items, d))
@@ -479,19 +511,26 @@ def fism_rows_sampled(theta, n_items, d, indptr, indices, clients, neg_flat, neg
         c = clients[r]
         S = indices[indptr[c] : indptr[c + 1]]
         neg = neg_flat[neg_ptr[r] : neg_ptr[r + 1]].reshape((S.shape[0], neg_width[r]))
-        row = out[r]
-        gP = row[:nd].reshape((n_items, d))
-        gQ = row[nd:].reshape((n_items, d))
-        losses[r] = fism_client_sampled(P, Q, S, neg, gamma, lam, gP, gQ)
+        gP, gQ = _out_rows(out, out_q, q_rows, r, n_items, d)
+        losses[r] = fism_client_sampled(P, Q, S, neg, gamma, lam, gP, gQ, q_rows)
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
 def fism_grads_sampled(theta, n_items, d, indptr, indices, clients, neg_flat, neg_ptr,
-                       neg_width, gamma, lam, out, losses, wptr, wrows):
+                       neg_width, gamma, lam, out, losses, wptr, wrows, out_q=None, q_rows=None):
     """:func:`fism_rows_sampled` in parallel over workers."""
     for w in prange(wptr.shape[0] - 1):
         fism_rows_sampled(theta, n_items, d, indptr, indices, clients, neg_flat, neg_ptr,
-                          neg_width, gamma, lam, out, losses, wrows[wptr[w] : wptr[w + 1]])
+                          neg_width, gamma, lam, out, losses, wrows[wptr[w] : wptr[w + 1]],
+                          out_q, q_rows)
+
+
+def shared_q_gradient(theta: np.ndarray, n_items: int, d: int, lam: float) -> np.ndarray:
+    """The q half of the gradient of a client outside whose items every q row lies:
+    2λq in float64, rounded once to θ's dtype, which is what the kernels write on the
+    q rows outside a client's items (:func:`_fism_finish`), bit for bit."""
+    q = np.asarray(theta[n_items * d:], dtype=np.float64)
+    return ((2.0 * float(lam)) * q).astype(theta.dtype)
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")

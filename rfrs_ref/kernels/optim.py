@@ -892,6 +892,41 @@ def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, t
     return _sure_rows(counts)
 
 
+@njit(cache=True, parallel=True)
+def add_shared_rows(u, w, bounds, rows, width, acc):
+    """acc[l·width + k] += Σᵢ wᵢ·u[l·width + k] for each row l of ``rows`` and k < width:
+    the weighted sums of uploads that all equal ``u`` there, with the operations of
+    ``add_weighted_block`` as the screen-sum kernels call it once per slice
+    w[bounds[j]:bounds[j + 1]] (float64; the live rows of a slice grouped by four in
+    order; slices in order), so the same bits as summing the rows themselves slice by
+    slice (docs/performance.md, "Shared rows")."""
+    ns = bounds.shape[0] - 1
+    lives = np.zeros((ns, w.shape[0]), dtype=np.int64)
+    counts = np.zeros(ns, dtype=np.int64)
+    for j in range(ns):
+        live, nl = live_rows(w[bounds[j]:bounds[j + 1]])
+        lives[j, :nl] = live[:nl] + bounds[j]
+        counts[j] = nl
+    for li in prange(rows.shape[0]):
+        k0 = rows[li] * width
+        ur = u[k0:k0 + width]
+        ar = acc[k0:k0 + width]
+        for j in range(ns):
+            live, nl = lives[j], counts[j]
+            r = 0
+            while r + 4 <= nl:
+                w0, w1, w2, w3 = w[live[r]], w[live[r + 1]], w[live[r + 2]], w[live[r + 3]]
+                for k in range(width):
+                    x = ur[k]
+                    ar[k] += w0 * x + w1 * x + w2 * x + w3 * x
+                r += 4
+            while r < nl:
+                wi = w[live[r]]
+                for k in range(width):
+                    ar[k] += wi * ur[k]
+                r += 1
+
+
 # -- the server's one read for a rule that compares every row: features and screen -------
 # For a robust rule (Krum, median, trimmed mean, RFA, Bulyan...) the server used to read
 # every upload twice before the rule: recovery (read the uploads, write ĝ into the feature

@@ -216,8 +216,9 @@ class Model(abc.ABC):
                                      "must come from S⁻")
         return neg
 
-    def _check_batch(self, theta, train, clients, out, negatives, backend):
-        """Common checks of ``grads_batch``; returns (theta, clients, negatives, backend)."""
+    def _check_batch(self, theta, train, clients, out, negatives, backend, width=None):
+        """Common checks of ``grads_batch``; returns (theta, clients, negatives, backend).
+        ``width``: out's row length where it is not D (a model writing part of a row)."""
         backend = check_backend(self.name, backend)
         theta = self.check_theta(theta)
         if train.n_items != self.n_items:
@@ -232,7 +233,7 @@ class Model(abc.ABC):
             bad = clients.min() if clients.min() < 0 else clients.max()
             raise ValueError(f"{self.name}: client id {bad} out of range "
                              f"0..{train.n_users - 1}")
-        n, D = clients.size, self.n_params()
+        n, D = clients.size, (self.n_params() if width is None else width)
         if not isinstance(out, np.ndarray) or out.ndim != 2 or out.shape[1] != D \
                 or out.shape[0] != n:
             shape = getattr(out, "shape", None)

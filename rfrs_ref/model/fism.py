@@ -134,7 +134,7 @@ class FISM(Model):
 
     # -- fast path ---------------------------------------------------------------
     def grads_batch(self, theta, train, clients, out, *, negatives=None, private=None,
-                    private_out=None, backend="numba"):
+                    private_out=None, backend="numba", q_rows=None, out_q=None):
         """Gradients of clients ``clients`` (ids into ``train``) written into ``out``.
 
         Args:
@@ -148,6 +148,12 @@ class FISM(Model):
             private, private_out: must be None (no private state).
             backend: ``numba`` (kernels, parallel over clients), ``numpy`` (loops
                 over the oracle), or ``cuda`` (no GPU kernel here: the Numba kernels).
+            q_rows, out_q: the gradient's q half on some rows only (a round that
+                streams: docs/performance.md, "Shared rows"): ``q_rows`` sorted unique
+                item ids containing every client's items; ``out`` (n, n_items·d) then
+                receives the p half and ``out_q`` (n, len(q_rows)·d) the q rows
+                ``q_rows``, the values the full rows would hold. Every other q row of
+                every client is :meth:`shared_gradient`'s.
 
         Returns:
             (n,) float64 losses, λ‖θ‖² included.
@@ -159,6 +165,9 @@ class FISM(Model):
         if private is not None or private_out is not None:
             raise ValueError("fism has no private parameters; pass private=None, "
                              "private_out=None")
+        if q_rows is not None:
+            return self._grads_rows(theta, train, clients, out, out_q, q_rows, negatives,
+                                    backend)
         theta, clients, negatives, backend = self._check_batch(theta, train, clients, out,
                                                                negatives, backend)
         n = clients.size
@@ -169,6 +178,12 @@ class FISM(Model):
                 losses[r], g = self.loss_grad(theta, train.items_of(c), neg)
                 out[r] = g
             return losses
+        self._kernel_grads(theta, train, clients, out, losses, negatives)
+        return losses
+
+    def _kernel_grads(self, theta, train, clients, out, losses, negatives, rows_out=()):
+        """The numba kernels into ``out`` (and ``rows_out`` = (out_q, q_rows)); losses
+        with λ‖θ‖²."""
         from rfrs_ref.kernels import fism as K
 
         indptr = np.ascontiguousarray(train.indptr, dtype=np.int64)
@@ -180,19 +195,70 @@ class FISM(Model):
         if negatives is None:
             wptr, wrows = self._schedule(train, clients)
             if wptr.size == 2:
-                K.fism_rows_exact(*args, *hyper, wrows)
+                K.fism_rows_exact(*args, *hyper, wrows, *rows_out)
             else:
-                K.fism_grads_exact(*args, *hyper, wptr, wrows)
+                K.fism_grads_exact(*args, *hyper, wptr, wrows, *rows_out)
         else:
             packed = self._pack_negatives(train, clients, negatives)
             wptr, wrows = self._schedule(train, clients, packed[2])
             if wptr.size == 2:
-                K.fism_rows_sampled(*args, *packed, *hyper, wrows)
+                K.fism_rows_sampled(*args, *packed, *hyper, wrows, *rows_out)
             else:
-                K.fism_grads_sampled(*args, *packed, *hyper, wptr, wrows)
-        if n:
+                K.fism_grads_sampled(*args, *packed, *hyper, wptr, wrows, *rows_out)
+        if clients.size:
             losses += self.lam * K.sum_squares(theta)
+
+    def _grads_rows(self, theta, train, clients, out, out_q, q_rows, negatives, backend):
+        """grads_batch with the q half on the rows ``q_rows`` only."""
+        nd, d = self.n_items * self.dim, self.dim
+        theta, clients, negatives, backend = self._check_batch(theta, train, clients, out,
+                                                               negatives, backend, width=nd)
+        n = clients.size
+        q_rows = np.asarray(q_rows)
+        if q_rows.ndim != 1 or (q_rows.size and (not np.issubdtype(q_rows.dtype, np.integer)
+                                                 or q_rows.min() < 0
+                                                 or q_rows.max() >= self.n_items
+                                                 or (np.diff(q_rows) <= 0).any())):
+            raise ValueError(f"fism: q_rows must be sorted unique item ids in "
+                             f"0..{self.n_items - 1}")
+        q_rows = q_rows.astype(np.int64)
+        if not (isinstance(out_q, np.ndarray) and out_q.shape == (n, q_rows.size * d)
+                and out_q.flags.c_contiguous and out_q.flags.writeable
+                and out_q.dtype == theta.dtype):
+            raise ValueError(f"fism: out_q must be a writeable C-contiguous array of shape "
+                             f"({n}, {q_rows.size * d}) in theta's dtype, got "
+                             f"{getattr(out_q, 'shape', None)}")
+        for c in clients:
+            if not np.isin(train.items_of(c), q_rows).all():
+                raise ValueError(f"fism: q_rows must contain every client's items; client {c} "
+                                 "has items outside it")
+        if backend == "numpy":
+            full = np.empty((n, self.n_params()), dtype=theta.dtype)
+            losses = self.grads_batch(theta, train, clients, full, negatives=negatives,
+                                      backend="numpy")
+            out[...] = full[:, :nd]
+            out_q[...] = full[:, nd:].reshape(n, self.n_items, d)[:, q_rows].reshape(n, -1)
+            return losses
+        losses = np.zeros(n)
+        self._kernel_grads(theta, train, clients, out, losses, negatives, (out_q, q_rows))
         return losses
+
+    @property
+    def shared_block(self) -> tuple[int, int, int]:
+        """``(start, rows, width)``: θ[start:] is Q, ``rows`` rows of ``width``, where a
+        client's gradient is :meth:`shared_gradient`'s except on the rows of its own
+        items (a round that streams computes those rows only: docs/performance.md,
+        "Shared rows")."""
+        return self.n_items * self.dim, self.n_items, self.dim
+
+    def shared_gradient(self, theta: np.ndarray) -> np.ndarray:
+        """The q half of the gradient of a client on the q rows outside its items, 2λq
+        (the same for every client), in θ's dtype: the values :meth:`grads_batch` writes
+        there, bit for bit."""
+        from rfrs_ref.kernels.fism import shared_q_gradient
+
+        theta = self.check_theta(theta)
+        return shared_q_gradient(theta, self.n_items, self.dim, self.lam)
 
     # -- evaluation --------------------------------------------------------------
     def scores(self, theta, train, users, private=None, backend="numba", out=None):

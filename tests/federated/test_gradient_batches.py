@@ -112,3 +112,31 @@ def test_a_run_that_reads_gradients_refuses_a_short_buffer():
     state, private = trainer.initial_state()
     with pytest.raises(ValueError, match="gradient buffer holds 4 rows for 40 clients"):
         run_round(trainer.federation, state, 1, _buffers(trainer, 4), private)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("negatives,verify", [(0, True), (1, True), (0, False)])
+def test_a_streamed_round_computes_the_shared_rows_once_with_the_same_bits(
+        optimizer, negatives, verify, monkeypatch):
+    """FISM's Q rows outside a client's items are 2λq for every client: the streamed round
+    computes their upload once (``_shared_rows_round``), and gives the state and record of
+    the round that computes every client's row in full, bit for bit."""
+    from rfrs_ref.model.fism import FISM
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8, "negatives": negatives}, optimizer=optimizer,
+                         verify=verify, seed=5)
+    trainer = Trainer(config)
+    assert trainer.federation.streams
+    calls = []
+    shared = FISM.shared_gradient
+    monkeypatch.setattr(FISM, "shared_gradient", lambda self, th: calls.append(1) or shared(self, th))
+    for rows in (4, 16):
+        whole = _buffers(trainer, rows, rows)
+        whole.shared_rows = False
+        before = len(calls)
+        want = _rounds(trainer, whole, rounds=5)
+        assert len(calls) == before
+        got = _rounds(trainer, _buffers(trainer, rows, rows), rounds=5)
+        assert len(calls) == before + 5
+        _same_rounds(want, got, (optimizer, rows))

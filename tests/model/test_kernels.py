@@ -283,3 +283,45 @@ def test_cuda_backend_runs_the_numba_kernels(mt):
     assert np.array_equal(a, b) and np.array_equal(la, lb)
     np.testing.assert_array_equal(m.scores(theta, train, [1], backend="cuda"),
                                   m.scores(theta, train, [1], backend="numba"))
+
+
+@settings(max_examples=30)
+@given(batch_cases(), st.integers(0, 2**32 - 1), st.sampled_from(["numba", "numpy"]))
+def test_fism_q_rows_are_the_full_rows_bit_for_bit(mt, case, extra_seed, backend):
+    """``grads_batch(q_rows=)`` writes the p half and the chosen q rows with the bits of
+    the full rows, and every other q row of every client is ``shared_gradient``'s."""
+    _, train, m, theta, clients, negatives = _setup(mt, case, FISM)
+    full = np.empty((clients.size, m.n_params()), dtype=theta.dtype)
+    want = m.grads_batch(theta, train, clients, full, negatives=negatives, backend=backend)
+    owned = np.zeros(m.n_items, dtype=bool)
+    for c in clients:
+        owned[train.items_of(c)] = True
+    extra = np.random.default_rng(extra_seed).random(m.n_items) < 0.2
+    q_rows = np.flatnonzero(owned | extra)
+    nd, d = m.n_items * m.dim, m.dim
+    out = np.full((clients.size, nd), np.nan, dtype=theta.dtype)
+    out_q = np.full((clients.size, q_rows.size * d), np.nan, dtype=theta.dtype)
+    got = m.grads_batch(theta, train, clients, out, negatives=negatives, backend=backend,
+                        q_rows=q_rows, out_q=out_q)
+    np.testing.assert_array_equal(got, want)
+    fullq = full[:, nd:].reshape(clients.size, m.n_items, d)
+    assert out.tobytes() == np.ascontiguousarray(full[:, :nd]).tobytes()
+    assert out_q.tobytes() == np.ascontiguousarray(fullq[:, q_rows]).tobytes()
+    shared = m.shared_gradient(theta).reshape(m.n_items, d)
+    for r, c in enumerate(clients):
+        others = np.ones(m.n_items, dtype=bool)
+        others[train.items_of(c)] = False
+        assert fullq[r][others].tobytes() == shared[others].tobytes()
+
+
+def test_fism_q_rows_must_hold_every_clients_items(mt):
+    train = mt.interactions(6, [np.array([0, 2]), np.array([3])])
+    m = FISM(6, dim=2)
+    theta = m.init_params(np.random.default_rng(0), 0.1, np.float32)
+    out = np.empty((2, 12), np.float32)
+    with pytest.raises(ValueError, match="client 1 has items outside"):
+        m.grads_batch(theta, train, np.array([0, 1]), out, q_rows=np.array([0, 2]),
+                      out_q=np.empty((2, 4), np.float32))
+    with pytest.raises(ValueError, match="sorted unique"):
+        m.grads_batch(theta, train, np.array([0, 1]), out, q_rows=np.array([3, 2, 0]),
+                      out_q=np.empty((2, 6), np.float32))
