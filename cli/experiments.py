@@ -87,7 +87,7 @@ class _Progress:
             todo = report.total - report.skipped - report.reused
             where = (f"{report.workers} Dask worker(s)" if report.workers else "this process")
             reused = f"{report.reused} copied from --reuse-from, " if report.reused else ""
-            click.echo(f"{report.total} runs: {report.skipped} already finished, {reused}"
+            click.echo(f"{report.total} runs: {_recorded(report, 'already finished')}{reused}"
                        f"{todo} to run on {where}")
             self.bar = Progress(todo, label="run", started=self.started,
                                 first_note="the first runs also compile the Numba kernels "
@@ -167,12 +167,23 @@ def _tables(out: pathlib.Path) -> None:
     click.echo("tables: " + ", ".join(str(out / n) for n in names))
 
 
+def _recorded(report, finished: str) -> str:
+    """The runs a sweep did not run because they were recorded before, by what they are:
+    finished (or diverged), failed and not retried, or recorded as finished with a metric
+    that is not a finite number (the tables show those as failed)."""
+    done = report.skipped - report.kept_failed - report.not_finite
+    return (f"{done} {finished}, "
+            + (f"{report.kept_failed} failed before (not retried), " if report.kept_failed else "")
+            + (f"{report.not_finite} recorded as finished with a metric that is not a finite "
+               "number (shown as failed), " if report.not_finite else ""))
+
+
 def _report(report, started: float, progress: _Progress, after: str = "tables") -> None:
     from rfrs_ref.cli.progress import duration
 
     runs = ("" if progress.runs_done_at is None else
             f" (runs done at {duration(progress.runs_done_at)}, then {after})")
-    click.echo(f"{report.total} runs: {report.skipped} skipped (already finished), "
+    click.echo(f"{report.total} runs: {_recorded(report, 'skipped (already finished)')}"
                + (f"{report.reused} copied (--reuse-from), " if report.reused else "")
                + f"{report.finished} finished, "
                + (f"{report.diverged} diverged, " if report.diverged else "")

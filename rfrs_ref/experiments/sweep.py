@@ -83,7 +83,11 @@ class SweepReport:
 
     Attributes:
         out: the output directory.
-        total: runs in the sweep; skipped: already finished (or diverged) before this call;
+        total: runs in the sweep; skipped: not run by this call because recorded before it
+            (finished or diverged, and ``kept_failed`` and ``not_finite`` of them);
+        kept_failed: skipped runs whose earlier failure is kept (``retry_failed`` False);
+        not_finite: skipped runs recorded as finished whose metrics are not all finite
+            numbers (a damaged or edited outcome.json): the tables show them as failed;
         reused: copied by this call from another directory's record (``reuse_from``);
         finished, diverged, failed: runs of this call that finished, diverged or failed.
         table, summary: the tidy and summary tables (pandas DataFrames) of the sweep's runs.
@@ -105,6 +109,8 @@ class SweepReport:
     failures: list = dataclasses.field(default_factory=list)
     diverged: int = 0
     divergences: list = dataclasses.field(default_factory=list)
+    kept_failed: int = 0
+    not_finite: int = 0
 
     @property
     def pending(self) -> int:
@@ -338,6 +344,17 @@ def run_sweep(
                              f"directory of this sweep ({len(linked)} such); remove it and run "
                              "the sweep again; nothing was run")
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
+        waiting = set(pending)
+        for k in keys:
+            o = outcomes.get(k) or {}
+            if k in waiting:
+                continue
+            if o.get("status") == "failed":
+                report.kept_failed += 1
+            elif o.get("status") == "ok" and (not isinstance(o.get("final"), dict) or
+                                              non_finite_metric(o["final"],
+                                                                by_key[k].config.ks) is not None):
+                report.not_finite += 1
         if not run:
             pending = []
         sources = [Store(d) for d in reuse_from]

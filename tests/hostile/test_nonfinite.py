@@ -217,6 +217,9 @@ def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, 
     monkeypatch.chdir(sweep_dir)
     res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0)
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    # once: the final line counted it among the runs "skipped (already finished)"
+    assert "1 skipped (already finished)" in res.output, res.output
+    assert "1 recorded as finished with a metric that is not a finite number" in res.output
     from rfrs_ref.experiments.results import read_table
 
     table = read_table(sweep_dir / "out")
