@@ -188,7 +188,8 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool) -> dic
             (run_dir / name).unlink(missing_ok=True)
         return {
             "status": "diverged",
-            "error": f"{type(exc).__name__}: {exc}",
+            # without the run directory's path (this host's) and its checkpoint, removed above
+            "error": f"{type(exc).__name__}: {exc.plain}",
             "resumed_from": resumed_from,
             "divergence": jsonable(exc.record()),
             "history": _history(exc.history),

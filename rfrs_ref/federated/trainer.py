@@ -150,8 +150,13 @@ class Diverged(NonFiniteState):
 
     def __init__(self, t: int, reason: str, what: str, message: str, *,
                  checkpoint: int | None, history: list[dict], array: str | None = None,
-                 count: int | None = None, user: int | None = None) -> None:
+                 count: int | None = None, user: int | None = None,
+                 plain: str | None = None) -> None:
         ValueError.__init__(self, message)
+        #: the message without what it says of the run directory's files (a sweep
+        #: records this one: its outcome names no host path, and the sweep removes the
+        #: checkpoint of a diverged run)
+        self.plain = message if plain is None else plain
         self.round, self.reason, self.what, self.checkpoint = t, reason, what, checkpoint
         self.array, self.count, self.user = array, count, user
         self.history = [dict(row) for row in history]
@@ -476,7 +481,8 @@ class Trainer:
                 raise NonFiniteState(t, name, count, size, last_checkpoint, run_dir)
             raise Diverged(t, DIVERGED_STATE, f"{name!r}: {count} of {size} values",
                            _state_message(t, name, count, size, last_checkpoint, run_dir),
-                           checkpoint=last_checkpoint, history=history, array=name, count=count)
+                           checkpoint=last_checkpoint, history=history, array=name, count=count,
+                           plain=_state_message(t, name, count, size, last_checkpoint, None))
 
     def _evaluation_row(self, t, state, private, pop, out, checkpoint=None, history=()) -> dict:
         from rfrs_ref.metrics import NonFiniteScores
@@ -490,12 +496,12 @@ class Trainer:
                 raise
             where = (f"; {out.path}/checkpoint.npz (round {checkpoint}) is kept" if checkpoint
                      else "") if out is not None else ""
-            raise Diverged(t, DIVERGED_SCORES, f"the scores of user {exc.user}",
-                           f"round {t}: the model diverged: its state is finite, but the scores "
-                           f"of user {exc.user} hold NaN or ±inf (parameters so large that a "
-                           f"score overflows); training stopped before recording the round"
-                           f"{where}", checkpoint=checkpoint, history=history,
-                           user=exc.user) from None
+            plain = (f"round {t}: the model diverged: its state is finite, but the scores "
+                     f"of user {exc.user} hold NaN or ±inf (parameters so large that a "
+                     f"score overflows); training stopped before recording the round")
+            raise Diverged(t, DIVERGED_SCORES, f"the scores of user {exc.user}", plain + where,
+                           checkpoint=checkpoint, history=history, user=exc.user,
+                           plain=plain) from None
         row = {"round": t, **m.as_dict()}
         if out is not None:
             out.append_metrics(t, m, pop)

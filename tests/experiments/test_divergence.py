@@ -55,6 +55,9 @@ def test_a_diverged_run_is_an_outcome_with_its_round_reason_and_history(ex, tmp_
     d = out["divergence"]
     assert d["reason"] == reason and 1 <= d["round"] <= spec.config.rounds
     assert out["error"].startswith(f"Diverged: round {d['round']}: ")
+    # the recorded message names no path of this host, and no checkpoint (the sweep removes
+    # it); it once said "/tmp/.../run/checkpoint.npz (round 600) is kept" of a deleted file
+    assert str(tmp_path) not in out["error"] and "checkpoint" not in out["error"]
     # the history before the divergence: round 0 first, every row finite and before it
     assert out["history"][0]["round"] == 0
     assert all(row["round"] < d["round"] for row in out["history"])
