@@ -219,9 +219,17 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
     handles = {}
     for ax, sub, panel_title in panels:
         drawn_here = 0
+        unrecorded = []
         for si, name in enumerate(names):
             s = sub[(sub[scol] == name) & (sub["metric"] == metric)]
             if s.empty:
+                continue
+            # NaN in a finished run is "not recorded" (a run from before the metric
+            # existed): the mean leaves it out, and the panel says so instead of hiding it
+            runs, recorded = s["key"].nunique(), s.loc[s["value"].notna(), "key"].nunique()
+            if recorded < runs:
+                unrecorded.append(f"{name} {runs - recorded}/{runs}")
+            if not recorded:
                 continue
             drawn_here += 1
             g = s.groupby("k")["value"]
@@ -237,8 +245,11 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
                 h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
                             linewidth=1.2, label="Popularity")[0]
                 handles["Popularity"] = h
-        ax.set_title(_titled(panel_title, _divergence_note(table, sub, scol, names,
-                                                           (rows, cols))), fontsize=9)
+        notes = [_divergence_note(table, sub, scol, names, (rows, cols))]
+        if unrecorded:
+            notes.append(f"{METRIC_NAMES.get(metric, metric)} not recorded: "
+                         + ", ".join(unrecorded))
+        ax.set_title(_titled(panel_title, "; ".join(n for n in notes if n)), fontsize=9)
         ax.set_xlabel("K", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
         ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))

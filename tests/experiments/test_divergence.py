@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -339,3 +340,22 @@ def test_a_panel_without_a_finished_run_says_so(ex, tmp_path, monkeypatch):
         empty = sorted(title for title, words in said.items() if words == ["no finished run"])
         assert len(said) == 4 and len(empty) == 2, said
         assert all(words == [] for title, words in said.items() if title not in empty)
+
+
+def test_a_panel_says_which_series_do_not_record_its_metric(ex, tmp_path, monkeypatch):
+    """A finished run without the plotted metric (NaN: recorded before the metric existed)
+    is left out of its series' mean, and the panel's title says how many of the series'
+    runs lack it; it once averaged the others silently."""
+    from rfrs_ref.experiments import plots
+
+    ok, _ = _specs(ex)
+    run_sweep(ok, tmp_path, workers=0, threads=1, label_columns=("label_series",))
+    t = read_table(tmp_path)
+    figs = []
+    monkeypatch.setattr(plots, "save", lambda fig, stem: figs.append(fig) or [])
+    plots.plot_k_panels(t, tmp_path / "k", metric="ndcg")
+    assert "not recorded" not in figs[-1].axes[0].get_title()
+    old = t["metric"].eq("ndcg") & t["seed"].eq(1)
+    t.loc[old, "value"] = np.nan
+    plots.plot_k_panels(t, tmp_path / "k", metric="ndcg")
+    assert "NDCG not recorded: A 1/2" in figs[-1].axes[0].get_title()
