@@ -333,8 +333,14 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
         rd.timing["verification_sums"] += time.perf_counter() - tick
     if model.has_private:
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
-    sums = {k: acc[k].astype(buf.dtype) for k in opt.arrays}
-    rows = np.arange(n)
+    return _streamed_result(fed, state, rd, buf, acc, losses)
+
+
+def _streamed_result(fed, state, rd: _Round, buf: RoundBuffers, acc, losses):
+    """A streamed round's new state and record from its float64 running sums (rounded
+    once to the state's dtype) and the clients' losses: no upload was excluded."""
+    sums = {k: acc[k].astype(buf.dtype) for k in fed.optimizer.arrays}
+    rows = np.arange(rd.clients.size)
     new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, None, None, sums)
     record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule, {},
                      None)
@@ -433,13 +439,7 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
         for k in arrays:
             add_shared_rows(u_sh[k][0], w, bounds, nobody, width, accq[k].reshape(-1))
     rd.timing["verification_sums"] += time.perf_counter() - tick
-    sums = {k: acc[k].astype(buf.dtype) for k in arrays}
-    rows = np.arange(n)
-    new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, None, None, sums)
-    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule, {},
-                     None)
-    record["timing"] = rd.timing
-    return new_state, record
+    return _streamed_result(fed, state, rd, buf, acc, losses)
 
 
 def _sample(fed: Federation, t: int) -> _Round:

@@ -356,27 +356,16 @@ def _fism_finish(P, Q, S, s, c1, c2, a, B, lam, gP, gQ, q_rows):
             gP[j, t] = aj * (c2 * (s[t] - Q[j, t])) + two_lam * p
             A[t] += aj * p
     nxt = 0
-    if q_rows is None:
-        for l in range(n_items):
-            if nxt < n and S[nxt] == l:
-                al = a[nxt]
-                for t in range(d):
-                    gQ[l, t] = c1 * B[t] + c2 * (A[t] - al * P[l, t]) + two_lam * Q[l, t]
-                nxt += 1
-            else:
-                for t in range(d):
-                    gQ[l, t] = two_lam * Q[l, t]
-    else:
-        for li in range(q_rows.shape[0]):
-            l = q_rows[li]
-            if nxt < n and S[nxt] == l:
-                al = a[nxt]
-                for t in range(d):
-                    gQ[li, t] = c1 * B[t] + c2 * (A[t] - al * P[l, t]) + two_lam * Q[l, t]
-                nxt += 1
-            else:
-                for t in range(d):
-                    gQ[li, t] = two_lam * Q[l, t]
+    for li in range(n_items if q_rows is None else q_rows.shape[0]):
+        l = li if q_rows is None else q_rows[li]
+        if nxt < n and S[nxt] == l:
+            al = a[nxt]
+            for t in range(d):
+                gQ[li, t] = c1 * B[t] + c2 * (A[t] - al * P[l, t]) + two_lam * Q[l, t]
+            nxt += 1
+        else:
+            for t in range(d):
+                gQ[li, t] = two_lam * Q[l, t]
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
