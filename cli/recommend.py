@@ -8,6 +8,8 @@ import zipfile
 
 import click
 
+from rfrs_ref.cli.train import _one_line
+
 
 @click.command("recommend")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
@@ -162,9 +164,3 @@ def _names(config):
         return load_item_names(config.dataset, config.data_dir)
     except Exception:  # noqa: BLE001 - names are a nicety: ids are always shown
         return None
-
-
-def _one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line (a KeyError's without its quotes)."""
-    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-    return " ".join(str(text).split()) or type(exc).__name__

@@ -199,9 +199,9 @@ def store_lock(out: pathlib.Path):
         lock.release()
 
 
-#: the first line each table of a store starts with, for telling a store's tables from a
-#: user's files of the same name (see foreign_file)
 def _is_store_table(name: str, head: str) -> bool:
+    """Whether ``head``, the first line of the file ``name``, starts as a store's table of
+    that name does (to tell a store's tables from a user's files: :func:`foreign_file`)."""
     if name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv"):
         return head.split(",")[0].strip() == "key"
     if name == f"{SUMMARY}.csv":

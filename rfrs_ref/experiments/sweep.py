@@ -345,15 +345,10 @@ def run_sweep(
                              "the sweep again; nothing was run")
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
         waiting = set(pending)
-        for k in keys:
-            o = outcomes.get(k) or {}
-            if k in waiting:
-                continue
-            if o.get("status") == "failed":
+        for k in (k for k in keys if k not in waiting):  # recorded before this call
+            if outcomes[k].get("status") == "failed":
                 report.kept_failed += 1
-            elif o.get("status") == "ok" and (not isinstance(o.get("final"), dict) or
-                                              non_finite_metric(o["final"],
-                                                                by_key[k].config.ks) is not None):
+            elif _not_a_result(outcomes[k], by_key[k].config.ks):
                 report.not_finite += 1
         if not run:
             pending = []
@@ -456,6 +451,14 @@ def run_sweep(
     return report
 
 
+def _not_a_result(outcome: dict, ks) -> bool:
+    """Whether ``outcome`` is recorded as finished but holds no result the tables count:
+    no ``final``, or a metric that is not a finite number (a damaged or edited record)."""
+    final = outcome.get("final")
+    return outcome.get("status") == "ok" and (not isinstance(final, dict)
+                                              or non_finite_metric(final, ks) is not None)
+
+
 def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> dict | None:
     """Run ``key``'s finished (or diverged) outcome from the first of ``sources`` that records
     one, ready to be recorded in ``out``; None when none does.
@@ -475,9 +478,7 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
                 continue
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
-        final = o.get("final")
-        if o["status"] == "ok" and (not isinstance(final, dict)
-                                    or non_finite_metric(final, spec.config.ks) is not None):
+        if _not_a_result(o, spec.config.ks):
             continue  # the tables would not count it as a result: run it here instead
         copied = {n: v for n, v in o.items() if n not in ("key", "spec", "reused_from")}
         rounds = src.read_rounds(key)

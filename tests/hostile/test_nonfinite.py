@@ -18,27 +18,9 @@ from click.testing import CliRunner
 
 from rfrs_ref.cli.main import main
 
-SMALL = ["--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
-         "--client-fraction", "0.1", "--backend", "numpy"]
-
 
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    d = tmp_path_factory.mktemp("finished") / "run"
-    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--out", d)
-    assert res.exit_code == 0, res.output
-    return d
-
-
-@pytest.fixture
-def run_copy(finished, tmp_path):
-    d = tmp_path / "run"
-    shutil.copytree(finished, d)
-    return d
 
 
 def _rewrite_npz(path, change):
@@ -164,29 +146,11 @@ def test_recommend_on_a_truncated_state(run_copy, refused):
 
 
 # -- sweep tables: an outcome that records a non-finite metric -----------------------------------
-TINY_SWEEP = """trials = 2
-[base]
-dataset = "synthetic"
-dataset_params = { n_users = 60, n_items = 40, mean_items = 8.0 }
-client_fraction = 0.2
-rounds = 2
-backend = "numpy"
-"""
-
-
 @pytest.fixture
-def sweep_dir(tmp_path_factory, tmp_path):
+def sweep_dir(finished_sweep, tmp_path):
     """A finished 2-trial sweep (one configuration), copied afresh per test."""
-    cache = tmp_path_factory.getbasetemp() / "tiny-sweep"
-    if not cache.exists():
-        from rfrs_ref.experiments.spec import load_sweep
-        from rfrs_ref.experiments.sweep import run_sweep
-
-        cache.mkdir()
-        (cache / "s.toml").write_text(TINY_SWEEP)
-        run_sweep(load_sweep(cache / "s.toml").runs, cache / "out", workers=0)
     d = tmp_path / "sweep"
-    shutil.copytree(cache, d)
+    shutil.copytree(finished_sweep, d)
     return d
 
 

@@ -10,10 +10,10 @@ directory a run or a sweep owns.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from click.testing import CliRunner
@@ -23,14 +23,6 @@ from rfrs_ref.files import LOCK_NAME
 
 SMALL = ["--dataset", "synthetic", "--synthetic-users", "100", "--synthetic-items", "120",
          "--client-fraction", "0.1", "--backend", "numpy"]
-TINY_SWEEP = textwrap.dedent('''
-    [base]
-    dataset = "synthetic"
-    dataset_params = { n_users = 60, n_items = 40, mean_items = 8.0 }
-    client_fraction = 0.2
-    rounds = 2
-    backend = "numpy"
-''')
 HOLD = ("import sys, time; from rfrs_ref.files import DirectoryLock; "
         "DirectoryLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")
 
@@ -67,12 +59,12 @@ def files(directory):
 
 
 # -- a sweep worker and another process on one run directory ----------------------------------
-def test_a_sweep_never_clears_a_run_directory_another_process_holds(tmp_path):
+def test_a_sweep_never_clears_a_run_directory_another_process_holds(tmp_path, tiny_sweep):
     from rfrs_ref.experiments.spec import load_sweep
     from rfrs_ref.experiments.sweep import run_sweep
 
     spec = tmp_path / "s.toml"
-    spec.write_text(TINY_SWEEP)
+    spec.write_text(tiny_sweep)
     runs = load_sweep(spec).runs
     out = tmp_path / "out"
     run_dir = out / "runs" / runs[0].key
@@ -191,14 +183,11 @@ def test_mechanism_does_not_write_into_a_directory_a_run_owns(tmp_path, refused)
 
 
 @pytest.fixture(scope="module")
-def tiny_results(tmp_path_factory):
-    from rfrs_ref.experiments.spec import load_sweep
-    from rfrs_ref.experiments.sweep import run_sweep
-
-    d = tmp_path_factory.mktemp("sweep")
-    (d / "s.toml").write_text(TINY_SWEEP.replace("[base]", "trials = 2\n[base]"))
-    run_sweep(load_sweep(d / "s.toml").runs, d / "out", workers=0)
-    return d / "out"
+def tiny_results(finished_sweep, tmp_path_factory):
+    """A copy of the finished 2-trial sweep's results, for this module (plots write into it)."""
+    d = tmp_path_factory.mktemp("sweep") / "out"
+    shutil.copytree(finished_sweep / "out", d)
+    return d
 
 
 def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path, refused):
@@ -230,8 +219,6 @@ def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
 def test_resume_never_writes_through_a_link_out_of_the_run_directory(tmp_path):
     # the tables are rewritten by rename (truncated to the checkpoint) before anything is
     # appended, so a link planted at metrics.csv or rounds.jsonl is replaced, not followed
-    import shutil
-
     run = tmp_path / "run"
     res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--checkpoint-every", 2,
                  "--out", run)
@@ -315,7 +302,7 @@ def test_resume_by_the_same_code_changes_no_provenance(tmp_path):
     assert (run / "config.json").read_bytes() == before
 
 
-def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path, refused):
+def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path, tiny_sweep, refused):
     # a sweep removes a finished run's checkpoint (and state): `train --resume runs/<key>`
     # once took that for "stopped before its first checkpoint", trained the run again from
     # round 0 and rewrote its records
@@ -323,7 +310,7 @@ def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path, refused)
     from rfrs_ref.experiments.sweep import run_sweep
 
     spec = tmp_path / "s.toml"
-    spec.write_text(TINY_SWEEP)
+    spec.write_text(tiny_sweep)
     runs = load_sweep(spec).runs
     run_sweep(runs, tmp_path / "out", workers=0)
     run_dir = tmp_path / "out" / "runs" / runs[0].key
@@ -334,13 +321,13 @@ def test_resume_of_a_finished_sweep_run_never_trains_it_again(tmp_path, refused)
     assert files(run_dir) == before
 
 
-def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, monkeypatch, refused):
+def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, tiny_sweep, monkeypatch, refused):
     # a run that starts again clears its directory; runs/<key> planted as a link must not
     # make it clear the directory the link points to
     from rfrs_ref.experiments.spec import load_sweep
 
     spec = tmp_path / "s.toml"
-    spec.write_text(TINY_SWEEP)
+    spec.write_text(tiny_sweep)
     runs = load_sweep(spec).runs
     precious = tmp_path / "precious"
     precious.mkdir()
@@ -368,11 +355,11 @@ def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, m
     ("runs.csv", "run,when\n1,today\n"),
     ("provenance.json", "not json\n"),
 ])
-def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, text, refused):
+def test_a_sweep_never_overwrites_a_users_table(tmp_path, tiny_sweep, monkeypatch, name, text, refused):
     # the tables were rewritten whatever the directory held: a user's results.csv or
     # summary.md in the directory given as --out was replaced
     spec = tmp_path / "s.toml"
-    spec.write_text(TINY_SWEEP)
+    spec.write_text(tiny_sweep)
     out = tmp_path / "mine"
     out.mkdir()
     (out / name).write_text(text)
@@ -384,10 +371,10 @@ def test_a_sweep_never_overwrites_a_users_table(tmp_path, monkeypatch, name, tex
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 
 
-def test_a_sweeps_own_tables_are_rewritten_even_before_any_run(tmp_path, monkeypatch):
+def test_a_sweeps_own_tables_are_rewritten_even_before_any_run(tmp_path, tiny_sweep, monkeypatch):
     # --no-run on a new directory writes (empty) tables and no runs/: they are the sweep's
     spec = tmp_path / "s.toml"
-    spec.write_text(TINY_SWEEP)
+    spec.write_text(tiny_sweep)
     out = tmp_path / "out"
     monkeypatch.chdir(tmp_path)
     from rfrs_ref.experiments.spec import load_sweep

@@ -74,21 +74,11 @@ def read_npz(path):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished 4-round run (checkpoints at rounds 2 and 4), copied afresh per test."""
-    d = tmp_path_factory.mktemp("finished") / "run"
-    res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--out", d)
-    assert res.exit_code == 0, res.output
-    return d
-
-
-@pytest.fixture
-def run_copy(finished, tmp_path):
-    import shutil
-
-    d = tmp_path / "run"
-    shutil.copytree(finished, d)
-    return d
+def finished(train_finished):
+    """A finished 4-round run on the default backend, which this module's runs are compared
+    with bit for bit (conftest's ``finished`` runs on the NumPy backend); ``run_copy``
+    copies this one here."""
+    return train_finished(*SMALL)
 
 
 # -- 1. one process per run directory ---------------------------------------------------------
