@@ -23,7 +23,11 @@ that it read them once more for NaN and ±inf): again the same rounds, so the
 ratio is those two changes' gain. A fifth times the A-FRS round computing every
 client's FISM rows in full, where the round computes the Q rows that clients share
 (2λq outside each client's own items) once per round: the same rounds, bit for bit,
-so the ratio is that change's gain.
+so the ratio is that change's gain. A sixth and a seventh time Fig. 4's "No defense"
+(the weighted mean under the ascent attack with α = 0.4): streamed, each Byzantine
+upload computed with the honest ones (the rule on −g, and on −2λq once for the shared
+rows), and holding every upload while the attack rewrites the Byzantine rows, as every
+attacked round did before: the same rounds, bit for bit.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -31,6 +35,7 @@ Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import resource
 import subprocess
@@ -116,6 +121,12 @@ def main(argv=None) -> None:
     two_pass = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
     robust_two = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
     whole = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], shared_rows=False)
+    # Fig. 4's "No defense": the weighted mean under ascent at α = 0.4, streamed (the
+    # Byzantine uploads computed with the honest ones) and holding every upload (the
+    # attack rewriting the Byzantine rows), as every attacked round did before
+    attacked = dataclasses.replace(afrs, attack="ascent", byzantine_fraction=0.4)
+    asc = time_rounds(attacked, args.rounds, args.warmup, data=base["data"])
+    asc_held = time_rounds(attacked, args.rounds, args.warmup, data=base["data"], full=True)
 
     n, D = base["n"], base["D"]
     itemsize = np.dtype(args.dtype).itemsize
@@ -127,11 +138,11 @@ def main(argv=None) -> None:
     print(f"dataset {args.dataset}: {base['data'].n_users} clients, {n} per round, D = {D:,}, "
           f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
     print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10} {'A-RFRS 2p':>10} "
-          f"{'full rows':>10}")
+          f"{'full rows':>10} {'ascent':>10} {'asc. held':>10}")
     print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
     print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
     print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
-    cases = (base, robust, two_pass, robust_two, whole)
+    cases = (base, robust, two_pass, robust_two, whole, asc, asc_held)
     print(f"{'round, median of %d, s' % args.rounds:<50} "
           + " ".join(f"{r['median']:>10.3f}" for r in cases))
     print(f"{'round / minimal-traffic time':<50} "
@@ -143,6 +154,10 @@ def main(argv=None) -> None:
           f"{robust_two['median'] / robust['median']:>10.2f}")
     print(f"{'A-FRS round, full rows / shared rows once':<50} {'':>10} {'':>10} {'':>10} "
           f"{'':>10} {whole['median'] / base['median']:>10.2f}")
+    print(f"{'No defense under ascent: held / streamed':<50} {'':>10} {'':>10} {'':>10} "
+          f"{'':>10} {'':>10} {'':>10} {asc_held['median'] / asc['median']:>10.2f}")
+    print(f"{'No defense under ascent, streamed / A-FRS round':<50} {'':>10} {'':>10} {'':>10} "
+          f"{'':>10} {'':>10} {asc['median'] / base['median']:>10.2f}")
     for name in dict.fromkeys(p for r in cases for p in r["phases"]):
         cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
                  for r in cases]
@@ -155,13 +170,12 @@ def main(argv=None) -> None:
 
 
 def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False,
-                shared_rows: bool = True) -> dict:
+                shared_rows: bool = True, full: bool = False) -> dict:
     """Median round time and per-phase times of ``config`` after ``warmup`` rounds
     (``two_pass``: the weighted mean without the server's one pass; a robust rule with
     recovery and verification as separate passes over the uploads; ``shared_rows``
-    False: a streamed round computes every client's rows in full)."""
-    import dataclasses
-
+    False: a streamed round computes every client's rows in full; ``full``: the round
+    holds every upload even where the run could stream)."""
     from rfrs_ref.federated import round as round_module
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
@@ -190,7 +204,7 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
         fed = dataclasses.replace(fed, rule=TwoPassMean())
     state, private = trainer.initial_state()
     # the two-pass round holds every upload, as every round did before
-    buf = trainer.buffers(full=two_pass)
+    buf = trainer.buffers(full=two_pass or full)
     buf.shared_rows = shared_rows
     times, phases = [], {}
     try:

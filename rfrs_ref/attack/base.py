@@ -118,6 +118,12 @@ class Attack(abc.ABC):
     optimizers: ClassVar[tuple[str, ...] | None] = None
     #: the attack reads the model from the context (and checks it with ``check_model``)
     needs_model: ClassVar[bool] = False
+    #: the Byzantine upload is the client rule applied to ``own_gradient_inplace`` of the
+    #: client's own honest gradient, coordinate by coordinate, and the attack records no
+    #: diagnostics: a round can then compute it a batch of clients at a time, and once for
+    #: coordinates where the honest gradients agree (docs/performance.md, "Attacked
+    #: rounds that stream")
+    elementwise: ClassVar[bool] = False
 
     def check_optimizer(self, optimizer: Any) -> None:
         """Raise ValueError if the attack cannot run with ``optimizer`` (an
@@ -140,3 +146,10 @@ class Attack(abc.ABC):
     @abc.abstractmethod
     def apply_inplace(self, ctx: AttackContext) -> dict:
         """Rewrite ``ctx.uploads`` at the Byzantine rows; return diagnostics."""
+
+    def own_gradient_inplace(self, g: np.ndarray) -> None:
+        """Rewrite ``g`` (rows of honest gradients, any shape) in place into what a
+        Byzantine client pushes through the client rule: g̃ᵢ = h(gᵢ), one function h of
+        each coordinate alone. For attacks with ``elementwise`` True only."""
+        raise NotImplementedError(f"attack {self.name!r} is not elementwise: its uploads need "
+                                  f"the round's context (apply_inplace)")

@@ -35,9 +35,17 @@ class Ascent(Attack):
     m̃, ṽ and θ̃"), the gradient ascent attack of Blanchard et al. (2017).
 
     Diagnostics: none beyond the round record.
+
+    Elementwise (g̃ = −g coordinate by coordinate): a round with the weighted mean
+    computes the Byzantine uploads with the honest ones, a batch of clients at a
+    time (docs/performance.md, "Attacked rounds that stream").
     """
 
     name: ClassVar[str] = "ascent"
+    elementwise: ClassVar[bool] = True
+
+    def own_gradient_inplace(self, g: np.ndarray) -> None:
+        np.negative(g, out=g)
 
     def apply_inplace(self, ctx: AttackContext) -> dict:
         rows = ctx.byzantine_rows()
@@ -46,7 +54,8 @@ class Ascent(Attack):
         G = ctx.grads
         S = ctx.scratch("grads", G.shape, G.dtype)[: rows.size]
         for i, r in enumerate(rows):
-            np.negative(G[r], out=S[i])
+            S[i] = G[r]
+        self.own_gradient_inplace(S)
         ctx.optimizer.client_rule_batch(ctx.state, S, ctx.t, ctx.uploads, ctx.backend, rows=rows)
         return {}
 

@@ -90,20 +90,34 @@ class Federation:
         return self.needs_recovery or getattr(self.rule, "uses_features", True)
 
     @property
+    def attacks_in_client_rule(self) -> bool:
+        """Whether the Byzantine clients' uploads are computed with the honest ones: the
+        attack is ``elementwise`` (each Byzantine upload is the rule on h(g) of the
+        client's own gradient g, e.g. ascent's −g), and nothing reads the honest
+        gradients afterwards (no resilience monitor). The round then rewrites the
+        Byzantine rows of each batch of gradients into h(g) before the client rule,
+        where ``apply_inplace`` would compute the honest upload and overwrite it with
+        the rule on h(g): the same uploads, bit for bit, written once."""
+        return (self.attack.name != "none" and getattr(self.attack, "elementwise", False)
+                and not self.resilience)
+
+    @property
     def keeps_gradients(self) -> bool:
         """Whether the sampled clients' honest gradients are read after the client rule
-        (an attack reads them, the resilience monitor compares with them); when not,
-        the round computes them a batch of clients at a time (:class:`RoundBuffers`)."""
-        return self.attack.name != "none" or self.resilience
+        (an attack that is not :attr:`attacks_in_client_rule` reads them, the
+        resilience monitor compares with them); when not, the round computes them a
+        batch of clients at a time (:class:`RoundBuffers`)."""
+        return (self.attack.name != "none" and not self.attacks_in_client_rule) or self.resilience
 
     @property
     def streams(self) -> bool:
         """Whether rounds can run a batch of clients at a time from the gradients to the
         aggregate (:func:`run_round` with :class:`RoundBuffers` of fewer upload rows than
-        clients): nobody rewrites or rereads the uploads (no attack, no resilience
-        monitor, no recovered gradients wanted) and the rule's weights are fixed by the
-        nᵢ (the weighted mean), so the server's one pass can sum each batch as it
-        comes. The numba backend only."""
+        clients): nobody rewrites or rereads the uploads or the gradients (no attack
+        but one computed in the client rule, no resilience monitor, no recovered
+        gradients wanted) and the rule's weights are fixed by the nᵢ (the weighted
+        mean), so the server's one pass can sum each batch as it comes. The numba
+        backend only."""
         return (not self.keeps_gradients and not self.needs_recovery and self.backend == "numba"
                 and getattr(self.rule, "has_fixed_weights", False))
 
@@ -325,7 +339,8 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
     for lo in range(0, n, batch):
         hi = min(n, lo + batch)
         U = {k: buf.uploads[k][:hi - lo] for k in opt.arrays}
-        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private, U)
+        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private, U,
+                                       attacked=True)
         tick = time.perf_counter()
         sure, _ = opt.screen_sum_batch(state, U, t, w[lo:hi], into=acc, screen=fed.verify)
         if fed.verify and not sure.all() and not opt.verify_batch(state, U, t, screen=True)[0].all():
@@ -353,7 +368,9 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     client's gradient there is 2λq outside the rows of its own items): the rows that
     every client of a batch shares are computed once per round, not once per client.
 
-    1. The shared rows' gradient (``model.shared_gradient``), upload and screen, once.
+    1. The shared rows' gradient (``model.shared_gradient``), upload and screen, once
+       (twice under an ``elementwise`` attack: the honest clients' and the Byzantine
+       clients' h(2λq)).
     2. Each batch: the gradients, uploads, screen and weighted sums of the dense part
        (P) and of the rows of the batch's own items only.
     3. The other rows' sums from the one shared upload (``add_shared_rows``): rows some
@@ -378,12 +395,18 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     sq = {k: state[k][start:] for k in arrays}
     g_sh = model.shared_gradient(state["theta"]).reshape(1, -1)
     rd.timing["gradients"] += time.perf_counter() - tick
+    attacked = fed.attacks_in_client_rule and bool(rd.byz.any())
+    if attacked:
+        # the Byzantine clients' shared rows: the rule on h(2λq), row 1 of the shared rows
+        g_sh = np.concatenate([g_sh, g_sh])
+        _own_attack_inplace(fed, rd, np.array([False, True]), [g_sh])
+    cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
     tick = time.perf_counter()
     u_sh = {k: np.empty_like(g_sh) for k in arrays}
     opt.client_rule_batch(sq, g_sh, t, u_sh, backend=fed.backend)
     rd.timing["client_rule"] += time.perf_counter() - tick
     tick = time.perf_counter()
-    if fed.verify and not opt.screen_sum_batch(sq, u_sh, t, np.ones(1))[0].all():
+    if fed.verify and not opt.screen_sum_batch(sq, u_sh, t, np.ones(g_sh.shape[0]))[0].all():
         return None
     starts = range(0, n, batch)
     own = [np.unique(np.concatenate([fed.train.items_of(c) for c in clients[lo:lo + batch]]
@@ -409,6 +432,7 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
             state["theta"], fed.train, clients[lo:hi], G[0], q_rows=rows_b, out_q=G[1],
             negatives=None if negatives is None else negatives[lo:hi], backend=fed.backend)
         rd.timing["gradients"] += time.perf_counter() - tick
+        _own_attack_inplace(fed, rd, rd.byz[lo:hi], G)
         tick = time.perf_counter()
         S = [{k: state[k][:start] for k in arrays},
              {k: state[k][start:].reshape(n_rows, width)[rows_b].ravel() for k in arrays}]
@@ -429,7 +453,8 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
         with threads_for(others.size * width * m):
             for k in arrays:
                 accq[k][rows_b] = mine[k].reshape(-1, width)
-                add_shared_rows(u_sh[k][0], w[lo:hi], bounds, others, width, accq[k].reshape(-1))
+                add_shared_rows(u_sh[k], cls[lo:hi], w[lo:hi], bounds, others, width,
+                                accq[k].reshape(-1))
         rd.timing["verification_sums"] += time.perf_counter() - tick
     tick = time.perf_counter()
     bounds = np.unique(np.concatenate([np.arange(lo, min(n, lo + batch), SCREEN_SUM_ROWS)
@@ -437,7 +462,7 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     nobody = np.flatnonzero(~owned)
     with threads_for(nobody.size * width * n):
         for k in arrays:
-            add_shared_rows(u_sh[k][0], w, bounds, nobody, width, accq[k].reshape(-1))
+            add_shared_rows(u_sh[k], cls, w, bounds, nobody, width, accq[k].reshape(-1))
     rd.timing["verification_sums"] += time.perf_counter() - tick
     return _streamed_result(fed, state, rd, buf, acc, losses)
 
@@ -466,7 +491,8 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     for lo in range(0, n, batch):
         hi = min(n, lo + batch)
         losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private,
-                                       {k: v[lo:hi] for k, v in U.items()})
+                                       {k: v[lo:hi] for k, v in U.items()},
+                                       attacked=fed.attacks_in_client_rule)
     if model.has_private:
         tick = time.perf_counter()
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
@@ -475,20 +501,41 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     return (buf.grads[:n] if batch >= n else None), U, losses
 
 
-def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U):
+def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U,
+                   attacked: bool = False):
     """The gradients of sampled clients lo..hi − 1 into the first rows of ``buf.grads``
     and their uploads into ``U`` (their rows); returns their losses (timed into the
-    round's ``gradients`` and ``client_rule``)."""
+    round's ``gradients`` and ``client_rule``). ``attacked``: the Byzantine rows upload
+    the rule on their ``elementwise`` attack's gradient (:func:`_own_attack_inplace`)."""
     tick = time.perf_counter()
     G = buf.grads[:hi - lo]
     losses = _gradients(fed, state, rd.clients[lo:hi], G,
                         None if negatives is None else negatives[lo:hi], private,
                         None if buf.private_grads is None else buf.private_grads[lo:hi])
     rd.timing["gradients"] += time.perf_counter() - tick
+    if attacked:
+        _own_attack_inplace(fed, rd, rd.byz[lo:hi], [G])
     tick = time.perf_counter()
     fed.optimizer.client_rule_batch(state, G, rd.t, U, backend=fed.backend)
     rd.timing["client_rule"] += time.perf_counter() - tick
     return losses
+
+
+def _own_attack_inplace(fed, rd: _Round, byz: np.ndarray, parts: list) -> None:
+    """An attack computed in the client rule (``Federation.attacks_in_client_rule``,
+    always so in a round that streams): the Byzantine rows (``byz``) of
+    each gradient array in ``parts`` become the gradient their client pushes through the
+    rule, before the rule runs, so that each Byzantine upload is the one the attack's
+    ``apply_inplace`` would write over the honest upload (the same rule on the same
+    gradient), bit for bit. Timed into the round's ``attack``."""
+    rows = np.flatnonzero(byz)
+    if rows.size == 0 or not fed.attacks_in_client_rule:
+        return
+    tick = time.perf_counter()
+    for G in parts:
+        for r in rows:
+            fed.attack.own_gradient_inplace(G[r])
+    rd.timing["attack"] = rd.timing.get("attack", 0.0) + time.perf_counter() - tick
 
 
 def _negatives(fed, rd: _Round):
@@ -512,9 +559,10 @@ def _gradients(fed, state, clients, G, negatives, private, private_out):
 
 def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
     """The attack rewrites the Byzantine rows of ``U`` in place (the honest gradients
-    ``G`` are read-only to it); returns its diagnostics."""
-    if not rd.byz.any() or fed.attack.name == "none":
-        return {}
+    ``G`` are read-only to it); returns its diagnostics. An attack computed in the
+    client rule (``Federation.attacks_in_client_rule``) has nothing left to do."""
+    if not rd.byz.any() or fed.attack.name == "none" or fed.attacks_in_client_rule:
+        return {}  # no attack, or its uploads were computed with the honest ones
     tick = time.perf_counter()
     G.flags.writeable = False
     try:

@@ -893,13 +893,15 @@ def root_screen_sum(r_bar, theta_bar, r_up, theta, w, decay, coef, lr, eps, u, t
 
 
 @njit(cache=True, parallel=True)
-def add_shared_rows(u, w, bounds, rows, width, acc):
-    """acc[l·width + k] += Σᵢ wᵢ·u[l·width + k] for each row l of ``rows`` and k < width:
-    the weighted sums of uploads that all equal ``u`` there, with the operations of
-    ``add_weighted_block`` as the screen-sum kernels call it once per slice
-    w[bounds[j]:bounds[j + 1]] (float64; the live rows of a slice grouped by four in
-    order; slices in order), so the same bits as summing the rows themselves slice by
-    slice (docs/performance.md, "Shared rows")."""
+def add_shared_rows(u, cls, w, bounds, rows, width, acc):
+    """acc[l·width + k] += Σᵢ wᵢ·u[cls[i], l·width + k] for each row l of ``rows`` and
+    k < width: the weighted sums of uploads that all equal one of the shared rows ``u``
+    there (u: (classes, L); row i of the weights takes class ``cls[i]``, e.g. 0 for an
+    honest client and 1 for a Byzantine one under an elementwise attack), with the
+    operations of ``add_weighted_block`` as the screen-sum kernels call it once per
+    slice w[bounds[j]:bounds[j + 1]] (float64; the live rows of a slice grouped by four
+    in order; slices in order), so the same bits as summing the rows themselves slice
+    by slice (docs/performance.md, "Shared rows")."""
     ns = bounds.shape[0] - 1
     lives = np.zeros((ns, w.shape[0]), dtype=np.int64)
     counts = np.zeros(ns, dtype=np.int64)
@@ -909,21 +911,26 @@ def add_shared_rows(u, w, bounds, rows, width, acc):
         counts[j] = nl
     for li in prange(rows.shape[0]):
         k0 = rows[li] * width
-        ur = u[k0:k0 + width]
         ar = acc[k0:k0 + width]
         for j in range(ns):
             live, nl = lives[j], counts[j]
             r = 0
             while r + 4 <= nl:
-                w0, w1, w2, w3 = w[live[r]], w[live[r + 1]], w[live[r + 2]], w[live[r + 3]]
+                i0, i1, i2, i3 = live[r], live[r + 1], live[r + 2], live[r + 3]
+                w0, w1, w2, w3 = w[i0], w[i1], w[i2], w[i3]
+                a0 = u[cls[i0], k0:k0 + width]
+                a1 = u[cls[i1], k0:k0 + width]
+                a2 = u[cls[i2], k0:k0 + width]
+                a3 = u[cls[i3], k0:k0 + width]
                 for k in range(width):
-                    x = ur[k]
-                    ar[k] += w0 * x + w1 * x + w2 * x + w3 * x
+                    ar[k] += w0 * a0[k] + w1 * a1[k] + w2 * a2[k] + w3 * a3[k]
                 r += 4
             while r < nl:
-                wi = w[live[r]]
+                i = live[r]
+                wi = w[i]
+                a = u[cls[i], k0:k0 + width]
                 for k in range(width):
-                    ar[k] += wi * ur[k]
+                    ar[k] += wi * a[k]
                 r += 1
 
 

@@ -100,15 +100,25 @@ def test_the_trainer_keeps_every_gradient_only_when_a_run_reads_them():
     base = dict(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2)
     plain = Trainer(TrainConfig(**base))
     assert plain.buffers().grads.shape[0] == min(GRADIENT_BATCH, 40)
-    for kw in (dict(attack="ascent", byzantine_fraction=0.2), dict(resilience=True)):
+    for kw in (dict(attack="noise", byzantine_fraction=0.2), dict(resilience=True),
+               dict(attack="ascent", byzantine_fraction=0.2, resilience=True)):
         t = Trainer(TrainConfig(**base, **kw))
-        assert t.federation.keeps_gradients
+        assert t.federation.keeps_gradients and not t.federation.streams
         assert t.buffers().grads.shape[0] == 40
+    # an elementwise attack is computed in the client rule: gradients a batch at a time,
+    # and with the weighted mean the round streams
+    t = Trainer(TrainConfig(**base, attack="ascent", byzantine_fraction=0.2))
+    assert t.federation.streams
+    assert t.buffers().grads.shape[0] == t.buffers().uploads["theta"].shape[0] == GRADIENT_BATCH
+    t = Trainer(TrainConfig(**base, attack="ascent", byzantine_fraction=0.2, defense="krum"))
+    assert not t.federation.keeps_gradients and not t.federation.streams
+    assert t.buffers().grads.shape[0] == GRADIENT_BATCH
+    assert t.buffers().uploads["theta"].shape[0] == 40
 
 
 def test_a_run_that_reads_gradients_refuses_a_short_buffer():
     trainer = Trainer(TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
-                                  attack="ascent", byzantine_fraction=0.2))
+                                  attack="noise", byzantine_fraction=0.2))
     state, private = trainer.initial_state()
     with pytest.raises(ValueError, match="gradient buffer holds 4 rows for 40 clients"):
         run_round(trainer.federation, state, 1, _buffers(trainer, 4), private)
@@ -140,3 +150,67 @@ def test_a_streamed_round_computes_the_shared_rows_once_with_the_same_bits(
         got = _rounds(trainer, _buffers(trainer, rows, rows), rounds=5)
         assert len(calls) == before + 5
         _same_rounds(want, got, (optimizer, rows))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("model,negatives,verify", [
+    ("fism", 0, True), ("fism", 1, True), ("fism", 0, False), ("fmf", 0, True)])
+def test_an_elementwise_attack_streams_with_the_same_bits(optimizer, model, negatives, verify,
+                                                          monkeypatch):
+    """Under gradient ascent with the weighted mean (Fig. 4's "No defense"), the streamed
+    round computes each Byzantine upload with the honest ones (the rule on −g, and for
+    FISM's shared rows the rule on −2λq once): the same state and record as the round
+    that holds every upload and lets the attack rewrite the Byzantine rows, bit for bit."""
+    from rfrs_ref.attack.basic import Ascent
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model=model, model_params={"dim": 8, "negatives": negatives},
+                         optimizer=optimizer, verify=verify, attack="ascent",
+                         byzantine_fraction=0.3, seed=7)
+    trainer = Trainer(config)
+    assert trainer.federation.streams
+    applied, own = [], []
+    apply, own_inplace = Ascent.apply_inplace, Ascent.own_gradient_inplace
+    monkeypatch.setattr(Ascent, "apply_inplace", lambda self, ctx: applied.append(1) or apply(self, ctx))
+    monkeypatch.setattr(Ascent, "own_gradient_inplace",
+                        lambda self, g: own.append(1) or own_inplace(self, g))
+    from rfrs_ref.federated.round import Federation
+
+    with monkeypatch.context() as held:        # the attack as it ran on held uploads
+        held.setattr(Federation, "attacks_in_client_rule", property(lambda self: False))
+        want = _rounds(trainer, trainer.buffers(full=True), rounds=5)
+    assert len(applied) == 5                   # the attack rewrote Byzantine rows every round
+    assert all(r["n_byzantine_sampled"] >= 4 for r in want[2])
+    for rows, shared in ((4, True), (16, True), (16, False)):
+        buf = _buffers(trainer, rows, rows)
+        buf.shared_rows = shared
+        before, own_before = len(applied), len(own)
+        got = _rounds(trainer, buf, rounds=5)
+        assert len(applied) == before and len(own) > own_before
+        _same_rounds(want, got, (optimizer, model, rows, shared))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
+@pytest.mark.parametrize("defense,detect", [
+    ("krum", "gradient"), ("krum", "parameter"), ("trmean", "parameter"), ("rfa", "gradient"),
+    ("median", "gradient")])
+def test_ascent_in_the_client_rule_gives_the_same_robust_rounds(optimizer, defense, detect,
+                                                                monkeypatch):
+    """A robust round under gradient ascent computes the Byzantine uploads in the client
+    rule, a batch of gradients at a time (the rule on −g), where the attack used to
+    overwrite the honest uploads with the rule on −g: the same state and record, bit for
+    bit, against the round that keeps every honest gradient and runs ``apply_inplace``."""
+    from rfrs_ref.federated.round import Federation
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8}, optimizer=optimizer, defense=defense,
+                         detect=detect, attack="ascent", byzantine_fraction=0.3, seed=11)
+    trainer = Trainer(config)
+    assert trainer.federation.attacks_in_client_rule and not trainer.federation.keeps_gradients
+    got = _rounds(trainer, trainer.buffers(), rounds=4)
+    assert trainer.buffers().grads.shape[0] == GRADIENT_BATCH < 40
+    monkeypatch.setattr(Federation, "attacks_in_client_rule", property(lambda self: False))
+    assert trainer.federation.keeps_gradients
+    want = _rounds(trainer, trainer.buffers(), rounds=4)
+    assert all(r["n_byzantine_sampled"] >= 4 for r in want[2])
+    _same_rounds(want, got, (optimizer, defense, detect))

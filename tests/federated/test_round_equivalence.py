@@ -127,3 +127,31 @@ def test_shared_rows_give_the_same_50_rounds_on_lastfm(optimizer, negatives, las
         finals.append(state)
     for k in finals[0]:
         assert np.array_equal(finals[0][k].view(np.uint8), finals[1][k].view(np.uint8)), k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])
+def test_a_streamed_ascent_round_gives_the_same_50_rounds_on_lastfm(optimizer, lastfm):
+    """Fig. 4's "No defense" (the weighted mean under gradient ascent, α = 0.4) streams on
+    Last.fm, the Byzantine uploads computed with the honest ones: after 50 rounds the
+    server state equals the round that holds every upload and lets the attack rewrite the
+    Byzantine rows, bit for bit (d = 8, verification on)."""
+    import numpy as np
+
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.round import run_round
+    from rfrs_ref.federated.trainer import Trainer
+
+    trainer = Trainer(TrainConfig(dataset="lastfm", optimizer=optimizer, attack="ascent",
+                                  byzantine_fraction=0.4, model_params={"dim": eq.DIM}, seed=0),
+                      data=lastfm)
+    assert trainer.federation.streams
+    finals = []
+    for full in (True, False):
+        buf = trainer.buffers(full=full)
+        state, private = trainer.initial_state()
+        for t in range(1, eq.ROUNDS + 1):
+            state, _ = run_round(trainer.federation, state, t, buf, private)
+        finals.append(state)
+    for k in finals[0]:
+        assert np.array_equal(finals[0][k].view(np.uint8), finals[1][k].view(np.uint8)), k
