@@ -126,7 +126,8 @@ def main(argv=None) -> None:
     # attack rewriting the Byzantine rows), as every attacked round did before
     attacked = dataclasses.replace(afrs, attack="ascent", byzantine_fraction=0.4)
     asc = time_rounds(attacked, args.rounds, args.warmup, data=base["data"])
-    asc_held = time_rounds(attacked, args.rounds, args.warmup, data=base["data"], full=True)
+    asc_held = time_rounds(attacked, args.rounds, args.warmup, data=base["data"], full=True,
+                           attack_after=True)
 
     n, D = base["n"], base["D"]
     itemsize = np.dtype(args.dtype).itemsize
@@ -170,12 +171,14 @@ def main(argv=None) -> None:
 
 
 def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False,
-                shared_rows: bool = True, full: bool = False) -> dict:
+                shared_rows: bool = True, full: bool = False, attack_after: bool = False) -> dict:
     """Median round time and per-phase times of ``config`` after ``warmup`` rounds
     (``two_pass``: the weighted mean without the server's one pass; a robust rule with
     recovery and verification as separate passes over the uploads; ``shared_rows``
     False: a streamed round computes every client's rows in full; ``full``: the round
-    holds every upload even where the run could stream)."""
+    holds every upload even where the run could stream; ``attack_after``: an elementwise
+    attack rewrites the Byzantine uploads after the client rule, from the kept honest
+    gradients, as before it was computed in the client rule)."""
     from rfrs_ref.federated import round as round_module
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
@@ -183,6 +186,9 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
     trainer = Trainer(config, data=data)
     fed = trainer.federation
     one_read = round_module._features_in_one_read
+    in_rule = round_module.Federation.attacks_in_client_rule
+    if attack_after:
+        round_module.Federation.attacks_in_client_rule = property(lambda self: False)
     if two_pass and not getattr(fed.rule, "has_fixed_weights", False):
         # the server's passes as they were: recovery, then verification; and the rule
         # handed a plain mapping of the uploads, which it reads again for NaN and ±inf
@@ -218,6 +224,7 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
                     phases.setdefault(name, []).append(v)
     finally:
         round_module._features_in_one_read = one_read
+        round_module.Federation.attacks_in_client_rule = in_rule
     out = {"median": float(np.median(times)), "phases": phases, "data": trainer.data,
            "n": buf.n_max, "D": trainer.model.n_params(),
            "k": len(trainer.optimizer.arrays),
