@@ -497,8 +497,10 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
         tick = time.perf_counter()
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
         rd.timing["gradients"] += time.perf_counter() - tick
-    # the honest gradients of the round, when the buffer holds them all
-    return (buf.grads[:n] if batch >= n else None), U, losses
+    # the honest gradients of the round, when the buffer holds them all and no attack
+    # computed in the client rule rewrote its Byzantine rows
+    honest = batch >= n and not fed.attacks_in_client_rule
+    return (buf.grads[:n] if honest else None), U, losses
 
 
 def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U,
