@@ -27,7 +27,9 @@ so the ratio is that change's gain. A sixth and a seventh time Fig. 4's "No defe
 (the weighted mean under the ascent attack with α = 0.4): streamed, each Byzantine
 upload computed with the honest ones (the rule on −g, and on −2λq once for the shared
 rows), and holding every upload while the attack rewrites the Byzantine rows, as every
-attacked round did before: the same rounds, bit for bit.
+attacked round did before: the same rounds, bit for bit. The last two do the same
+for Fig. 2's camouflage attack (α = 0.4), whose streamed round computes every row in
+full (its diagnostics sum over each client's whole row).
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -128,6 +130,11 @@ def main(argv=None) -> None:
     asc = time_rounds(attacked, args.rounds, args.warmup, data=base["data"])
     asc_held = time_rounds(attacked, args.rounds, args.warmup, data=base["data"], full=True,
                            attack_after=True)
+    # Fig. 2: the weighted mean under camouflage at α = 0.4, the same two ways
+    camo = dataclasses.replace(afrs, attack="camouflage", byzantine_fraction=0.4)
+    cam = time_rounds(camo, args.rounds, args.warmup, data=base["data"])
+    cam_held = time_rounds(camo, args.rounds, args.warmup, data=base["data"], full=True,
+                           attack_after=True)
 
     n, D = base["n"], base["D"]
     itemsize = np.dtype(args.dtype).itemsize
@@ -139,11 +146,12 @@ def main(argv=None) -> None:
     print(f"dataset {args.dataset}: {base['data'].n_users} clients, {n} per round, D = {D:,}, "
           f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
     print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10} {'A-RFRS 2p':>10} "
-          f"{'full rows':>10} {'ascent':>10} {'asc. held':>10}")
+          f"{'full rows':>10} {'ascent':>10} {'asc. held':>10} {'camouflage':>10} "
+          f"{'cam. held':>10}")
     print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
     print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
     print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
-    cases = (base, robust, two_pass, robust_two, whole, asc, asc_held)
+    cases = (base, robust, two_pass, robust_two, whole, asc, asc_held, cam, cam_held)
     print(f"{'round, median of %d, s' % args.rounds:<50} "
           + " ".join(f"{r['median']:>10.3f}" for r in cases))
     print(f"{'round / minimal-traffic time':<50} "
@@ -159,6 +167,8 @@ def main(argv=None) -> None:
           f"{'':>10} {'':>10} {'':>10} {asc_held['median'] / asc['median']:>10.2f}")
     print(f"{'No defense under ascent, streamed / A-FRS round':<50} {'':>10} {'':>10} {'':>10} "
           f"{'':>10} {'':>10} {asc['median'] / base['median']:>10.2f}")
+    print(f"{'camouflage: held / streamed':<50} {'':>10} {'':>10} {'':>10} {'':>10} {'':>10} "
+          f"{'':>10} {'':>10} {'':>10} {cam_held['median'] / cam['median']:>10.2f}")
     for name in dict.fromkeys(p for r in cases for p in r["phases"]):
         cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
                  for r in cases]

@@ -118,11 +118,15 @@ class Attack(abc.ABC):
     optimizers: ClassVar[tuple[str, ...] | None] = None
     #: the attack reads the model from the context (and checks it with ``check_model``)
     needs_model: ClassVar[bool] = False
-    #: the Byzantine upload is the client rule applied to ``own_gradient_inplace`` of the
-    #: client's own honest gradient, coordinate by coordinate, and the attack records no
-    #: diagnostics: a round can then compute it a batch of clients at a time, and once for
-    #: coordinates where the honest gradients agree (docs/performance.md, "Attacked
+    #: the Byzantine upload is the client rule applied to a gradient computed from the
+    #: client's own honest gradient and the round's public context alone
+    #: (``own_gradients_inplace``; no random draw, no other client): a round computes it
+    #: a batch of clients at a time, before the rule (docs/performance.md, "Attacked
     #: rounds that stream")
+    in_client_rule: ClassVar[bool] = False
+    #: ``in_client_rule``, with the gradient h(g) a function of each coordinate alone
+    #: (``own_gradient_inplace``) and no diagnostics: a round also computes it once for
+    #: coordinates where the honest gradients agree (FISM's shared rows)
     elementwise: ClassVar[bool] = False
 
     def check_optimizer(self, optimizer: Any) -> None:
@@ -153,3 +157,22 @@ class Attack(abc.ABC):
         each coordinate alone. For attacks with ``elementwise`` True only."""
         raise NotImplementedError(f"attack {self.name!r} is not elementwise: its uploads need "
                                   f"the round's context (apply_inplace)")
+
+    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray) -> dict:
+        """Rewrite ``G`` (k, D), the honest gradients of k Byzantine clients of the round
+        (in row order), in place into the gradients they push through the client rule,
+        from ``ctx``'s public fields (t, optimizer, state, the uploads' dtypes); return
+        the rows' diagnostics, which :meth:`merge_diagnostics` combines over the batches
+        of a round. For attacks with ``in_client_rule`` True only; an ``elementwise``
+        attack applies ``own_gradient_inplace`` and records nothing."""
+        if not self.elementwise:
+            raise NotImplementedError(f"attack {self.name!r} is not computed in the client "
+                                      f"rule: its uploads need the round's context")
+        self.own_gradient_inplace(G)
+        return {}
+
+    def merge_diagnostics(self, parts: list[dict], D: int) -> dict:
+        """The round's diagnostics from :meth:`own_gradients_inplace`'s ``parts`` (the
+        round's batches in row order, D coordinates): what ``apply_inplace`` returns for
+        the same round."""
+        return {}

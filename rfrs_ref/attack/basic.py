@@ -42,6 +42,7 @@ class Ascent(Attack):
     """
 
     name: ClassVar[str] = "ascent"
+    in_client_rule: ClassVar[bool] = True
     elementwise: ClassVar[bool] = True
 
     def own_gradient_inplace(self, g: np.ndarray) -> None:

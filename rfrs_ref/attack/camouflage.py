@@ -168,6 +168,7 @@ class Camouflage(Attack):
 
     name: ClassVar[str] = "camouflage"
     optimizers: ClassVar[tuple[str, ...] | None] = ("adam",)
+    in_client_rule: ClassVar[bool] = True
 
     def _optimizer_reason(self) -> str:
         return (" (camouflage exploits Adam's normalised update m/(√v + ε), which several "
@@ -175,45 +176,65 @@ class Camouflage(Attack):
 
     def apply_inplace(self, ctx: AttackContext) -> dict:
         self.check_optimizer(ctx.optimizer)
-        opt = ctx.optimizer
         rows = ctx.byzantine_rows()
-        k = rows.size
-        if k == 0:
-            return {"camouflaged_fraction": 0.0, "camouflaged_fraction_per_client": [],
-                    "gradient_shift": []}
         G = ctx.grads
-        n, D = G.shape
-        S = ctx.scratch("grads", (n, D), G.dtype)[:k]
+        S = ctx.scratch("grads", G.shape, G.dtype)[: rows.size]
+        for i, r in enumerate(rows):
+            S[i] = G[r]
+        part = self.own_gradients_inplace(ctx, S)
+        ctx.optimizer.client_rule_batch(ctx.state, S, ctx.t, ctx.uploads, ctx.backend, rows=rows)
+        return self.merge_diagnostics([part], G.shape[1])
+
+    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray) -> dict:
+        """Each row of ``G`` (honest gradients of Byzantine clients) becomes its camouflaged
+        gradient g̃; returns the rows' camouflaged coordinate counts and squared shifts
+        ‖g̃ − g‖² (``count``, ``shift2``), each row's computed on its own."""
+        self.check_optimizer(ctx.optimizer)
+        opt = ctx.optimizer
+        k, D = G.shape
+        if k == 0:
+            return {"count": [], "shift2": []}
         lr_t = opt.step_size(ctx.t)
         # the narrowest upload dtype sets the rounding that θ must match to
         up_dtype = max((np.dtype(ctx.uploads[name].dtype) for name in opt.arrays),
                        key=lambda dt: np.finfo(dt).eps)
         u, vmax = float(np.finfo(up_dtype).eps) / 2.0, float(np.finfo(up_dtype).max)
         st = ctx.state
+        S = ctx.scratch("camouflaged", (k, D), G.dtype)
         if ctx.kernel_backend() == "numpy":
             count = np.zeros(k, dtype=np.int64)
             shift2 = np.zeros(k)
-            for i, r in enumerate(rows):
+            for i in range(k):
                 gt, ok = camouflage_gradient(
-                    st["m"], st["v"], st["theta"], G[r], beta1=opt.beta1, beta2=opt.beta2,
+                    st["m"], st["v"], st["theta"], G[i], beta1=opt.beta1, beta2=opt.beta2,
                     lr_t=lr_t, eps=opt.eps, include_eps=self.include_eps, dtype=G.dtype,
                     upload_dtype=up_dtype)
                 S[i] = gt
                 count[i] = int(ok.sum())
-                d = gt - np.asarray(G[r], dtype=np.float64)
+                d = gt - np.asarray(G[i], dtype=np.float64)
                 shift2[i] = float(d @ d)
         else:
             from rfrs_ref.kernels.attacks import camouflage_rows
 
             count, shift2 = camouflage_rows(
-                np.asarray(st["m"]), np.asarray(st["v"]), np.asarray(st["theta"]), G, rows,
+                np.asarray(st["m"]), np.asarray(st["v"]), np.asarray(st["theta"]), G,
+                np.arange(k, dtype=np.int64),
                 float(opt.beta1), 1.0 - opt.beta1, float(opt.beta2), 1.0 - opt.beta2, lr_t,
                 float(opt.eps), float(opt.eps) if self.include_eps else 0.0,
                 THETA_TOLERANCE * u, vmax, S)
-        opt.client_rule_batch(st, S, ctx.t, ctx.uploads, ctx.backend, rows=rows)
-        per = (np.asarray(count, dtype=np.float64) / D).tolist()
+        G[...] = S
+        return {"count": np.asarray(count, dtype=np.int64).tolist(),
+                "shift2": np.asarray(shift2, dtype=np.float64).tolist()}
+
+    def merge_diagnostics(self, parts: list[dict], D: int) -> dict:
+        count = np.array([c for p in parts for c in p["count"]], dtype=np.int64)
+        shift2 = np.array([s for p in parts for s in p["shift2"]], dtype=np.float64)
+        k = count.size
+        if k == 0:
+            return {"camouflaged_fraction": 0.0, "camouflaged_fraction_per_client": [],
+                    "gradient_shift": []}
         return {
             "camouflaged_fraction": float(np.sum(count)) / (k * D),
-            "camouflaged_fraction_per_client": per,
-            "gradient_shift": np.sqrt(np.asarray(shift2, dtype=np.float64)).tolist(),
+            "camouflaged_fraction_per_client": (count.astype(np.float64) / D).tolist(),
+            "gradient_shift": np.sqrt(shift2).tolist(),
         }

@@ -92,13 +92,14 @@ class Federation:
     @property
     def attacks_in_client_rule(self) -> bool:
         """Whether the Byzantine clients' uploads are computed with the honest ones: the
-        attack is ``elementwise`` (each Byzantine upload is the rule on h(g) of the
-        client's own gradient g, e.g. ascent's −g), and nothing reads the honest
-        gradients afterwards (no resilience monitor). The round then rewrites the
-        Byzantine rows of each batch of gradients into h(g) before the client rule,
-        where ``apply_inplace`` would compute the honest upload and overwrite it with
-        the rule on h(g): the same uploads, bit for bit, written once."""
-        return (self.attack.name != "none" and getattr(self.attack, "elementwise", False)
+        attack is ``in_client_rule`` (each Byzantine upload is the rule on a gradient
+        computed from the client's own, e.g. ascent's −g, camouflage's g̃), and nothing
+        reads the honest gradients afterwards (no resilience monitor). The round then
+        rewrites the Byzantine rows of each batch of gradients before the client rule
+        (``Attack.own_gradients_inplace``), where ``apply_inplace`` would compute the
+        honest upload and overwrite it with the rule on the attack's gradient: the same
+        uploads and diagnostics, bit for bit, each upload written once."""
+        return (self.attack.name != "none" and getattr(self.attack, "in_client_rule", False)
                 and not self.resilience)
 
     @property
@@ -212,6 +213,8 @@ class _Round:
     #: what the feature rows hold once the server has built them in its one read of the
     #: uploads ("gradient" or "parameter"); None until then
     features: str | None = None
+    #: the diagnostics of an attack computed in the client rule, one part per batch
+    attack_parts: list = dataclasses.field(default_factory=list)
 
 
 def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: RoundBuffers,
@@ -327,7 +330,10 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
 
     w = fed.rule.fixed_weights(sample_sizes(rd.n_samples, n))
     negatives = _negatives(fed, rd)
-    if buf.shared_rows and hasattr(model, "shared_block") and not model.has_private:
+    # the shared rows map to one upload per class of client only under an elementwise
+    # attack (h(2λq) is the same for every Byzantine client, and no diagnostic is summed)
+    shared = not fed.attacks_in_client_rule or fed.attack.elementwise
+    if shared and buf.shared_rows and hasattr(model, "shared_block") and not model.has_private:
         out = _shared_rows_round(fed, state, rd, buf, w, negatives)
         if out is not None:
             return out
@@ -340,7 +346,7 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
         hi = min(n, lo + batch)
         U = {k: buf.uploads[k][:hi - lo] for k in opt.arrays}
         losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private, U,
-                                       attacked=True)
+                                       attacked=fed.attacks_in_client_rule)
         tick = time.perf_counter()
         sure, _ = opt.screen_sum_batch(state, U, t, w[lo:hi], into=acc, screen=fed.verify)
         if fed.verify and not sure.all() and not opt.verify_batch(state, U, t, screen=True)[0].all():
@@ -357,8 +363,8 @@ def _streamed_result(fed, state, rd: _Round, buf: RoundBuffers, acc, losses):
     sums = {k: acc[k].astype(buf.dtype) for k in fed.optimizer.arrays}
     rows = np.arange(rd.clients.size)
     new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, None, None, sums)
-    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule, {},
-                     None)
+    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule,
+                     _client_rule_attack_diagnostics(fed, rd, buf.n_params), None)
     record["timing"] = rd.timing
     return new_state, record
 
@@ -508,7 +514,7 @@ def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives,
     """The gradients of sampled clients lo..hi − 1 into the first rows of ``buf.grads``
     and their uploads into ``U`` (their rows); returns their losses (timed into the
     round's ``gradients`` and ``client_rule``). ``attacked``: the Byzantine rows upload
-    the rule on their ``elementwise`` attack's gradient (:func:`_own_attack_inplace`)."""
+    the rule on their attack's gradient (:func:`_attack_batch_inplace`)."""
     tick = time.perf_counter()
     G = buf.grads[:hi - lo]
     losses = _gradients(fed, state, rd.clients[lo:hi], G,
@@ -516,20 +522,49 @@ def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives,
                         None if buf.private_grads is None else buf.private_grads[lo:hi])
     rd.timing["gradients"] += time.perf_counter() - tick
     if attacked:
-        _own_attack_inplace(fed, rd, rd.byz[lo:hi], [G])
+        _attack_batch_inplace(fed, state, rd, buf, lo, hi, G, U)
     tick = time.perf_counter()
     fed.optimizer.client_rule_batch(state, G, rd.t, U, backend=fed.backend)
     rd.timing["client_rule"] += time.perf_counter() - tick
     return losses
 
 
+def _attack_batch_inplace(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, G, U) -> None:
+    """An attack computed in the client rule (``Federation.attacks_in_client_rule``):
+    the Byzantine rows of the gradients ``G`` of sampled clients lo..hi − 1 become the
+    gradients their clients push through the rule (``Attack.own_gradients_inplace``),
+    before the rule runs, so that each Byzantine upload is the one ``apply_inplace``
+    would write over the honest upload (the same rule on the same gradient), bit for
+    bit; the rows' diagnostics are kept for the round's record. Timed into ``attack``."""
+    byz = rd.byz[lo:hi]
+    rows = np.flatnonzero(byz)
+    if rows.size == 0 or not fed.attacks_in_client_rule:
+        return
+    tick = time.perf_counter()
+    ctx = AttackContext(
+        t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=byz,
+        clients=rd.clients[lo:hi], n_samples=rd.n_samples[lo:hi], f=rd.f,
+        rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
+        workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect, model=fed.model)
+    Gb = G[rows]
+    rd.attack_parts.append(fed.attack.own_gradients_inplace(ctx, Gb))
+    G[rows] = Gb
+    rd.timing["attack"] = rd.timing.get("attack", 0.0) + time.perf_counter() - tick
+
+
+def _client_rule_attack_diagnostics(fed, rd: _Round, D: int) -> dict:
+    """The record's attack diagnostics of a round whose attack ran in the client rule:
+    the attack's merge of its batches' parts ({} without Byzantine clients, as a round
+    that calls ``apply_inplace`` records)."""
+    if not fed.attacks_in_client_rule or not rd.byz.any():
+        return {}
+    return fed.attack.merge_diagnostics(rd.attack_parts, D)
+
+
 def _own_attack_inplace(fed, rd: _Round, byz: np.ndarray, parts: list) -> None:
-    """An attack computed in the client rule (``Federation.attacks_in_client_rule``,
-    always so in a round that streams): the Byzantine rows (``byz``) of
-    each gradient array in ``parts`` become the gradient their client pushes through the
-    rule, before the rule runs, so that each Byzantine upload is the one the attack's
-    ``apply_inplace`` would write over the honest upload (the same rule on the same
-    gradient), bit for bit. Timed into the round's ``attack``."""
+    """An ``elementwise`` attack in a round that computes FISM's shared rows once: the
+    Byzantine rows (``byz``) of each gradient array in ``parts`` become h(g) before the
+    rule runs (:func:`_attack_batch_inplace` on parts of rows). Timed into ``attack``."""
     rows = np.flatnonzero(byz)
     if rows.size == 0 or not fed.attacks_in_client_rule:
         return
@@ -563,8 +598,10 @@ def _byzantine_uploads(fed, state, rd: _Round, G, U, buf: RoundBuffers) -> dict:
     """The attack rewrites the Byzantine rows of ``U`` in place (the honest gradients
     ``G`` are read-only to it); returns its diagnostics. An attack computed in the
     client rule (``Federation.attacks_in_client_rule``) has nothing left to do."""
-    if not rd.byz.any() or fed.attack.name == "none" or fed.attacks_in_client_rule:
-        return {}  # no attack, or its uploads were computed with the honest ones
+    if fed.attacks_in_client_rule:  # its uploads were computed with the honest ones
+        return _client_rule_attack_diagnostics(fed, rd, U["theta"].shape[1])
+    if not rd.byz.any() or fed.attack.name == "none":
+        return {}
     tick = time.perf_counter()
     G.flags.writeable = False
     try:

@@ -214,3 +214,30 @@ def test_ascent_in_the_client_rule_gives_the_same_robust_rounds(optimizer, defen
     want = _rounds(trainer, trainer.buffers(), rounds=4)
     assert all(r["n_byzantine_sampled"] >= 4 for r in want[2])
     _same_rounds(want, got, (optimizer, defense, detect))
+
+
+@pytest.mark.parametrize("defense", ["mean", "krum"])
+@pytest.mark.parametrize("negatives,verify", [(0, True), (1, True), (0, False)])
+def test_camouflage_in_the_client_rule_gives_the_same_rounds_and_diagnostics(
+        defense, negatives, verify, monkeypatch):
+    """Camouflage (Fig. 2) computes each Byzantine client's g̃ from its own gradient, a
+    batch at a time before the client rule: with the weighted mean the round streams
+    (every row in full: its diagnostics sum over each client's whole row), with Krum it
+    holds the uploads. Both give the state, the record and the attack's diagnostics of
+    the round that keeps the honest gradients and runs ``apply_inplace``, bit for bit."""
+    from rfrs_ref.federated.round import Federation
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8, "negatives": negatives}, verify=verify,
+                         defense=defense, attack="camouflage", byzantine_fraction=0.3, seed=13)
+    trainer = Trainer(config)
+    fed = trainer.federation
+    assert fed.attacks_in_client_rule and not fed.keeps_gradients
+    assert fed.streams == (defense == "mean")
+    with monkeypatch.context() as held:
+        held.setattr(Federation, "attacks_in_client_rule", property(lambda self: False))
+        want = _rounds(trainer, trainer.buffers(), rounds=5)
+    assert all(r["attack"]["camouflaged_fraction"] > 0 for r in want[2][1:])
+    for rows in ((4, 16) if defense == "mean" else (None,)):
+        buf = trainer.buffers() if rows is None else _buffers(trainer, rows, rows)
+        _same_rounds(want, _rounds(trainer, buf, rounds=5), (defense, rows))
