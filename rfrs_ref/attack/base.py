@@ -158,17 +158,19 @@ class Attack(abc.ABC):
         raise NotImplementedError(f"attack {self.name!r} is not elementwise: its uploads need "
                                   f"the round's context (apply_inplace)")
 
-    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray) -> dict:
-        """Rewrite ``G`` (k, D), the honest gradients of k Byzantine clients of the round
-        (in row order), in place into the gradients they push through the client rule,
-        from ``ctx``'s public fields (t, optimizer, state, the uploads' dtypes); return
-        the rows' diagnostics, which :meth:`merge_diagnostics` combines over the batches
-        of a round. For attacks with ``in_client_rule`` True only; an ``elementwise``
-        attack applies ``own_gradient_inplace`` and records nothing."""
+    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray, rows: np.ndarray) -> dict:
+        """Rewrite rows ``rows`` (ascending) of ``G`` (n, D), the honest gradients of the
+        Byzantine clients among n clients of the round, in place into the gradients they
+        push through the client rule, from ``ctx``'s public fields (t, optimizer, state,
+        the uploads' dtypes); return the rows' diagnostics, which
+        :meth:`merge_diagnostics` combines over the batches of a round. For attacks with
+        ``in_client_rule`` True only; an ``elementwise`` attack applies
+        ``own_gradient_inplace`` to each row and records nothing."""
         if not self.elementwise:
             raise NotImplementedError(f"attack {self.name!r} is not computed in the client "
                                       f"rule: its uploads need the round's context")
-        self.own_gradient_inplace(G)
+        for r in rows:
+            self.own_gradient_inplace(G[r])
         return {}
 
     def merge_diagnostics(self, parts: list[dict], D: int) -> dict:

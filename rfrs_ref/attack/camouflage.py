@@ -175,23 +175,28 @@ class Camouflage(Attack):
                 "gradients share; the other optimisers' updates determine g)")
 
     def apply_inplace(self, ctx: AttackContext) -> dict:
-        self.check_optimizer(ctx.optimizer)
         rows = ctx.byzantine_rows()
         G = ctx.grads
         S = ctx.scratch("grads", G.shape, G.dtype)[: rows.size]
-        for i, r in enumerate(rows):
-            S[i] = G[r]
-        part = self.own_gradients_inplace(ctx, S)
+        part = self._camouflage(ctx, G, rows, S)
         ctx.optimizer.client_rule_batch(ctx.state, S, ctx.t, ctx.uploads, ctx.backend, rows=rows)
         return self.merge_diagnostics([part], G.shape[1])
 
-    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray) -> dict:
-        """Each row of ``G`` (honest gradients of Byzantine clients) becomes its camouflaged
-        gradient g̃; returns the rows' camouflaged coordinate counts and squared shifts
-        ‖g̃ − g‖² (``count``, ``shift2``), each row's computed on its own."""
+    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray, rows: np.ndarray) -> dict:
+        """Rows ``rows`` of ``G`` (honest gradients of Byzantine clients) become their
+        camouflaged gradients g̃; returns the rows' camouflaged coordinate counts and
+        squared shifts ‖g̃ − g‖² (``count``, ``shift2``), each row's computed on its own."""
+        S = ctx.scratch("camouflaged", (rows.size, G.shape[1]), G.dtype)
+        part = self._camouflage(ctx, G, rows, S)
+        G[rows] = S
+        return part
+
+    def _camouflage(self, ctx: AttackContext, G: np.ndarray, rows: np.ndarray, S: np.ndarray) -> dict:
+        """S[i] = the camouflaged gradient of G[rows[i]] (G is not modified); the rows'
+        ``count`` and ``shift2`` as lists."""
         self.check_optimizer(ctx.optimizer)
         opt = ctx.optimizer
-        k, D = G.shape
+        k, D = rows.size, G.shape[1]
         if k == 0:
             return {"count": [], "shift2": []}
         lr_t = opt.step_size(ctx.t)
@@ -200,29 +205,27 @@ class Camouflage(Attack):
                        key=lambda dt: np.finfo(dt).eps)
         u, vmax = float(np.finfo(up_dtype).eps) / 2.0, float(np.finfo(up_dtype).max)
         st = ctx.state
-        S = ctx.scratch("camouflaged", (k, D), G.dtype)
         if ctx.kernel_backend() == "numpy":
             count = np.zeros(k, dtype=np.int64)
             shift2 = np.zeros(k)
-            for i in range(k):
+            for i, r in enumerate(rows):
                 gt, ok = camouflage_gradient(
-                    st["m"], st["v"], st["theta"], G[i], beta1=opt.beta1, beta2=opt.beta2,
+                    st["m"], st["v"], st["theta"], G[r], beta1=opt.beta1, beta2=opt.beta2,
                     lr_t=lr_t, eps=opt.eps, include_eps=self.include_eps, dtype=G.dtype,
                     upload_dtype=up_dtype)
                 S[i] = gt
                 count[i] = int(ok.sum())
-                d = gt - np.asarray(G[i], dtype=np.float64)
+                d = gt - np.asarray(G[r], dtype=np.float64)
                 shift2[i] = float(d @ d)
         else:
             from rfrs_ref.kernels.attacks import camouflage_rows
 
             count, shift2 = camouflage_rows(
                 np.asarray(st["m"]), np.asarray(st["v"]), np.asarray(st["theta"]), G,
-                np.arange(k, dtype=np.int64),
+                np.asarray(rows, dtype=np.int64),
                 float(opt.beta1), 1.0 - opt.beta1, float(opt.beta2), 1.0 - opt.beta2, lr_t,
                 float(opt.eps), float(opt.eps) if self.include_eps else 0.0,
                 THETA_TOLERANCE * u, vmax, S)
-        G[...] = S
         return {"count": np.asarray(count, dtype=np.int64).tolist(),
                 "shift2": np.asarray(shift2, dtype=np.float64).tolist()}
 

@@ -546,9 +546,7 @@ def _attack_batch_inplace(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, G, 
         clients=rd.clients[lo:hi], n_samples=rd.n_samples[lo:hi], f=rd.f,
         rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
         workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect, model=fed.model)
-    Gb = G[rows]
-    rd.attack_parts.append(fed.attack.own_gradients_inplace(ctx, Gb))
-    G[rows] = Gb
+    rd.attack_parts.append(fed.attack.own_gradients_inplace(ctx, G, rows))
     rd.timing["attack"] = rd.timing.get("attack", 0.0) + time.perf_counter() - tick
 
 
