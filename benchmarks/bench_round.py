@@ -197,8 +197,6 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
     fed = trainer.federation
     one_read = round_module._features_in_one_read
     in_rule = round_module.Federation.attacks_in_client_rule
-    if attack_after:
-        round_module.Federation.attacks_in_client_rule = property(lambda self: False)
     if two_pass and not getattr(fed.rule, "has_fixed_weights", False):
         # the server's passes as they were: recovery, then verification; and the rule
         # handed a plain mapping of the uploads, which it reads again for NaN and ±inf
@@ -224,6 +222,8 @@ def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = Fa
     buf.shared_rows = shared_rows
     times, phases = [], {}
     try:
+        if attack_after:
+            round_module.Federation.attacks_in_client_rule = property(lambda self: False)
         for t in range(1, warmup + rounds + 1):
             tick = time.perf_counter()
             state, rec = run_round(fed, state, t, buf, private)

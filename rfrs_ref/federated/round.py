@@ -99,8 +99,7 @@ class Federation:
         (``Attack.own_gradients_inplace``), where ``apply_inplace`` would compute the
         honest upload and overwrite it with the rule on the attack's gradient: the same
         uploads and diagnostics, bit for bit, each upload written once."""
-        return (self.attack.name != "none" and getattr(self.attack, "in_client_rule", False)
-                and not self.resilience)
+        return getattr(self.attack, "in_client_rule", False) and not self.resilience
 
     @property
     def keeps_gradients(self) -> bool:
@@ -345,8 +344,7 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
     for lo in range(0, n, batch):
         hi = min(n, lo + batch)
         U = {k: buf.uploads[k][:hi - lo] for k in opt.arrays}
-        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private, U,
-                                       attacked=fed.attacks_in_client_rule)
+        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private, U)
         tick = time.perf_counter()
         sure, _ = opt.screen_sum_batch(state, U, t, w[lo:hi], into=acc, screen=fed.verify)
         if fed.verify and not sure.all() and not opt.verify_batch(state, U, t, screen=True)[0].all():
@@ -405,7 +403,7 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     if attacked:
         # the Byzantine clients' shared rows: the rule on h(2λq), row 1 of the shared rows
         g_sh = np.concatenate([g_sh, g_sh])
-        _own_attack_inplace(fed, rd, np.array([False, True]), [g_sh])
+        fed.attack.own_gradient_inplace(g_sh[1])
     cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
     tick = time.perf_counter()
     u_sh = {k: np.empty_like(g_sh) for k in arrays}
@@ -497,8 +495,7 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     for lo in range(0, n, batch):
         hi = min(n, lo + batch)
         losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, private,
-                                       {k: v[lo:hi] for k, v in U.items()},
-                                       attacked=fed.attacks_in_client_rule)
+                                       {k: v[lo:hi] for k, v in U.items()})
     if model.has_private:
         tick = time.perf_counter()
         _update_private_inplace(opt, private, clients, buf.private_grads[:n])
@@ -509,20 +506,19 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     return (buf.grads[:n] if honest else None), U, losses
 
 
-def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U,
-                   attacked: bool = False):
+def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U):
     """The gradients of sampled clients lo..hi − 1 into the first rows of ``buf.grads``
     and their uploads into ``U`` (their rows); returns their losses (timed into the
-    round's ``gradients`` and ``client_rule``). ``attacked``: the Byzantine rows upload
-    the rule on their attack's gradient (:func:`_attack_batch_inplace`)."""
+    round's ``gradients`` and ``client_rule``). Under an attack computed in the client
+    rule the Byzantine rows upload the rule on the attack's gradient
+    (:func:`_attack_batch_inplace`)."""
     tick = time.perf_counter()
     G = buf.grads[:hi - lo]
     losses = _gradients(fed, state, rd.clients[lo:hi], G,
                         None if negatives is None else negatives[lo:hi], private,
                         None if buf.private_grads is None else buf.private_grads[lo:hi])
     rd.timing["gradients"] += time.perf_counter() - tick
-    if attacked:
-        _attack_batch_inplace(fed, state, rd, buf, lo, hi, G, U)
+    _attack_batch_inplace(fed, state, rd, buf, lo, hi, G, U)
     tick = time.perf_counter()
     fed.optimizer.client_rule_batch(state, G, rd.t, U, backend=fed.backend)
     rd.timing["client_rule"] += time.perf_counter() - tick

@@ -41,7 +41,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
+from rfrs_ref.kernels.blocks import add_weighted_block, add_weighted_block_of, live_rows
 from rfrs_ref.optim import tolerance as _tol
 from rfrs_ref.optim.screen32 import (  # noqa: F401  (indices: compile-time constants)
     A32_B1, A32_B1IC1, A32_B2, A32_BG, A32_BM, A32_C2, A32_EPS, A32_FMAX, A32_IC1, A32_LR, A32_ONE,
@@ -911,27 +911,8 @@ def add_shared_rows(u, cls, w, bounds, rows, width, acc):
         counts[j] = nl
     for li in prange(rows.shape[0]):
         k0 = rows[li] * width
-        ar = acc[k0:k0 + width]
         for j in range(ns):
-            live, nl = lives[j], counts[j]
-            r = 0
-            while r + 4 <= nl:
-                i0, i1, i2, i3 = live[r], live[r + 1], live[r + 2], live[r + 3]
-                w0, w1, w2, w3 = w[i0], w[i1], w[i2], w[i3]
-                a0 = u[cls[i0], k0:k0 + width]
-                a1 = u[cls[i1], k0:k0 + width]
-                a2 = u[cls[i2], k0:k0 + width]
-                a3 = u[cls[i3], k0:k0 + width]
-                for k in range(width):
-                    ar[k] += w0 * a0[k] + w1 * a1[k] + w2 * a2[k] + w3 * a3[k]
-                r += 4
-            while r < nl:
-                i = live[r]
-                wi = w[i]
-                a = u[cls[i], k0:k0 + width]
-                for k in range(width):
-                    ar[k] += wi * a[k]
-                r += 1
+            add_weighted_block_of(u, cls, w, lives[j], counts[j], k0, width, acc[k0:k0 + width])
 
 
 # -- the server's one read for a rule that compares every row: features and screen -------
