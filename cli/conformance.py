@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
 
 import click
+
+#: set in the child process that runs the code under test: the file its report goes to
+CHILD_REPORT = "RFRS_REF_CONFORMANCE_REPORT"
+_CHILD_PATH = "RFRS_REF_CONFORMANCE_PATH"
+#: the child's program: the parent's import path, then this command
+_CHILD_MAIN = ("import json, os, sys; sys.path[:] = json.loads(os.environ.pop(%r)); "
+               "from rfrs_ref.cli.main import main; "
+               "main(['conformance', *json.loads(sys.stdin.read())], prog_name='rfrs-ref')"
+               % _CHILD_PATH)
 
 RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna", "cc", "caf", "smea"]
 OPTIMIZERS = ["sgd", "momentum", "adam", "adagrad", "rmsprop"]
@@ -80,6 +94,9 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
     Prints which laws hold and, for each that fails, a minimal counterexample
     shrunk by Hypothesis. Exit status 1 when a law fails.
 
+    The code under test runs in a process of its own: one that ends it early
+    (os._exit, a crash) fails the check instead of ending it with status 0.
+
     \b
     Examples:
       rfrs-ref conformance --rule krum --callable examples/wrong_krum.py:krum
@@ -88,6 +105,83 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
       rfrs-ref conformance --rule krum --callable rfrs_ref.aggregate:Krum
       rfrs-ref conformance --optimizer adam --callable rfrs_ref.optim:Adam
     """
+    report = os.environ.get(CHILD_REPORT)
+    if not report:
+        # what can be refused without the code under test is refused here, at once
+        if (rule is None) == (optimizer is None):
+            raise click.UsageError("give exactly one of --rule and --optimizer")
+        _parse_options(options)
+        argv = _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json)
+        raise SystemExit(_run_isolated(argv))
+    try:
+        _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json)
+    except click.exceptions.ClickException as exc:
+        _write_report(report, exc.exit_code)
+        raise
+    except SystemExit as exc:
+        _write_report(report, exc.code if isinstance(exc.code, int) else 1)
+        raise
+    _write_report(report, 0)
+
+
+def _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json) -> list[str]:
+    """The command line that repeats this one in the child process."""
+    argv = ["--callable", target, "--max-examples", str(max_examples)]
+    for flag, value in (("--rule", rule), ("--optimizer", optimizer), ("--adapter", adapter),
+                        ("--seed", seed)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for item in options:
+        argv += ["--option", item]
+    for law in laws:
+        argv += ["--law", law]
+    return argv + (["--json"] if as_json else [])
+
+
+def _run_isolated(argv: list[str]) -> int:
+    """Run the check in a child process and return the exit status it reported.
+
+    The child starts with the parent's ``sys.path`` (not ``python -m``'s, which
+    would put the working directory first, where a source checkout of
+    rfrs-ref may shadow the installed package) and working directory, so it resolves ``--callable`` as this process would. It writes
+    its exit status to a file once the suite has finished (or refused its
+    input); a child that ends without writing it (``os._exit(0)`` in the code
+    under test, a segfault in an extension, a kill) ran no suite to the end,
+    which is an error, whatever its own exit status. A child that reported
+    success but then exited otherwise (an ``atexit`` hook) fails too.
+    """
+    with tempfile.TemporaryDirectory(prefix="rfrs-conformance-") as tmp:
+        report = pathlib.Path(tmp) / "report.json"
+        env = dict(os.environ)
+        env[CHILD_REPORT] = str(report)
+        env[_CHILD_PATH] = json.dumps(sys.path)
+        # the arguments go through stdin: one of them may exceed the limit of a command line
+        proc = subprocess.run([sys.executable, "-c", _CHILD_MAIN], input=json.dumps(argv),
+                              env=env, capture_output=True, text=True, errors="replace")
+        click.echo(proc.stdout, nl=False)
+        click.echo(proc.stderr, nl=False, err=True)
+        try:
+            reported = json.loads(report.read_text())["exit"]
+        except (OSError, ValueError, KeyError, TypeError):
+            reported = None
+    if not isinstance(reported, int):
+        click.echo(f"Error: the process that ran the code under test ended (exit status "
+                   f"{proc.returncode}) before the suite reported: no law was checked to the "
+                   "end, which is not a pass.", err=True)
+        return 1
+    if reported == 0 and proc.returncode != 0:
+        click.echo(f"Error: the suite passed, but the process that ran the code under test "
+                   f"then exited with status {proc.returncode}.", err=True)
+        return 1
+    return reported
+
+
+def _write_report(path: str, code: int) -> None:
+    pathlib.Path(path).write_text(json.dumps({"exit": int(code)}))
+
+
+def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json):
+    """The suite itself (in the child process)."""
     try:
         from rfrs_ref.testing import adapters as A
         from rfrs_ref.testing.conformance import format_results, run_optimizer_conformance, run_rule_conformance

@@ -23,11 +23,12 @@ def verdict(results, out, claim_ids):
     metric (P@1, P@5, R@5); the mean difference gets a 95% Student-t interval, and the
     claim "holds" only where the interval excludes 0 in the paper's direction, "does not
     hold" where it excludes 0 the other way, and is "inconclusive" otherwise. Claims
-    whose results are missing are listed as "not run". Directories named ablation-*
+    whose results are missing are listed as "not run"; when every claim is, the table is
+    still written, and the exit status is 1 (nothing was judged). Directories named ablation-*
     are judged on the claims of Fig. 4 as well (and ablation-rounds on Fig. 10's),
     where the claim's series has runs. See docs/reproduction.md.
     """
-    from rfrs_ref.experiments.claims import (CLAIMS, claim, evaluate, find_results,
+    from rfrs_ref.experiments.claims import (CLAIMS, NOT_RUN, claim, evaluate, find_results,
                                              verdict_frame, verdict_markdown)
     from rfrs_ref.experiments.results import atomic_write_text
 
@@ -52,3 +53,8 @@ def verdict(results, out, claim_ids):
         atomic_write_text(path, text)
         atomic_write_text(path.with_suffix(".csv"), verdict_frame(rows).to_csv(index=False))
         click.echo(f"verdict table: {path}, {path.with_suffix('.csv')}")
+    if all(r.verdict == NOT_RUN for r in rows):
+        # a table of "not run" says what to run, but judged nothing: not a success
+        raise click.ClickException(
+            "no claim could be judged: no finished runs of the claims' series under "
+            + ", ".join(results) + " (the table lists the command for each)")

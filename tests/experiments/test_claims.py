@@ -189,6 +189,20 @@ def test_verdict_command_writes_the_table_and_reports_missing_results(tmp_path):
     assert unknown.exit_code != 0 and "unknown claim" in unknown.output
 
 
+def test_verdict_that_judged_nothing_is_not_a_success(tmp_path):
+    """Results folders with no run of any claim's series (an empty folder, a typo in a
+    path's parent) give a table of "not run" rows and exit status 1."""
+    from rfrs_ref.cli.main import main
+
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "verdict.md"
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path / "empty"), "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "no claim could be judged" in res.output and "Traceback" not in res.output
+    assert out.exists() and "| not run |" in out.read_text()
+    assert "| holds |" not in out.read_text() and "does not hold" not in out.read_text()
+
+
 def test_fig1_separation_claim_from_capture_runs(ex, tmp_path):
     from rfrs_ref.experiments.figures import Scale, figure, reproduce
 

@@ -17,7 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 MODULE = textwrap.dedent('''
+    import atexit
     import dataclasses
+    import os
     import sys
 
     import numpy as np
@@ -62,6 +64,21 @@ MODULE = textwrap.dedent('''
 
     def median_that_exits(X, ns, f):
         sys.exit(0)
+
+
+    def median_that_ends_the_process(X, ns, f):
+        os._exit(0)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamThatEndsTheProcess(Adam):
+        def recover(self, state, upload, t):
+            os._exit(0)
+
+
+    def median_that_exits_later(X, ns, f):
+        atexit.register(os._exit, 0 if X.size < 0 else 3)
+        return np.median(np.asarray(X, dtype=np.float64), axis=0)
 
 
     def median_of_infinities(X, ns, f):
@@ -160,6 +177,27 @@ def test_an_implementation_that_exits_fails_instead_of_passing(hostile_module, a
     assert res.exit_code == 1, res.output
     _no_traceback(res)
     assert "FAILS" in res.output and "called exit(0)" in res.output
+
+
+@pytest.mark.parametrize("args", [
+    ["--optimizer", "adam", "--callable", "hostile_impls:AdamThatEndsTheProcess"],
+    ["--rule", "median", "--callable", "hostile_impls:median_that_ends_the_process"],
+])
+def test_an_implementation_that_ends_the_process_fails(hostile_module, args):
+    """os._exit(0) cannot be intercepted in the process it runs in: the suite runs the code
+    under test in a child process, and a child that ended before its report is a failure
+    (it used to end `rfrs-ref conformance` itself, with status 0)."""
+    res = _cli(*args, "--max-examples", "5")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    assert "before the suite reported" in res.output and "not a pass" in res.output
+
+
+def test_an_implementation_that_exits_after_the_report_fails(hostile_module):
+    res = _cli("--rule", "median", "--callable", "hostile_impls:median_that_exits_later",
+               "--law", "coordinate_range", "--max-examples", "3")
+    assert res.exit_code == 1, res.output
+    assert "holds" in res.output and "then exited with status 3" in res.output
 
 
 # -- 4. garbage on the command line -------------------------------------------------------------------------
