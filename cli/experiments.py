@@ -90,6 +90,7 @@ class _Progress:
             click.echo(f"{report.total} runs: {_recorded(report, 'already finished')}{reused}"
                        f"{todo} to run on {where}")
             self.bar = Progress(todo, label="run", started=self.started,
+                                parallel=max(1, report.workers or 1),
                                 first_note="the first runs also compile the Numba kernels "
                                            "(up to a minute the first time; cached afterwards)")
             return

@@ -46,13 +46,19 @@ class Progress:
         clock: time source (tests pass a fake one).
         started: when the job started on ``clock`` (None: now), so that a
             summary printed later can use the same origin.
+        parallel: how many steps run at once (a sweep's workers). Their steps
+            finish in waves (two runs started together finish seconds apart), so
+            the pace between two finishes says nothing of a step's length: with
+            parallel > 1 the estimate is the elapsed time per finished step, once
+            a whole wave has finished, times the steps left.
     """
 
     def __init__(self, total: int, done: int = 0, *, label: str = "round",
                  first_note: str | None = None, tty: bool | None = None,
                  every_percent: float = 5.0, every_s: float = 60.0, clock=time.perf_counter,
-                 started: float | None = None):
+                 started: float | None = None, parallel: int = 1):
         self.total, self.done, self.label = int(total), int(done), label
+        self.parallel = max(1, int(parallel))
         self.clock = clock
         self.started = clock() if started is None else started
         self.tty = sys.stdout.isatty() if tty is None else tty
@@ -78,9 +84,15 @@ class Progress:
         return self.clock() - self.started
 
     def remaining(self) -> float | None:
-        """Seconds left, from the pace of the steps after the first; None before it is known."""
+        """Seconds left, from the pace of the steps after the first (``parallel`` > 1: of
+        every finished step, once ``parallel`` have finished); None before it is known."""
         if self._first_done_at is None:
             return None
+        if self.parallel > 1:
+            finished = self.step - self.done
+            if finished < self.parallel:
+                return None
+            return self.elapsed() / finished * (self.total - self.step)
         step0, t0 = self._first_done_at
         if self.step <= step0:
             return None

@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from click.testing import CliRunner
 
 from rfrs_ref.cli.main import main
@@ -47,6 +49,21 @@ def test_log_mode_prints_a_line_every_few_percent_with_the_remaining_duration(ca
     assert "elapsed 40s" in line and "remaining ~1m30s" in line, line
     assert "remaining" not in lines[-1] and "P@5 0.1234" in lines[-1]
     assert "elapsed 2m10s" in lines[-1]
+
+
+def test_parallel_steps_estimate_from_the_elapsed_time_per_finished_step():
+    """Two workers: runs of 100 s finish in pairs, 2 s apart. The pace between the two
+    finishes of a pair (2 s) would promise the sweep's end far too early."""
+    clock = FakeClock()
+    p = Progress(10, label="run", tty=False, every_percent=1, every_s=1e9, clock=clock,
+                 parallel=2)
+    clock.t += 100.0
+    p.update(1)
+    assert p.remaining() is None  # half a wave finished
+    clock.t += 2.0
+    p.update(2)
+    assert p.remaining() == pytest.approx(102.0 / 2 * 8)  # 8 runs, two at a time, ~100 s each
+    assert "remaining ~6m48s" in p.status()
 
 
 def test_log_mode_also_prints_every_minute():
