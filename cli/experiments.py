@@ -29,6 +29,11 @@ def _execution_options(f):
                           "diverged: a divergence is an outcome).")(f)
     f = click.option("--keep-state", is_flag=True,
                      help="Keep each run's final state.npz (large for the big datasets).")(f)
+    f = click.option("--low-memory", is_flag=True,
+                     help="Robust runs (Krum, RFA, MDA, MoNNA, CAF, SMEA with verification) "
+                          "hold their uploads 16 clients at a time and compute the kept "
+                          "clients' uploads twice: the same results, bit for bit, in about "
+                          "half the memory, somewhat slower (docs/performance.md).")(f)
     f = click.option("--reuse-from", "reuse_from", multiple=True,
                      type=click.Path(file_okay=False, exists=True), metavar="DIR",
                      help="Another results directory of yours (repeatable): a run it records "
@@ -201,7 +206,8 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
 @click.option("--quick", is_flag=True,
               help="Reduced version: ML100K only, 2 trials, a third of the default rounds.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Output directory [default: results/<experiment>[-quick]].")
+              help="Output directory [default: results/<experiment>, with a suffix for a "
+                   "reduced scale, e.g. results/defenses-quick or results/defenses-20rounds-1trials].")
 @click.option("--datasets", default=None, help="Comma-separated datasets (overrides the figure's).")
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (seeds 0..N-1).")
 @click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of every run.")
@@ -218,7 +224,7 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
 @_execution_options
 def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, backend, overrides,
               no_plot, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
-              reuse_from):
+              low_memory, reuse_from):
     """Reproduce one of the paper's figures: sweep, tables, plots.
 
     FIGURE is the paper's figure number or name: 1 (pca), 2 (camouflage),
@@ -249,7 +255,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
                   trials=trials, rounds=rounds, resilience=resilience, backend=backend,
                   overrides=_parse_overrides(overrides))
     scale = fig.scale(scale)
-    out = pathlib.Path(out) if out else fig.default_out(quick)
+    out = pathlib.Path(out) if out else fig.default_out(scale)
     _check_extras(workers, scheduler)
     try:
         runs = fig.runs(scale)
@@ -262,7 +268,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     report, paths = _run(lambda: run_figure(
         fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
         shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
-        on_event=progress, runs=runs, run=not no_run, reuse_from=reuse_from), progress)
+        low_memory=low_memory, on_event=progress, runs=runs, run=not no_run, reuse_from=reuse_from), progress)
     _report(report, started, progress, after)
     if report.summary is not None and not report.summary.empty:
         metrics = (fig.metric, "ndcg", "hr", "mrr")
@@ -283,7 +289,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
 @click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")
 @_execution_options
 def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
-          reuse_from):
+          low_memory, reuse_from):
     """Run the grid of training runs described in the TOML file FILE.
 
     \b
@@ -326,7 +332,8 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
     progress = _Progress(started)
     report = _run(lambda: run_sweep(
         sw.runs, out, scheduler=scheduler, workers=workers, threads=threads, shared_fs=shared_fs,
-        retry_failed=retry_failed, keep_state=keep_state, on_event=progress,
+        retry_failed=retry_failed, keep_state=keep_state, low_memory=low_memory,
+        on_event=progress,
         label_columns=label_columns, reuse_from=reuse_from), progress)
     _report(report, started, progress)
     if report.summary is not None and not report.summary.empty:

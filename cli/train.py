@@ -83,6 +83,11 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               show_default=True, help="Kernels: numba (CPU), numpy (oracle), cuda (NVIDIA GPU).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=None,
               help="Checkpoint interval in rounds [default: the evaluation interval].")
+@click.option("--low-memory", is_flag=True,
+              help="Robust rounds (Krum, RFA, MDA, MoNNA, CAF, SMEA with verification) hold "
+                   "their uploads 16 clients at a time and compute the kept clients' uploads "
+                   "twice: the same results, bit for bit, in about half the memory, "
+                   "somewhat slower (docs/performance.md).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Run directory [default: runs/<time>-<dataset>]; one that already holds a run "
                    "is refused (continue it with --resume).")
@@ -94,7 +99,7 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 @apply(_data_opts + _model_opts + _opt_opts + _rule_opts + _pre_opts + _attack_opts)
 def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_scale, dtype, seed,
           valid_fraction, eval_every, ks, defense, detect, preset, pre, attack, alpha, assumed_byzantine, verify,
-          resilience, backend, checkpoint_every, out, resume, trace_path, **hyper):
+          resilience, backend, checkpoint_every, low_memory, out, resume, trace_path, **hyper):
     """Train a federated recommender and evaluate Precision, Recall, NDCG, HR and MRR@K.
 
     With no options: FISM with federated Adam (the paper's A-FRS) on the
@@ -154,16 +159,16 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
                 RunDirectory(run_dir).prepare(config.resolved(), resume=False)
             except ValueError as exc:
                 raise click.ClickException(_one_line(exc)) from None
-        _train(config, run_dir, resume, trace_path)
+        _train(config, run_dir, resume, trace_path, low_memory)
 
 
-def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
+def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) -> None:
     from rfrs_ref.federated.trainer import Trainer
 
     if trace_path:
         config.trace = True  # the records then carry gradient norms and state checksums
     try:
-        trainer = Trainer(config)
+        trainer = Trainer(config, low_memory=low_memory)
     except (ValueError, KeyError, TypeError) as exc:
         # on --resume the configuration is the file's: say which file holds the bad value
         where = f"{run_dir / 'config.json'}: " if resume else ""
@@ -171,10 +176,11 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path) -> None:
     except (FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(_one_line(exc)) from None
     except OSError as exc:  # a download that failed (no network, checksum), an unreadable file
+        # a resumed run keeps the --data-dir it recorded: only the variable can move it
+        where = "RFRS_DATA_DIR" if resume else "--data-dir or RFRS_DATA_DIR"
         raise click.ClickException(
             f"dataset {config.dataset!r}: {_one_line(exc)}; fetch it where there is a network "
-            f"(rfrs-ref data fetch {config.dataset}) and point --data-dir or RFRS_DATA_DIR at it"
-        ) from None
+            f"(rfrs-ref data fetch {config.dataset}) and point {where} at it") from None
     done = _checkpoint_round(run_dir) if resume else 0
     tracer = None
     if trace_path:

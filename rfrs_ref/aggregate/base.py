@@ -101,6 +101,12 @@ class Rule(abc.ABC):
     #: True for rules whose weights are a function of the nᵢ alone (:meth:`fixed_weights`),
     #: whatever the uploads: the server may then sum while it verifies (``sums=``)
     has_fixed_weights: ClassVar[bool] = False
+    #: True for rules whose result arrays are ``combine(arrays, result.weights)`` and that
+    #: read the uploads for nothing else than their finiteness: given a
+    #: :class:`FiniteUploads` with no array at all, such a rule returns its weights and
+    #: diagnostics (and no arrays), and the caller may compute the weighted sums itself
+    #: (the round that recomputes its uploads, docs/performance.md)
+    combines_by_weights: ClassVar[bool] = False
 
     def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
         """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""

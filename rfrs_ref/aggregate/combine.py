@@ -46,6 +46,39 @@ def _combine_rows_numba(A, w, out, block, nchunks):
                 o[k] = acc[k]
 
 
+@njit(cache=True, parallel=True)
+def _add_rows_numba(A, w, acc, block, nchunks):
+    n, D = A.shape
+    nblocks = (D + block - 1) // block
+    live, nl = live_rows(w)
+    for c in prange(nchunks):
+        for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            k0 = b * block
+            bw = min(D, k0 + block) - k0
+            add_weighted_block(A, w, live, nl, k0, bw, acc[k0:k0 + bw])
+
+
+def add_rows_inplace(A: np.ndarray, w: np.ndarray, acc: np.ndarray) -> None:
+    """``acc += Σᵢ wᵢ · A[i]`` over the rows with wᵢ ≠ 0, in place (acc float64 (D,)).
+
+    The same operations, in the same order, as :func:`combine_rows` on the numba
+    backend: called on consecutive batches of rows, each a multiple of four rows
+    with wᵢ ≠ 0 but the last, starting from ``acc`` = 0, it leaves in ``acc`` the
+    float64 sums ``combine_rows`` rounds to A's dtype on all the rows at once, bit
+    for bit (the rows are summed four at a time, in order, into a running sum per
+    coordinate; no fast-math in either kernel). The round that recomputes its
+    uploads (docs/performance.md, "Robust rounds in low memory") sums so.
+    """
+    M = as_float_matrix(A, "A")
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    if acc.dtype != np.float64 or acc.shape != (M.shape[1],) or not acc.flags.c_contiguous:
+        raise ValueError(f"acc must be a contiguous float64 array of shape ({M.shape[1]},), "
+                         f"got {acc.dtype} {acc.shape}")
+    if w.shape != (M.shape[0],):
+        raise ValueError(f"w must have one weight per row, shape ({M.shape[0]},), got {w.shape}")
+    _add_rows_numba(M, w, acc, BLOCK, n_chunks(M.shape[1], BLOCK))
+
+
 def combine_rows(A: np.ndarray, w: np.ndarray, *, backend: str = "numba") -> np.ndarray:
     """Σᵢ wᵢ · A[i] over the rows with wᵢ ≠ 0, float64 sums, in A's dtype.
 

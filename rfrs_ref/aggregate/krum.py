@@ -104,6 +104,7 @@ class Krum(Rule):
 
     name: ClassVar[str] = "krum"
     coordinatewise: ClassVar[bool] = False
+    combines_by_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -127,6 +127,7 @@ class MDA(Rule):
 
     name: ClassVar[str] = "mda"
     coordinatewise: ClassVar[bool] = False
+    combines_by_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -58,6 +58,7 @@ class MoNNA(Rule):
 
     name: ClassVar[str] = "monna"
     coordinatewise: ClassVar[bool] = False
+    combines_by_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

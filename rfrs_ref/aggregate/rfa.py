@@ -53,6 +53,7 @@ class RFA(Rule):
 
     name: ClassVar[str] = "rfa"
     coordinatewise: ClassVar[bool] = False
+    combines_by_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

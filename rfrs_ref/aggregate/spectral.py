@@ -97,6 +97,7 @@ class CAF(Rule):
 
     name: ClassVar[str] = "caf"
     coordinatewise: ClassVar[bool] = False
+    combines_by_weights: ClassVar[bool] = True
 
     def _condition(self, n: int, f: int) -> str | None:
         return None if n > 2 * f else "n > 2f"
@@ -233,6 +234,7 @@ class SMEA(Rule):
 
     name: ClassVar[str] = "smea"
     coordinatewise: ClassVar[bool] = False
+    combines_by_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

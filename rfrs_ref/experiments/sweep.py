@@ -246,6 +246,7 @@ def run_sweep(
     shared_fs: bool | None = None,
     retry_failed: bool = True,
     keep_state: bool = False,
+    low_memory: bool = False,
     on_event: Event | None = None,
     label_columns: Sequence[str] = (),
     table_runs: Sequence[RunSpec] | None = None,
@@ -268,6 +269,8 @@ def run_sweep(
             and in process, False for a remote scheduler or a given client).
         retry_failed: run again the runs whose recorded outcome is a failure.
         keep_state: keep each run's final ``state.npz``.
+        low_memory: robust runs hold their uploads a batch of clients at a time
+            (``Trainer(low_memory=True)``): the same results, in less memory.
         on_event: ``on_event(event, spec, outcome, report)`` with event
             ``"plan"`` (once, spec None), ``"done"``, ``"diverged"`` or ``"failed"``.
         label_columns: label columns listed first in the Markdown summary.
@@ -404,7 +407,8 @@ def run_sweep(
         runs_root = store.runs.resolve()
         tasks = {k: {"spec": by_key[k].to_json(), "key": k,
                      "run_dir": str(runs_root / k) if shared_fs else None,
-                     "data_dir": data_dir, "keep_state": keep_state} for k in pending}
+                     "data_dir": data_dir, "keep_state": keep_state,
+                     "low_memory": low_memory} for k in pending}
         cluster = own_client = None
         try:
             if pending:

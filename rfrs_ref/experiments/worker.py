@@ -61,7 +61,7 @@ def execute_run(task: dict) -> dict:
 
     Args:
         task: ``{"spec": RunSpec.to_json(), "key": str, "run_dir": str | None,
-            "data_dir": str | None, "keep_state": bool}``. ``run_dir`` is the
+            "data_dir": str | None, "keep_state": bool, "low_memory": bool}``. ``run_dir`` is the
             run's directory on a shared filesystem (None: train in a temporary
             directory); ``data_dir`` is the driver's ``RFRS_DATA_DIR``, used
             when the worker's environment has none.
@@ -95,7 +95,8 @@ def execute_run(task: dict) -> dict:
         if spec.kind == "capture":
             result = _capture(spec, run_dir)
         else:
-            result = _train(spec, run_dir, keep_state=bool(task.get("keep_state")))
+            result = _train(spec, run_dir, keep_state=bool(task.get("keep_state")),
+                            low_memory=bool(task.get("low_memory")))
         status = result.pop("status", "ok")
         outcome.update(result)
         if tmp is not None:
@@ -145,7 +146,7 @@ def _clear(run_dir: pathlib.Path) -> None:
             p.unlink()
 
 
-def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
+def _train(spec, run_dir: pathlib.Path, keep_state: bool, low_memory: bool = False) -> dict:
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.files import DirectoryLock
 
@@ -154,15 +155,16 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool) -> dict:
         # the files of whatever directory it points to
         raise ValueError(f"{run_dir} is a link (to {os.readlink(run_dir)}), not a run "
                          "directory of this sweep; remove the link and run the sweep again")
-    trainer = Trainer(spec.config)
+    trainer = Trainer(spec.config, low_memory=low_memory)
     # The run directory is this process's before anything in it is read or removed: a
     # `train --resume` (or any holder) working there meanwhile is refused, not wiped
     # out from under it (the run is then recorded as failed, naming the holder).
     with DirectoryLock(run_dir):
-        return _train_locked(spec, trainer, run_dir, keep_state)
+        return _train_locked(spec, trainer, run_dir, keep_state, low_memory)
 
 
-def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool) -> dict:
+def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
+                  low_memory: bool = False) -> dict:
     from rfrs_ref.federated.trainer import Diverged, Trainer
 
     resume = (run_dir / "checkpoint.npz").exists() and _same_config(run_dir, spec)
@@ -178,7 +180,7 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool) -> dic
                 raise
             except Exception:  # noqa: BLE001 - an unreadable checkpoint: start again from scratch
                 resumed_from, result = None, None
-                trainer = Trainer(spec.config)
+                trainer = Trainer(spec.config, low_memory=low_memory)
         if result is None:
             _clear(run_dir)
             result = trainer.run(run_dir, locked=True)

@@ -58,6 +58,11 @@ class Federation:
         resilience: record the Definition 1–4 sums every round.
         backend: kernel backend (``numpy``, ``numba``, ``cuda``).
         trace: record per-client gradient norms and state checksums.
+        low_memory: let a robust round that can (:attr:`recomputes_uploads`) hold its
+            uploads a batch of clients at a time and compute the kept clients' uploads
+            a second time for the rule's weighted sums: the same state and record, bit
+            for bit, with two n × D arrays fewer per upload array (docs/performance.md,
+            "Robust rounds in low memory").
     """
 
     model: Any
@@ -74,6 +79,7 @@ class Federation:
     resilience: bool = False
     backend: str = "numba"
     trace: bool = False
+    low_memory: bool = False
 
     def __post_init__(self) -> None:
         if self.detect not in DETECT_SPACES:
@@ -120,6 +126,25 @@ class Federation:
         backend only."""
         return (not self.keeps_gradients and not self.needs_recovery and self.backend == "numba"
                 and getattr(self.rule, "has_fixed_weights", False))
+
+    @property
+    def recomputes_uploads(self) -> bool:
+        """Whether rounds hold the uploads a batch at a time although the rule compares
+        every client (``low_memory``): the rule combines the uploads by weights it takes
+        from the features alone (``Rule.combines_by_weights``), the features are built in
+        verification's read, the honest gradients are not read after the client rule
+        (:attr:`keeps_gradients`), no client keeps private state, and no trace wants the
+        uploads. The round then computes the uploads twice, once for the features and
+        verification, once, for the clients the rule weighs, for the weighted sums
+        (:func:`_recomputed_round`). The numba backend only."""
+        rule = self.rule
+        return (self.low_memory and self.backend == "numba" and self.verify
+                and getattr(rule, "combines_by_weights", False)
+                and getattr(rule, "uses_features", True)
+                and not getattr(rule, "takes_round_inputs", False)
+                and not getattr(rule, "state_arrays", ())
+                and not self.keeps_gradients and not self.trace
+                and not getattr(self.model, "has_private", False) and not self.streams)
 
     @property
     def needs_recovery(self) -> bool:
@@ -231,6 +256,8 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     (``rfrs_ref.flower``) calls with the uploads it received.
     """
     rd = _sample(fed, t)                                        # server: who takes part
+    if buf.uploads["theta"].shape[0] < rd.clients.size and fed.recomputes_uploads:
+        return _recomputed_round(fed, state, rd, buf)           # Alg. 1 and 2, uploads twice
     if buf.uploads["theta"].shape[0] < rd.clients.size:
         streamed = _streamed_round(fed, state, rd, buf, private)  # Alg. 1 and 2, by batches
         if streamed is not None:
@@ -471,6 +498,84 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     return _streamed_result(fed, state, rd, buf, acc, losses)
 
 
+def _recomputed_round(fed, state, rd: _Round, buf: RoundBuffers):
+    """The round of a robust rule in low memory (``Federation.recomputes_uploads``).
+
+    1. Each batch of clients: gradients, attack (in the client rule), client rule, then
+       the server's one read of the batch's uploads (``features_verify_batch``): the
+       detection features into their rows of ``buf.features`` and the verdicts.
+    2. The rule on the verified features, its uploads standing for themselves as a
+       :class:`~rfrs_ref.aggregate.base.FiniteUploads` with no array (the rule
+       ``combines_by_weights``): its weights, kept clients and diagnostics.
+    3. The clients with a non-zero weight again, a batch of them at a time: the same
+       gradients and uploads (each client's is computed on its own, from the same
+       state and streams), their weighted sums into float64 running sums
+       (:func:`~rfrs_ref.aggregate.combine.add_rows_inplace`, batches of a multiple of
+       four such clients), rounded once to the state's dtype.
+
+    Every feature, verdict, weight and sum is what :func:`run_round` holding every
+    upload computes, with the same operations in the same order, so the new state and
+    the record are the same, bit for bit (but for the timing, whose phases are
+    ``gradients``, ``client_rule``, ``features_verification``, ``aggregation`` and
+    ``uploads_again``).
+    """
+    from rfrs_ref.aggregate.base import FiniteUploads
+    from rfrs_ref.aggregate.combine import add_rows_inplace
+
+    opt, t, clients = fed.optimizer, rd.t, rd.clients
+    n, batch = clients.size, buf.uploads["theta"].shape[0]
+    X = buf.features[:n]
+    negatives = _negatives(fed, rd)
+    losses = np.empty(n)
+    ok = np.empty(n, dtype=bool)
+    checks: list = [None] * n
+    violation = np.empty(n)
+    space = "gradient" if fed.needs_recovery else "parameter"
+    for name in ("gradients", "client_rule", "features_verification"):
+        rd.timing[name] = 0.0
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        U = {k: buf.uploads[k][:hi - lo] for k in opt.arrays}
+        losses[lo:hi] = _batch_uploads(fed, state, rd, buf, lo, hi, negatives, None, U)
+        tick = time.perf_counter()
+        ok[lo:hi], checks[lo:hi], violation[lo:hi] = opt.features_verify_batch(
+            state, U, t, X[lo:hi], space, backend=fed.backend)
+        rd.timing["features_verification"] += time.perf_counter() - tick
+    rd.features = space
+    excluded = _exclusions(rd, ok, checks, violation)
+    rows, _, Xk, _ = _keep_verified(ok, None, {}, X, buf)
+    attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
+    m = rows.size
+    if m == 0:
+        new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, Xk, {})
+    else:
+        tick = time.perf_counter()
+        f_rule = max(0, rd.f - (n - m))
+        result = fed.rule.aggregate(Xk, FiniteUploads(), rd.n_samples[rows], f_rule,
+                                    backend=fed.backend)
+        weights, kept_m, rule_diag = result.weights, np.asarray(result.kept, float), result.diagnostics
+        rd.timing["aggregation"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        timing = dict(rd.timing)
+        live = np.flatnonzero(weights != 0)
+        acc = {k: np.zeros(buf.n_params) for k in opt.arrays}
+        for b0 in range(0, live.size, batch):
+            part = live[b0:b0 + batch]
+            U = {k: buf.uploads[k][:part.size] for k in opt.arrays}
+            _batch_uploads(fed, state, rd, buf, 0, part.size, negatives, None, U,
+                           which=rows[part])
+            for k in opt.arrays:
+                add_rows_inplace(U[k], weights[part], acc[k])
+        rd.timing.clear()
+        rd.timing.update(timing)
+        rd.timing["uploads_again"] = time.perf_counter() - tick
+        new_state = {k: acc[k].astype(buf.dtype) for k in opt.arrays}
+    record = _record(fed, rd, new_state, losses, excluded, rows, weights, kept_m, rule_diag,
+                     f_rule, attack_diag, None)
+    record["timing"] = rd.timing
+    return new_state, record
+
+
 def _sample(fed: Federation, t: int) -> _Round:
     """The round's clients (stream ``sampling``), their Byzantine flags and sizes, and f."""
     clients = sample_clients(fed.seed, t, fed.n_clients, fed.client_fraction)
@@ -506,40 +611,46 @@ def _client_uploads(fed, state, rd: _Round, buf: RoundBuffers, private):
     return (buf.grads[:n] if honest else None), U, losses
 
 
-def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U):
-    """The gradients of sampled clients lo..hi − 1 into the first rows of ``buf.grads``
-    and their uploads into ``U`` (their rows); returns their losses (timed into the
-    round's ``gradients`` and ``client_rule``). Under an attack computed in the client
-    rule the Byzantine rows upload the rule on the attack's gradient
+def _batch_uploads(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, negatives, private, U,
+                   which=None):
+    """The gradients of sampled clients lo..hi − 1 (or of the sampled clients ``which``, an
+    index array, hi − lo of them, in a model without private state) into the first rows
+    of ``buf.grads`` and their uploads into ``U`` (their rows); returns their losses
+    (timed into the round's ``gradients`` and ``client_rule``). Under an attack computed
+    in the client rule the Byzantine rows upload the rule on the attack's gradient
     (:func:`_attack_batch_inplace`)."""
+    sel = slice(lo, hi) if which is None else which
     tick = time.perf_counter()
     G = buf.grads[:hi - lo]
-    losses = _gradients(fed, state, rd.clients[lo:hi], G,
-                        None if negatives is None else negatives[lo:hi], private,
-                        None if buf.private_grads is None else buf.private_grads[lo:hi])
+    negs = None
+    if negatives is not None:
+        negs = negatives[lo:hi] if which is None else [negatives[i] for i in which]
+    losses = _gradients(fed, state, rd.clients[sel], G, negs, private,
+                        None if buf.private_grads is None else buf.private_grads[sel])
     rd.timing["gradients"] += time.perf_counter() - tick
-    _attack_batch_inplace(fed, state, rd, buf, lo, hi, G, U)
+    _attack_batch_inplace(fed, state, rd, buf, sel, G, U)
     tick = time.perf_counter()
     fed.optimizer.client_rule_batch(state, G, rd.t, U, backend=fed.backend)
     rd.timing["client_rule"] += time.perf_counter() - tick
     return losses
 
 
-def _attack_batch_inplace(fed, state, rd: _Round, buf: RoundBuffers, lo, hi, G, U) -> None:
+def _attack_batch_inplace(fed, state, rd: _Round, buf: RoundBuffers, sel, G, U) -> None:
     """An attack computed in the client rule (``Federation.attacks_in_client_rule``):
-    the Byzantine rows of the gradients ``G`` of sampled clients lo..hi − 1 become the
+    the Byzantine rows of the gradients ``G`` of sampled clients ``sel`` (a slice or an
+    index array) become the
     gradients their clients push through the rule (``Attack.own_gradients_inplace``),
     before the rule runs, so that each Byzantine upload is the one ``apply_inplace``
     would write over the honest upload (the same rule on the same gradient), bit for
     bit; the rows' diagnostics are kept for the round's record. Timed into ``attack``."""
-    byz = rd.byz[lo:hi]
+    byz = rd.byz[sel]
     rows = np.flatnonzero(byz)
     if rows.size == 0 or not fed.attacks_in_client_rule:
         return
     tick = time.perf_counter()
     ctx = AttackContext(
         t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=byz,
-        clients=rd.clients[lo:hi], n_samples=rd.n_samples[lo:hi], f=rd.f,
+        clients=rd.clients[sel], n_samples=rd.n_samples[sel], f=rd.f,
         rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
         workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect, model=fed.model)
     rd.attack_parts.append(fed.attack.own_gradients_inplace(ctx, G, rows))

@@ -238,9 +238,12 @@ class Trainer:
     them (``trainer.split``, ``trainer.federation``, ``trainer.evaluate``).
     """
 
-    def __init__(self, config: TrainConfig, data=None) -> None:
+    def __init__(self, config: TrainConfig, data=None, *, low_memory: bool = False) -> None:
         """``data``: the dataset already loaded (an ``Interactions`` of
-        ``config.dataset``), e.g. cached by a sweep worker; None loads it."""
+        ``config.dataset``), e.g. cached by a sweep worker; None loads it.
+        ``low_memory``: robust rounds that can hold their uploads a batch of clients at
+        a time and compute them twice (``Federation.recomputes_uploads``); the same
+        results, bit for bit, which is why it is not part of the configuration."""
         from rfrs_ref.aggregate import RULES
         from rfrs_ref.attack import ATTACKS
         from rfrs_ref.data import load_dataset, split_interactions
@@ -278,7 +281,7 @@ class Trainer:
             attack=self.attack, train=self.split.train, byzantine=self.byzantine,
             client_fraction=c.client_fraction, assumed_fraction=c.assumed_byzantine,
             seed=c.seed, verify=c.verify, resilience=c.resilience, backend=c.backend,
-            trace=c.trace)
+            trace=c.trace, low_memory=low_memory)
         self._check_rule_precondition()
         self.dtype = np.dtype(c.dtype)
         from rfrs_ref.metrics import eval_users
@@ -336,7 +339,8 @@ class Trainer:
                             private_dim=self.model.dim if self.model.has_private else 0,
                             features=fed.needs_features,
                             grad_rows=None if full or fed.keeps_gradients else GRADIENT_BATCH,
-                            upload_rows=GRADIENT_BATCH if fed.streams and not full else None)
+                            upload_rows=(GRADIENT_BATCH if (fed.streams or fed.recomputes_uploads)
+                                         and not full else None))
 
     # -- evaluation -----------------------------------------------------------------
     def evaluate(self, state, private=None):

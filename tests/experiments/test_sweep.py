@@ -249,3 +249,28 @@ def test_an_existing_cluster_without_shared_files(ex, tmp_path):
         assert len(Store(tmp_path).read_rounds(r.key)) == 4
     reference = run_sweep(runs, tmp_path / "ref", workers=0, threads=1)
     pd.testing.assert_frame_equal(_values(report.table), _values(reference.table))
+
+
+def test_a_low_memory_sweep_gives_the_same_results(ex, tmp_path, monkeypatch):
+    """``run_sweep(low_memory=True)`` reaches the workers' trainers: the robust run holds
+    its uploads a batch at a time (checked through the round's timing phase
+    ``uploads_again``) and its results are the same."""
+    from rfrs_ref.federated import round as rnd
+
+    seen = []
+    recomputed = rnd._recomputed_round
+
+    def spy(*args, **kw):
+        seen.append(True)
+        return recomputed(*args, **kw)
+
+    monkeypatch.setattr(rnd, "_recomputed_round", spy)
+    runs = [ex.tiny_config(defense="krum", attack="ascent", byzantine_fraction=0.2,
+                           client_fraction=0.2)]
+    plain = run_sweep(runs, tmp_path / "plain", workers=0)
+    assert not seen
+    low = run_sweep(runs, tmp_path / "low", workers=0, low_memory=True)
+    assert seen
+    a, b = (read_table(d / "results.csv") for d in (tmp_path / "plain", tmp_path / "low"))
+    cols = ["dataset", "seed", "metric", "k", "value"]
+    assert a[cols].equals(b[cols]) and plain.finished == low.finished == 1

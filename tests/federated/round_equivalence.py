@@ -69,8 +69,11 @@ def digest(state) -> str:
     return h.hexdigest()[:20]
 
 
-def run(data, opt, rule, detect, attack) -> str:
-    """The digest of the server state after round ``ROUNDS``."""
+def run(data, opt, rule, detect, attack, low_memory_rows: int | None = None) -> str | None:
+    """The digest of the server state after round ``ROUNDS``; ``low_memory_rows``: the
+    run's robust rounds hold that many uploads at a time and compute them twice
+    (``Trainer(low_memory=True)``; None when ``Federation.recomputes_uploads`` does not
+    hold for the run)."""
     from rfrs_ref.federated.config import TrainConfig
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
@@ -86,9 +89,18 @@ def run(data, opt, rule, detect, attack) -> str:
         defense_params=defense_params,
         detect=detect, attack=attack, byzantine_fraction=0.0 if attack == "none" else BYZANTINE_FRACTION,
         model_params={"dim": DIM}, rounds=ROUNDS, client_fraction=CLIENT_FRACTION,
-        backend="numba", dtype="float32", seed=0), data=data)
+        backend="numba", dtype="float32", seed=0), data=data,
+        low_memory=low_memory_rows is not None)
     state, private = trainer.initial_state()
     buf = trainer.buffers()
+    if low_memory_rows is not None:
+        from rfrs_ref.federated.round import RoundBuffers
+
+        if not trainer.federation.recomputes_uploads:
+            return None  # e.g. SGD, whose uploads are not verified by default
+        buf = RoundBuffers(buf.n_max, buf.n_params, buf.dtype, buf.names,
+                           features=buf.features is not None, grad_rows=low_memory_rows,
+                           upload_rows=low_memory_rows)
     for t in range(1, ROUNDS + 1):
         state, _ = run_round(trainer.federation, state, t, buf, private)
     return digest(state)

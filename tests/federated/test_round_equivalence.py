@@ -89,6 +89,27 @@ def test_server_state_after_50_rounds_is_unchanged(config, ml100k):
     assert eq.run(ml100k, *config.split("/")) == RECORDED["digests"][config], config
 
 
+def _low_memory_configurations():
+    """The recorded runs whose robust rounds can recompute their uploads: a rule that
+    combines by weights (Krum, RFA) under no attack or one computed in the client rule."""
+    return sorted("/".join(c) for c in eq.configurations()
+                  if c[1] in ("krum", "rfa") and c[3] in ("none", "ascent", "camouflage"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", _low_memory_configurations())
+def test_low_memory_rounds_give_the_recorded_server_state(config, ml100k):
+    """The same digests with the uploads held 4 at a time and computed twice
+    (``Trainer(low_memory=True)``, 9 clients a round: three batches, then the kept
+    clients again)."""
+    if RECORDED is None or config not in RECORDED["digests"]:
+        pytest.skip(f"{config}: no digest recorded on this CPU ({_host_cpu()})")
+    got = eq.run(ml100k, *config.split("/"), low_memory_rows=4)
+    if got is None:
+        pytest.skip(f"{config}: its rounds do not recompute their uploads (no verification)")
+    assert got == RECORDED["digests"][config], config
+
+
 @pytest.fixture(scope="module")
 def lastfm(data_dir):
     from rfrs_ref.data import load_dataset

@@ -1,0 +1,136 @@
+"""Robust rounds in low memory (``Trainer(low_memory=True)``): the uploads held a batch of
+clients at a time, the features and verdicts built batch by batch, the rule's weights
+taken from the features, and the weighted clients' uploads computed a second time for the
+sums. The same server states and records as the rounds that hold every upload, bit for
+bit (docs/performance.md, "Robust rounds in low memory")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rfrs_ref.aggregate.combine import add_rows_inplace, combine_rows
+from rfrs_ref.federated.config import TrainConfig
+from rfrs_ref.federated.round import GRADIENT_BATCH, RoundBuffers, run_round
+from rfrs_ref.federated.trainer import Trainer
+
+SMALL = dict(n_users=200, n_items=120, n_clusters=4, mean_items=10.0)
+
+
+def _rounds(trainer, buf, rounds=3):
+    state, private = trainer.initial_state()
+    records = []
+    for t in range(1, rounds + 1):
+        state, rec = run_round(trainer.federation, state, t, buf, private)
+        rec.pop("timing")
+        records.append(rec)
+    return state, records
+
+
+def _rows(trainer, rows):
+    full = trainer.buffers(full=True)
+    return RoundBuffers(full.n_max, full.n_params, full.dtype, full.names,
+                        features=full.features is not None, grad_rows=rows, upload_rows=rows)
+
+
+def _same(a, b, label):
+    for k in a[0]:
+        assert np.array_equal(a[0][k].view(np.uint8), b[0][k].view(np.uint8)), (label, k)
+    assert a[1] == b[1], label
+
+
+def _trainer(**kw):
+    base = dict(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                model_params={"dim": 8}, seed=4)
+    return Trainer(TrainConfig(**{**base, **kw}), low_memory=True)
+
+
+@pytest.mark.parametrize("defense", ["krum", "rfa", "mda", "monna", "caf", "smea"])
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+def test_every_rule_that_combines_by_weights(defense, detect):
+    # SMEA searches C(n, f) subsets: f = 2 of 40 keeps it to 780
+    trainer = _trainer(defense=defense, detect=detect, attack="ascent", byzantine_fraction=0.2,
+                       assumed_byzantine=0.05 if defense == "smea" else None,
+                       defense_params={"fallback": "reduce-f"})
+    assert trainer.federation.recomputes_uploads
+    full = _rounds(trainer, trainer.buffers(full=True))
+    for rows in (4, 16):
+        _same(full, _rounds(trainer, _rows(trainer, rows)), (defense, detect, rows))
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("attack,negatives", [("none", 1), ("ascent", 0), ("camouflage", 1)])
+def test_every_optimiser_and_attack_in_the_client_rule(optimizer, attack, negatives):
+    if attack == "camouflage" and optimizer != "adam":
+        pytest.skip("camouflage is defined for Adam")
+    trainer = _trainer(defense="krum", optimizer=optimizer, attack=attack,
+                       byzantine_fraction=0.0 if attack == "none" else 0.3,
+                       model_params={"dim": 8, "negatives": negatives})
+    assert trainer.federation.recomputes_uploads
+    buf = trainer.buffers()
+    assert buf.uploads["theta"].shape[0] == GRADIENT_BATCH < 40 and buf.features.shape[0] == 40
+    _same(_rounds(trainer, trainer.buffers(full=True)), _rounds(trainer, buf),
+          (optimizer, attack))
+    # classic Krum: one client weighed, recomputed alone
+    one = _trainer(defense="krum", defense_params={"k": 1}, optimizer=optimizer, attack=attack,
+                   byzantine_fraction=0.0 if attack == "none" else 0.3)
+    _same(_rounds(one, one.buffers(full=True)), _rounds(one, _rows(one, 8)), "k=1")
+
+
+def test_an_upload_that_fails_verification_is_excluded_as_when_held(monkeypatch):
+    from rfrs_ref.optim.adam import Adam
+
+    trainer = _trainer(defense="krum", attack="ascent", byzantine_fraction=0.2)
+    honest = Adam.client_rule_batch
+
+    def corrupt(self, state, grads, t, out, backend="numba", **kw):
+        honest(self, state, grads, t, out, backend=backend, **kw)
+        # the clients whose gradient's bits sum to a multiple of 7, whatever their batch
+        for r in range(grads.shape[0]):
+            if int(grads[r].view(np.uint32).sum(dtype=np.uint64)) % 7 == 0:
+                out["theta"][r, 5] = np.nan
+
+    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+    full = _rounds(trainer, trainer.buffers(full=True))
+    low = _rounds(trainer, _rows(trainer, 16))
+    _same(full, low, "corrupt")
+    excluded = [e for rec in low[1] for e in rec["excluded"]]
+    assert excluded and all(e["check"] == "nonfinite" for e in excluded)
+
+
+def test_the_trainer_recomputes_only_where_the_result_cannot_change():
+    assert _trainer(defense="krum").buffers().uploads["theta"].shape[0] == GRADIENT_BATCH
+    for kw in (dict(defense="trmean"), dict(defense="median"), dict(defense="bulyan"),
+               dict(defense="krum", attack="noise", byzantine_fraction=0.2),
+               dict(defense="krum", resilience=True), dict(defense="krum", verify=False),
+               dict(defense="krum", model="fmf"), dict(defense="cc"),
+               dict(defense="krum", pre=("clip",))):
+        t = _trainer(**kw)
+        assert not t.federation.recomputes_uploads, kw
+        assert t.buffers().uploads["theta"].shape[0] == 40, kw
+    # without low_memory nothing changes
+    t = Trainer(TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                            defense="krum"))
+    assert not t.federation.recomputes_uploads
+    assert t.buffers().uploads["theta"].shape[0] == 40
+
+
+@pytest.mark.parametrize("batch", [4, 8, 16])
+def test_sums_in_batches_of_four_rows_are_combine_rows(batch):
+    """add_rows_inplace over consecutive batches (a multiple of four rows each but the
+    last) gives combine_rows's float64 sums, bit for bit; a batch of three rows changes
+    the grouping, and the test can tell."""
+    rng = np.random.default_rng(0)
+    A = (rng.standard_normal((23, 5000)) * rng.lognormal(0, 3, (23, 1))).astype(np.float32)
+    w = rng.random(23)
+    acc = np.zeros(5000)
+    for lo in range(0, 23, batch):
+        add_rows_inplace(A[lo:lo + batch], w[lo:lo + batch], acc)
+    ref = combine_rows(A, w)
+    assert np.array_equal(acc.astype(np.float32).view(np.uint32), ref.view(np.uint32))
+    three = np.zeros(5000)
+    for lo in range(0, 23, 3):
+        add_rows_inplace(A[lo:lo + 3], w[lo:lo + 3], three)
+    assert not np.array_equal(three, acc)
+    with pytest.raises(ValueError, match="float64"):
+        add_rows_inplace(A, w, np.zeros(5000, dtype=np.float32))
