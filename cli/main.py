@@ -42,6 +42,17 @@ class LazyGroup(click.Group):
         module, attr, _ = COMMANDS[name]
         return getattr(importlib.import_module(f"rfrs_ref.cli.{module}"), attr)
 
+    def invoke(self, ctx):
+        # a dataset that is missing, failed to download or is malformed is the user's to
+        # fix, in every command that loads one: one line, never a traceback
+        from rfrs_ref.data.errors import DatasetFormatError, DatasetNotFoundError, DownloadError
+
+        try:
+            return super().invoke(ctx)
+        except (DownloadError, DatasetNotFoundError, DatasetFormatError) as exc:
+            # their messages say where the loader looked and what to do
+            raise click.ClickException(" ".join(str(exc).split())) from None
+
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):

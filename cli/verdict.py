@@ -18,7 +18,8 @@ def verdict(results, out, claim_ids):
     """Judge each claim of the paper from the results in RESULTS.
 
     RESULTS are results directories of `rfrs-ref reproduce` (e.g. results/defenses or
-    results/fig4), or folders holding them. For each claim, the two series it compares
+    results/fig4, or with a suffix, results/defenses-quick), or folders holding them; a
+    claim reads the directory by its name. For each claim, the two series it compares
     are paired by seed (same split, sampling and Byzantine set) per dataset, fraction and
     metric (P@1, P@5, R@5); the mean difference gets a 95% Student-t interval, and the
     claim "holds" only where the interval excludes 0 in the paper's direction, "does not
@@ -28,7 +29,8 @@ def verdict(results, out, claim_ids):
     are judged on the claims of Fig. 4 as well (and ablation-rounds on Fig. 10's),
     where the claim's series has runs. See docs/reproduction.md.
     """
-    from rfrs_ref.experiments.claims import (CLAIMS, NOT_RUN, claim, evaluate, find_results,
+    from rfrs_ref.experiments.claims import (CLAIMS, NOT_RUN, claim, claim_directory_names,
+                                             evaluate, find_results, unread_directories,
                                              verdict_frame, verdict_markdown)
     from rfrs_ref.experiments.results import atomic_write_text
 
@@ -55,6 +57,13 @@ def verdict(results, out, claim_ids):
         click.echo(f"verdict table: {path}, {path.with_suffix('.csv')}")
     if all(r.verdict == NOT_RUN for r in rows):
         # a table of "not run" says what to run, but judged nothing: not a success
+        unread = unread_directories(found)
+        if unread:
+            raise click.ClickException(
+                "no claim could be judged: the results in " + ", ".join(map(str, unread))
+                + " are in directories whose names no claim reads; the claims read "
+                + ", ".join(claim_directory_names()) + " (or such a name with a suffix, e.g. "
+                "defenses-quick): rename the directory, or reproduce into one (--out)")
         raise click.ClickException(
             "no claim could be judged: no finished runs of the claims' series under "
             + ", ".join(results) + " (the table lists the command for each)")

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib.resources
 import json
+import pathlib
 from collections.abc import Mapping
 
 #: a download may exceed a known size by this share (5%), and at least by SIZE_MARGIN_MIN
@@ -157,7 +158,19 @@ def _parse(name: str, d: dict) -> DatasetManifest:
 @functools.cache
 def manifests() -> dict[str, DatasetManifest]:
     """All real datasets of the manifest, by name, in the manifest's order."""
-    text = (importlib.resources.files("rfrs_ref.manifests") / "datasets.json").read_text("utf-8")
+    try:
+        files = importlib.resources.files("rfrs_ref.manifests")
+    except ModuleNotFoundError:
+        import rfrs_ref
+
+        # setup.cfg maps data/ to rfrs_ref.manifests (and cli/ to rfrs_ref.cli) when the
+        # package is installed; a checkout's rfrs_ref/ on sys.path has neither
+        raise ModuleNotFoundError(
+            f"rfrs_ref.manifests is missing: Python imported rfrs_ref from the source "
+            f"checkout {pathlib.Path(rfrs_ref.__file__).parent.parent} (the current "
+            "directory comes first on its path), not from the installed package "
+            "(pip install . from the checkout); run Python from another directory") from None
+    text = (files / "datasets.json").read_text("utf-8")
     raw = json.loads(text)
     return {name: _parse(name, d) for name, d in raw["datasets"].items()}
 

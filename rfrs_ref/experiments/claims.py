@@ -338,6 +338,20 @@ def claim(name: str) -> Claim:
 
 
 # -- finding results -----------------------------------------------------------------------------
+def claim_directory_names() -> tuple[str, ...]:
+    """Every directory name some claim reads (a name with a ``-suffix`` is read too)."""
+    names = {n for c in CLAIMS for n in c.dirs()}
+    return tuple(sorted(names))
+
+
+def unread_directories(found: Mapping[str, pathlib.Path]) -> list[pathlib.Path]:
+    """The results directories no claim reads by their name (``NAME``, ``NAME-suffix``
+    for a name of :func:`claim_directory_names`, or ``ablation-*``)."""
+    known = claim_directory_names()
+    return [p for n, p in sorted(found.items())
+            if not (n.startswith("ablation-") or any(n == k or n.startswith(f"{k}-") for k in known))]
+
+
 def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]:
     """Results directories by name: each path is a results directory (it holds results.csv or
     results.parquet) or a folder of them (its subdirectories that do). The first wins."""
@@ -445,6 +459,11 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
                         note=f"no results directory ({' or '.join(names)})")]
         return [r for d in dirs for r in _separation_rows(c, d)]
     d = next((results[n] for n in names if n in results), None)
+    if d is None:
+        # a name with a suffix: ``reproduce --quick`` writes defenses-quick, a user may
+        # keep defenses-20rounds beside the full run (the exact name wins)
+        d = next((results[n] for a in names for n in sorted(results)
+                  if n.startswith(f"{a}-")), None)
     if d is None:
         return [Row(c, None, None, b, {}, None, note="no results directory "
                     f"({' or '.join(names)})") for b in c.against]

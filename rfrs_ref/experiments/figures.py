@@ -202,8 +202,30 @@ class Figure:
             return dataclasses.replace(scale, trials=self.trials)
         return scale
 
-    def default_out(self, quick: bool) -> pathlib.Path:
-        return pathlib.Path("results") / (f"{self.experiment}-quick" if quick else self.experiment)
+    def default_out(self, scale: "Scale | bool" = False) -> pathlib.Path:
+        """``results/<experiment>``, with a suffix per way ``scale`` departs from the
+        paper's runs (``-quick``, ``-20rounds``, ``-1trials``, ``-resilience``, the
+        backend, ``-set`` for ``--set`` overrides): a reduced reproduction gets a
+        directory of its own, rather than rewriting the tables of the full one, which
+        hold the runs of one scale. The datasets do not count: a call restricted to some
+        writes the same tables (:func:`whole_grid`). A bool is ``quick`` alone."""
+        if isinstance(scale, bool):
+            scale = Scale(quick=scale)
+        parts = [self.experiment]
+        if scale.quick:
+            parts.append("quick")
+        if scale.rounds is not None:
+            parts.append(f"{scale.rounds}rounds")
+        usual = QUICK_TRIALS if scale.quick else (self.trials or FULL_TRIALS)
+        if scale.trials is not None and scale.trials != usual:
+            parts.append(f"{scale.trials}trials")
+        if scale.resilience:
+            parts.append("resilience")
+        if scale.backend != "numba":
+            parts.append(scale.backend)
+        if scale.overrides:
+            parts.append("set")
+        return pathlib.Path("results") / "-".join(parts)
 
 
 def _config(scale: Scale, dataset: str, **fields):
@@ -481,7 +503,7 @@ def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | Non
     """
     from rfrs_ref.experiments.sweep import run_sweep
 
-    out = pathlib.Path(out) if out is not None else fig.default_out(scale.quick)
+    out = pathlib.Path(out) if out is not None else fig.default_out(scale)
     runs = sweep_kwargs.pop("runs", None) or fig.runs(scale)
     report = run_sweep(runs, out, label_columns=("label_series",),
                        table_runs=whole_grid(fig, scale), **sweep_kwargs)

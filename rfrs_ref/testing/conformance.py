@@ -245,8 +245,10 @@ def _no_exit(check: Callable[[Any], None]) -> Callable[[Any], None]:
 
 
 def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Callable[[Any], dict],
-             max_examples: int, seed: int | None) -> LawResult:
-    """Run ``check`` on examples of ``strategy``; keep the last (= shrunk) failure."""
+             max_examples: int, seed: int | None, examples=()) -> LawResult:
+    """Run ``check`` on ``examples`` (tried first, always), then on ``max_examples`` examples
+    of ``strategy``; keep the last (= shrunk) failure."""
+    from hypothesis import example as explicit
     from hypothesis import given
     from hypothesis import seed as hseed
 
@@ -264,6 +266,8 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
             failures.append((example, exc))
             raise
 
+    for case in reversed(list(examples)):  # Hypothesis runs the last applied first
+        prop = explicit(case)(prop)
     if seed is not None:
         prop = hseed(seed)(prop)
     started = time.perf_counter()
@@ -349,7 +353,7 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
             checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
 
         out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
-                            max_examples, seed))
+                            max_examples, seed, examples=S.hostile_examples(**kw)))
     return out
 
 

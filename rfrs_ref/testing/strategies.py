@@ -153,6 +153,47 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
                      shift, tuple(kinds))
 
 
+def hostile_examples(*, min_n: int = 1, max_n: int = 13,
+                     max_f: Callable[[int], int] | None = None, max_D: int = 12,
+                     dtypes=(np.float32, np.float64), hostile: bool = True,
+                     byzantine: bool = True, equal_weights: bool = False,
+                     distinct: bool = False, trusted: int | None = None) -> list[RoundCase]:
+    """Rounds that every law over :func:`byzantine_rounds` (with the same arguments) tries
+    first, whatever the number of examples asked for: one Byzantine row that is NaN,
+    +inf, −inf or 1e38 in every coordinate, or in one coordinate only, in each dtype.
+
+    A handful of random examples may draw none of these (``--max-examples 5``), and a rule
+    that mishandles NaN (``numpy.argmin`` of NaN scores) would then pass. Empty when the
+    arguments allow no hostile Byzantine row (``hostile`` or ``byzantine`` False, or no
+    n in range admits f ≥ 1)."""
+    if not (hostile and byzantine):
+        return []
+    bound = _f_bound(max_f)
+    n = next((m for m in range(max(min_n, 5), max(max_n, min_n) + 1) if bound(m) >= 1), None)
+    if n is None:
+        return []
+    D = max(1, min(3, max_D))
+    rng = np.random.default_rng(20201)
+    base = rng.normal(size=(n, D)) + np.arange(n)[:, None] * 0.25
+    # the Byzantine row anywhere but at ``trusted``: the last row, or the first
+    bad = n - 1 if trusted != n - 1 else 0
+    honest = np.ones(n, dtype=bool)
+    honest[bad] = False
+    ns = np.full(n, 7, dtype=np.int64) if equal_weights else np.arange(1, n + 1, dtype=np.int64)
+    out = []
+    for dtype in dtypes:
+        for value in (math.nan, math.inf, -math.inf, 1e38):
+            for kind in ("constant", "coordinate"):
+                X = base.astype(dtype)
+                if kind == "constant":
+                    X[bad] = value
+                else:
+                    X[bad, D // 2] = value
+                out.append(RoundCase(X, honest.copy(), min(bound(n), 2), ns.copy(),
+                                     rng.permutation(n), rng.normal(size=D), (kind,)))
+    return out
+
+
 def unanimous(case: RoundCase) -> RoundCase:
     """The same round with every honest row replaced by the first honest one."""
     X = case.features.copy()

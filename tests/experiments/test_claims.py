@@ -189,6 +189,33 @@ def test_verdict_command_writes_the_table_and_reports_missing_results(tmp_path):
     assert unknown.exit_code != 0 and "unknown claim" in unknown.output
 
 
+@pytest.mark.parametrize("name", ["adam-sgd-quick", "fig10-20rounds"])
+def test_a_results_directory_with_a_suffix_is_read(tmp_path, name):
+    """``reproduce --quick`` writes adam-sgd-quick: its claims are judged from it."""
+    from rfrs_ref.cli.main import main
+
+    seeds = range(3)
+    _write_store(tmp_path / name, _table({**{("Adam", s): 0.2 + 0.01 * s for s in seeds},
+                                          **{("SGD", s): 0.3 + 0.02 * s for s in seeds}},
+                                         alpha=0.0))
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path / name)])
+    assert res.exit_code == 0, res.output
+    adam = [line for line in res.output.splitlines() if "Adam outperforms SGD" in line]
+    assert len(adam) == 1 and "| does not hold |" in adam[0] and f"--out {tmp_path / name}" in adam[0]
+
+
+def test_a_results_directory_no_claim_reads_is_named(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    seeds = range(3)
+    _write_store(tmp_path / "mine", _table({**{("Adam", s): 0.2 for s in seeds},
+                                            **{("SGD", s): 0.3 for s in seeds}}, alpha=0.0))
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path / "mine")])
+    assert res.exit_code == 1, res.output
+    assert f"the results in {tmp_path / 'mine'} are in directories whose names no claim reads" \
+        in res.output and "adam-sgd" in res.output and "Traceback" not in res.output
+
+
 def test_verdict_that_judged_nothing_is_not_a_success(tmp_path):
     """Results folders with no run of any claim's series (an empty folder, a typo in a
     path's parent) give a table of "not run" rows and exit status 1."""

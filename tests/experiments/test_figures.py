@@ -201,3 +201,23 @@ def test_an_ablation_runs_end_to_end_and_draws_its_figure(ex, tmp_path):
     ex.assert_image_not_blank(tmp_path / "figures" / "ablation-exact.png")
     table = read_table(tmp_path)
     assert set(table["assumed_byzantine"]) == {"exact"} and set(table["alpha"]) == {0.4}
+
+
+def test_a_reduced_reproduction_gets_a_directory_of_its_own():
+    """`reproduce 4 --rounds 20 --trials 1` used to write results/defenses, rewriting the
+    tables of the full reproduction with its 15 runs."""
+    from rfrs_ref.experiments.figures import Scale, figure
+
+    fig4, abl = figure("4"), figure("ablation-exact")
+    assert str(fig4.default_out(Scale())) == "results/defenses"
+    assert str(fig4.default_out(Scale(datasets=("ml100k",)))) == "results/defenses"
+    assert str(fig4.default_out(Scale(quick=True))) == "results/defenses-quick"
+    assert str(fig4.default_out(True)) == "results/defenses-quick"
+    assert str(fig4.default_out(Scale(rounds=20, trials=1))) == "results/defenses-20rounds-1trials"
+    assert str(fig4.default_out(Scale(resilience=True, backend="numpy",
+                                      overrides={"init_scale": 1.0}))) == \
+        "results/defenses-resilience-numpy-set"
+    # the figure's own number of trials is not a departure
+    assert str(abl.default_out(abl.scale(Scale()))) == "results/ablation-exact"
+    assert str(abl.default_out(Scale(trials=1))) == "results/ablation-exact-1trials"
+

@@ -78,7 +78,7 @@ MODULE = textwrap.dedent('''
 
     def median_that_exits_later(X, ns, f):
         atexit.register(os._exit, 0 if X.size < 0 else 3)
-        return np.median(np.asarray(X, dtype=np.float64), axis=0)
+        return np.nanmedian(np.asarray(X, dtype=np.float64), axis=0)
 
 
     def median_of_infinities(X, ns, f):

@@ -125,9 +125,29 @@ def test_laws_selection_and_skipping():
 def test_derandomised_runs_repeat_and_seeds_vary():
     a = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
     b = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
-    assert a[0].examples == b[0].examples == 5
+    # the 16 hostile rounds every law tries first, then 5 drawn ones
+    assert a[0].examples == b[0].examples == 5 + len(strategies.hostile_examples()) == 21
     with pytest.raises(ValueError, match="no laws are defined"):
         run_rule_conformance("nope", adapters.rfrs("median"))
+
+
+def test_few_examples_still_try_every_hostile_value():
+    """A Krum that lets a NaN row win (numpy.argmin of NaN scores) passed with 5 drawn
+    examples that happened to hold no NaN; the hostile rounds tried first catch it."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "examples" / "wrong_krum.py"
+    spec = importlib.util.spec_from_file_location("wrong_krum_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = run_rule_conformance("krum", adapters.adapt(mod.krum, "vector"), max_examples=1,
+                               laws=["finite_output"])
+    assert res[0].status == "fails" and "nan" in res[0].message
+    cases = strategies.hostile_examples(min_n=3, max_f=lambda n: (n - 3) // 2)
+    assert {str(c.features[~c.honest].ravel()[-1]) for c in cases} >= {"nan", "inf", "-inf"}
+    assert all(c.f >= 1 and (~c.honest).sum() == 1 for c in cases)
+    assert strategies.hostile_examples(hostile=False) == []
 
 
 # -- the laws directly ---------------------------------------------------------------------------------
