@@ -436,7 +436,7 @@ class Row:
         if self.claim.kind == "separation":
             return f"rfrs-ref reproduce {self.claim.figure}{self.options}{where}"
         ds = f" --datasets {self.dataset}" if self.dataset else ""
-        return f"rfrs-ref reproduce {self.figure or self.claim.figure}{ds}{where}"
+        return f"rfrs-ref reproduce {self.figure or self.claim.figure}{ds}{self.options}{where}"
 
 
 def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
@@ -469,13 +469,15 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
                     f"({' or '.join(names)})") for b in c.against]
     table = _table(d)
     try:
-        return _claim_rows(c, table, d, present_only=present_only)
+        return _claim_rows(c, table, d, present_only=present_only,
+                           figure_id=directory_name if directory_name else c.figure)
     except (TableError, ValueError, TypeError) as exc:  # a defect of the table: name the file
         where = d / "results.csv" if (d / "results.csv").is_file() else d
         raise TableError(f"{where}: {exc}") from None
 
 
-def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False) -> list[Row]:
+def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False,
+                figure_id: str | None = None) -> list[Row]:
     scol = "label_series" if "label_series" in table.columns else "method"
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
     rows = []
@@ -508,8 +510,35 @@ def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False)
                     if p.mean_b:
                         note += (f"; {c.a} vs it: {p.mean_a / p.mean_b - 1:+.1%} "
                                  f"(paper: {c.paper_relative:+.1%})")
-                rows.append(Row(c, ds, alpha, b, res, str(d), note=note.strip("; ")))
+                rows.append(Row(c, ds, alpha, b, res, str(d), note=note.strip("; "),
+                                options=scale_options(d, ds, figure_id or c.figure)))
     return rows
+
+
+def scale_options(d: pathlib.Path, dataset: str, figure_id: str) -> str:
+    """The ``reproduce`` options (``--rounds N``, ``--trials N``) that made the runs of
+    ``dataset`` in results directory ``d`` where they depart from figure ``figure_id``'s own
+    grid, read from ``d/runs.csv``; "" when they do not, or when it cannot tell. A verdict
+    row's command then repeats the runs it judged, not the full grid."""
+    from rfrs_ref.experiments.figures import Scale, figure
+
+    try:
+        import pandas as pd
+
+        runs = pd.read_csv(d / "runs.csv", usecols=lambda col: col in ("dataset", "rounds", "trial"))
+        here = runs[runs["dataset"] == dataset]
+        rounds = {int(r) for r in here["rounds"].dropna()}
+        trials = int(here["trial"].max()) + 1
+        fig = figure(figure_id)
+        usual = fig.runs(fig.scale(Scale(datasets=(dataset,))))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    opts = ""
+    if len(rounds) == 1 and rounds != {s.config.rounds for s in usual}:
+        opts += f" --rounds {rounds.pop()}"
+    if trials != (fig.trials or len({s.config.seed for s in usual})):
+        opts += f" --trials {trials}"
+    return opts
 
 
 def _ordered(datasets) -> list[str]:

@@ -279,3 +279,22 @@ def test_the_rounds_ablation_is_judged_on_fig4_and_fig10_where_their_runs_are(tm
     krum = [r for r in by_claim["arfrs-krum"]]
     assert len(krum) == 1 and krum[0].verdict == HOLDS
     assert krum[0].command().startswith("rfrs-ref reproduce ablation-rounds --datasets ml100k")
+
+
+def test_the_command_of_a_reduced_run_repeats_its_scale(tmp_path):
+    """A verdict row of 20-round, 1-trial runs used to give the command of the full grid
+    (1,000 rounds, 5 trials) with that directory as --out."""
+    from rfrs_ref.experiments.claims import scale_options
+    from rfrs_ref.experiments.figures import DEFAULT_ROUNDS
+
+    d = tmp_path / "adam-sgd-20rounds-1trials"
+    d.mkdir()
+    pd.DataFrame({"dataset": ["ml100k"] * 2, "rounds": [20, 20], "trial": [0, 0]}).to_csv(
+        d / "runs.csv", index=False)
+    assert scale_options(d, "ml100k", "10") == " --rounds 20 --trials 1"
+    full = tmp_path / "adam-sgd"
+    full.mkdir()
+    pd.DataFrame({"dataset": ["ml100k"] * 5, "rounds": [DEFAULT_ROUNDS["ml100k"]] * 5,
+                  "trial": range(5)}).to_csv(full / "runs.csv", index=False)
+    assert scale_options(full, "ml100k", "10") == ""
+    assert scale_options(tmp_path / "nowhere", "ml100k", "10") == ""
