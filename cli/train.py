@@ -123,6 +123,10 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             _refuse_conflicts_with_preset(ctx, preset, defense=defense, detect=detect)
             defense, detect = PRESETS[preset]
             defense = "none" if defense == "mean" else defense
+        if attack != "none" and alpha == 0:
+            # the attack would do nothing: no client is Byzantine
+            raise click.UsageError(f"--attack {attack} needs Byzantine clients: give "
+                                   "--byzantine-fraction (e.g. 0.4; the default 0 makes none)")
         ks_t = _parse_ks(ks)
         config = TrainConfig(
             dataset=dataset, data_dir=data_dir,

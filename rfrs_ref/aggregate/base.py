@@ -51,10 +51,12 @@ class PreconditionError(ValueError):
         msg = f"{rule} needs {condition}, but n={n} and f={f}"
         if detail:
             msg += f" ({detail})"
-        msg += (
-            "; lower the assumed Byzantine fraction, sample more clients per round, or set "
-            "the rule's fallback to 'reduce-f' or 'mean'"
-        )
+        # advice that can help: with f = 0 already, only more clients (or a fallback) can
+        ways = (["lower the assumed Byzantine fraction (--assumed-byzantine)"] if f > 0 else [])
+        ways += ["sample more clients per round (--client-fraction)",
+                 "set the rule's fallback to 'reduce-f' or 'mean' (--fallback, or the "
+                 "defense_params field 'fallback')"]
+        msg += "; " + ", ".join(ways[:-1]) + ", or " + ways[-1]
         super().__init__(msg)
 
 

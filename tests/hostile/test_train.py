@@ -256,8 +256,17 @@ def test_an_impossible_rule_configuration_writes_nothing(tmp_path):
 ])
 def test_impossible_target_items_write_nothing(tmp_path, args, needles):
     out = tmp_path / "run"
-    res = invoke("train", *SMALL, "--rounds", 2, "--attack", "a-ra", *args, "--out", out)
+    res = invoke("train", *SMALL, "--rounds", 2, "--attack", "a-ra", "--byzantine-fraction", 0.1,
+                 *args, "--out", out)
     assert_refused(res, *needles)
+    assert not out.exists()
+
+
+def test_an_attack_without_byzantine_clients_is_refused(tmp_path):
+    """--attack ascent without --byzantine-fraction used to train without attackers."""
+    out = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 2, "--attack", "ascent", "--out", out)
+    assert_refused(res, "--attack ascent needs Byzantine clients", "--byzantine-fraction")
     assert not out.exists()
 
 
