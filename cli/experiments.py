@@ -101,7 +101,10 @@ class _Progress:
             return
         label = ", ".join(f"{v}" for v in spec.labels.values())
         c = spec.config
-        what = f"{c.dataset} {label} seed {c.seed}".strip()
+        # the fraction tells apart runs of one series at several α (Fig. 4's grid)
+        alpha = (f" α={c.byzantine_fraction:g}" if c.byzantine_fraction
+                 and f"{c.byzantine_fraction:g}" not in label else "")
+        what = f"{c.dataset}{alpha} {label} seed {c.seed}".strip()
         if event == "failed":
             last = f"FAILED {what}"
             click.echo(f"\nrun {spec.key} ({what}) failed: {outcome.get('error')}", err=True)
