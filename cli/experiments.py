@@ -290,9 +290,10 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output directory [default: results/<sweep name>].")
 @click.option("--dry-run", is_flag=True, help="List the runs, their keys and memory, run nothing.")
+@click.option("--no-plot", is_flag=True, help="Write the tables only, no figure.")
 @_execution_options
-def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
-          low_memory, reuse_from):
+def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, retry_failed,
+          keep_state, low_memory, reuse_from):
     """Run the grid of training runs described in the TOML file FILE.
 
     \b
@@ -343,13 +344,58 @@ def sweep(spec, out, dry_run, scheduler, workers, threads, shared_fs, retry_fail
         click.echo("")
         click.echo(summary_markdown(report.summary, label_columns=label_columns))
     _tables(out)
+    if not no_plot and report.summary is not None and not report.summary.empty:
+        for p in _plot_sweep(out):
+            click.echo(f"figure: {p}")
     if report.failed:
         raise SystemExit(1)
 
 
+def _check_series(fig, table, path) -> None:
+    """Refuse a figure none of whose series the table holds (Fig. 3's title over Fig. 4's
+    defences)."""
+    from rfrs_ref.experiments.figures import Scale
+    from rfrs_ref.experiments.plots import series_column
+
+    scol = series_column(table)  # the column the figure's lines are drawn from
+    labels = [c for c in table.columns if c.startswith("label_") and c != "label_series"]
+    if scol != "label_series" and labels:
+        raise click.ClickException(
+            f"{path} is a sweep's table (series by {', '.join(labels)}), not a figure's: "
+            "plot it without --figure")
+    if scol not in table.columns:
+        return
+    try:
+        wanted = {s.labels.get("series") for s in fig.runs(Scale(quick=True))} - {None}
+    except Exception:  # noqa: BLE001 - a grid that needs its dataset (Fig. 1): no check
+        return
+    held = set(table[scol].dropna().astype(str))
+    if wanted and not wanted & held:
+        raise click.ClickException(
+            f"{path} holds the series {', '.join(sorted(held)) or '(none)'}, none of figure "
+            f"{fig.id}'s ({', '.join(sorted(wanted))}): give the figure its runs were made "
+            "for, or no --figure for a sweep's panels")
+
+
+def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """The sweep's Precision@K panels into ``figures`` (default out/figures/sweep.*)."""
+    from rfrs_ref.experiments.plots import plot_sweep
+    from rfrs_ref.experiments.results import read_table
+
+    figures = figures or out / "figures"
+    try:
+        table = read_table(out)
+        figures.mkdir(parents=True, exist_ok=True)
+        return plot_sweep(table, figures / "sweep")
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 @click.command("plot")
 @click.argument("results", type=click.Path(exists=True))
-@click.option("--figure", "figure_name", required=True, help=_FIGURE_HELP)
+@click.option("--figure", "figure_name", default=None,
+              help=_FIGURE_HELP + " [default: a sweep's panels, one per dataset, one line per "
+                                  "label combination].")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Directory for the PNG and PDF files [default: figures/ beside the table].")
 def plot(results, figure_name, out):
@@ -357,10 +403,18 @@ def plot(results, figure_name, out):
 
     Draws the figure's panels (K on the x axis, mean ± std over trials), the
     training curves and, when recorded, the resilience sums, as PNG and PDF.
+    Without --figure, the panels of a sweep (figures/sweep.png). A figure whose
+    series the table does not hold is refused rather than drawn under its title.
     """
     from rfrs_ref.experiments.figures import figure, plot_figure
     from rfrs_ref.experiments.results import read_table
 
+    if figure_name is None:
+        path = pathlib.Path(results)
+        base = path if path.is_dir() else path.parent
+        for p in _plot_sweep(base, pathlib.Path(out) if out else None):
+            click.echo(f"figure: {p}")
+        return
     try:
         fig = figure(figure_name)
     except KeyError as exc:
@@ -372,6 +426,7 @@ def plot(results, figure_name, out):
         table = read_table(path)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
+    _check_series(fig, table, path)
     out = pathlib.Path(out) if out else base / "figures"
     # a shared hold on the figures' directory: other plots may write beside ours, but not
     # into a directory a run or a sweep owns (a sweep owns its results directory, not the

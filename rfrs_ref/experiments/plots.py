@@ -116,6 +116,23 @@ def _figsize(n_rows: int, n_cols: int, w: float = 3.2, h: float = 2.7):
     return max(w * n_cols, 6.0), h * n_rows
 
 
+def plot_sweep(table, stem, *, metric: str = "precision", title: str | None = None
+               ) -> list[pathlib.Path]:
+    """A sweep's Metric@K panels (:func:`plot_k_panels`): one panel per dataset, one line
+    per combination of the sweep's labels (its ``label_*`` columns joined, in order, or
+    the method where it has none), the popularity ranking dotted.
+
+    For a table that no paper figure lays out (``rfrs-ref sweep``, ``rfrs-ref plot``
+    without ``--figure``)."""
+    labels = [c for c in table.columns if c.startswith("label_")]
+    df = table.copy()
+    if labels:
+        df["label_series"] = [", ".join(str(v) for v in row if v == v and v is not None)
+                              for row in df[labels].itertuples(index=False)]
+    return plot_k_panels(df, stem, metric=metric, rows=None, cols="dataset",
+                         title=title or f"{METRIC_NAMES.get(metric, metric)}@K of the sweep's runs")
+
+
 def series_column(df) -> str:
     """The column naming a row's series: ``label_series`` if present, else ``method``."""
     return "label_series" if "label_series" in df.columns else "method"

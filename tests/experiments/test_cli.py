@@ -86,3 +86,47 @@ def test_sweep_reports_a_bad_file(tmp_path):
     spec.write_text("[base]\ncolour = 1\n")
     res = CliRunner().invoke(sweep, [str(spec), "--workers", "0"])
     assert res.exit_code != 0 and "colour" in res.output
+
+
+def test_a_sweep_draws_its_panels_and_plot_refuses_a_foreign_figure(ex, tmp_path):
+    """A sweep writes figures/sweep.png (one line per label combination); `plot` without
+    --figure draws the same, and `plot --figure 3` of a table without Fig. 3's series is
+    refused instead of drawn under Fig. 3's title."""
+    from rfrs_ref.cli.experiments import plot
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(textwrap.dedent('''
+        trials = 1
+        [base]
+        dataset = "synthetic"
+        dataset_params = { n_users = 200, n_items = 100, mean_items = 12.0 }
+        client_fraction = 0.1
+        rounds = 2
+        [axes]
+        defense = ["median", "trmean"]
+    '''))
+    out = tmp_path / "o"
+    res = CliRunner().invoke(sweep, [str(spec), "--out", str(out), "--workers", "0"])
+    assert res.exit_code == 0, res.output
+    assert f"figure: {out / 'figures' / 'sweep.png'}" in res.output
+    ex.assert_image_not_blank(out / "figures" / "sweep.png")
+    again = CliRunner().invoke(plot, [str(out), "--out", str(tmp_path / "f")])
+    assert again.exit_code == 0, again.output
+    ex.assert_image_not_blank(tmp_path / "f" / "sweep.png")
+    foreign = CliRunner().invoke(plot, [str(out), "--figure", "3"])
+    assert foreign.exit_code == 1 and "is a sweep's table (series by label_defense)" in foreign.output
+    assert not (out / "figures" / "fig3.png").exists()
+    # a figure's table (series in label_series) with none of Fig. 3's series
+    import shutil
+
+    fig = tmp_path / "fig"
+    shutil.copytree(out, fig)
+    (fig / "results.parquet").unlink(missing_ok=True)  # the CSV is then the table read
+    (fig / "runs.csv").write_text((fig / "runs.csv").read_text().replace("label_defense",
+                                                                         "label_series"))
+    foreign = CliRunner().invoke(plot, [str(fig), "--figure", "3"])
+    assert foreign.exit_code == 1 and "none of figure 3's (A-FRS, FMF)" in foreign.output
+    assert "median, trmean" in foreign.output
+    res = CliRunner().invoke(sweep, [str(spec), "--out", str(tmp_path / "p"), "--workers", "0",
+                                     "--no-plot"])
+    assert res.exit_code == 0 and not (tmp_path / "p" / "figures").exists()
