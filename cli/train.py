@@ -222,8 +222,15 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
             "cached for later runs)" if c.backend != "numpy" else None)
     bar = Progress(c.rounds, done, label="round", first_note=note)
 
+    seen = {"latest": None, "round": None}
+
     def progress(t, record, latest):
-        metric = f"P@{kmax} {latest[f'precision@{kmax}']:.4f}" if latest is not None else None
+        if latest is not None and latest is not seen["latest"]:
+            seen.update(latest=latest, round=t)  # a new evaluation, after round t
+        metric = None
+        if latest is not None:
+            # the latest evaluation's round: lines between evaluations repeat it
+            metric = f"P@{kmax} {latest[f'precision@{kmax}']:.4f} (round {seen['round']})"
         bar.update(t, metric)
         if tracer is not None:
             tracer.write_round(record, latest)

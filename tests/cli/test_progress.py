@@ -92,6 +92,9 @@ def test_train_in_a_log_announces_compilation_and_reports_rounds(tmp_path):
     lines = [x for x in res.output.splitlines() if re.match(r"round \d+/40 ", x)]
     assert 3 <= len(lines) <= 25
     assert lines[-1].startswith("round 40/40") and "P@5" in lines[-1]
+    # a line between two evaluations says which round its P@5 is from
+    assert all(re.search(r"P@5 [0-9.]+ \(round (10|20|30|40)\)", x) for x in lines if "P@5" in x)
+    assert "(round 40)" in lines[-1]
     assert not re.search(r"\d\d:\d\d:\d\d", res.output)  # no clock-like ETA
     # the summary's elapsed time is the progress clock's: at least the last line's
     last = int(re.search(r"elapsed (\d+)s", lines[-1]).group(1))
