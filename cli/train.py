@@ -237,6 +237,11 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
 
     try:
         result = trainer.run(run_dir, resume=bool(resume), progress=progress, locked=True)
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"\ninterrupted: continue from the last checkpoint with "
+                   f"rfrs-ref train --resume {run_dir}", err=True)
+        raise SystemExit(130) from None
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise click.ClickException(_one_line(exc)) from None
     except OSError as exc:

@@ -327,7 +327,8 @@ def resolve_callable(spec: str):
     Modules under ``byzfl`` are imported through :func:`load_byzfl_aggregators`.
     """
     if ":" not in spec:
-        raise AdapterError(f"callable {spec!r} must be written package.module:attribute")
+        raise AdapterError(f"callable {spec!r} must be written package.module:attribute "
+                           "(an importable module) or path/to/file.py:attribute (a file)")
     mod_name, attr = spec.split(":", 1)
     if mod_name == "byzfl" or mod_name.startswith("byzfl."):
         load_byzfl_aggregators()

@@ -94,3 +94,16 @@ def test_every_defense_in_both_spaces_runs_end_to_end(tmp_path, defense, detect)
     assert all(r["f"] == 2 and "C_g" in r["resilience"] for r in recs)
     assert recs[-1]["resilience_cumulative"]["C_theta"] >= recs[-1]["resilience"]["C_theta"]
     assert "Byzantine share" in res.output and "resilience sums" in res.output
+
+
+def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch):
+    from rfrs_ref.federated.trainer import Trainer
+
+    def interrupted(self, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "run", interrupted)
+    out = tmp_path / "r"
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "2", "--out", str(out)])
+    assert res.exit_code == 130, res.output
+    assert f"rfrs-ref train --resume {out}" in res.output and "Traceback" not in res.output
