@@ -204,6 +204,25 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
                    err=True)
 
 
+def _list_runs(runs, out: pathlib.Path) -> None:
+    """One line per run: its key, its status in ``out`` (to run, ok, failed, diverged), its
+    dataset, labels, seed and estimated memory (``--dry-run``: nothing is written)."""
+    from rfrs_ref.experiments.results import Store
+    from rfrs_ref.experiments.sweep import estimate_run_memory
+
+    store = Store(out)
+    try:
+        for i, r in enumerate(runs):
+            o = store.read_outcome(r.key) if out.exists() else None
+            status = o.get("status") if o else "to run"
+            c = r.config
+            alpha = f" α={c.byzantine_fraction:g}" if c.byzantine_fraction else ""
+            click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset}{alpha} {dict(r.labels)} "
+                       f"seed {c.seed} ~{estimate_run_memory(r) / 1e9:.1f} GB")
+    except (ValueError, KeyError, OSError) as exc:
+        raise click.ClickException(_message(exc)) from None
+
+
 @click.command("reproduce")
 @click.argument("figure_name", metavar="FIGURE")
 @click.option("--quick", is_flag=True,
@@ -221,12 +240,15 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
               help="Set a TrainConfig field in every run (VALUE is JSON, else a string), e.g. "
                    "--set client_fraction=0.05 --set 'dataset_params={\"n_users\": 200}'.")
 @click.option("--no-plot", is_flag=True, help="Run and tabulate only.")
+@click.option("--dry-run", is_flag=True,
+              help="List the runs, their keys, status in the output directory and memory; "
+                   "run and write nothing.")
 @click.option("--no-run", is_flag=True,
               help="Run nothing: write the tables and figures of the runs already recorded "
                    "in the output directory (e.g. of a sweep that is not finished).")
 @_execution_options
 def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, backend, overrides,
-              no_plot, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
+              no_plot, dry_run, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
               low_memory, reuse_from):
     """Reproduce one of the paper's figures: sweep, tables, plots.
 
@@ -265,6 +287,9 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     except (ValueError, KeyError) as exc:
         raise click.ClickException(str(exc.args[0] if exc.args else exc)) from None
     click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{describe_runs(runs)} -> {out}")
+    if dry_run:
+        _list_runs(runs, out)
+        return
     started = time.perf_counter()
     progress = _Progress(started)
     after = "tables" if no_plot else "tables and figures"
@@ -319,16 +344,7 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
     out = pathlib.Path(out) if out else pathlib.Path("results") / sw.name
     label_columns = tuple(f"label_{k}" for k in (sw.runs[0].labels if sw.runs else {}))
     if dry_run:
-        store = Store(out)
-        try:
-            for i, r in enumerate(sw.runs):
-                o = store.read_outcome(r.key)
-                status = o.get("status") if o else "to run"
-                c = r.config
-                click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset} {dict(r.labels)} "
-                           f"seed {c.seed} ~{estimate_run_memory(r) / 1e9:.1f} GB")
-        except (ValueError, KeyError, OSError) as exc:
-            raise click.ClickException(_message(exc)) from None
+        _list_runs(sw.runs, out)
         return
     _check_extras(workers, scheduler)
     click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")

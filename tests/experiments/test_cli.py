@@ -37,6 +37,12 @@ def test_reproduce_test_sized_figure_in_process(ex, tmp_path):
     assert (out / "figures" / "fig10.png").exists()
     res = CliRunner().invoke(reproduce, args + ["--no-plot"])
     assert res.exit_code == 0 and "2 skipped" in res.output
+    # --dry-run lists the runs with their status, and writes nothing
+    res = CliRunner().invoke(reproduce, args + ["--dry-run"])
+    assert res.exit_code == 0 and res.output.count(" ok ") == 2, res.output
+    other = tmp_path / "elsewhere"
+    res = CliRunner().invoke(reproduce, args[:-1] + [str(other), "--dry-run"])
+    assert res.exit_code == 0 and res.output.count(" to run ") == 2 and not other.exists()
 
 
 def test_reproduce_no_run_tabulates_what_is_recorded_and_runs_nothing(ex, tmp_path):
