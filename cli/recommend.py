@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import zipfile
@@ -112,16 +113,46 @@ def recommend(run_dir, user, k, data_dir, include_seen):
                    + (f"  {name}" if name else "") + mark)
 
 
+def _recorded_data_dir(recorded):
+    """The data directory (the parent of the dataset's folder) of the files a run's
+    config.json records, when every one of them is still there; None otherwise."""
+    if not isinstance(recorded, list) or not recorded:
+        return None
+    try:
+        paths = [pathlib.Path(f["path"]) for f in recorded]
+    except (KeyError, TypeError):
+        return None
+    roots = {p.parent.parent for p in paths}
+    if len(roots) != 1 or not all(p.is_file() for p in paths):
+        return None
+    return roots.pop()
+
+
 def _trainer(config, record):
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.provenance import data_files
 
+    from rfrs_ref.data.errors import DatasetNotFoundError, DownloadError
+
+    recorded = record.get("data_files")
     try:
         trainer = Trainer(config)
+    except (DatasetNotFoundError, DownloadError) as exc:
+        # not where the loader looks (another shell, RFRS_DATA_DIR unset): the folder the
+        # run read it from, as config.json records it, if it is still there (the sha256
+        # check below then proves it the same data)
+        here = _recorded_data_dir(recorded)
+        if here is None:
+            raise click.ClickException(" ".join(str(exc).split())) from None
+        click.echo(f"(the dataset from the folder the run read it from: {here})")
+        config = dataclasses.replace(config, data_dir=str(here))
+        try:
+            trainer = Trainer(config)
+        except (ValueError, KeyError, OSError, RuntimeError) as exc2:
+            raise click.ClickException(" ".join(str(exc2).split())) from exc2
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     # the split, hence the training items left out, must be the run's: same data file
-    recorded = record.get("data_files")
     if isinstance(recorded, list) and recorded:
         try:
             now = {f["file"]: f["sha256"] for f in data_files(config.dataset, config.data_dir)}

@@ -147,3 +147,33 @@ def test_damaged_files_are_one_line(small_run, tmp_path):
     (bad / "config.json").write_text("{")
     res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "1"])
     assert res.exit_code == 1 and "not a run's configuration" in res.output
+
+
+def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch, data_dir):
+    """A run trained with RFRS_DATA_DIR set, recommended from a shell without it: the
+    folder config.json records is used (the sha256 check proves the data the same)."""
+    import shutil
+
+    src = os.path.join(str(data_dir), "ml-100k")
+    if not os.path.isdir(src):
+        pytest.skip("ml100k not available")
+    data = tmp_path / "data"
+    shutil.copytree(src, data / "ml-100k")
+    monkeypatch.setenv("RFRS_DATA_DIR", str(data))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train", "--dataset", "ml100k", "--rounds", "2",
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    # another shell: no RFRS_DATA_DIR, an empty cache, no network
+    monkeypatch.delenv("RFRS_DATA_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RFRS_DATA_MIRROR", "http://127.0.0.1:9")
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1", "-k", "3"])
+    assert res.exit_code == 0, res.output
+    assert f"the folder the run read it from: {data}" in res.output
+    assert len(re.findall(r"^\s*\d+\s+\S+\s+item \d+", res.output, re.M)) == 3
+    # once the folder is gone, the loader's own message, in one line
+    shutil.rmtree(data)
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output and "ml100k" in res.output
