@@ -64,7 +64,8 @@ def test_reproduce_bad_override():
     assert res.exit_code != 0 and "FIELD=VALUE" in res.output
 
 
-def test_sweep_dry_run_lists_runs_and_failing_runs_exit_non_zero(ex, tmp_path):
+def _tiny_sweep(tmp_path, axis: str):
+    """A sweep file of 2-round synthetic runs, one trial, crossed over ``axis``."""
     spec = tmp_path / "s.toml"
     spec.write_text(textwrap.dedent('''
         trials = 1
@@ -74,8 +75,12 @@ def test_sweep_dry_run_lists_runs_and_failing_runs_exit_non_zero(ex, tmp_path):
         client_fraction = 0.1
         rounds = 2
         [axes]
-        dataset_params = [{ n_items = 100 }, { n_items = 1 }]
-    '''))
+    ''') + axis + "\n")
+    return spec
+
+
+def test_sweep_dry_run_lists_runs_and_failing_runs_exit_non_zero(ex, tmp_path):
+    spec = _tiny_sweep(tmp_path, 'dataset_params = [{ n_items = 100 }, { n_items = 1 }]')
     res = CliRunner().invoke(sweep, [str(spec), "--out", str(tmp_path / "o"), "--dry-run"])
     assert res.exit_code == 0, res.output
     assert res.output.count("to run") == 2
@@ -100,17 +105,7 @@ def test_a_sweep_draws_its_panels_and_plot_refuses_a_foreign_figure(ex, tmp_path
     refused instead of drawn under Fig. 3's title."""
     from rfrs_ref.cli.experiments import plot
 
-    spec = tmp_path / "s.toml"
-    spec.write_text(textwrap.dedent('''
-        trials = 1
-        [base]
-        dataset = "synthetic"
-        dataset_params = { n_users = 200, n_items = 100, mean_items = 12.0 }
-        client_fraction = 0.1
-        rounds = 2
-        [axes]
-        defense = ["median", "trmean"]
-    '''))
+    spec = _tiny_sweep(tmp_path, 'defense = ["median", "trmean"]')
     out = tmp_path / "o"
     res = CliRunner().invoke(sweep, [str(spec), "--out", str(out), "--workers", "0"])
     assert res.exit_code == 0, res.output
