@@ -128,6 +128,10 @@ class Attack(abc.ABC):
     #: (``own_gradient_inplace``) and no diagnostics: a round also computes it once for
     #: coordinates where the honest gradients agree (FISM's shared rows)
     elementwise: ClassVar[bool] = False
+    #: a Byzantine client computes its upload from its own gradient and upload, the server
+    #: state and the round's attack stream alone, with no other client's data: it can run
+    #: on a node of a real federation (``rfrs_ref.flower.PER_CLIENT_ATTACKS``)
+    per_client: ClassVar[bool] = False
 
     def check_optimizer(self, optimizer: Any) -> None:
         """Raise ValueError if the attack cannot run with ``optimizer`` (an

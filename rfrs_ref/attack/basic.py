@@ -17,6 +17,7 @@ class NoAttack(Attack):
     """Byzantine clients upload honestly (the control of every experiment)."""
 
     name: ClassVar[str] = "none"
+    per_client: ClassVar[bool] = True
 
     def apply_inplace(self, ctx: AttackContext) -> dict:
         return {}
@@ -42,6 +43,7 @@ class Ascent(Attack):
     """
 
     name: ClassVar[str] = "ascent"
+    per_client: ClassVar[bool] = True
     in_client_rule: ClassVar[bool] = True
     elementwise: ClassVar[bool] = True
 
@@ -84,6 +86,7 @@ class Noise(Attack):
     sigma: float = hyper(0.1, "standard deviation σ of the Gaussian noise added to θ")
 
     name: ClassVar[str] = "noise"
+    per_client: ClassVar[bool] = True
     obeys_rule: ClassVar[bool] = False
 
     def __post_init__(self) -> None:

@@ -167,6 +167,7 @@ class Camouflage(Attack):
                               "the rule clients run); false: the paper's Eq. 6, which drops ε")
 
     name: ClassVar[str] = "camouflage"
+    per_client: ClassVar[bool] = True
     optimizers: ClassVar[tuple[str, ...] | None] = ("adam",)
     in_client_rule: ClassVar[bool] = True
 

@@ -45,6 +45,7 @@ class NonFinite(Attack):
                        choices=tuple(NONFINITE_VALUES))
 
     name: ClassVar[str] = "inf"
+    per_client: ClassVar[bool] = True
     obeys_rule: ClassVar[bool] = False
 
     def __post_init__(self) -> None:

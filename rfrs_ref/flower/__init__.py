@@ -31,9 +31,16 @@ from __future__ import annotations
 #: the Flower version these apps are written and tested for (the ``flower`` extra pins it)
 FLWR_VERSION = "1.41.0"
 
-#: attacks a Byzantine node can run on its own upload alone; the colluding attacks
-#: (``alie``, ``ipm``) pool the gradients of other clients, which a node does not hold
-PER_CLIENT_ATTACKS = ("none", "ascent", "noise", "camouflage")
+def _per_client_attacks() -> tuple[str, ...]:
+    from rfrs_ref.attack import ATTACKS
+
+    return tuple(n for n in ATTACKS.names() if getattr(ATTACKS.get(n), "per_client", False))
+
+
+#: attacks a Byzantine node can run on its own upload alone (``Attack.per_client``); the
+#: colluding attacks (``alie``, ``ipm``, their optimal versions, ``mimic``) pool the
+#: gradients of other clients, which a node does not hold
+PER_CLIENT_ATTACKS = _per_client_attacks()
 
 
 class FlowerUnavailable(ImportError):

@@ -20,8 +20,8 @@ Byzantine nodes. The role comes from the run's Byzantine set (the stream
 a node config ``attack = "NAME"`` (and ``attack-params = "{json}"``) makes a
 node Byzantine with that attack whatever the set says, and ``byzantine =
 false`` makes it honest. Only attacks that need no other client's data run on a
-node (:data:`rfrs_ref.flower.PER_CLIENT_ATTACKS`); ALIE and IPM pool the
-gradients of several clients and are refused. The attack runs on a one-row
+node (:data:`rfrs_ref.flower.PER_CLIENT_ATTACKS`: none, ascent, noise, camouflage,
+inf); ALIE, IPM and the others pool the gradients of several clients and are refused. The attack runs on a one-row
 round context: the node's state, gradient and upload. Its randomness is the
 round's attack stream (``attack`` keyed t), which the simulation's attack
 consumes for the Byzantine rows in ascending client order; a Byzantine node
@@ -65,8 +65,9 @@ def check_attack_runs_on_a_node(name: str, where: str = "") -> None:
     """Raise ValueError unless attack ``name`` runs on one client's own data."""
     if name not in PER_CLIENT_ATTACKS:
         raise ValueError(
-            f"attack {name!r}{where} pools the honest gradients of several clients (a colluding "
-            f"attack), which a Flower node does not hold; on a federation the attacks are "
+            f"attack {name!r}{where} needs more than one client's own data (a colluding attack "
+            f"pools the honest gradients of several clients), which a Flower node does not "
+            f"hold; on a federation the attacks are "
             f"{', '.join(PER_CLIENT_ATTACKS)} (the in-process trainer runs {name!r})")
 
 

@@ -47,6 +47,7 @@ def _state_after(trainer, rounds):
     ("adam", "camouflage", 0, "float64"),
     ("sgd", "ascent", 3, "float64"),
     ("momentum", "noise", 2, "float32"),
+    ("adam", "inf", 0, "float32"),
 ])
 def test_each_node_uploads_the_rows_of_the_in_process_round(optimizer, attack, negatives, dtype):
     cfg = TrainConfig(**BASE, optimizer=optimizer, attack=attack, byzantine_fraction=0.4,
@@ -89,9 +90,9 @@ def test_node_config_roles_and_users():
         cd.items_of(7)
 
 
-@pytest.mark.parametrize("name", ["alie", "ipm"])
+@pytest.mark.parametrize("name", ["alie", "ipm", "opt-alie", "mimic"])
 def test_colluding_attacks_are_refused_with_the_reason(name):
-    with pytest.raises(ValueError, match=f"attack '{name}' pools the honest gradients"):
+    with pytest.raises(ValueError, match=f"attack '{name}' needs more than one client's own data"):
         check_attack_runs_on_a_node(name)
 
 

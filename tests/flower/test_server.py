@@ -45,6 +45,8 @@ def _records(run_dir):
                                   byzantine_fraction=0.3, attack_params={"sigma": 0.5})),
     ("median-camouflage", dict(defense="median", detect="gradient", attack="camouflage",
                                byzantine_fraction=0.3, dtype="float64")),
+    ("krum-parameter-nan", dict(defense="krum", detect="parameter", attack="inf",
+                                byzantine_fraction=0.3, attack_params={"value": "nan"})),
 ])
 def test_flower_run_equals_the_in_process_run_bit_for_bit(direct_grid, tmp_path, name, kw):
     cfg = TrainConfig(**BASE, **kw, model_params={"dim": 4})
@@ -62,8 +64,11 @@ def test_flower_run_equals_the_in_process_run_bit_for_bit(direct_grid, tmp_path,
         (tmp_path / "ref" / "metrics.csv").read_text()
     for f in ("config.json", "final_metrics.json", "state.npz", "checkpoint.npz"):
         assert (tmp_path / "flower" / f).exists()
-    if "noise" in name:
+    if "noise" in name or "nan" in name:
         assert any(r["excluded"] for r in b)  # the noise broke the rule: verification saw it
+    if "nan" in name:  # every Byzantine upload is NaN: each one excluded, none kept
+        assert all(e["check"] == "nonfinite" for r in b for e in r["excluded"])
+        assert all(len(r["excluded"]) == r["n_byzantine_sampled"] for r in b)
 
 
 def test_a_dead_node_drops_its_clients_and_the_run_finishes(direct_grid, tmp_path):
