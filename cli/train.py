@@ -62,12 +62,15 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
               help="K values of Precision, Recall, NDCG, HR and MRR@K (integers 1..n_items; "
                    "e.g. 1,2,3,4,5,10,20; docs/training.md).")
 @click.option("--defense", type=click.Choice(DEFENSES), default="none", show_default=True,
-              help="Aggregation rule (none: weighted mean, the paper's Option I).")
+              help="Aggregation rule (none: weighted mean, the paper's Option I). With the "
+                   "default --detect gradient, krum is the paper's A-RFRS; the paper's Krum "
+                   "baseline is --preset krum (parameter space).")
 @click.option("--detect", type=click.Choice(["gradient", "parameter"]), default="gradient",
               show_default=True, help="What the rule compares: recovered gradients or uploaded θ.")
 @click.option("--preset", type=click.Choice(list(PRESETS)), default=None,
               help="The paper's defences by name (sets --defense and --detect; giving either with "
-                   "another value is an error).")
+                   "another value is an error): a-rfrs is krum on recovered gradients, krum, rfa "
+                   "and trmean the baselines on uploaded θ (docs/aggregation.md).")
 @click.option("--pre", "pre", type=click.Choice(PRE.names()), multiple=True,
               help="Pre-aggregator run on the rows before the rule (repeat for a chain, applied "
                    "in the order given, e.g. --pre clip --pre nnm; docs/aggregation.md).")
