@@ -204,7 +204,7 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
                    err=True)
 
 
-def _list_runs(runs, out: pathlib.Path) -> None:
+def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
     """One line per run: its key, its status in ``out`` (to run, ok, failed, diverged), its
     dataset, labels, seed and estimated memory (``--dry-run``: nothing is written)."""
     from rfrs_ref.experiments.results import Store
@@ -218,7 +218,7 @@ def _list_runs(runs, out: pathlib.Path) -> None:
             c = r.config
             alpha = f" α={c.byzantine_fraction:g}" if c.byzantine_fraction else ""
             click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset}{alpha} {dict(r.labels)} "
-                       f"seed {c.seed} ~{estimate_run_memory(r) / 1e9:.1f} GB")
+                       f"seed {c.seed} ~{estimate_run_memory(r, low_memory) / 1e9:.1f} GB")
     except (ValueError, KeyError, OSError) as exc:
         raise click.ClickException(_message(exc)) from None
 
@@ -288,7 +288,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
         raise click.ClickException(str(exc.args[0] if exc.args else exc)) from None
     click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{describe_runs(runs)} -> {out}")
     if dry_run:
-        _list_runs(runs, out)
+        _list_runs(runs, out, low_memory)
         return
     started = time.perf_counter()
     progress = _Progress(started)
@@ -344,7 +344,7 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
     out = pathlib.Path(out) if out else pathlib.Path("results") / sw.name
     label_columns = tuple(f"label_{k}" for k in (sw.runs[0].labels if sw.runs else {}))
     if dry_run:
-        _list_runs(sw.runs, out)
+        _list_runs(sw.runs, out, low_memory)
         return
     _check_extras(workers, scheduler)
     click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")

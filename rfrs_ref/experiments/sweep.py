@@ -142,7 +142,7 @@ def available_memory() -> int | None:
         return None
 
 
-def estimate_run_memory(spec: RunSpec) -> int:
+def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     """A rough upper bound of one run's peak memory in bytes.
 
     Formula: the round buffers, n·D·s·(2 + a) (gradients, features and the a
@@ -150,7 +150,9 @@ def estimate_run_memory(spec: RunSpec) -> int:
     plus the server state 3·a·D·8 (with its float64 copies), plus the
     evaluation's score block (1024 clients × n_items × 8) and 300 MB of
     interpreter, Numba and data. Counts come from the dataset manifest (real
-    data) or the generator's parameters (synthetic).
+    data) or the generator's parameters (synthetic). ``low_memory`` (a run whose
+    rule combines by weights, with verification: ``Federation.recomputes_uploads``)
+    counts the features of n clients and the other buffers of 16 only.
     """
     from rfrs_ref.optim import OPTIMIZERS
 
@@ -158,7 +160,30 @@ def estimate_run_memory(spec: RunSpec) -> int:
     n, D, items = _round_size(c)
     a = len(OPTIMIZERS.get(c.optimizer).arrays)
     s = 4 if c.dtype == "float32" else 8
-    return int(n * D * s * (2 + a) + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
+    rows = n * (2 + a)
+    if low_memory and _recomputes(c):
+        from rfrs_ref.federated.round import GRADIENT_BATCH
+
+        rows = n + min(n, GRADIENT_BATCH) * (1 + a)
+    return int(rows * D * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
+
+
+def _recomputes(c) -> bool:
+    """Whether configuration c's rounds can hold their uploads a batch at a time with
+    ``low_memory`` (``Federation.recomputes_uploads``), judged from the configuration."""
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.attack import ATTACKS
+
+    try:
+        r = c.resolved()
+        rule = RULES.get("mean" if r.defense == "none" else r.defense)
+        attack = ATTACKS.get(r.attack)
+    except (ValueError, KeyError, TypeError):
+        return False
+    return bool(getattr(rule, "combines_by_weights", False) and r.verify and not r.pre
+                and not r.resilience and not r.trace and r.model != "fmf"
+                and (r.attack == "none" or getattr(attack, "in_client_rule", False))
+                and r.backend == "numba")
 
 
 def estimate_run_cost(spec: RunSpec) -> float:
@@ -191,15 +216,15 @@ def _dataset_size(c) -> tuple[int, int]:
 
 
 def plan_workers(runs: Sequence[RunSpec], cores: int | None = None,
-                 memory: int | None = None) -> int:
+                 memory: int | None = None, low_memory: bool = False) -> int:
     """Default number of LocalCluster workers: one per core, as many as the largest run's
     estimated memory allows within MEMORY_SHARE of the available memory, at most one per
-    run, at least 1."""
+    run, at least 1 (``low_memory``: the runs' estimates with it)."""
     cores = cores or available_cores()
     n = min(cores, max(1, len(runs)))
     memory = available_memory() if memory is None else memory
     if memory and runs:
-        peak = max(estimate_run_memory(r) for r in runs)
+        peak = max(estimate_run_memory(r, low_memory) for r in runs)
         n = min(n, max(1, math.floor(MEMORY_SHARE * memory / peak)))
     return max(1, n)
 
@@ -426,7 +451,8 @@ def run_sweep(
 
                             client = own_client = Client(scheduler)
                         else:
-                            n = workers or plan_workers([by_key[k] for k in pending])
+                            n = workers or plan_workers([by_key[k] for k in pending],
+                                                        low_memory=low_memory)
                             cluster, client = start_local_cluster(n, threads)
                             own_client = client
                     report.workers = len(client.scheduler_info().get("workers", {}))

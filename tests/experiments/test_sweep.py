@@ -274,3 +274,25 @@ def test_a_low_memory_sweep_gives_the_same_results(ex, tmp_path, monkeypatch):
     a, b = (read_table(d / "results.csv") for d in (tmp_path / "plain", tmp_path / "low"))
     cols = ["dataset", "seed", "metric", "k", "value"]
     assert a[cols].equals(b[cols]) and plain.finished == low.finished == 1
+
+
+def test_low_memory_estimates_and_worker_plans(ex):
+    """With low memory a Krum run counts the features of n clients and batches of 16, so
+    more workers fit; a rule that still holds every upload counts as before."""
+    from rfrs_ref.experiments.sweep import estimate_run_memory
+
+    big = dict(dataset_params={"n_users": 2000, "n_items": 4000, "mean_items": 12.0},
+               client_fraction=0.05)  # 100 clients a round
+    krum = RunSpec(config=ex.tiny_config(defense="krum", attack="ascent",
+                                         byzantine_fraction=0.2, **big))
+    trmean = RunSpec(config=ex.tiny_config(defense="trmean", **big))
+    assert estimate_run_memory(krum, True) < 0.6 * estimate_run_memory(krum)
+    assert estimate_run_memory(trmean, True) == estimate_run_memory(trmean)
+    noise = RunSpec(config=ex.tiny_config(defense="krum", attack="noise",
+                                          byzantine_fraction=0.2, **big))
+    assert estimate_run_memory(noise, True) == estimate_run_memory(noise)
+    need = estimate_run_memory(krum)
+    memory = int(2.5 * need / 0.8)
+    assert plan_workers([krum] * 8, cores=8, memory=memory) == 2
+    assert plan_workers([krum] * 8, cores=8, memory=memory, low_memory=True) >= 4
+
