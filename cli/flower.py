@@ -11,7 +11,7 @@ import pathlib
 
 import click
 
-from rfrs_ref.aggregate import PRESETS, RULES
+from rfrs_ref.aggregate import PRE, PRESETS, RULES
 from rfrs_ref.data import DATASETS
 from rfrs_ref.flower import PER_CLIENT_ATTACKS
 from rfrs_ref.optim import OPTIMIZERS
@@ -45,6 +45,9 @@ def _config_options(f):
                      show_default=True),
         click.option("--detect", type=click.Choice(["gradient", "parameter"]),
                      default="gradient", show_default=True),
+        click.option("--pre", type=click.Choice(PRE.names()), multiple=True,
+                     help="Pre-aggregator run by the server before the rule (repeat for a "
+                          "chain, e.g. --pre nnm; docs/aggregation.md)."),
         click.option("--attack", type=click.Choice(list(PER_CLIENT_ATTACKS)), default="none",
                      show_default=True, help="What Byzantine nodes do (attacks that need no "
                      "other client's data)."),
@@ -64,7 +67,7 @@ def _config(ctx: click.Context, p: dict):
     if p["config_file"]:
         given = [name for name in ("dataset", "data_dir", "optimizer", "rounds", "client_fraction",
                                    "dim", "seed", "eval_every", "preset", "defense", "detect",
-                                   "attack", "alpha")
+                                   "pre", "attack", "alpha")
                  if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
         if given:
             raise click.UsageError(f"--config gives the whole configuration; drop "
@@ -83,7 +86,8 @@ def _config(ctx: click.Context, p: dict):
         config = TrainConfig(
             dataset=p["dataset"], data_dir=p["data_dir"], optimizer=p["optimizer"],
             rounds=p["rounds"], client_fraction=p["client_fraction"], seed=p["seed"],
-            eval_every=p["eval_every"], defense=defense, detect=detect, attack=p["attack"],
+            eval_every=p["eval_every"], defense=defense, detect=detect, pre=tuple(p["pre"]),
+            attack=p["attack"],
             byzantine_fraction=p["alpha"],
             model_params={} if p["dim"] is None else {"dim": p["dim"]})
     from rfrs_ref.flower.server import check_federation_config

@@ -40,6 +40,15 @@ def test_a_config_file_excludes_the_options_it_would_contradict(tmp_path):
     assert res.exit_code == 1 and "not a training configuration" in res.output
 
 
+def test_pre_aggregation_is_an_option_and_a_config_file_excludes_it(tmp_path):
+    res = _run("simulate", "--help")
+    assert res.exit_code == 0 and "--pre" in res.output and "nnm" in res.output
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"config": {"dataset": "synthetic"}}))
+    res = _run("simulate", "--config", str(cfg), "--pre", "nnm", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "--pre" in res.output
+
+
 def test_kill_node_must_name_a_node(tmp_path):
     res = _run("deploy", "--nodes", "2", "--kill-node", "2", "1", "--out", str(tmp_path / "r"))
     assert res.exit_code == 2 and "0..1" in res.output

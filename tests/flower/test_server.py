@@ -47,6 +47,8 @@ def _records(run_dir):
                                byzantine_fraction=0.3, dtype="float64")),
     ("krum-parameter-nan", dict(defense="krum", detect="parameter", attack="inf",
                                 byzantine_fraction=0.3, attack_params={"value": "nan"})),
+    ("nnm-krum-ascent", dict(defense="krum", detect="gradient", pre=("nnm",), attack="ascent",
+                             byzantine_fraction=0.3)),
 ])
 def test_flower_run_equals_the_in_process_run_bit_for_bit(direct_grid, tmp_path, name, kw):
     cfg = TrainConfig(**BASE, **kw, model_params={"dim": 4})
