@@ -245,11 +245,17 @@ def start_local_cluster(workers: int, threads: int | None = None):
     at least 1) and ``RFRS_DATA_DIR``. A task whose worker dies is not retried
     on another worker (``allowed-failures`` 0): the run is recorded as failed.
     """
+    import warnings
+
     import dask
     from distributed import Client, LocalCluster
 
     threads = threads or max(1, available_cores() // workers)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            warnings.catch_warnings():
+        # the scheduler's HTTP server (health routes; no dashboard here) moves to a free
+        # port when 8787 is taken, e.g. by another sweep: nothing to warn a user about
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, env=worker_env(threads))
         client = Client(cluster)
