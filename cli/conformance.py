@@ -142,12 +142,13 @@ def _run_isolated(argv: list[str]) -> int:
     """Run the check in a child process and return the exit status it reported.
 
     The child starts with the parent's ``sys.path`` (not ``python -m``'s, which
-    would put the working directory first, where a source checkout of
-    rfrs-ref may shadow the installed package) and working directory, so it resolves ``--callable`` as this process would. It writes
-    its exit status to a file once the suite has finished (or refused its
-    input); a child that ends without writing it (``os._exit(0)`` in the code
-    under test, a segfault in an extension, a kill) ran no suite to the end,
-    which is an error, whatever its own exit status. A child that reported
+    would put the working directory first, where a source checkout of rfrs-ref
+    may shadow the installed package) and working directory, so it resolves
+    ``--callable`` as this process would. It writes its exit status to a file
+    once the suite has finished (or refused its input); a child that ends
+    without writing it (``os._exit(0)`` in the code under test, a segfault in
+    an extension, a kill) ran no suite to the end, which is an error, whatever
+    its own exit status. A child that reported
     success but then exited otherwise (an ``atexit`` hook) fails too.
     """
     with tempfile.TemporaryDirectory(prefix="rfrs-conformance-") as tmp:

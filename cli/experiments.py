@@ -296,7 +296,8 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     report, paths = _run(lambda: run_figure(
         fig, scale, out, plot=not no_plot, scheduler=scheduler, workers=workers, threads=threads,
         shared_fs=shared_fs, retry_failed=retry_failed, keep_state=keep_state,
-        low_memory=low_memory, on_event=progress, runs=runs, run=not no_run, reuse_from=reuse_from), progress)
+        low_memory=low_memory, on_event=progress, runs=runs, run=not no_run,
+        reuse_from=reuse_from), progress)
     _report(report, started, progress, after)
     if report.summary is not None and not report.summary.empty:
         metrics = (fig.metric, "ndcg", "hr", "mrr")
@@ -333,9 +334,9 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
       byzantine_fraction = [0.2, 0.4]
       preset = ["no-defense", "a-rfrs"]
     """
-    from rfrs_ref.experiments.results import Store, summary_markdown
+    from rfrs_ref.experiments.results import summary_markdown
     from rfrs_ref.experiments.spec import load_sweep
-    from rfrs_ref.experiments.sweep import estimate_run_memory, run_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
 
     try:
         sw = load_sweep(spec)

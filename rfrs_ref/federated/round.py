@@ -553,7 +553,8 @@ def _recomputed_round(fed, state, rd: _Round, buf: RoundBuffers):
         f_rule = max(0, rd.f - (n - m))
         result = fed.rule.aggregate(Xk, FiniteUploads(), rd.n_samples[rows], f_rule,
                                     backend=fed.backend)
-        weights, kept_m, rule_diag = result.weights, np.asarray(result.kept, float), result.diagnostics
+        weights, rule_diag = result.weights, result.diagnostics
+        kept_m = np.asarray(result.kept, float)
         rd.timing["aggregation"] = time.perf_counter() - tick
         tick = time.perf_counter()
         timing = dict(rd.timing)

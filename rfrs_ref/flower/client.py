@@ -16,19 +16,20 @@ and replies with the upload, its training-set size n, its loss and its role
 filter).
 
 Byzantine nodes. The role comes from the run's Byzantine set (the stream
-``byzantine`` of the seed, floor(α · n_users) users, as in the simulation);
-a node config ``attack = "NAME"`` (and ``attack-params = "{json}"``) makes a
-node Byzantine with that attack whatever the set says, and ``byzantine =
-false`` makes it honest. Only attacks that need no other client's data run on a
-node (:data:`rfrs_ref.flower.PER_CLIENT_ATTACKS`: none, ascent, noise, camouflage,
-inf); ALIE, IPM and the others pool the gradients of several clients and are refused. The attack runs on a one-row
-round context: the node's state, gradient and upload. Its randomness is the
-round's attack stream (``attack`` keyed t), which the simulation's attack
-consumes for the Byzantine rows in ascending client order; a Byzantine node
-knows the coalition (the threat model of docs/attacks.md), so it first lets
-the attack consume the draws of the coalition members sampled before it
-(their rows are placeholders whose results are discarded) and then runs it on
-its own row, drawing exactly what the simulation draws for it.
+``byzantine`` of the seed, floor(α · n_users) users, as in the simulation); a
+node config ``attack = "NAME"`` (and ``attack-params = "{json}"``) makes a node
+Byzantine with that attack whatever the set says, and ``byzantine = false``
+makes it honest. Only attacks that need no other client's data run on a node
+(:data:`rfrs_ref.flower.PER_CLIENT_ATTACKS`: none, ascent, noise, camouflage,
+inf); ALIE, IPM and the others pool the gradients of several clients and are
+refused. The attack runs on a one-row round context: the node's state, gradient
+and upload. Its randomness is the round's attack stream (``attack`` keyed t),
+which the simulation's attack consumes for the Byzantine rows in ascending
+client order; a Byzantine node knows the coalition (the threat model of
+docs/attacks.md), so it first lets the attack consume the draws of the
+coalition members sampled before it (their rows are placeholders whose results
+are discarded) and then runs it on its own row, drawing exactly what the
+simulation draws for it.
 """
 
 from __future__ import annotations

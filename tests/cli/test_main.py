@@ -25,10 +25,11 @@ def test_a_dataset_error_in_any_command_is_one_line(monkeypatch, error):
         raise error
 
     original = LazyGroup.get_command
-    monkeypatch.setattr(LazyGroup, "get_command",
-                        lambda self, ctx, name: fake if name == "fake" else original(self, ctx, name))
+    monkeypatch.setattr(LazyGroup, "get_command", lambda self, ctx, name: (
+        fake if name == "fake" else original(self, ctx, name)))
     res = CliRunner().invoke(main, ["fake"])
     assert res.exit_code == 1, res.output
-    assert "Traceback" not in res.output and res.exception is None or isinstance(res.exception, SystemExit)
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: ") and str(error).split()[0] in lines[0]
