@@ -42,12 +42,21 @@ def simulate(config, run_dir=None, *, num_cpus: int | None = None,
         "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False,
                       "log_to_driver": bool(verbose)},
     }
-    with pythonpath_kept():
-        run_simulation(server_app=server_app(config, run_dir, round_timeout=round_timeout,
-                                             connect_timeout=connect_timeout, progress=progress,
-                                             results=results),
-                       client_app=client_app(config), num_supernodes=n_users,
-                       backend_config=backend_config, verbose_logging=verbose)
+    # the nodes use no accelerator (num_gpus 0): Ray's default of overriding the visible
+    # devices for them is about to change, and Ray warns of it unless told which it is
+    ray_env = "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"
+    before = os.environ.get(ray_env)
+    os.environ.setdefault(ray_env, "0")
+    try:
+        with pythonpath_kept():
+            run_simulation(server_app=server_app(config, run_dir, round_timeout=round_timeout,
+                                                 connect_timeout=connect_timeout,
+                                                 progress=progress, results=results),
+                           client_app=client_app(config), num_supernodes=n_users,
+                           backend_config=backend_config, verbose_logging=verbose)
+    finally:
+        if before is None:
+            os.environ.pop(ray_env, None)
     if "result" not in results:
         raise RuntimeError("the Flower simulation ended without finishing the run; see the log "
                            "above")
