@@ -550,7 +550,7 @@ def _recomputed_round(fed, state, rd: _Round, buf: RoundBuffers):
         new_state, weights, kept_m, rule_diag, f_rule = _aggregate(fed, state, rd, rows, Xk, {})
     else:
         tick = time.perf_counter()
-        f_rule = max(0, rd.f - (n - m))
+        f_rule = _f_rule(rd, m)
         result = fed.rule.aggregate(Xk, FiniteUploads(), rd.n_samples[rows], f_rule,
                                     backend=fed.backend)
         weights, rule_diag = result.weights, result.diagnostics
@@ -815,13 +815,19 @@ def _keep_verified(ok, G, U, X, buf: RoundBuffers):
     return rows, None if G is None else G[:m], Xk, {k: v[:m] for k, v in U.items()}
 
 
+def _f_rule(rd: _Round, m: int) -> int:
+    """The Byzantine count the rule assumes with m of the round's uploads verified: one
+    less per exclusion (an excluded upload is provably not honest), at least 0."""
+    return max(0, rd.f - (rd.clients.size - m))
+
+
 def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
     """The rule combines the verified uploads into the new state, with the assumed
     Byzantine count reduced by one per exclusion (``sums``: the weighted sums the
     server's one pass already computed, every upload having passed)."""
     names, theta_bar = fed.optimizer.arrays, state["theta"]
     m = rows.size
-    f_rule = max(0, rd.f - (rd.clients.size - m))
+    f_rule = _f_rule(rd, m)
     if m == 0:
         # nothing trustworthy arrived: the state carries over unchanged
         new_state = {k: np.array(state[k], copy=True)
