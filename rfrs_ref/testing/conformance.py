@@ -252,6 +252,7 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
     from hypothesis import given
     from hypothesis import seed as hseed
 
+    examples = list(examples)
     failures: list[tuple[Any, BaseException]] = []
     count = [0]
     check = _no_exit(check)
@@ -266,7 +267,7 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
             failures.append((example, exc))
             raise
 
-    for case in reversed(list(examples)):  # Hypothesis runs the last applied first
+    for case in reversed(examples):  # Hypothesis runs the last applied first
         prop = explicit(case)(prop)
     if seed is not None:
         prop = hseed(seed)(prop)
@@ -279,6 +280,8 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
         ce = _jsonable(describe(example)) if example is not None else None
         if ce is not None and isinstance(err, L.LawViolation) and err.details:
             ce["violation"] = _jsonable(err.details)
+        if ce is not None and any(example is e for e in examples):
+            ce["fixed_example"] = True  # one of the fixed examples, not a shrunk draw
         return LawResult(spec.name, spec.statement, spec.category, "fails", count[0], msg, ce,
                          time.perf_counter() - started)
     return LawResult(spec.name, spec.statement, spec.category, "holds", count[0], "", None,
@@ -448,6 +451,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
             continue
         if spec.name == "lemma2":
             strat = S.gradient_sequences()
+            edges = S.sequence_edge_cases()
             base = fixed if fixed is not None else ref_cls()
 
             def check(seq, base=base):
@@ -457,6 +461,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
                 return seq.describe()
         else:
             strat = S.pair_cases(kind, optimizer=fixed)
+            edges = S.optimizer_edge_cases(kind, optimizer=fixed)
             name = spec.name
 
             def check(case, name=name):
@@ -470,7 +475,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
 
             def describe(case):
                 return case.describe()
-        results.append(_run_law(spec, strat, check, describe, max_examples, seed))
+        results.append(_run_law(spec, strat, check, describe, max_examples, seed, examples=edges))
     return results
 
 
@@ -487,7 +492,9 @@ def format_results(results: list[LawResult], title: str) -> str:
     for r in results:
         if r.status == "fails" and r.counterexample is not None:
             lines.append("")
-            lines.append(f"counterexample for {r.law} (shrunk by Hypothesis):")
+            how = ("a fixed example" if (r.counterexample or {}).get("fixed_example")
+                   else "shrunk by Hypothesis")
+            lines.append(f"counterexample for {r.law} ({how}):")
             lines.append("  " + r.message)
             lines.append("  " + json.dumps(r.counterexample, ensure_ascii=False, allow_nan=False))
     return "\n".join(lines)

@@ -282,6 +282,65 @@ def pair_cases(draw, kind: str, optimizer=None, max_D: int = 8):
     return PairCase(opt, state, g, g_hat, t, floor)
 
 
+def _edge_hyperparameters(kind: str) -> list:
+    """rfrs-ref's defaults, and the extremes :func:`optimizers` may draw: decays 0 with
+    η = 1 and ε = 1e-12; decays near 1 with η = 1e-5 and ε = 1e-2."""
+    from rfrs_ref.optim import OPTIMIZERS
+
+    cls = OPTIMIZERS.get(kind)
+    low = {"lr": 1.0, "eps": 1e-12, "beta1": 0.0, "beta2": 0.0, "beta3": 0.0, "beta4": 0.0}
+    high = {"lr": 1e-5, "eps": 1e-2, "beta1": 0.999, "beta2": 0.9999, "beta3": 0.999, "beta4": 0.9999}
+    names = {f.name for f in dataclasses.fields(cls)}
+    return [cls()] + [cls(**{k: v for k, v in h.items() if k in names}) for h in (low, high)]
+
+
+def optimizer_edge_cases(kind: str, optimizer=None) -> list[PairCase]:
+    """Pair cases every optimiser law over :func:`pair_cases` tries first, whatever the
+    number of examples asked for: the corners of the drawn domain.
+
+    Each has D = 5 and g = (1e3, −1e3, 1e-30, 5e-324, 0) (the largest drawn magnitude,
+    a tiny and a subnormal coordinate, an exact zero) against ĝ = −g (gradient ascent),
+    on three states: a first round (θ̄ = m̄ = v̄ = 0, t = 1), the largest state
+    (|θ̄| = |m̄| = 1e6, v̄ = 1e3 + v_min, t = 10⁵) and the second moment at its floor
+    (v̄ = v_min = 1e-8 exactly, m̄ ≠ 0, t = 2). With ``optimizer`` fixed every case uses
+    it; otherwise each state is tried with rfrs-ref's defaults and with the extreme
+    hyperparameters :func:`optimizers` may draw. A few drawn examples (the first one a
+    derandomized run draws is all zeros) may reach none of these: an Adam that clips
+    each gradient coordinate to ±10 in its rule, or that flushes |g| < 1e-20 to zero in
+    its recovery, passed with ``--max-examples 1`` before these cases came first.
+    """
+    g = np.array([1e3, -1e3, 1e-30, 5e-324, 0.0])
+    D = g.size
+
+    def state(theta, m, v):
+        s = {"theta": np.full(D, theta, dtype=np.float64) * np.array([1, -1, 1, -1, 1]),
+             "m": np.full(D, m, dtype=np.float64) * np.array([-1, 1, 1, -1, 1]),
+             "v": np.full(D, v, dtype=np.float64)}
+        s["r"] = s["v"]
+        return s
+
+    states = [(state(0.0, 0.0, 0.0), 1, 0.0), (state(1e6, 1e6, 1e3 + 1e-8), 10**5, 1e-8),
+              (state(0.5, 2.0, 1e-8), 2, 1e-8)]
+    opts = [optimizer] if optimizer is not None else _edge_hyperparameters(kind)
+    return [PairCase(opt, s, g.copy(), -g, t, floor) for s, t, floor in states for opt in opts]
+
+
+def sequence_edge_cases() -> list["GradientSequence"]:
+    """Gradient sequences the Lemma 2 law tries first: every gradient on the sphere
+    ‖g‖ = g_max, all pointing the same way with all the weight on one client (the
+    moment approaches g_max from below, the tightest case), and the same with the
+    direction flipping every round; at g_max = 1e3 and 1e-3, 25 rounds, n = 3, D = 3."""
+    out = []
+    u = np.array([2.0, -1.0, 2.0]) / 3.0
+    w = np.array([1.0, 0.0, 0.0])
+    for g_max in (1e3, 1e-3):
+        for flip in (False, True):
+            rounds = tuple((np.tile(u * g_max * (-1.0 if flip and k % 2 else 1.0), (3, 1)), w.copy())
+                           for k in range(25))
+            out.append(GradientSequence(g_max, rounds))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class GradientSequence:
     """A multi-round run: per round, n client gradients with ‖g‖ ≤ g_max (some on
@@ -428,9 +487,12 @@ __all__ = [
     "byzantine_rounds",
     "federated_scenarios",
     "gradient_sequences",
+    "hostile_examples",
+    "optimizer_edge_cases",
     "optimizer_states",
     "optimizers",
     "pair_cases",
+    "sequence_edge_cases",
     "unanimous",
     "vectors",
 ]

@@ -299,6 +299,46 @@ CHEATS = textwrap.dedent('''
 ''')
 
 
+EDGE_BUGS = textwrap.dedent('''
+    import dataclasses
+
+    import numpy as np
+
+    from rfrs_ref.optim import Adam
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamClipped(Adam):
+        """Clips every gradient coordinate to [-10, 10] before the rule."""
+
+        def client_rule(self, state, g, t):
+            return super().client_rule(state, np.clip(g, -10.0, 10.0), t)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamFlushingTiny(Adam):
+        """Recovers |g| < 1e-20 as 0."""
+
+        def recover(self, state, upload, t):
+            g = super().recover(state, upload, t)
+            return np.where(np.abs(g) < 1e-20, 0.0, g)
+''')
+
+
+@pytest.mark.parametrize("impl", ["AdamClipped", "AdamFlushingTiny"])
+def test_an_optimizer_wrong_only_at_the_corners_fails_with_one_example(tmp_path, monkeypatch, impl):
+    """A derandomized run's only draw is all zeros: both passed every law with
+    --max-examples 1 before the corner cases came first."""
+    (tmp_path / "edge_bugs.py").write_text(EDGE_BUGS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        res = _cli("--optimizer", "adam", "--callable", f"edge_bugs:{impl}", "--max-examples", "1")
+    finally:
+        sys.modules.pop("edge_bugs", None)
+    _law_fails(res, "recovery_exact")
+    assert "(a fixed example)" in res.output
+
+
 @pytest.fixture
 def cheats(tmp_path, monkeypatch):
     (tmp_path / "cheating_impls.py").write_text(CHEATS)

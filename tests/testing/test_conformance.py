@@ -150,6 +150,24 @@ def test_few_examples_still_try_every_hostile_value():
     assert strategies.hostile_examples(hostile=False) == []
 
 
+@pytest.mark.parametrize("kind", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])
+def test_every_optimizer_law_tries_the_corners_first(kind):
+    """The reference holds every law on the corner cases alone (one drawn example), as a
+    class (hyperparameters varied: 9 cases) and as an object (its own: 3 cases)."""
+    from rfrs_ref.optim import OPTIMIZERS
+
+    cls = OPTIMIZERS.get(kind)
+    for obj, corners in ((cls, 9), (cls(), 3)):
+        cases = strategies.optimizer_edge_cases(kind, None if obj is cls else obj)
+        assert len(cases) == corners
+        assert any(c.t == 1 and not c.state["v"].any() for c in cases)
+        assert all(np.array_equal(c.g_hat, -c.g) and (c.g == 5e-324).any() for c in cases)
+        results = run_optimizer_conformance(kind, obj, max_examples=1)
+        assert {r.status for r in results} == {"holds"}, format_results(results, kind)
+        for r in results:
+            assert r.examples == 1 + (len(strategies.sequence_edge_cases()) if r.law == "lemma2" else corners)
+
+
 # -- the laws directly ---------------------------------------------------------------------------------
 
 def _case(X, honest, f, ns=None):
