@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 from typing import Sequence
 
@@ -69,11 +70,21 @@ def _style(name: str, i: int):
 
 
 def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
-    """Write ``stem.png`` and ``stem.pdf``; close the figure."""
+    """Write ``stem.png`` and ``stem.pdf``; close the figure.
+
+    Raises ValueError (writing nothing) when the folder or either file is a symbolic
+    link: a figure is written into the folder it is given, never through a link to a
+    file or folder elsewhere."""
     plt = _pyplot()
     stem = pathlib.Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for p in (stem.parent, *paths):
+        if p.is_symlink():
+            plt.close(fig)
+            raise ValueError(f"{p} is a link (to {os.readlink(p)}): figures are written into "
+                             "the folder given, never through a link; remove it or give "
+                             "another folder")
+    stem.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
     plt.close(fig)

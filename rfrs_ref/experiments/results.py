@@ -239,6 +239,39 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
     return None
 
 
+def linked_entry(out: str | os.PathLike) -> pathlib.Path | None:
+    """The first entry of the results directory ``out`` that a sweep or a plot would write
+    through and that is a symbolic link, or None: ``runs/`` and each run directory in it,
+    ``figures/`` and each file in it, the tables and ``provenance.json``.
+
+    A run directory is cleared when its run starts again and the tables are rewritten, so a
+    link there would let the sweep delete and write files outside the directory it was
+    given (``runs`` linked to a user's folder: the run of the same key emptied it). The
+    directory ``out`` itself may be a link: that one the user named."""
+    out = pathlib.Path(out)
+    names = [f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY}.md",
+             "provenance.json", "runs", "figures"]
+    for name in names:
+        if (out / name).is_symlink():
+            return out / name
+    for sub in ("runs", "figures"):
+        if (out / sub).is_dir():
+            for entry in sorted((out / sub).iterdir()):
+                if entry.is_symlink():
+                    return entry
+    return None
+
+
+def refuse_links(out: str | os.PathLike) -> None:
+    """Raise ValueError naming the first link :func:`linked_entry` finds in ``out``."""
+    link = linked_entry(out)
+    if link is not None:
+        raise ValueError(f"{link} is a link (to {os.readlink(link)}), and rfrs-ref writes only "
+                         f"inside the results directory it is given, never through a link; "
+                         "remove the link (or give the directory it points to as the output); "
+                         "nothing was run")
+
+
 # -- the store --------------------------------------------------------------------------------
 class Store:
     """A sweep's output directory (see the module docstring)."""

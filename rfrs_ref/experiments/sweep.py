@@ -56,7 +56,7 @@ import traceback
 from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
-from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows,
+from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
                                           non_finite_metric, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
@@ -352,6 +352,7 @@ def run_sweep(
             raise ValueError(f"{foreign} was not written by a sweep, and a sweep rewrites "
                              f"{foreign.name} in its output directory; move it away or choose "
                              "another output directory; nothing was run")
+        refuse_links(store.path)
         outcomes: dict[str, dict] = {}
         compacted = False
         for k in keys:

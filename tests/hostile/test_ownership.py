@@ -347,6 +347,43 @@ def test_a_sweep_never_clears_a_directory_its_run_directory_links_to(tmp_path, t
     assert sorted(p.name for p in precious.iterdir()) == ["thesis.tex"]
 
 
+@pytest.mark.parametrize("linked", ["runs", "figures", "runs/other", "results.csv"])
+def test_a_sweep_never_writes_through_a_link_in_its_output(tmp_path, tiny_sweep, monkeypatch,
+                                                         linked, refused):
+    # the check used to look at runs/<key> only: `runs` itself linked to a user's folder
+    # holding a directory named like a run had that directory emptied and the run's files
+    # written there
+    from rfrs_ref.experiments.spec import load_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    key = load_sweep(spec).runs[0].key
+    precious = tmp_path / "precious"
+    (precious / key).mkdir(parents=True)
+    (precious / key / "thesis.tex").write_text("years of work\n")
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    target = precious / key / "thesis.tex" if linked.endswith(".csv") else precious
+    if linked == "runs":
+        (out / "runs").rmdir()
+    (out / linked).symlink_to(target)
+    before = files(precious)
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("sweep", spec, "--out", "out", "--workers", 0), linked.split("/")[-1],
+            "is a link", "nothing was run")
+    assert files(precious) == before
+
+
+def test_a_figure_is_never_written_through_a_link(tiny_results, tmp_path, refused):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "figs"
+    out.mkdir()
+    (out / "sweep.png").symlink_to(elsewhere / "victim.png")
+    refused(invoke("plot", tiny_results, "--out", out), "sweep.png", "is a link")
+    assert not list(elsewhere.iterdir())
+
+
 # -- a user's directory as a sweep's output ----------------------------------------------------
 @pytest.mark.parametrize("name, text", [
     ("results.csv", "precious,table\n"),
