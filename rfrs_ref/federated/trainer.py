@@ -462,7 +462,7 @@ class Trainer:
             if out is not None:
                 out.append_round(record)
                 if t % c.checkpoint_every == 0 or t == c.rounds:
-                    out.save_checkpoint(state, private, t, acc)
+                    out.save_checkpoint(state, private, t, acc, config=c)
                     last_checkpoint = t
             if progress is not None:
                 progress(t, record, latest)
@@ -712,12 +712,18 @@ class RunDirectory:
         return [rows[t] for t in sorted(rows)]
 
     # -- checkpoints ---------------------------------------------------------------
-    def save_checkpoint(self, state, private, t: int, acc: _Accumulators) -> None:
+    def save_checkpoint(self, state, private, t: int, acc: _Accumulators,
+                        config: TrainConfig | None = None) -> None:
+        """Write ``checkpoint.npz``: the state, private state, round, accumulators and
+        (given ``config``) the configuration the run was trained with, which a resume
+        compares with config.json (:meth:`load_checkpoint`)."""
         arrays = {f"state_{k}": v for k, v in state.items()}
         if private is not None:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
         arrays["accumulators"] = np.array(json.dumps(dataclasses.asdict(acc)))
+        if config is not None:
+            arrays["config"] = np.array(json.dumps(_resume_key(config.to_json()), sort_keys=True))
         atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
 
     def load_checkpoint(self, trainer: Trainer):
@@ -734,12 +740,26 @@ class RunDirectory:
                 private = {k[8:]: z[k] for k in z.files if k.startswith("private_")} or None
                 t = int(z["round"])
                 acc = _Accumulators(**json.loads(str(z["accumulators"])))
+                trained = json.loads(str(z["config"])) if "config" in z.files else None
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
             raise CheckpointError(f"{path} is damaged or not a checkpoint "
                                   f"({type(exc).__name__}: {exc}); {restart}") from None
         c = trainer.config
         D = trainer.model.n_params()
         problems = []
+        if trained is not None:
+            # the rounds so far were trained with the checkpoint's configuration: one edited
+            # in config.json (another seed, rate, number of rounds) would continue the run
+            # as another and record it as one
+            now = _resume_key(c.to_json())
+            if not isinstance(trained, dict):
+                problems.append("its configuration is not a JSON object")
+            else:
+                changed = sorted(k for k in set(trained) | set(now) if trained.get(k) != now.get(k))
+                if changed:
+                    what = ", ".join(f"{k} {trained.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
+                    problems.append(f"config.json differs from the configuration the checkpoint was "
+                                    f"trained with ({what}{', ...' if len(changed) > 4 else ''})")
         if not 0 <= t <= c.rounds:
             problems.append(f"round {t} is outside 0..{c.rounds}")
         rule_arrays = tuple(getattr(trainer.rule, "state_arrays", ()))
@@ -934,6 +954,20 @@ def _comparable(config_json: dict) -> dict:
     d = json.loads(json.dumps(config_json))
     d.pop("trace", None)
     return d
+
+
+def _resume_key(config_json: dict) -> dict:
+    """What a checkpoint records of its run's configuration, for a resume to compare:
+    :func:`_comparable`, without the data directory (``RFRS_DATA_DIR`` may move the data
+    between sessions; the data's checksums are checked on their own) and without the
+    number of rounds: round t is the same whatever the total (the streams are keyed by
+    t), so raising ``rounds`` in config.json continues a run further, as a run started
+    with that many rounds would have gone."""
+    d = _comparable(config_json)
+    d.pop("data_dir", None)
+    d.pop("rounds", None)
+    return d
+
 #: versions in config.json whose change can change a run's numbers (see code_change)
 _NUMERIC_VERSIONS = ("rfrs_ref", "numpy", "numba", "llvmlite", "scipy")
 
