@@ -153,6 +153,8 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             raise click.ClickException(_one_line(exc)) from None
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
 
+    if trace_path:
+        _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
     # the directory is this process's from here on: a second `train` or `--resume` on it
     # is refused, with nothing written, until this one exits
     with _own(run_dir):
@@ -167,6 +169,19 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             except ValueError as exc:
                 raise click.ClickException(_one_line(exc)) from None
         _train(config, run_dir, resume, trace_path, low_memory)
+
+
+def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) -> None:
+    """A trace named like a file of the run, in its directory (``rounds.jsonl``, the lock
+    ``.lock``...), would be overwritten by the run or removed with the lock: refused before
+    anything is written."""
+    from rfrs_ref.federated.trainer import RUN_FILES, VALID_METRICS
+    from rfrs_ref.files import LOCK_NAME
+
+    names = (*RUN_FILES, VALID_METRICS, "ids.npz", LOCK_NAME)
+    if trace.name in names and trace.resolve().parent == run_dir.resolve():
+        raise click.UsageError(f"--trace {trace} is one of the run's own files ({trace.name}); "
+                               f"give a file of another name, e.g. {run_dir / 'trace.jsonl'}")
 
 
 def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) -> None:
@@ -191,10 +206,12 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
     done = _checkpoint_round(run_dir) if resume else 0
     tracer = None
     if trace_path:
-        from rfrs_ref.trace import TraceWriter
+        from rfrs_ref.trace import TraceRefused, TraceWriter
 
         try:
             tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
+        except TraceRefused as exc:
+            raise click.ClickException(f"--trace {trace_path}: {_one_line(exc)}") from None
         except OSError as exc:
             raise click.ClickException(f"--trace {trace_path}: {exc.strerror or _one_line(exc)}; "
                                        "choose a writable file") from None

@@ -73,6 +73,11 @@ LAYOUTS = {
 }
 
 
+class TraceRefused(ValueError):
+    """A trace file that a run must not write: another process is writing it, it is not a
+    trace, or (on resume) it is the trace of another run."""
+
+
 class TraceFormatError(ValueError):
     """A trace file does not follow the format (the message names file and line)."""
 
@@ -92,6 +97,12 @@ def state_summary(state) -> dict:
             "state_checksums": {k: checksum(v) for k, v in state.items()}}
 
 
+def run_of(trainer) -> dict:
+    """The header's ``run``: the configuration without what only says how it was produced."""
+    cfg = trainer.config.to_json()
+    return jsonable({k: v for k, v in cfg.items() if k not in PRODUCER_KEYS and k != "trace"})
+
+
 def header(trainer, initial_state: dict | None = None) -> dict:
     """The header line of a trace of ``trainer``'s run (its initial state is
     recomputed when not given: it is a pure function of the seed)."""
@@ -99,7 +110,7 @@ def header(trainer, initial_state: dict | None = None) -> dict:
 
     c = trainer.config
     cfg = c.to_json()
-    run = {k: v for k, v in cfg.items() if k not in PRODUCER_KEYS and k != "trace"}
+    run = run_of(trainer)
     if initial_state is None:
         initial_state, _ = trainer.initial_state()
     return jsonable({
@@ -174,24 +185,70 @@ class TraceWriter:
     """
 
     def __init__(self, path, trainer, *, resume_after: int | None = None) -> None:
+        import fcntl
+
         if not trainer.config.trace:
             raise ValueError("a trace needs TrainConfig(trace=True): the round records must carry "
                              "gradient norms and state checksums")
         self.path = pathlib.Path(path)
-        # an existing trace whose header cannot be read is started afresh: its rounds
-        # would follow no header (the format lets a trace start after round 1)
-        kept = _prefix(self.path, resume_after) if resume_after is not None and self.path.exists() else []
-        if kept:
-            self.path.write_text("".join(kept), encoding="utf-8")
-            self._fh = open(self.path, "a", encoding="utf-8")
-        else:
-            if self.path.parent and not self.path.parent.exists():
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "w", encoding="utf-8")
-            self._write(header(trainer))
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # opened without truncating, then locked: a second run given the same file stops
+        # here instead of interleaving its lines with the first's
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise TraceRefused(f"{self.path} is being written by another process (the --trace of "
+                               "another run); give each run its own trace file") from None
+        self._fh = os.fdopen(fd, "r+b")
+        try:
+            kept = self._kept(trainer, resume_after)
+            self._fh.seek(0)
+            self._fh.truncate()
+            if kept:
+                self._fh.write("".join(kept).encode("utf-8"))
+            else:
+                self._write(header(trainer))
+            self._fh.flush()
+        except BaseException:
+            self._fh.close()
+            raise
+
+    def _kept(self, trainer, resume_after: int | None) -> list[str]:
+        """The lines of the existing file to keep: the header and rounds ≤ ``resume_after``
+        of this run's own trace on resume, else none. An existing file that is not a trace
+        is refused (never overwritten), and so, on resume, is the trace of another run."""
+        self._fh.seek(0)
+        first = self._fh.readline(1 << 20)
+        if not first.strip():
+            return []
+        try:
+            head = json.loads(first.decode("utf-8"))
+        except (ValueError, RecursionError):
+            head = None
+        if not (isinstance(head, dict) and head.get("format") == FORMAT):
+            if resume_after is not None and head is None and first.startswith(b"{"):
+                # the header line of our own trace, cut short by an interruption: the
+                # format lets a trace be written afresh
+                return []
+            raise TraceRefused(f"{self.path} exists and is not an rfrs-ref trace (its first line "
+                               "is not a trace header); rfrs-ref does not overwrite a file it did "
+                               "not write: give another --trace file")
+        if resume_after is None:
+            return []  # a trace of an earlier run, replaced by this run's
+        mine, theirs = _resume_view(run_of(trainer)), _resume_view(head.get("run"))
+        if mine != theirs:
+            changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            what = ", ".join(f"{k} {theirs.get(k)!r}" for k in changed[:3])
+            raise TraceRefused(f"{self.path} is the trace of another run ({what}), not of the run "
+                               "being resumed; give the run's own trace, or a new file")
+        self._fh.seek(0)
+        return _prefix_lines(self._fh, resume_after)
 
     def _write(self, obj) -> None:
-        self._fh.write(_dumps(obj) + "\n")
+        self._fh.write((_dumps(obj) + "\n").encode("utf-8"))
         self._fh.flush()
 
     def write_round(self, record: dict, metrics: dict | None = None) -> None:
@@ -213,23 +270,36 @@ class TraceWriter:
 
 
 def _prefix(path: pathlib.Path, t0: int) -> list[str]:
-    """The header and the round lines ≤ t0 of an existing trace."""
-    out = []
+    """The header and the round lines ≤ t0 of the trace at ``path``."""
     with open(path, "rb") as fh:
-        for i, raw in enumerate(fh):
-            if not raw.strip():
-                continue
-            try:
-                line = raw.decode("utf-8")
-                obj = json.loads(line)
-            except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
-                break  # a line cut short by the interruption, or damage: keep the prefix before it
-            if not isinstance(obj, dict):
-                break
-            t = obj.get("round", t0 + 1)
-            if i == 0 or (_is_int(t) and t <= t0):
-                out.append(line if line.endswith("\n") else line + "\n")
+        return _prefix_lines(fh, t0)
+
+
+def _prefix_lines(fh, t0: int) -> list[str]:
+    """The header and the round lines ≤ t0 of an existing trace open in ``fh`` (binary)."""
+    out = []
+    for i, raw in enumerate(fh):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+            obj = json.loads(line)
+        except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
+            break  # a line cut short by the interruption, or damage: keep the prefix before it
+        if not isinstance(obj, dict):
+            break
+        t = obj.get("round", t0 + 1)
+        if i == 0 or (_is_int(t) and t <= t0):
+            out.append(line if line.endswith("\n") else line + "\n")
     return out
+
+
+def _resume_view(run) -> dict:
+    """A header's ``run`` as a resume compares it: without the number of rounds (raising
+    it continues a run further)."""
+    if not isinstance(run, dict):
+        return {"run": run}
+    return {k: v for k, v in run.items() if k != "rounds"}
 
 
 def run_traced(config, trace_path, run_dir=None, *, progress=None):
@@ -648,12 +718,14 @@ __all__ = [
     "Trace",
     "TraceComparison",
     "TraceFormatError",
+    "TraceRefused",
     "TraceWriter",
     "checksum",
     "compare",
     "header",
     "read_trace",
     "round_line",
+    "run_of",
     "run_traced",
     "state_summary",
 ]

@@ -411,3 +411,69 @@ def test_ignoring_every_field_is_not_an_agreement(ref, tmp_path, refused):
     # --ignore round does not unpair the lines
     res = _cli(ref, ref, "--ignore", "round")
     assert res.exit_code == 0, res.output
+
+
+# -- the file a run writes its trace to (`rfrs-ref train --trace FILE`) -------------------------------------
+
+TRAIN = ["train", "--dataset", "synthetic", "--synthetic-users", "60", "--synthetic-items", "80",
+         "--dim", "8", "--client-fraction", "0.2", "--backend", "numpy", "--rounds", "4",
+         "--eval-every", "2", "--checkpoint-every", "2"]
+
+
+def _train(*args):
+    from rfrs_ref.cli.main import main
+
+    return CliRunner().invoke(main, [*TRAIN, *map(str, args)])
+
+
+def _tracer(tmp_path, path, seed=0, **kw):
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.trainer import Trainer
+
+    cfg = TrainConfig(dataset="synthetic", dataset_params={"n_users": 60, "n_items": 80}, rounds=4,
+                      client_fraction=0.2, model_params={"dim": 8}, backend="numpy", seed=seed,
+                      trace=True)
+    return T.TraceWriter(path, Trainer(cfg), **kw)
+
+
+def test_two_runs_never_write_one_trace_at_once(tmp_path):
+    """The file used to be opened by each run and written by both, lines interleaved."""
+    p = tmp_path / "t.jsonl"
+    with _tracer(tmp_path, p):
+        before = p.read_bytes()
+        with pytest.raises(T.TraceRefused, match="being written by another process"):
+            _tracer(tmp_path, p, seed=1)
+        assert p.read_bytes() == before  # the second never truncated it
+    with _tracer(tmp_path, p, seed=1):  # free once the first has closed it
+        pass
+
+
+def test_a_file_that_is_not_a_trace_is_never_overwritten(tmp_path, refused):
+    p = tmp_path / "notes.txt"
+    p.write_text("my notes\n")
+    refused(_train("--out", tmp_path / "run", "--trace", p), "notes.txt", "not an rfrs-ref trace")
+    assert p.read_text() == "my notes\n"
+
+
+def test_resume_refuses_the_trace_of_another_run(tmp_path, refused):
+    """`--resume A --trace B.jsonl`, B the trace of another run, once kept B's header and
+    rounds and appended A's later rounds under it."""
+    other = tmp_path / "other.jsonl"
+    assert _train("--seed", 7, "--out", tmp_path / "b", "--trace", other).exit_code == 0
+    res = _train("--out", tmp_path / "a", "--trace", tmp_path / "a.jsonl")
+    assert res.exit_code == 0, res.output
+    (tmp_path / "a" / "final_metrics.json").unlink()
+    (tmp_path / "a" / "state.npz").unlink()
+    before = other.read_bytes()
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["train", "--resume", str(tmp_path / "a"), "--trace", str(other)])
+    refused(res, "other.jsonl", "trace of another run", "seed 7")
+    assert other.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["rounds.jsonl", ".lock", "metrics.csv"])
+def test_a_trace_named_like_a_run_file_is_refused_before_anything_is_written(tmp_path, name, refused):
+    run = tmp_path / "run"
+    refused(_train("--out", run, "--trace", run / name), "--trace", "one of the run's own files")
+    assert not run.exists()
