@@ -30,11 +30,14 @@ def export_cmd(directory, only):
     same bytes.
     """
     from rfrs_ref import golden as G
+    from rfrs_ref.files import DirectoryLocked
 
     started = time.perf_counter()
     try:
         names = G.export(directory, only or None)
     except (ValueError, OSError) as exc:  # an existing index that cannot be merged, an unwritable folder
+        raise click.ClickException(str(exc)) from None
+    except DirectoryLocked as exc:  # another export (or any rfrs-ref writer) holds the folder
         raise click.ClickException(str(exc)) from None
     if not names:
         raise click.ClickException(f"no case matches {', '.join(only)}")

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from rfrs_ref import agreement
+from rfrs_ref.files import DirectoryLock, atomic_write
 from rfrs_ref.seeding import generator
 from rfrs_ref.untrusted import UntrustedFileError, confined, depth_exceeds, read_json, read_npy
 
@@ -1279,12 +1280,25 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     # index.json its target overwritten. Every place written is checked first.
     where = f"{root} (export)"
     confined(root, "index.json", where, what="the index")
+    cases = all_cases(only)
+    root.mkdir(parents=True, exist_ok=True)
+    # one export at a time: two exports merging into one index would each read it before
+    # the other wrote it, and one's cases would vanish from the index (never checked)
+    lock = DirectoryLock(root)
+    lock.acquire()
+    try:
+        return _export_locked(root, where, cases, only)
+    finally:
+        lock.release()
+
+
+def _export_locked(root: pathlib.Path, where: str, cases, only) -> list[str]:
+    from rfrs_ref import __version__
+
     prev_cases: list[dict] = []
     if only and (root / "index.json").exists():
         # the index is merged, not replaced: read it before anything is written
         prev_cases = [{k: v for k, v in c.items() if k != "folder"} for c in read_index(root)]
-    root.mkdir(parents=True, exist_ok=True)
-    cases = all_cases(only)
     for case in cases:
         confined(root, case.name, where, what="case folder")
     for case in cases:
@@ -1303,8 +1317,8 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
         names = {c["name"] for c in index["cases"]}
         index["cases"] = sorted([c for c in prev_cases if c["name"] not in names]
                                 + index["cases"], key=lambda c: c["name"])
-    (root / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True, ensure_ascii=False,
-                                                allow_nan=False) + "\n", encoding="utf-8")
+    text = json.dumps(index, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    atomic_write(root / "index.json", lambda fh: fh.write(text.encode("utf-8")))
     return [c.name for c in cases]
 
 

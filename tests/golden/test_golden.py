@@ -116,6 +116,35 @@ def test_export_only_a_family_keeps_the_other_cases_listed(exported, tmp_path):
     assert len(_index(root)) == len(_index(exported))
 
 
+def test_an_export_never_runs_beside_another_on_one_folder(exported, tmp_path):
+    """Two exports merging into one index each read it before the other wrote it: one's
+    cases vanished from the index, and `golden check` then passed without checking them.
+    The folder is one export's at a time."""
+    import subprocess
+    import sys
+
+    from rfrs_ref.cli.main import main
+
+    root = _copy(exported, tmp_path)
+    before = (root / "index.json").read_bytes()
+    hold = ("import sys, time; from rfrs_ref.files import DirectoryLock; "
+            "DirectoryLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-P", "-c", hold, str(root)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        res = CliRunner().invoke(main, ["golden", "export", str(root), "--only", "optim"])
+        assert res.exit_code == 1 and "in use by process" in res.output, res.output
+        assert "Traceback" not in res.output
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert (root / "index.json").read_bytes() == before
+    assert golden.export(root, only=["optim"])  # taken over once the holder is gone
+    assert len(_index(root)) == len(_index(exported)) and not (root / ".lock").exists()
+
+
 # -- known answers the vectors must encode ---------------------------------------------------------
 
 def test_krum_tie_goes_to_the_smaller_index(exported):
