@@ -304,6 +304,8 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     if bad:
         raise click.BadParameter(f"K must be integers 1..n_items (the number of items), "
                                  f"got {bad[0]}", param_hint="--ks")
+    if len(set(ks)) != len(ks):
+        raise click.BadParameter(f"{text!r} names a K twice; give each K once", param_hint="--ks")
     return ks
 
 

@@ -127,6 +127,9 @@ class TrainConfig:
             raise ValueError(f"assumed_byzantine must be a fraction in [0, 1) or 'exact', got "
                              f"{c.assumed_byzantine!r}")
         c.ks = tuple(int(k) for k in c.ks)
+        if len(set(c.ks)) != len(c.ks):
+            # a K twice would be two rows of the same metric in every table
+            raise ValueError(f"ks must be distinct, got {list(c.ks)}")
         opt_cls = OPTIMIZERS.get(c.optimizer)
         c.optimizer_params = values(opt_cls(**c.optimizer_params))
         if c.verify is None:

@@ -59,6 +59,7 @@ def test_k_equal_to_n_items_is_valid():
     ("0,5", 2, "K must be integers 1..n_items"),
     ("-1", 2, "K must be integers 1..n_items"),
     ("1,x", 2, "not a comma-separated list of integers"),
+    ("5,5,1", 2, "names a K twice"),
     ("1,1001", 1, "K must be an integer in 1..1000"),
 ])
 def test_cli_rejects_invalid_k_in_one_line_and_writes_nothing(tmp_path, ks, code, message):
