@@ -12,9 +12,13 @@ import pathlib
 import click
 
 from rfrs_ref.aggregate import PRE, PRESETS, RULES
+from rfrs_ref.cli.options import apply, collect, registry_options
 from rfrs_ref.data import DATASETS
 from rfrs_ref.flower import PER_CLIENT_ATTACKS
 from rfrs_ref.optim import OPTIMIZERS
+
+#: the datasets' own options (--synthetic-users, ...), as `rfrs-ref train` has them
+_data_opts, _data_gen = registry_options("dataset", DATASETS, prefixed=False)
 
 
 def _config_options(f):
@@ -58,7 +62,7 @@ def _config_options(f):
     ]
     for opt in reversed(options):
         f = opt(f)
-    return f
+    return apply(_data_opts)(f)
 
 
 def _config(ctx: click.Context, p: dict):
@@ -67,7 +71,7 @@ def _config(ctx: click.Context, p: dict):
     if p["config_file"]:
         given = [name for name in ("dataset", "data_dir", "optimizer", "rounds", "client_fraction",
                                    "dim", "seed", "eval_every", "preset", "defense", "detect",
-                                   "pre", "attack", "alpha")
+                                   "pre", "attack", "alpha", *(g.param for g in _data_gen))
                  if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
         if given:
             raise click.UsageError(f"--config gives the whole configuration; drop "
@@ -84,7 +88,9 @@ def _config(ctx: click.Context, p: dict):
             defense, detect = PRESETS[p["preset"]]
             defense = "none" if defense == "mean" else defense
         config = TrainConfig(
-            dataset=p["dataset"], data_dir=p["data_dir"], optimizer=p["optimizer"],
+            dataset=p["dataset"], data_dir=p["data_dir"],
+            dataset_params=collect(_data_gen, p, "dataset", p["dataset"], DATASETS),
+            optimizer=p["optimizer"],
             rounds=p["rounds"], client_fraction=p["client_fraction"], seed=p["seed"],
             eval_every=p["eval_every"], defense=defense, detect=detect, pre=tuple(p["pre"]),
             attack=p["attack"],

@@ -52,3 +52,26 @@ def test_pre_aggregation_is_an_option_and_a_config_file_excludes_it(tmp_path):
 def test_kill_node_must_name_a_node(tmp_path):
     res = _run("deploy", "--nodes", "2", "--kill-node", "2", "1", "--out", str(tmp_path / "r"))
     assert res.exit_code == 2 and "0..1" in res.output
+
+
+def test_the_synthetic_datasets_options_as_in_train(tmp_path, monkeypatch):
+    """--synthetic-users and the other dataset options reach the configuration; they are
+    refused for another dataset and beside --config."""
+    import rfrs_ref.flower.run as run_mod
+
+    seen = {}
+
+    def fake(config, out, **kw):
+        seen["config"] = config
+        raise RuntimeError("stopped before the federation")
+
+    monkeypatch.setattr(run_mod, "simulate", fake, raising=False)
+    res = _run("simulate", "--synthetic-users", "40", "--synthetic-items", "30",
+               "--out", str(tmp_path / "r"))
+    assert seen["config"].dataset_params == {"n_users": 40, "n_items": 30}, res.output
+    res = _run("simulate", "--dataset", "ml100k", "--synthetic-users", "40", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "--synthetic-users does not apply" in res.output
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"dataset": "synthetic"}))
+    res = _run("deploy", "--config", str(cfg), "--synthetic-users", "40", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "drop --synthetic-users" in res.output
