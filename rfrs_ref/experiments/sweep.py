@@ -161,29 +161,11 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     a = len(OPTIMIZERS.get(c.optimizer).arrays)
     s = 4 if c.dtype == "float32" else 8
     rows = n * (2 + a)
-    if low_memory and _recomputes(c):
-        from rfrs_ref.federated.round import GRADIENT_BATCH
+    from rfrs_ref.federated.round import GRADIENT_BATCH, rounds_recompute_uploads
 
+    if low_memory and rounds_recompute_uploads(c):
         rows = n + min(n, GRADIENT_BATCH) * (1 + a)
     return int(rows * D * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
-
-
-def _recomputes(c) -> bool:
-    """Whether configuration c's rounds can hold their uploads a batch at a time with
-    ``low_memory`` (``Federation.recomputes_uploads``), judged from the configuration."""
-    from rfrs_ref.aggregate import RULES
-    from rfrs_ref.attack import ATTACKS
-
-    try:
-        r = c.resolved()
-        rule = RULES.get("mean" if r.defense == "none" else r.defense)
-        attack = ATTACKS.get(r.attack)
-    except (ValueError, KeyError, TypeError):
-        return False
-    return bool(getattr(rule, "combines_by_weights", False) and r.verify and not r.pre
-                and not r.resilience and not r.trace and r.model != "fmf"
-                and (r.attack == "none" or getattr(attack, "in_client_rule", False))
-                and r.backend == "numba")
 
 
 def estimate_run_cost(spec: RunSpec) -> float:

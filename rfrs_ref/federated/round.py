@@ -49,7 +49,8 @@ class Federation:
         detect: ``"gradient"`` (recovered ĝ, the paper's proposal) or
             ``"parameter"`` (uploaded θ − θ̄, the existing defences).
         attack: what Byzantine clients do (``rfrs_ref.attack``).
-        train: the clients' training sets.
+        train: the clients' training sets, or None for a federation built only to ask
+            what its rounds do (:func:`rounds_recompute_uploads`), which runs no round.
         byzantine: (n_clients,) bool, the fixed Byzantine set.
         client_fraction: e, the fraction of clients sampled per round.
         assumed_fraction: α_assumed; f = floor(α_assumed · |sampled|).
@@ -84,7 +85,7 @@ class Federation:
     def __post_init__(self) -> None:
         if self.detect not in DETECT_SPACES:
             raise ValueError(f"detect must be one of {DETECT_SPACES}, got {self.detect!r}")
-        self.n_samples = self.train.counts().astype(np.int64)
+        self.n_samples = None if self.train is None else self.train.counts().astype(np.int64)
 
     @property
     def n_clients(self) -> int:
@@ -159,6 +160,33 @@ class Federation:
 #: enough clients per batch for the gradient kernel to balance its threads, and a
 #: multiple of four, the group of rows of the weighted sums
 GRADIENT_BATCH = 16
+
+
+def rounds_recompute_uploads(config) -> bool:
+    """Whether the rounds of a run of ``config`` (a ``TrainConfig``) given ``low_memory``
+    hold their uploads a batch at a time (:attr:`Federation.recomputes_uploads`), asked of
+    the very objects a trainer builds, without the data (a sweep's memory estimate). False
+    for a configuration that does not resolve."""
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.aggregate.pre import build as with_pre
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.federated.config import _rule_name
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+
+    try:
+        c = config.resolved()
+        fed = Federation(
+            model=MODELS.get(c.model)(n_items=1, **c.model_params),
+            optimizer=OPTIMIZERS.get(c.optimizer)(**c.optimizer_params),
+            rule=with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params)),
+            detect=c.detect, attack=ATTACKS.get(c.attack)(**c.attack_params), train=None,
+            byzantine=np.zeros(0, dtype=bool), client_fraction=c.client_fraction,
+            assumed_fraction=0.0, seed=c.seed, verify=c.verify, resilience=c.resilience,
+            backend=c.backend, trace=c.trace, low_memory=True)
+    except (ValueError, KeyError, TypeError):
+        return False
+    return fed.recomputes_uploads
 
 
 class RoundBuffers:

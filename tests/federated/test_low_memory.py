@@ -115,6 +115,24 @@ def test_the_trainer_recomputes_only_where_the_result_cannot_change():
     assert t.buffers().uploads["theta"].shape[0] == 40
 
 
+@pytest.mark.parametrize("kw", [
+    dict(defense="krum"), dict(defense="rfa", detect="parameter"), dict(defense="smea"),
+    dict(defense="krum", attack="ascent", byzantine_fraction=0.2),
+    dict(defense="krum", attack="camouflage", byzantine_fraction=0.2),
+    dict(defense="trmean"), dict(defense="median"), dict(defense="bulyan"), dict(defense="cc"),
+    dict(defense="krum", attack="noise", byzantine_fraction=0.2),
+    dict(defense="krum", resilience=True), dict(defense="krum", verify=False),
+    dict(defense="krum", model="fmf"), dict(defense="krum", pre=("clip",)), dict(),
+    dict(defense="krum", backend="numpy")])
+def test_the_sweeps_estimate_asks_the_trainers_own_question(kw):
+    """A sweep's memory estimate decides without the data whether a run recomputes its
+    uploads: the same answer as the trainer's federation, built from the same objects."""
+    from rfrs_ref.federated.round import rounds_recompute_uploads
+
+    c = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2, **kw)
+    assert rounds_recompute_uploads(c) == Trainer(c, low_memory=True).federation.recomputes_uploads
+
+
 @pytest.mark.parametrize("batch", [4, 8, 16])
 def test_sums_in_batches_of_four_rows_are_combine_rows(batch):
     """add_rows_inplace over consecutive batches (a multiple of four rows each but the
