@@ -39,6 +39,16 @@ ByzFL: a class is instantiated for every call with ``f`` when its constructor
 takes an ``f`` argument (plus the adapter options, e.g. ``nu``, ``T``); an
 instance is called as it is. ByzFL ignores nᵢ.
 
+What a callable returns is held to the convention, never coerced into it: an
+aggregate must be a real array (float or integer dtype) of shape exactly (D,),
+weights one of shape exactly (n,), each read as float64 only after that check
+(:func:`real_array`). Converting first would drop a complex value's imaginary
+part, parse strings as numbers and flatten a (1, D, 1) array into (D,), so that
+an output the convention rules out would be judged on the number it happens to
+contain. A boolean array is no number either (a mask where weights belong is a
+different convention). A mismatch raises :class:`OutputError`, which fails the
+law being checked, with the example as its counterexample.
+
 ByzFL 0.0.11 imports its training framework, and with it torchvision, from
 the package's ``__init__``; :func:`load_byzfl_aggregators` imports the
 aggregators module without running that ``__init__``, so a CPU-only torch
@@ -67,6 +77,9 @@ class Outcome:
         vector: (D,) float64 aggregated feature vector.
         weights: (n,) float64 per-client weights, or None when the rule does not
             expose them (coordinate-wise rules, vector-only libraries).
+
+    The adapters build it from arrays :func:`real_array` has checked; the laws check
+    an Outcome built by hand the same way (a real array of exactly that shape).
     """
 
     vector: np.ndarray
@@ -77,7 +90,64 @@ RuleFn = Callable[[np.ndarray, np.ndarray, int], Outcome]
 
 
 class AdapterError(ValueError):
-    """A callable cannot be adapted, or returned something of the wrong shape."""
+    """A callable cannot be adapted, or (as its subclass :class:`OutputError`) returned
+    something its convention rules out."""
+
+
+class OutputError(AdapterError):
+    """The code under test returned something its convention rules out (a complex,
+    string, object or boolean array, or the wrong shape).
+
+    It is the candidate's failure, not the suite's: the law being checked fails
+    with it. ``details`` names what was expected and what was received
+    (JSON-friendly, for the counterexample).
+    """
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+#: what each kind of NumPy dtype is, in words, for the error messages
+_KINDS = {"b": "booleans", "c": "complex numbers", "O": "Python objects", "U": "strings",
+          "S": "byte strings", "V": "structured records", "M": "datetimes", "m": "timedeltas"}
+
+
+def real_array(value, shape: tuple[int, ...], what: str, meaning: str = "", *,
+               dtypes: tuple | None = None) -> np.ndarray:
+    """``value`` as a NumPy array, after checking that it is a real numeric array of
+    exactly ``shape``; the array keeps its dtype (callers convert to float64).
+
+    Real numeric means a float or integer dtype (``dtypes``, when given, narrows
+    that to a list, e.g. float32 and float64 for optimiser uploads). Nothing is
+    converted before the check: ``np.asarray(value, float64)`` would drop an
+    imaginary part, read ``"0.5"`` as 0.5 and ``True`` as 1.0, and a reshape
+    would flatten (1, D, 1) into (D,), so a result the convention rules out would
+    pass as the number it contains. A torch tensor is read through NumPy.
+
+    Raises:
+        OutputError: naming ``what`` (who returned it), the expected dtype and
+            shape (``meaning`` says what the array is) and what was received.
+    """
+    expected = ("a " + " or ".join(np.dtype(d).name for d in dtypes) if dtypes
+                else "a real (float or integer)")
+    expected += f" array of shape {tuple(shape)}" + (f", {meaning}" if meaning else "")
+    try:
+        arr = _to_numpy(value)
+    except Exception as exc:  # a ragged list, an object NumPy cannot read
+        raise OutputError(f"{what} returned {type(value).__name__}, which is not an array "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                          f"expected {expected}", expected_shape=list(shape),
+                          received_type=type(value).__name__) from None
+    kind = arr.dtype.kind
+    ok_dtype = (arr.dtype in [np.dtype(d) for d in dtypes]) if dtypes else kind in "fiu"
+    if not ok_dtype or arr.shape != tuple(shape):
+        what_dtype = f"{arr.dtype}" + (f" ({_KINDS[kind]})" if kind in _KINDS else "")
+        raise OutputError(f"{what} returned {type(value).__name__} of dtype {what_dtype} and shape "
+                          f"{arr.shape}; expected {expected}", expected_shape=list(shape),
+                          received_shape=list(arr.shape), received_dtype=str(arr.dtype),
+                          received_type=type(value).__name__)
+    return arr
 
 
 def weighted_vector(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -93,12 +163,13 @@ def weighted_vector(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def _as_vector(value, D: int, what: str) -> np.ndarray:
-    v = _to_numpy(value)
-    v = np.asarray(v, dtype=np.float64).reshape(-1)
-    if v.shape != (D,):
-        raise AdapterError(f"{what} returned an array of shape {np.shape(value)}, expected ({D},): "
-                           "the aggregated feature vector")
-    return v
+    """The aggregated feature vector: a real array of shape exactly (D,), as float64."""
+    return real_array(value, (D,), what, "the aggregated feature vector").astype(np.float64)
+
+
+def _as_weights(value, n: int, what: str) -> np.ndarray:
+    """The per-client weights: a real array of shape exactly (n,), as float64."""
+    return real_array(value, (n,), what, "one weight per client").astype(np.float64)
 
 
 def _to_numpy(value):
@@ -128,8 +199,9 @@ def rfrs(rule, **options) -> RuleFn:
 
     def call(features, n_samples, f):
         res = rule.aggregate(features, {"x": features}, n_samples, f, backend=backend)
-        w = None if res.weights is None else np.asarray(res.weights, dtype=np.float64)
-        return Outcome(np.asarray(res.arrays["x"], dtype=np.float64), w)
+        label = f"rfrs {rule.name}"
+        w = None if res.weights is None else _as_weights(res.weights, features.shape[0], label)
+        return Outcome(_as_vector(res.arrays["x"], features.shape[1], label), w)
 
     call.__name__ = f"rfrs:{rule.name}"
     return call
@@ -152,10 +224,7 @@ def weights(fn, **options) -> RuleFn:
     """``fn(features, n_samples, f, **options) -> (n,)`` weights."""
 
     def call(features, n_samples, f):
-        w = np.asarray(_to_numpy(fn(features, n_samples, f, **options)), dtype=np.float64).reshape(-1)
-        if w.shape != (features.shape[0],):
-            raise AdapterError(f"{_name(fn)} returned weights of shape {w.shape}, expected "
-                               f"({features.shape[0]},): one per client")
+        w = _as_weights(fn(features, n_samples, f, **options), features.shape[0], _name(fn))
         return Outcome(weighted_vector(features, w), w)
 
     call.__name__ = _name(fn)
@@ -174,22 +243,19 @@ def result(fn, **options) -> RuleFn:
     def call(features, n_samples, f):
         out = fn(features, n_samples, f, **options)
         w = get(out, "weights")
-        v = get(out, "vector")
+        v, field = get(out, "vector"), "vector"
         if v is None:
             arrays = get(out, "arrays")
             if isinstance(arrays, Mapping) and "x" in arrays:
-                v = arrays["x"]
+                v, field = arrays["x"], "arrays['x']"
         if w is not None:
-            w = np.asarray(_to_numpy(w), dtype=np.float64).reshape(-1)
-            if w.shape != (features.shape[0],):
-                raise AdapterError(f"{_name(fn)} returned weights of shape {w.shape}, expected "
-                                   f"({features.shape[0]},)")
+            w = _as_weights(w, features.shape[0], f"{_name(fn)} (its 'weights')")
         if v is None:
             if w is None:
-                raise AdapterError(f"{_name(fn)} returned neither 'vector' nor 'weights' "
-                                   f"(got {type(out).__name__})")
-            v = weighted_vector(features, w)
-        return Outcome(_as_vector(v, features.shape[1], _name(fn)), w)
+                raise OutputError(f"{_name(fn)} returned neither 'vector' nor 'weights' "
+                                  f"(got {type(out).__name__})", received_type=type(out).__name__)
+            return Outcome(weighted_vector(features, w), w)
+        return Outcome(_as_vector(v, features.shape[1], f"{_name(fn)} (its {field!r})"), w)
 
     call.__name__ = _name(fn)
     return call
@@ -237,8 +303,10 @@ def flower(fn, **options) -> RuleFn:
             kw.update({k: v for k, v in options.items() if k in params})
         with np.errstate(all="ignore"):
             layers = fn(results, **kw)
-        if len(layers) != 1:
-            raise AdapterError(f"flower {name} returned {len(layers)} layers for one-layer inputs")
+        if not isinstance(layers, (list, tuple)) or len(layers) != 1:
+            got = f"{len(layers)} layers" if isinstance(layers, (list, tuple)) else type(layers).__name__
+            raise OutputError(f"flower {name} returned {got}; expected a list of one layer "
+                              "(its inputs have one)")
         return Outcome(_as_vector(layers[0], features.shape[1], f"flower {name}"))
 
     call.__name__ = f"flower:{name}"

@@ -24,7 +24,7 @@ import numpy as np
 
 from rfrs_ref.testing import laws as L
 from rfrs_ref.testing import strategies as S
-from rfrs_ref.testing.adapters import AdapterError, Outcome
+from rfrs_ref.testing.adapters import AdapterError, Outcome, OutputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,11 +305,19 @@ def _jsonable(x):
 
 
 def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
-    """Whether the callable returns weights, probed on a small honest round."""
+    """Whether the callable returns weights, probed on a small honest round.
+
+    An output the convention rules out (:class:`OutputError`: complex or string
+    weights, the wrong shape) counts as exposing weights, so that the laws on
+    weights run and report it: skipping them as "no weights" would leave a
+    ``--law weights_sum_to_one`` run with nothing to say about weights that are
+    wrong rather than absent."""
     n = max(min_n, 5)
     X = np.random.default_rng(0).normal(size=(n, 3))
     try:
         out = rule_fn(X, np.ones(n, dtype=np.int64), max(0, min(1, f_bound(n))))
+    except OutputError:
+        return True
     except (Exception, SystemExit):  # the laws will report it; an exit must not end the run
         return False
     return isinstance(out, Outcome) and out.weights is not None

@@ -48,6 +48,16 @@ reference side (the honest rows, the drawn inputs, rfrs-ref's own rule on the
 same inputs), never from what the implementation under test returned, and a
 NaN or infinite value where the reference is finite always violates the law
 (:mod:`rfrs_ref.agreement`).
+
+Types and shapes: what the implementation returns is checked before any value
+is compared, and never converted into the convention first. An aggregate is a
+real (float or integer dtype) array of shape exactly (D,), weights exactly (n,),
+a recovered gradient exactly (D,); an upload holds θ (and m, v or r) as float32
+or float64 arrays of shape exactly (D,), the dtypes rfrs-ref stores and whose
+rounding the tolerances are derived for. A complex, string, object or boolean
+array, another shape, or an upload in another dtype violates the law being
+checked: converting first would drop an imaginary part, parse strings, flatten
+(1, D, 1) into (D,) or let a float16 upload set its own, wider, tolerance.
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from rfrs_ref import agreement
-from rfrs_ref.testing.adapters import Outcome
+from rfrs_ref.testing.adapters import Outcome, OutputError, real_array
 from rfrs_ref.testing.strategies import GradientSequence, PairCase, RoundCase, unanimous
 
 U64 = 2.0**-53
@@ -101,14 +111,37 @@ def nrm(x) -> float:
     return s * float(np.sqrt(np.sum((a / s) ** 2)))
 
 
+def _real(law: str, value, shape, what: str, meaning: str = "", dtypes=None) -> np.ndarray:
+    """:func:`~rfrs_ref.testing.adapters.real_array` as float64, with a mismatch as a
+    violation of ``law``: a complex, string, object or boolean array, or one of another
+    shape, is the implementation's failure, reported with the example, not a crash."""
+    try:
+        return real_array(value, shape, what, meaning, dtypes=dtypes).astype(np.float64)
+    except OutputError as exc:
+        raise LawViolation(law, str(exc), **exc.details) from None
+
+
 def _outcome(rule, X, ns, f, law) -> Outcome:
-    # The rule gets copies: the laws judge its output against the example's rows, and a
-    # rule that overwrote its input (every row set to its own output) would make any
-    # output lie "within the honest range" of what is left.
-    out = rule(np.array(X, copy=True), np.array(ns, copy=True), f)
+    """The rule's Outcome on copies of X and ns, its vector a real (D,) array and its
+    weights None or a real (n,) array, both float64.
+
+    The rule gets copies: the laws judge its output against the example's rows, and a
+    rule that overwrote its input (every row set to its own output) would make any
+    output lie "within the honest range" of what is left. The arrays are checked
+    here too, not only in the adapters, because a rule written directly against this
+    convention builds its Outcome itself.
+    """
+    try:
+        out = rule(np.array(X, copy=True), np.array(ns, copy=True), f)
+    except OutputError as exc:  # what an adapter found wrong in the output
+        raise LawViolation(law, str(exc), **exc.details) from None
     if not isinstance(out, Outcome):
         raise LawViolation(law, f"the adapted rule returned {type(out).__name__}, not an Outcome")
-    return out
+    n, D = np.shape(X)
+    vector = _real(law, out.vector, (D,), "the rule", "the aggregated feature vector")
+    weights = (None if out.weights is None
+               else _real(law, out.weights, (n,), "the rule", "one weight per client"))
+    return Outcome(vector, weights)
 
 
 def _honest_scale(case: RoundCase) -> float:
@@ -535,7 +568,7 @@ def _pair_uploads(law: str, opt, case: PairCase):
     the reference's rule overflows (the law says nothing there). The object's
     uploads must be finite wherever the reference's are."""
     st, g, gh, t = case.state, case.g, case.g_hat, case.t
-    RA, RH = _up(case.optimizer, st, g, t), _up(case.optimizer, st, gh, t)
+    RA, RH = _up(case.optimizer, st, g, t, law), _up(case.optimizer, st, gh, t, law)
     if not all(np.isfinite(x).all() for x in (*RA.values(), *RH.values())):
         return None
     A = _finite_where_reference_is(law, "client_rule(state, g, t)", RA, opt.client_rule(st, g, t), RA)
@@ -543,35 +576,62 @@ def _pair_uploads(law: str, opt, case: PairCase):
     return A, H, RA, RH
 
 
-def _up(opt, state, g, t) -> dict:
+#: the dtypes an upload may be stored in: rfrs-ref's optimisers store, recover and verify
+#: float32 and float64 arrays, and the rounding tolerances are derived for those two
+UPLOAD_DTYPES = (np.float32, np.float64)
+
+
+def _upload(law: str, what: str, upload, arrays, D: int) -> dict:
+    """``upload`` checked against the convention: a dict holding each of ``arrays`` as a
+    float32 or float64 array of shape (D,). Returns the arrays in their own dtype.
+
+    A float16 upload would be judged with a float16 tolerance, and an integer or
+    complex one converted to float64 before it is judged; neither is an upload
+    rfrs-ref stores, so each is a violation, not a value to compare."""
+    if not isinstance(upload, dict):
+        raise LawViolation(law, f"{what} returned {type(upload).__name__}, not a dict of arrays")
+    out = {}
+    for k in arrays:
+        if k not in upload:
+            raise LawViolation(law, f"{what} returned no {k!r} array", array=k)
+        try:
+            out[k] = real_array(upload[k], (D,), f"{what} (its {k!r})", "one value per coordinate",
+                                dtypes=UPLOAD_DTYPES)
+        except OutputError as exc:
+            raise LawViolation(law, str(exc), array=k, **exc.details) from None
+    return out
+
+
+def _up(opt, state, g, t, law: str = "client_rule", arrays=None) -> dict:
+    """``opt.client_rule(state, g, t)``'s ``arrays`` (default ``opt.arrays``, rfrs-ref's
+    names: θ, plus m, v or r) as float64, each checked as an upload (:func:`_upload`)."""
     up = opt.client_rule(state, g, t)
-    return {k: np.asarray(v, dtype=np.float64) for k, v in up.items()}
+    checked = _upload(law, "client_rule", up, arrays or opt.arrays, int(np.shape(g)[0]))
+    return {k: v.astype(np.float64) for k, v in checked.items()}
 
 
 def _stored_like(ref_upload: dict, cand_upload: dict) -> dict:
-    """The reference's upload stored in the candidate's float dtypes (float32 or float64):
-    the candidate's storage sets the precision, the reference the magnitudes."""
+    """The reference's upload stored in the candidate's dtypes: the candidate's storage
+    sets the precision (float32 or float64, the only dtypes :func:`_upload` accepts,
+    both rfrs-ref's own), the reference the magnitudes. Any other dtype (never reached
+    after that check) is taken as float64, the tighter bound."""
     out = {}
     for k, v in ref_upload.items():
         dt = np.asarray(cand_upload.get(k, v)).dtype
-        out[k] = np.asarray(v).astype(dt if dt in (np.float32, np.float64) else np.float64)
+        out[k] = np.asarray(v).astype(dt if dt in UPLOAD_DTYPES else np.float64)
     return out
 
 
 def _finite_where_reference_is(law: str, what: str, reference: dict, candidate, arrays) -> dict:
     """The candidate's upload as float64 arrays, after checking that it has every array of
-    the reference, of the same shape, finite wherever the reference's is."""
-    if not isinstance(candidate, dict):
-        raise LawViolation(law, f"{what} returned {type(candidate).__name__}, not a dict of arrays")
+    the reference as a float32 or float64 array of the reference's shape (:func:`_upload`),
+    finite wherever the reference's is."""
+    D = int(np.shape(reference[next(iter(arrays))])[0])
+    checked = _upload(law, what, candidate, arrays, D)
     out = {}
     for k in arrays:
-        if k not in candidate:
-            raise LawViolation(law, f"{what} returned no {k!r} array", array=k)
-        c = np.asarray(candidate[k], dtype=np.float64)
+        c = checked[k].astype(np.float64)
         r = np.asarray(reference[k], dtype=np.float64)
-        if c.shape != r.shape:
-            raise LawViolation(law, f"{what} returned {k!r} of shape {c.shape}, expected {r.shape}",
-                               array=k)
         bad = np.flatnonzero(np.isfinite(r) & ~np.isfinite(c))
         if bad.size:
             j = int(bad[0])
@@ -608,9 +668,7 @@ def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
         return  # the rule overflows: nothing to recover (verification rejects such uploads)
     up = opt.client_rule(state, case.g, case.t)
     _finite_where_reference_is(law, "client_rule", ref_up, up, ref.arrays)
-    g_hat = np.asarray(opt.recover(state, up, case.t), dtype=np.float64)
-    if g_hat.shape != case.g.shape:
-        raise LawViolation(law, f"recover returned shape {g_hat.shape}, expected {case.g.shape}")
+    g_hat = _real(law, opt.recover(state, up, case.t), case.g.shape, "recover", "the gradient")
     bound = VERIFY_SAFETY * ref.recovery_bound(state, _stored_like(ref_up, up), case.t)
     bad = np.flatnonzero(agreement.disagree(case.g, g_hat, 0.0, bound))
     if bad.size:
@@ -630,8 +688,11 @@ def update_rule(opt, case: PairCase) -> None:
     """client_rule(state, g, t) is the update rule of docs/optimizers.md: every uploaded
     array equals rfrs-ref's (``case.optimizer``, same hyperparameters) within
     C_RULE·u·(max|reference upload| + max|state|) per array, u of the dtype the
-    object stores the array in. The tolerance comes from the reference alone; a
-    NaN or infinite value where the reference is finite is a violation."""
+    object stores the array in: float32 or float64, the dtypes rfrs-ref stores
+    uploads in (any other dtype, float16 included, is a violation, so that no
+    storage of the object's choosing widens its tolerance). The magnitudes come
+    from the reference alone; a NaN or infinite value where the reference is
+    finite is a violation."""
     law = "update_rule"
     ref, st, g, t = case.optimizer, case.state, case.g, case.t
     state = {k: st[k] for k in ref.arrays}
@@ -643,6 +704,8 @@ def update_rule(opt, case: PairCase) -> None:
     for k in ref.arrays:
         r = np.asarray(R[k], dtype=np.float64)
         scale = float(np.abs(r).max(initial=0.0)) + float(np.abs(state[k]).max(initial=0.0))
+        # the candidate's dtype is float32 or float64 here (_upload refuses any other):
+        # both are rfrs-ref's storage, so this u is one the reference allows
         tol = C_RULE * _u(np.asarray(raw[k]).dtype) * scale + TINY
         bad = np.flatnonzero(agreement.disagree(r, C[k], 0.0, tol))
         if bad.size:
@@ -652,10 +715,10 @@ def update_rule(opt, case: PairCase) -> None:
                                expected=float(r[j]))
 
 
-def _run_sequence(opt, seq: GradientSequence):
+def _run_sequence(opt, seq: GradientSequence, law: str, arrays):
     state = {k: np.zeros(seq.D) for k in ("theta", "m", "v", "r")}
     for t, (G, w) in enumerate(seq.rounds, start=1):
-        ups = [_up(opt, state, g, t) for g in G]
+        ups = [_up(opt, state, g, t, law, arrays) for g in G]
         yield t, ups
         state = {k: sum(wi * up[k] for wi, up in zip(w, ups, strict=True)) for k in ups[0]}
 
@@ -663,6 +726,8 @@ def _run_sequence(opt, seq: GradientSequence):
 def lemma2(opt, seq: GradientSequence, kind: str = "adam") -> None:
     """‖g‖ ≤ g_max for every gradient and convex aggregation: Adam's ‖m‖ ≤ g_max
     every round (the paper's Lemma 2); momentum's ‖m‖ ≤ g_max/(1 − β₃)."""
+    from rfrs_ref.optim import OPTIMIZERS
+
     law = "lemma2"
     if kind == "adam":
         limit = seq.g_max
@@ -670,7 +735,7 @@ def lemma2(opt, seq: GradientSequence, kind: str = "adam") -> None:
         limit = seq.g_max / (1.0 - _h(opt, "beta3"))
     else:
         raise ValueError(f"lemma2 applies to adam and momentum, not {_r(kind)}")
-    for t, ups in _run_sequence(opt, seq):
+    for t, ups in _run_sequence(opt, seq, law, OPTIMIZERS.get(kind).arrays):
         for i, up in enumerate(ups):
             m = nrm(up["m"])
             if not m <= limit * (1 + 1e-12):
@@ -793,11 +858,11 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
 
     law = "camouflage_same_theta"
     opt, st, g, t = case.optimizer, case.state, case.g, case.t
-    gt = np.asarray(camouflage(st, g, t, opt), dtype=np.float64)
+    gt = _real(law, camouflage(st, g, t, opt), g.shape, "camouflage", "the camouflaged gradient")
     where = gt != g
     if not where.any():
         return
-    A, B = _up(opt, st, g, t), _up(opt, st, gt, t)
+    A, B = _up(opt, st, g, t, law), _up(opt, st, gt, t, law)
     step = np.abs(A["theta"] - st["theta"])
     tol = (THETA_TOLERANCE + 2) * U64 * (np.abs(st["theta"]) + step) + TINY
     bad = np.flatnonzero(where & agreement.disagree(A["theta"], B["theta"], 0.0, tol))
@@ -806,7 +871,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
         raise LawViolation(law, f"coordinate {k}: g̃ = {_r(gt[k])} ≠ g = {_r(g[k])} but θ(g̃) = "
                            f"{_r(B['theta'][k])} differs from θ(g) = {_r(A['theta'][k])} by more than "
                            f"{_r(tol[k])}", coordinate=k)
-    g_rec = np.asarray(opt.recover(st, B, t), dtype=np.float64)
+    g_rec = _real(law, opt.recover(st, B, t), g.shape, "recover", "the gradient")
     same = np.flatnonzero(where & (g_rec == g))
     if same.size:
         k = int(same[0])

@@ -388,3 +388,202 @@ def test_an_option_given_twice_is_refused():
     res = _cli("--rule", "krum", "--callable", "flwr.server.strategy.aggregate:aggregate_krum",
                "--option", "to_keep=1", "--option", "to_keep=n-f")
     assert res.exit_code == 2 and "to_keep is given twice" in res.output and "Traceback" not in res.output
+
+
+# -- outputs of the wrong type or shape ---------------------------------------------------------------------
+
+ALTERED = textwrap.dedent('''
+    """rfrs-ref's own median, Krum and Adam, with their outputs in forms the convention rules out."""
+
+    import dataclasses
+
+    import numpy as np
+
+    from rfrs_ref.aggregate import Krum, Median
+    from rfrs_ref.optim import Adam
+
+
+    def median(X, ns, f):
+        return np.asarray(Median().aggregate(X, {"x": X}, ns, f, backend="numpy").arrays["x"],
+                          dtype=np.float64)
+
+
+    def median_complex(X, ns, f):
+        return median(X, ns, f) + 1e300j
+
+
+    def median_shaped(X, ns, f):
+        return median(X, ns, f)[None, :, None]
+
+
+    def median_strings(X, ns, f):
+        return [repr(float(v)) for v in median(X, ns, f)]
+
+
+    def median_objects(X, ns, f):
+        return np.array([float(v) for v in median(X, ns, f)], dtype=object)
+
+
+    def _krum(X, ns, f):
+        return Krum(k=1).aggregate(X, {"x": X}, ns, f, backend="numpy")
+
+
+    def krum_weights(X, ns, f):
+        return np.asarray(_krum(X, ns, f).weights, dtype=np.float64)
+
+
+    def krum_weights_complex(X, ns, f):
+        return krum_weights(X, ns, f) + 1e300j
+
+
+    def krum_weights_shaped(X, ns, f):
+        return krum_weights(X, ns, f)[:, None]
+
+
+    def krum_weights_mask(X, ns, f):
+        return krum_weights(X, ns, f) > 0
+
+
+    def krum_result(X, ns, f):
+        res = _krum(X, ns, f)
+        return {"weights": res.weights, "vector": res.arrays["x"]}
+
+
+    def krum_result_shaped_vector(X, ns, f):
+        res = krum_result(X, ns, f)
+        return {**res, "vector": np.asarray(res["vector"])[None, :]}
+
+
+    def krum_result_string_weights(X, ns, f):
+        res = krum_result(X, ns, f)
+        return {**res, "weights": [repr(float(w)) for w in res["weights"]]}
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamFloat32(Adam):
+        """Stores its uploads in float32, as rfrs-ref may."""
+
+        def client_rule(self, state, g, t):
+            return {k: np.asarray(v, dtype=np.float32) for k, v in super().client_rule(state, g, t).items()}
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamFloat16(Adam):
+        def client_rule(self, state, g, t):
+            return {k: np.asarray(v, dtype=np.float16) for k, v in super().client_rule(state, g, t).items()}
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamStringUpload(Adam):
+        def client_rule(self, state, g, t):
+            return {k: [repr(float(x)) for x in v] for k, v in super().client_rule(state, g, t).items()}
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamShapedUpload(Adam):
+        def client_rule(self, state, g, t):
+            return {k: np.asarray(v)[None, :, None] for k, v in super().client_rule(state, g, t).items()}
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamComplexRecovery(Adam):
+        def recover(self, state, upload, t):
+            return super().recover(state, upload, t) + 1e300j
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamShapedRecovery(Adam):
+        def recover(self, state, upload, t):
+            return super().recover(state, upload, t)[None, :, None]
+''')
+
+
+@pytest.fixture
+def altered(tmp_path, monkeypatch):
+    (tmp_path / "altered_impls.py").write_text(ALTERED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "altered_impls"
+    sys.modules.pop("altered_impls", None)
+
+
+def _every_law_fails(res, *fragments) -> None:
+    """Exit status 1, no traceback, and every law that ran FAILS naming what was expected
+    and what was received."""
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    lines = [x for x in res.output.splitlines() if x.startswith("  ") and not x.startswith("  {")
+             and ("holds" in x or "FAILS" in x)]
+    assert lines and all("FAILS" in x for x in lines), res.output
+    for frag in ("expected a", *fragments):
+        assert frag in res.output, res.output
+
+
+@pytest.mark.parametrize("rule, impl, adapter, fragments", [
+    ("median", "median_complex", "vector", ["complex128", "shape (", "real (float or integer)"]),
+    ("median", "median_shaped", "vector", ["shape (1, ", "real (float or integer)"]),
+    ("median", "median_strings", "vector", ["(strings)", "real (float or integer)"]),
+    ("median", "median_objects", "vector", ["object"]),
+    ("krum", "krum_weights_complex", "weights", ["complex128", "one weight per client"]),
+    ("krum", "krum_weights_shaped", "weights", ["one weight per client"]),
+    ("krum", "krum_weights_mask", "weights", ["bool (booleans)"]),
+    ("krum", "krum_result_shaped_vector", "result", ["its 'vector'", "shape (1, "]),
+    ("krum", "krum_result_string_weights", "result", ["its 'weights'", "(strings)"]),
+])
+def test_an_aggregate_of_the_wrong_type_or_shape_fails(altered, rule, impl, adapter, fragments):
+    """rfrs-ref's own output with an imaginary part added, reshaped to (1, D, 1), written as
+    strings, or given as a boolean mask: each used to be converted to a float64 (D,) or
+    (n,) array and pass every law."""
+    res = _cli("--rule", rule, "--callable", f"{altered}:{impl}", "--adapter", adapter, "--max-examples", "2")
+    _every_law_fails(res, *fragments)
+    assert "ComplexWarning" not in res.output
+
+
+def test_weights_of_the_wrong_type_fail_the_laws_on_weights_instead_of_skipping_them(altered):
+    res = _cli("--rule", "krum", "--callable", f"{altered}:krum_weights_complex", "--adapter", "weights",
+               "--law", "weights_sum_to_one", "--max-examples", "2")
+    _law_fails(res, "weights_sum_to_one")
+
+
+@pytest.mark.parametrize("impl, adapter", [("median", "vector"), ("krum_weights", "weights"),
+                                           ("krum_result", "result")])
+def test_the_unaltered_rules_pass(altered, impl, adapter):
+    rule = "median" if impl == "median" else "krum"
+    res = _cli("--rule", rule, "--callable", f"{altered}:{impl}", "--adapter", adapter, "--max-examples", "3")
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("impl, law, fragment", [
+    ("AdamFloat16", "update_rule", "float16"),
+    ("AdamFloat16", "recovery_exact", "float16"),
+    ("AdamStringUpload", "update_rule", "(strings)"),
+    ("AdamShapedUpload", "lemma2", "shape (1, "),
+    ("AdamComplexRecovery", "recovery_exact", "complex128"),
+    ("AdamShapedRecovery", "recovery_exact", "shape (1, "),
+])
+def test_an_optimizer_output_of_the_wrong_type_or_shape_fails(altered, impl, law, fragment):
+    """Uploads are float32 or float64 arrays of shape (D,), the recovered gradient a real (D,)
+    array: a float16 upload used to be judged with float16's own, wider, tolerance."""
+    res = _cli("--optimizer", "adam", "--callable", f"{altered}:{impl}", "--law", law, "--max-examples", "2")
+    _law_fails(res, law)
+    assert fragment in res.output and "expected a" in res.output, res.output
+
+
+def test_uploads_stored_in_float32_are_rfrs_refs_own_convention(altered):
+    res = _cli("--optimizer", "adam", "--callable", f"{altered}:AdamFloat32", "--law", "recovery_exact",
+               "--law", "update_rule", "--max-examples", "5")
+    assert res.exit_code == 0, res.output
+
+
+def test_a_hand_built_outcome_is_checked_too():
+    """A rule written against the convention directly builds its Outcome itself: the laws
+    check its arrays, not only the adapters."""
+    import numpy as np
+
+    from rfrs_ref.testing import Outcome, run_rule_conformance
+
+    def rule(X, ns, f):
+        return Outcome(np.median(X, axis=0)[None, :].astype(np.complex128))
+
+    results = run_rule_conformance("median", rule, max_examples=2, laws=["coordinate_range"])
+    assert [r.status for r in results] == ["fails"]
+    assert "complex128" in results[0].message and results[0].counterexample["violation"]["expected_shape"]
