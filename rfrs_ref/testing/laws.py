@@ -543,37 +543,49 @@ def adam_lr_t(opt, t: int) -> float:
     return _h(opt, "lr") * math.sqrt(one_minus_pow(_h(opt, "beta2"), t)) / one_minus_pow(_h(opt, "beta1"), t)
 
 
-def _slack(*mags, amp=1.0) -> float:
+def _slack(*mags, amp=1.0, u=U64) -> float:
     """32u times the magnitudes' norms, plus underflow (amplified by ``amp`` where a later
-    division by √v + ε ≥ ε scales it up)."""
-    return 32 * U64 * sum(nrm(np.atleast_1d(m)) for m in mags) + 64 * TINY * (1.0 + amp)
+    division by √v + ε ≥ ε scales it up); u the unit roundoff of the uploads' storage
+    (float64's, or float32's for an object that stores its uploads in float32)."""
+    return 32 * u * sum(nrm(np.atleast_1d(m)) for m in mags) + 64 * _tiny(u) * (1.0 + amp)
 
 
-def _close(law, what, a, b, *mags, amp=1.0):
+def _tiny(u: float) -> float:
+    """The smallest subnormal of the storage whose unit roundoff is u: a value below it
+    stores as 0 (float32's 1.4e-45, where float64 keeps 1e-308)."""
+    return TINY if u <= U64 else float(np.finfo(np.float32).smallest_subnormal)
+
+
+def _close(law, what, a, b, *mags, amp=1.0, u=U64):
     """a (measured on the object under test) = b (the law's value), with the slack of
     b and of the reference magnitudes ``mags``: never of a itself."""
-    if agreement.disagree(b, a, 0.0, _slack(b, *mags, amp=amp)):
+    if agreement.disagree(b, a, 0.0, _slack(b, *mags, amp=amp, u=u)):
         raise LawViolation(law, f"{what}: {_r(a)} ≠ {_r(b)}", lhs=str(a), rhs=b)
 
 
-def _leq(law, what, a, b, *mags, amp=1.0):
+def _leq(law, what, a, b, *mags, amp=1.0, u=U64):
     """a ≤ b + slack(b, mags); a NaN a fails."""
-    if not a <= b + _slack(b, *mags, amp=amp):
+    if not a <= b + _slack(b, *mags, amp=amp, u=u):
         raise LawViolation(law, f"{what}: {_r(a)} > {_r(b)}", lhs=str(a), rhs=b)
 
 
 def _pair_uploads(law: str, opt, case: PairCase):
-    """The object's uploads A (for g) and H (for ĝ), float64, and the reference's RA and
-    RH (``case.optimizer``, rfrs-ref's rule with the same hyperparameters); None when
-    the reference's rule overflows (the law says nothing there). The object's
+    """The object's uploads A (for g) and H (for ĝ), float64, the reference's RA and RH
+    (``case.optimizer``, rfrs-ref's rule with the same hyperparameters), and the unit
+    roundoff u of the object's storage (float32's where it stores any array in float32,
+    float64's otherwise: both are rfrs-ref's conventions, anything else is refused);
+    None when the reference's rule overflows (the law says nothing there). The object's
     uploads must be finite wherever the reference's are."""
     st, g, gh, t = case.state, case.g, case.g_hat, case.t
     RA, RH = _up(case.optimizer, st, g, t, law), _up(case.optimizer, st, gh, t, law)
     if not all(np.isfinite(x).all() for x in (*RA.values(), *RH.values())):
         return None
-    A = _finite_where_reference_is(law, "client_rule(state, g, t)", RA, opt.client_rule(st, g, t), RA)
-    H = _finite_where_reference_is(law, "client_rule(state, ĝ, t)", RH, opt.client_rule(st, gh, t), RH)
-    return A, H, RA, RH
+    raw = opt.client_rule(st, g, t), opt.client_rule(st, gh, t)
+    A = _finite_where_reference_is(law, "client_rule(state, g, t)", RA, raw[0], RA)
+    H = _finite_where_reference_is(law, "client_rule(state, ĝ, t)", RH, raw[1], RH)
+    stored = {np.asarray(up[k]).dtype for up in raw for k in RA}
+    u = _u(np.float32) if np.dtype(np.float32) in stored else U64
+    return A, H, RA, RH, u
 
 
 #: the dtypes an upload may be stored in: rfrs-ref's optimisers store, recover and verify
@@ -706,7 +718,8 @@ def update_rule(opt, case: PairCase) -> None:
         scale = float(np.abs(r).max(initial=0.0)) + float(np.abs(state[k]).max(initial=0.0))
         # the candidate's dtype is float32 or float64 here (_upload refuses any other):
         # both are rfrs-ref's storage, so this u is one the reference allows
-        tol = C_RULE * _u(np.asarray(raw[k]).dtype) * scale + TINY
+        u = _u(np.asarray(raw[k]).dtype)
+        tol = C_RULE * u * scale + _tiny(u)
         bad = np.flatnonzero(agreement.disagree(r, C[k], 0.0, tol))
         if bad.size:
             j = int(bad[0])
@@ -760,23 +773,23 @@ def theorem1(opt, case: PairCase) -> None:
     if pair is None:
         return
     # left-hand sides from the object's uploads (A, H); rounding slack from the reference's (RA, RH)
-    A, H, RA, RH = pair
+    A, H, RA, RH, u = pair
     c1, c2 = 1 - b1, 1 - b2
     d = nrm(gh - g)
-    _close(law, "‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖", nrm(H["m"] - A["m"]), c1 * d, b1 * st["m"], c1 * g, c1 * gh)
+    _close(law, "‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖", nrm(H["m"] - A["m"]), c1 * d, b1 * st["m"], c1 * g, c1 * gh, u=u)
     dv = nrm(H["v"] - A["v"])
-    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), RA["v"], RH["v"])
+    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), RA["v"], RH["v"], u=u)
     a = math.sqrt(b2 * vmin)
     droot = nrm(np.sqrt(H["v"]) - np.sqrt(A["v"]))
     if a > 0:
         _leq(law, "‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min))", droot, dv / (2 * a), np.sqrt(RA["v"]),
-             np.sqrt(RH["v"]), (RA["v"] + RH["v"]) / (2 * a))
+             np.sqrt(RH["v"]), (RA["v"] + RH["v"]) / (2 * a), u=u)
     ia, ih = _inv(A["v"], eps), _inv(H["v"], eps)
     ria, rih = _inv(RA["v"], eps), _inv(RH["v"], eps)
     dinv = nrm(ih - ia)
     lo = (a + eps) ** 2
     _leq(law, "‖Δ 1/(√v + ε)‖ ≤ ‖√v̂ − √v‖/(√(β₂v_min) + ε)²", dinv, droot / lo, rih, ria,
-         (np.sqrt(RA["v"]) + np.sqrt(RH["v"])) / lo, amp=1 / eps)
+         (np.sqrt(RA["v"]) + np.sqrt(RH["v"])) / lo, amp=1 / eps, u=u)
     dm = nrm(H["m"] - A["m"])
     bound_u = nrm(A["m"]) * dinv + dm / (a + eps) + dm * dinv
     dm_ops = 2 * b1 * np.abs(st["m"]) + c1 * (np.abs(g) + np.abs(gh))
@@ -784,7 +797,7 @@ def theorem1(opt, case: PairCase) -> None:
             dm_ops * (1 / (a + eps) + nrm(ria + rih))]
     lr_t = adam_lr_t(case.optimizer, t)
     _leq(law, "‖θ̂ − θ‖ ≤ ηₜ·(update bound)", nrm(H["theta"] - A["theta"]), lr_t * bound_u,
-         st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps)
+         st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps, u=u)
 
 
 def theorem2(opt, case: PairCase) -> None:
@@ -795,11 +808,11 @@ def theorem2(opt, case: PairCase) -> None:
     pair = _pair_uploads(law, opt, case)
     if pair is None:
         return
-    A, H, RA, RH = pair
+    A, H, RA, RH, u = pair
     d = nrm(gh - g)
-    _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh)
+    _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh, u=u)
     _close(law, "‖θ̂ − θ‖ = η‖ĝ − g‖", nrm(H["theta"] - A["theta"]), lr * d, st["theta"], st["theta"],
-           lr * RA["m"], lr * RH["m"])
+           lr * RA["m"], lr * RH["m"], u=u)
 
 
 def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
@@ -809,29 +822,29 @@ def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
     if pair is None:
         return
     # left-hand sides from the object's uploads (A, H); rounding slack from the reference's (RA, RH)
-    A, H, RA, RH = pair
+    A, H, RA, RH, u = pair
     d = nrm(gh - g)
     dr = nrm(H["r"] - A["r"])
     _leq(law, "‖r̂ − r‖ ≤ coef(‖Δg‖² + 2‖Δg‖‖g‖)", dr, coef * (d * d + 2 * d * nrm(g)), RA["r"], RH["r"],
-         amp=1 / eps)
+         amp=1 / eps, u=u)
     droot = nrm(np.sqrt(H["r"]) - np.sqrt(A["r"]))
     a = math.sqrt(decay * rmin)
     if a > 0:
         _leq(law, "‖√r̂ − √r‖ ≤ ‖r̂ − r‖/(2√(decay·r_min))", droot, dr / (2 * a), np.sqrt(RA["r"]),
-             np.sqrt(RH["r"]), (RA["r"] + RH["r"]) / (2 * a), amp=1 / eps)
+             np.sqrt(RH["r"]), (RA["r"] + RH["r"]) / (2 * a), amp=1 / eps, u=u)
     ia, ih = _inv(A["r"], eps), _inv(H["r"], eps)
     ria, rih = _inv(RA["r"], eps), _inv(RH["r"], eps)
     dinv = nrm(ih - ia)
     _leq(law, "‖Δ 1/(√r + ε)‖ ≤ ‖√r̂ − √r‖/(√(decay·r_min) + ε)²", dinv, droot / (a + eps) ** 2, ria, rih,
-         (np.sqrt(RA["r"]) + np.sqrt(RH["r"])) / (a + eps) ** 2, amp=1 / eps)
+         (np.sqrt(RA["r"]) + np.sqrt(RH["r"])) / (a + eps) ** 2, amp=1 / eps, u=u)
     lhs_u = nrm(gh * ih - g * ia)
     mags = [gh * rih, g * ria, nrm(g) * (ria + rih),
             (np.abs(g) + np.abs(gh)) * (1 / (a + eps) + nrm(ria + rih))]
     _leq(law, "‖ĝ/(√r̂ + ε) − g/(√r + ε)‖ ≤ ‖g‖‖Δinv‖ + ‖Δg‖/(√(decay·r_min) + ε) + ‖Δg‖‖Δinv‖",
-         lhs_u, nrm(g) * dinv + d / (a + eps) + d * dinv, *mags, amp=1 / eps)
+         lhs_u, nrm(g) * dinv + d / (a + eps) + d * dinv, *mags, amp=1 / eps, u=u)
     steps = lr * (np.abs(g) * ria + np.abs(gh) * rih)
     _close(law, "‖θ̂ − θ‖ = η‖ĝ/(√r̂ + ε) − g/(√r + ε)‖", nrm(H["theta"] - A["theta"]), lr * lhs_u,
-           st["theta"], st["theta"], steps, amp=1 / eps)
+           st["theta"], st["theta"], steps, amp=1 / eps, u=u)
 
 
 def theorem3(opt, case: PairCase) -> None:

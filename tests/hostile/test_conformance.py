@@ -569,8 +569,9 @@ def test_an_optimizer_output_of_the_wrong_type_or_shape_fails(altered, impl, law
 
 
 def test_uploads_stored_in_float32_are_rfrs_refs_own_convention(altered):
-    res = _cli("--optimizer", "adam", "--callable", f"{altered}:AdamFloat32", "--law", "recovery_exact",
-               "--law", "update_rule", "--max-examples", "5")
+    """Every law, the theorem chains included: their rounding slack is that of the storage
+    (it was float64's, and float32 uploads failed theorem1 on rounding alone)."""
+    res = _cli("--optimizer", "adam", "--callable", f"{altered}:AdamFloat32", "--max-examples", "30")
     assert res.exit_code == 0, res.output
 
 
