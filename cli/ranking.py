@@ -26,16 +26,38 @@ def ranking(results, out, metric, k):
     Example:
       rfrs-ref ranking results/ranking --out ranking.md
     """
-    from rfrs_ref.experiments.ranking import ranking_markdown
-    from rfrs_ref.experiments.results import atomic_write_text, read_table
+    from rfrs_ref.experiments.ranking import (check_k, judged_pairs, ranking_markdown,
+                                              ranking_rows)
+    from rfrs_ref.experiments.results import atomic_write_text, read_table, table_files
 
+    if out is not None:
+        target = pathlib.Path(out).resolve()
+        read = [f for f in table_files(results) if f.resolve() == target]
+        if read:
+            same = "" if str(read[0]) == str(out) else f" (it is {read[0]})"
+            raise click.BadParameter(f"{out}: a table the ranking reads{same}, which the "
+                                     "Markdown would replace; write the ranking to another "
+                                     "file (e.g. ranking.md)",
+                                     param_hint="--out")
     try:
-        text = ranking_markdown(read_table(pathlib.Path(results)), metric, k)
+        table = read_table(pathlib.Path(results))
+        check_k(table, metric, k)
+        rows = ranking_rows(table, metric, k)
+        text = ranking_markdown(table, metric, k, rows=rows)
     except (ValueError, OSError, KeyError) as exc:  # TableError included: name the file
         msg = " ".join(str(exc).split())
         raise click.ClickException(msg if str(results) in msg else f"{results}: {msg}") from None
     if out is None:
         click.echo(text)
-        return
-    atomic_write_text(pathlib.Path(out), text)
-    click.echo(f"ranking: {out}")
+    else:
+        atomic_write_text(pathlib.Path(out), text)
+        click.echo(f"ranking: {out}")
+    if not judged_pairs(rows):
+        # a table of "no pairs" ranks nothing (its order is alphabetical): not a success
+        if not rows:
+            why = "it holds no finished or diverged run of the ranking experiment"
+        else:
+            why = (f"no rule has an outcome on a seed where its reference (no defence, "
+                   f"A-RFRS) has one at {metric}@{k}")
+        raise click.ClickException(f"{results}: no pair was judged: {why}; "
+                                   "run rfrs-ref reproduce ranking first")

@@ -175,10 +175,51 @@ def _cell_text(p) -> str:
     return "—" if p is None else p.describe()
 
 
+def recorded_ks(table, metric: str = METRIC) -> list[int]:
+    """The Ks at which some finished run (status ``ok``) of ``table`` recorded ``metric``."""
+    t = _prepare(table)
+    sel = (t["status"] == "ok") & (t["metric"] == metric)
+    ks = set()
+    for k in t.loc[sel, "k"].dropna():
+        try:
+            ks.add(int(k))
+        except (TypeError, ValueError):
+            continue
+    return sorted(ks)
+
+
+def check_k(table, metric: str = METRIC, k: int = K) -> None:
+    """Refuse a K at which no run recorded ``metric`` while runs recorded it at other Ks.
+
+    Ranking at such a K would show every rule with no value and no pair, ranked
+    alphabetically: a table that looks like a result and judged nothing. A table
+    without any finished run passes (the caller reports that there is nothing to
+    rank).
+
+    Raises:
+        ValueError: naming the K asked for and the recorded ones.
+    """
+    ks = recorded_ks(table, metric)
+    if ks and int(k) not in ks:
+        raise ValueError(f"no run recorded {metric}@{k}; the runs recorded {metric} at "
+                         f"K = {', '.join(map(str, ks))} (choose one with --k)")
+
+
+def judged_pairs(rows: list[dict]) -> int:
+    """How many comparisons of ``rows`` (:func:`ranking_rows`) were judged: a rule and a
+    reference with an outcome (finished or diverged) on a common seed."""
+    return sum(1 for r in rows for col in ("vs_none", "vs_arfrs")
+               if r[col] is not None and r[col].total > 0)
+
+
 def ranking_markdown(table, metric: str = METRIC, k: int = K,
-                     confidence: float = CONFIDENCE) -> str:
-    """The ranking as Markdown: one table per (dataset, α, attack, space, pre)."""
-    rows = ranking_rows(table, metric, k, confidence)
+                     confidence: float = CONFIDENCE, rows: list[dict] | None = None) -> str:
+    """The ranking as Markdown: one table per (dataset, α, attack, space, pre).
+
+    ``rows``: the records of :func:`ranking_rows` for this table, metric and K,
+    when the caller has them already (they are computed otherwise)."""
+    if rows is None:
+        rows = ranking_rows(table, metric, k, confidence)
     if not rows:
         return "No finished run of the ranking experiment in this table.\n"
     level = f"{round(confidence * 100)} %"

@@ -696,6 +696,22 @@ def read_table(path: str | os.PathLike):
     return _joined(df, path)
 
 
+def table_files(path: str | os.PathLike) -> list[pathlib.Path]:
+    """The files :func:`read_table` may read for ``path`` (those that exist): the table
+    itself and, for a CSV, the runs file beside it; for a directory, every table of it.
+    A command that writes beside its input refuses an output among them, so that it
+    never replaces the table it read."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        candidates = [path / f"{TABLE}.parquet", path / f"{TABLE}.csv",
+                      path / f"{runs_stem(TABLE)}.csv"]
+    elif path.suffix == ".csv":
+        candidates = [path, path.with_name(f"{runs_stem(path.stem)}.csv")]
+    else:
+        candidates = [path]
+    return [c for c in candidates if c.exists()]
+
+
 def _read_csv(path: pathlib.Path):
     """``pd.read_csv(path)``; a file that is not CSV text (binary, empty, not UTF-8) is a
     ValueError naming the file (pandas' own message does not)."""

@@ -134,3 +134,86 @@ def test_a_tiny_ranking_runs_end_to_end_and_writes_its_table(ex, tmp_path):
     assert (tmp_path / "r.md").read_text() == text
     res = CliRunner().invoke(main, ["ranking", str(tmp_path / "runs")])
     assert res.exit_code != 0 and "Error" in res.output
+
+
+# -- nothing ranked is not a success ---------------------------------------------------------------
+def _write(table: pd.DataFrame, d) -> None:
+    """``table`` as a results directory's normalised CSV pair (results.csv, runs.csv)."""
+    from rfrs_ref.experiments.results import write_table
+
+    t = table.copy()
+    t["key"] = [f"{r}-{s}-{p}-{seed}" for r, s, p, seed in zip(
+        t["label_series"], t["label_space"], t["label_pre"], t["seed"])]
+    t["method"], t["trial"] = t["label_series"], t["seed"]
+    write_table(t, d)
+    (d / "results.parquet").unlink(missing_ok=True)  # the CSV form, as committed
+
+
+def _three_seeds():
+    v = {("mean", "parameter", "none", s): 0.1 + s / 10 for s in range(3)}
+    v.update({("krum", "gradient", "none", s): 0.2 + s / 10 for s in range(3)})
+    v.update({("rfa", "gradient", "none", s): 0.3 + s / 20 for s in range(3)})
+    return _table(v)
+
+
+def test_the_cli_ranks_a_table_with_pairs_and_exits_0(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    _write(_three_seeds(), tmp_path)
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "| rfa |" in res.output
+
+
+def test_a_header_only_table_ranks_nothing_and_exits_1(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    _write(_three_seeds(), tmp_path)
+    for name in ("results.csv", "runs.csv"):
+        path = tmp_path / name
+        path.write_text(path.read_text().splitlines()[0] + "\n")
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path), "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 1, res.output
+    assert "no pair was judged" in res.output and "no finished or diverged run" in res.output
+    assert "Traceback" not in res.output
+    # the table is still written, as rfrs-ref verdict writes its table of "not run"
+    assert "No finished run" in (tmp_path / "r.md").read_text()
+
+
+def test_a_k_no_run_recorded_is_refused_naming_the_recorded_ks(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    _write(_three_seeds(), tmp_path)
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path), "--k", "50"])
+    assert res.exit_code == 1, res.output
+    assert "precision@50" in res.output and "K = 1, 5" in res.output
+    assert "no pairs" not in res.output
+    with pytest.raises(ValueError, match="K = 1, 5"):
+        ranking.check_k(_three_seeds(), "precision", 50)
+    ranking.check_k(_three_seeds(), "precision", 1)
+
+
+def test_rules_without_a_common_seed_with_a_reference_rank_nothing(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    # the references never finished a seed that krum finished: no pair, no ranking
+    t = _table({("mean", "parameter", "none", 0): 0.1, ("krum", "gradient", "none", 1): 0.2,
+                ("rfa", "gradient", "none", 2): 0.3})
+    assert ranking.judged_pairs(ranking.ranking_rows(t)) == 0
+    _write(t, tmp_path)
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert "no pair was judged" in res.output and "| krum |" in res.output
+
+
+@pytest.mark.parametrize("name", ["results.csv", "runs.csv"])
+def test_an_out_that_is_a_table_read_is_refused_and_the_table_kept(tmp_path, name):
+    from rfrs_ref.cli.main import main
+
+    _write(_three_seeds(), tmp_path)
+    before = (tmp_path / name).read_bytes()
+    for given in (tmp_path, tmp_path / "results.csv"):
+        res = CliRunner().invoke(main, ["ranking", str(given), "--out", str(tmp_path / name)])
+        assert res.exit_code == 2, res.output
+        assert "a table the ranking reads" in res.output
+        assert (tmp_path / name).read_bytes() == before
