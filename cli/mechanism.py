@@ -90,8 +90,15 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
 def _recorded(path: pathlib.Path, spec, every: int):
     """The per-round table at ``path`` if it is complete for ``spec``: its key at every row,
     and exactly the rounds a call with ``every`` measures (each ``every``-th and the last);
-    else None. A diverged run's table stops early, so it is measured again."""
+    else None. A diverged run's table stops early, so it is measured again.
+
+    A complete table is read instead of measured, so it is checked as input
+    (:func:`rfrs_ref.experiments.mechanism.check_frame`): a cell that is not a
+    measurement in its range is an error naming the file, line and column, never
+    printed as a result."""
     import pandas as pd
+
+    from rfrs_ref.experiments.mechanism import check_frame
 
     if not path.is_file():
         return None
@@ -105,6 +112,11 @@ def _recorded(path: pathlib.Path, spec, every: int):
             or not (df["key"].astype(str) == spec.key).all()
             or len(df) != len(expected) or set(df["round"].tolist()) != expected):
         return None
+    try:
+        check_frame(df, path)
+    except ValueError as exc:
+        raise click.ClickException(f"{exc} (--again measures the series again, replacing "
+                                   "the file)") from None
     return df
 
 

@@ -256,7 +256,86 @@ def _smooth(s, window: int = 25):
     return s.astype(float).rolling(window, min_periods=1).mean()
 
 
+#: the measures that may be missing in a round (NaN, an empty cell): too few rows for them
+MAY_BE_MISSING = ("honest_cos_mean", "honest_cos_q10", "honest_cos_q50", "honest_cos_q90",
+                  "honest_to_mean_cos", "honest_to_others_cos", "byzantine_to_mean_cos",
+                  "spearman_gradient", "spearman_parameter", "loss")
+#: how far a recorded cosine or correlation may stray outside [−1, 1] by rounding
+ROUNDING = 1e-6
+
+
+def _expected(col: str) -> tuple[float, float, str] | None:
+    """(lo, hi, words) of a measure's range, or None for the loss (any number)."""
+    if col in ("round", "n", "n_byzantine", "f"):
+        return 0.0, math.inf, "a non-negative integer"
+    if col.startswith("byzantine_share_"):
+        return 0.0, 1.0, "a share in [0, 1]"
+    if col.startswith("spearman_"):
+        return -1.0 - ROUNDING, 1.0 + ROUNDING, "a rank correlation in [−1, 1]"
+    if col.endswith("_cos") or col.startswith("honest_cos_"):
+        return -1.0 - ROUNDING, 1.0 + ROUNDING, "a cosine in [−1, 1]"
+    return None
+
+
+def check_frame(df, path) -> None:
+    """Refuse a per-round table (read from ``path``) whose cells are not measurements.
+
+    A table in ``--out`` is input: it may have been edited, cut or written by
+    something else, and a call that reads it instead of measuring would print
+    its cells as results. Every column of :data:`COLUMNS` must be there; every
+    cell must be a number in its measure's range: ``round``, ``n``,
+    ``n_byzantine`` and ``f`` non-negative integers (``n_byzantine`` ≤ ``n``),
+    the Byzantine shares in [0, 1], the cosines and Spearman correlations in
+    [−1, 1] (give or take :data:`ROUNDING`). NaN (an empty cell) is what the
+    measurement writes for a measure without enough rows in that round (fewer
+    than 2 honest clients, no Byzantine client, fewer than 3 finite rows or
+    constant ranks: the module docstring) and for a round that recorded no
+    loss, so it is accepted in those columns (:data:`MAY_BE_MISSING`) and in no
+    other: the shares, counts and f are measured in every round. ±inf is never
+    a cosine, correlation, share or count. The loss may be any number (a
+    training loss can overflow while the state stays finite).
+
+    Raises:
+        ValueError: naming ``path``, the line (the header is line 1), the column, the
+            value and what was expected.
+    """
+    import pandas as pd
+
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: no column(s) {', '.join(missing)}; not a per-round table "
+                         "of rfrs-ref mechanism")
+    for col in COLUMNS:
+        raw = df[col]
+        num = pd.to_numeric(raw, errors="coerce").astype(float)
+        for i in range(len(df)):
+            v, x = raw.iloc[i], float(num.iloc[i])
+            where = f"{path}, line {i + 2}, column {col}"
+            if math.isnan(x):
+                if pd.isna(v):
+                    if col in MAY_BE_MISSING:
+                        continue
+                    raise ValueError(f"{where}: empty (NaN); every round measures it "
+                                     f"(expected {_expected(col)[2]})")
+                raise ValueError(f"{where}: {v!r} is not a number")
+            rng = _expected(col)
+            if rng is None:  # the loss
+                continue
+            lo, hi, words = rng
+            if not (math.isfinite(x) and lo <= x <= hi) or (
+                    col in ("round", "n", "n_byzantine", "f") and not x.is_integer()):
+                shown = repr(v) if isinstance(v, str) else repr(x)
+                raise ValueError(f"{where}: {shown} is not {words}")
+    over = (pd.to_numeric(df["n_byzantine"]) > pd.to_numeric(df["n"])).to_numpy()
+    if over.any():
+        i = int(over.argmax())
+        raise ValueError(f"{path}, line {i + 2}, column n_byzantine: "
+                         f"{int(df['n_byzantine'].iloc[i])} Byzantine clients of "
+                         f"n = {int(df['n'].iloc[i])}; expected at most n")
+
+
 def summary(df) -> dict:
-    """Means over the run's rounds of every measure (NaN cells skipped)."""
+    """Means over the run's rounds of every measure (NaN cells skipped: a measure a round
+    had too few rows for, see :func:`check_frame`)."""
     return {c: float(df[c].astype(float).mean()) for c in COLUMNS
             if c not in ("round",) and df[c].notna().any()}

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from rfrs_ref.experiments.mechanism import (COLUMNS, cosines, measure_run, round_measures,
+from rfrs_ref.experiments.mechanism import (COLUMNS, check_frame, cosines, measure_run,
+                                            mechanism_frame, round_measures,
                                             spearman, squared_distances)
 from rfrs_ref.experiments.spec import RunSpec
 
@@ -140,3 +141,78 @@ def test_mechanism_reads_a_complete_series_and_measures_the_rest(ex, tmp_path):
     res = CliRunner().invoke(main, [*base[:-4], "--every", "1", *sets, "--out", str(tmp_path),
                                     "--series", "Krum", "--again"])
     assert res.exit_code == 0 and "already measured" not in res.output, res.output
+
+
+# -- a table in --out is input ---------------------------------------------------------------------
+def _measured(ex, tmp_path):
+    """Measure Krum for 2 rounds into tmp_path; return (the CLI args, the CSV path)."""
+    from rfrs_ref.cli.main import main
+
+    sets = ["--set", "client_fraction=0.1", "--set",
+            f"dataset_params={json.dumps(ex.TINY_DATA)}"]
+    args = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--rounds", "2",
+            "--series", "Krum", *sets, "--out", str(tmp_path)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    return args, tmp_path / "defenses-synthetic-a0.4-seed0-krum.csv"
+
+
+@pytest.mark.parametrize("col, value, expected", [
+    ("honest_cos_mean", "inf", "line 2, column honest_cos_mean: inf is not a cosine in [−1, 1]"),
+    ("byzantine_share_kept", "7.5", "line 2, column byzantine_share_kept: 7.5 is not a share"),
+    ("byzantine_share_sampled", "", "line 2, column byzantine_share_sampled: empty (NaN)"),
+    ("spearman_gradient", "abc", "line 2, column spearman_gradient: 'abc' is not a number"),
+    ("spearman_parameter", "-1.5", "-1.5 is not a rank correlation in [−1, 1]"),
+    ("honest_to_others_cos", "-inf", "-inf is not a cosine"),
+    ("n", "2.5", "line 2, column n: 2.5 is not a non-negative integer"),
+    ("n_byzantine", "999", "999 Byzantine clients of n = "),
+])
+def test_a_recorded_table_that_is_not_a_measurement_is_refused(ex, tmp_path, col, value,
+                                                                   expected):
+    from rfrs_ref.cli.main import main
+
+    args, csv = _measured(ex, tmp_path)
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    df.loc[0, col] = value
+    df.to_csv(csv, index=False)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and "already measured" not in res.output
+    line = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(line) == 1 and str(csv) in line[0] and expected in line[0], res.output
+    # --again measures it again, replacing the file
+    res = CliRunner().invoke(main, [*args, "--again"])
+    assert res.exit_code == 0, res.output
+    check_frame(pd.read_csv(csv), csv)
+
+
+def test_a_recorded_table_with_the_measurements_nan_when_too_few_rows_is_read(ex, tmp_path):
+    from rfrs_ref.cli.main import main
+
+    args, csv = _measured(ex, tmp_path)
+    df = pd.read_csv(csv)
+    # a round with fewer than 2 honest clients has no honest pair, and one without a
+    # Byzantine client no Byzantine cosine: the measurement writes an empty cell
+    for col in ("honest_cos_mean", "honest_cos_q10", "honest_cos_q50", "honest_cos_q90",
+                "honest_to_others_cos", "byzantine_to_mean_cos", "spearman_parameter", "loss"):
+        df.loc[0, col] = float("nan")
+    df.loc[1, "honest_cos_mean"] = 1.0 + 1e-12  # rounding of a cosine of parallel rows
+    df.to_csv(csv, index=False)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "Krum: already measured" in res.output
+
+
+def test_check_frame_requires_every_column():
+    df = pd.DataFrame({"round": [1]})
+    with pytest.raises(ValueError, match="t.csv: no column.*honest_cos_mean"):
+        check_frame(df, "t.csv")
+
+
+def test_a_round_without_an_honest_pair_measures_nan_and_its_table_is_accepted():
+    rng = np.random.default_rng(0)
+    G = rng.normal(size=(4, 6))
+    row = round_measures(G, G, np.array([True, True, True, False]), 1)
+    assert math.isnan(row["honest_cos_mean"]) and math.isnan(row["honest_to_others_cos"])
+    row.update(round=1, byzantine_share_sampled=0.75, byzantine_share_kept=0.75, loss=1.0)
+    check_frame(mechanism_frame([row]), "t.csv")
