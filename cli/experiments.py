@@ -400,12 +400,16 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None) -> list[
     from rfrs_ref.experiments.results import read_table
 
     figures = figures or out / "figures"
+    notes: list[str] = []
     try:
         table = read_table(out)
         figures.mkdir(parents=True, exist_ok=True)
-        return plot_sweep(table, figures / "sweep")
+        paths = plot_sweep(table, figures / "sweep", notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
+    for n in notes:  # a line drawn over fewer runs than the table holds is said
+        click.echo(f"note: {n}", err=True)
+    return paths
 
 
 @click.command("plot")
@@ -422,6 +426,10 @@ def plot(results, figure_name, out):
     training curves and, when recorded, the resilience sums, as PNG and PDF.
     Without --figure, the panels of a sweep (figures/sweep.png). A figure whose
     series the table does not hold is refused rather than drawn under its title.
+    A finished run whose record (outcome.json) is missing, unreadable or holds a
+    metric that is not a finite number is an error naming the file (exit status
+    1); diverged runs are not drawn, and a line drawn over fewer runs than the
+    table holds is named in its panel's title and in a "note:" line.
     """
     from rfrs_ref.experiments.figures import figure, plot_figure
     from rfrs_ref.experiments.results import read_table
@@ -450,8 +458,9 @@ def plot(results, figure_name, out):
     # figures/ folder in it, so a sweep under way can be plotted)
     existed = out.exists()
     lock = shared_hold(out)
+    notes: list[str] = []
     try:
-        paths = plot_figure(fig, table, base, out)
+        paths = plot_figure(fig, table, base, out, notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
@@ -463,3 +472,5 @@ def plot(results, figure_name, out):
                 pass
     for p in paths:
         click.echo(f"figure: {p}")
+    for n in notes:  # a line drawn over fewer runs than the table holds is said
+        click.echo(f"note: {n}", err=True)

@@ -428,11 +428,16 @@ def figure(name: str) -> Figure:
 
 
 # -- plotting a figure -------------------------------------------------------------------------
-def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
+def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
+                notes: list[str] | None = None) -> list[pathlib.Path]:
     """Draw ``fig`` from a results table whose run directories are under ``base``.
 
     Writes ``fig<id>.png/.pdf`` (the paper's panels), ``fig<id>_curves.png/.pdf``
     (training curves) and, when the runs recorded them, ``fig<id>_resilience``.
+    ``notes``, when given, receives one line per panel whose lines are drawn over
+    fewer runs than the table holds (diverged runs, a metric not recorded), as its
+    title says. A finished run whose record cannot be read is a ValueError naming
+    the file.
     """
     import json
 
@@ -469,10 +474,11 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path) -> li
         return plots.plot_pca(panels, stem, title=title)
     paths = plots.plot_k_panels(table, stem, metric=fig.metric, rows=fig.rows, cols=fig.cols,
                                 series_order=fig.series, dataset_order=DATASETS,
-                                title=fig.title)
+                                title=fig.title, notes=notes)
     paths += plots.plot_curves(table, base, out / f"{name}_curves", metric=fig.metric,
                                rows=fig.rows, cols=fig.cols, series_order=fig.series,
-                               dataset_order=DATASETS, title=f"{fig.title}: training curves")
+                               dataset_order=DATASETS, title=f"{fig.title}: training curves",
+                               notes=notes)
     if plots.has_resilience(table, base):
         panels = [p for p in (fig.rows, fig.cols) if p]
         paths += plots.plot_resilience(table, base, out / f"{name}_resilience",

@@ -127,8 +127,8 @@ def _figsize(n_rows: int, n_cols: int, w: float = 3.2, h: float = 2.7):
     return max(w * n_cols, 6.0), h * n_rows
 
 
-def plot_sweep(table, stem, *, metric: str = "precision", title: str | None = None
-               ) -> list[pathlib.Path]:
+def plot_sweep(table, stem, *, metric: str = "precision", title: str | None = None,
+               notes: list[str] | None = None) -> list[pathlib.Path]:
     """A sweep's Metric@K panels (:func:`plot_k_panels`): one panel per dataset, one line
     per combination of the sweep's labels (its ``label_*`` columns joined, in order, or
     the method where it has none), the popularity ranking dotted.
@@ -141,7 +141,8 @@ def plot_sweep(table, stem, *, metric: str = "precision", title: str | None = No
         df["label_series"] = [", ".join(str(v) for v in row if v == v and v is not None)
                               for row in df[labels].itertuples(index=False)]
     return plot_k_panels(df, stem, metric=metric, rows=None, cols="dataset",
-                         title=title or f"{METRIC_NAMES.get(metric, metric)}@K of the sweep's runs")
+                         title=title or f"{METRIC_NAMES.get(metric, metric)}@K of the sweep's runs",
+                         notes=notes)
 
 
 def series_column(df) -> str:
@@ -224,7 +225,7 @@ def _finish(fig, handles, order, title):
 def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = None,
                   cols: str | None = "dataset", series_order: Sequence[str] = (),
                   dataset_order: Sequence[str] = (), title: str | None = None,
-                  baseline: bool = True) -> list[pathlib.Path]:
+                  baseline: bool = True, notes: list[str] | None = None) -> list[pathlib.Path]:
     """Metric@K panels: x = K, one line per series (mean over trials, ± std error bars).
 
     Args:
@@ -236,6 +237,9 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
         dataset_order: dataset order when ``dataset`` is a panel axis.
         baseline: also draw the popularity ranking on the same clients (dotted
             grey), the line a trained model has to beat; on by default.
+        notes: a list to which the notes of the panels' titles are appended
+            (``"<panel>: diverged: RFA 2/5"``), for the caller to print: a line
+            drawn over fewer runs than the table holds is said, not only drawn.
     """
     plt = _pyplot()
     df = table[(table["status"] == "ok") & (table["metric"].isin([metric, f"popularity_{metric}"]))]
@@ -273,11 +277,14 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
                 h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
                             linewidth=1.2, label="Popularity")[0]
                 handles["Popularity"] = h
-        notes = [_divergence_note(table, sub, scol, names, (rows, cols))]
+        said = [_divergence_note(table, sub, scol, names, (rows, cols))]
         if unrecorded:
-            notes.append(f"{METRIC_NAMES.get(metric, metric)} not recorded: "
-                         + ", ".join(unrecorded))
-        ax.set_title(_titled(panel_title, "; ".join(n for n in notes if n)), fontsize=9)
+            said.append(f"{METRIC_NAMES.get(metric, metric)} not recorded: "
+                        + ", ".join(unrecorded))
+        said = "; ".join(n for n in said if n)
+        if said and notes is not None:
+            notes.append(f"{panel_title or 'the panel'}: runs not drawn: {said}")
+        ax.set_title(_titled(panel_title, said), fontsize=9)
         ax.set_xlabel("K", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
         ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
@@ -290,10 +297,54 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
 
 
 def _history(run_dir: pathlib.Path) -> list[dict]:
+    """The evaluation history of a finished run (``history`` of its outcome.json).
+
+    The table lists the run as finished, so its record must be there: a missing
+    or unreadable outcome.json, or one without a list of evaluation rows, is an
+    error naming the file (never a run silently left out of its curve)."""
+    from rfrs_ref.experiments.results import OUTCOME
+
+    path = run_dir / OUTCOME
     try:
-        return json.loads((run_dir / "outcome.json").read_text()).get("history") or []
-    except (OSError, ValueError):
-        return []
+        o = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: missing; the table lists this run as finished (status "
+                         "ok), and its training curve is read from this file") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        reason = str(exc).split("\n")[0]
+        raise ValueError(f"{path}: not a readable run record ({reason}); the table lists "
+                         "this run as finished, and its training curve is read from it") from None
+    history = o.get("history") if isinstance(o, dict) else None
+    if not isinstance(history, list) or not all(isinstance(row, dict) for row in history):
+        raise ValueError(f"{path}: no evaluation history (a list of rows under 'history'); "
+                         "the table lists this run as finished")
+    return history
+
+
+def _points(path: pathlib.Path, history: list[dict], name: str) -> dict[int, float]:
+    """round -> value of the metric ``name`` (``precision@5``) in a finished run's history.
+
+    A row without the metric (a run recorded before the metric existed) has no
+    point. A value that is not a finite number is an error naming the file and
+    round: a finished run's metrics are finite by construction (a non-finite
+    score makes the run diverge, and a diverged run is not drawn), so such a
+    value is a damaged record, and averaging around it would draw a curve over
+    fewer runs than the table holds."""
+    pts = {}
+    for i, row in enumerate(history):
+        v = row.get(name)
+        if v is None:
+            continue
+        t = row.get("round")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not float(t).is_integer():
+            raise ValueError(f"{path}: evaluation row {i + 1} has round {t!r}, not a round "
+                             "number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{path}: round {int(t)}: {name} = {v!r} is not a finite number; "
+                             "the run is recorded as finished (status ok), whose metrics are "
+                             "finite numbers")
+        pts[int(t)] = float(v)
+    return pts
 
 
 def _rounds(run_dir: pathlib.Path) -> list[dict]:
@@ -311,11 +362,19 @@ def _runs(table):
 def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k: int | None = None,
                 rows: str | None = None, cols: str | None = "dataset",
                 series_order: Sequence[str] = (), dataset_order: Sequence[str] = (),
-                title: str | None = None) -> list[pathlib.Path]:
+                title: str | None = None, notes: list[str] | None = None
+                ) -> list[pathlib.Path]:
     """Training curves: metric@K against the round, mean over trials with a ±std band.
 
-    ``base`` is the directory of the results table; each run's history is read
-    from ``base/<run_dir>/outcome.json``.
+    ``base`` is the directory of the results table; each finished run's history
+    is read from ``base/<run_dir>/outcome.json``. A curve is drawn over every
+    finished run of its series that the table lists: a run whose record is
+    missing, unreadable or holds a metric that is not a finite number is an
+    error naming the file (:func:`_history`, :func:`_points`). A diverged run has
+    no curve (its history stops at its divergence), as in the panels of
+    :func:`plot_k_panels`; it is named with a run that did not record the
+    metric in the panel's title ("diverged: RFA 2/5; not recorded: …") and in
+    ``notes`` (a list the caller prints).
     """
     plt = _pyplot()
     runs = _runs(table)
@@ -329,18 +388,23 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
     drawn = 0
     for ax, sub, panel_title in panels:
         drawn_here = 0
+        unrecorded = []
         for si, name in enumerate(names):
             curves = []
-            for _, r in sub[sub[scol] == name].iterrows():
-                h = _history(run_path(base, r["run_dir"]))
-                pts = [(row["round"], row.get(f"{metric}@{k}")) for row in h
-                       if row.get(f"{metric}@{k}") is not None]
+            mine = sub[sub[scol] == name]
+            for _, r in mine.iterrows():
+                where = run_path(base, r["run_dir"])
+                pts = _points(where / "outcome.json", _history(where), f"{metric}@{k}")
                 if pts:
-                    curves.append(dict(pts))
+                    curves.append(pts)
+            if len(curves) < len(mine):
+                unrecorded.append(f"{name} {len(mine) - len(curves)}/{len(mine)}")
             if not curves:
                 continue
             ts = sorted(set().union(*curves))
             vals = np.array([[c.get(t, np.nan) for t in ts] for c in curves], dtype=float)
+            # every value is finite (_points); NaN marks only a round at which one run
+            # of the series was not evaluated (another schedule), and is no point of it
             mean = np.nanmean(vals, axis=0)
             std = np.nanstd(vals, axis=0)
             color, _ = _style(name, si)
@@ -357,8 +421,14 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
         if not b.empty and np.isfinite(b["value"].mean()):
             handles["Popularity"] = ax.axhline(b["value"].mean(), color="#999999", linestyle=":",
                                                linewidth=1.2, label="Popularity")
-        ax.set_title(_titled(panel_title, _divergence_note(table, sub, scol, names,
-                                                           (rows, cols))), fontsize=9)
+        said = [_divergence_note(table, sub, scol, names, (rows, cols))]
+        if unrecorded:
+            said.append(f"{METRIC_NAMES.get(metric, metric)}@{k} not recorded: "
+                        + ", ".join(unrecorded))
+        said = "; ".join(n for n in said if n)
+        if said and notes is not None:
+            notes.append(f"{panel_title or 'the panel'} (curves): runs not drawn: {said}")
+        ax.set_title(_titled(panel_title, said), fontsize=9)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
         ax.tick_params(labelsize=7)

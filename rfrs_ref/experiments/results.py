@@ -382,18 +382,41 @@ def run_path(base: str | os.PathLike, run_dir) -> pathlib.Path:
 
 def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
     """A run directory's per-round summary: inside outcome.json (resilience runs, and
-    stores written before the summary moved out of it), else ``ROUNDS_FILE``; [] if neither."""
+    stores written before the summary moved out of it), else ``ROUNDS_FILE``; [] if neither
+    is there (a run that kept no per-round summary).
+
+    A file that is there but cannot be read (not JSON, not UTF-8, or not of this form:
+    an outcome that is not an object, a summary that is not a list of round objects) is
+    an error naming it, not a run without rounds: its plots would silently draw fewer runs.
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
     run_dir = pathlib.Path(run_dir)
+    rounds = None
+    path = run_dir / OUTCOME
+    if path.exists():
+        record = _json_file(path)
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: not a run record (a JSON object)")
+        rounds = record.get("rounds")
+    if not rounds:
+        path = run_dir / ROUNDS_FILE
+        if not path.exists():
+            return []
+        rounds = _json_file(path)
+    if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
+        raise ValueError(f"{path}: the per-round summary is not a list of rounds")
+    return rounds
+
+
+def _json_file(path: pathlib.Path):
+    """The JSON value in ``path``; a file that cannot be read as JSON is a ValueError naming it."""
     try:
-        rounds = json.loads((run_dir / OUTCOME).read_text()).get("rounds")
-    except (OSError, ValueError, AttributeError):
-        rounds = None
-    if rounds:
-        return rounds
-    try:
-        return json.loads((run_dir / ROUNDS_FILE).read_text()) or []
-    except (OSError, ValueError):
-        return []
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        reason = str(exc).split("\n")[0]
+        raise ValueError(f"{path}: not readable as JSON ({reason})") from None
 
 
 def _outcome_text(record: dict) -> str:

@@ -485,7 +485,8 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
     An outcome counts only if the configuration it records hashes to ``key`` (a record
     of another run, or one edited by hand, is not taken for this one), and only when
     finished or diverged: a failure says nothing about the run's result, nor does a
-    finished run whose recorded metrics are not finite numbers.
+    finished run whose recorded metrics are not finite numbers, nor one whose per-round
+    summary cannot be read.
     """
     for src in sources:
         o = src.read_outcome(key)
@@ -500,7 +501,10 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
         if _not_a_result(o, spec.config.ks):
             continue  # the tables would not count it as a result: run it here instead
         copied = {n: v for n, v in o.items() if n not in ("key", "spec", "reused_from")}
-        rounds = src.read_rounds(key)
+        try:
+            rounds = src.read_rounds(key)
+        except ValueError:
+            continue  # a damaged per-round summary: run it here instead of copying it
         if rounds and "rounds" not in copied:
             copied["rounds"] = rounds
         copied["reused_from"] = {"directory": os.path.relpath(src.path.resolve(), out.resolve()),

@@ -63,6 +63,14 @@ def test_a_failed_or_foreign_record_is_not_copied(scale, tmp_path):
     report, _ = reproduce(figure("3"), scale, tmp_path / "frs-nan", workers=0, plot=False,
                           reuse_from=[adam_sgd])
     assert (report.reused, report.finished) == (0, 2)
+    # a damaged per-round summary: the run is run again, not copied without its rounds
+    path.write_text(json.dumps(good))
+    rounds = Store(adam_sgd).run_dir(adam.key) / "round_summary.json"
+    assert rounds.is_file()
+    rounds.write_text("not json {")
+    report, _ = reproduce(figure("3"), scale, tmp_path / "frs-rounds", workers=0, plot=False,
+                          reuse_from=[adam_sgd])
+    assert (report.reused, report.finished) == (0, 2)
     failed = {**good, "status": "failed", "error": "boom"}
     path.write_text(json.dumps(failed))
     other = tmp_path / "frs2"
