@@ -28,7 +28,9 @@ def ranking(results, out, metric, k):
     """
     from rfrs_ref.experiments.ranking import (check_k, judged_pairs, ranking_markdown,
                                               ranking_rows)
-    from rfrs_ref.experiments.results import atomic_write_text, read_table, table_files
+    from rfrs_ref.experiments.claims import TableError
+    from rfrs_ref.experiments.results import (atomic_write_text, read_table, table_files,
+                                              table_source)
 
     if out is not None:
         target = pathlib.Path(out).resolve()
@@ -46,7 +48,9 @@ def ranking(results, out, metric, k):
         text = ranking_markdown(table, metric, k, rows=rows)
     except (ValueError, OSError, KeyError) as exc:  # TableError included: name the file
         msg = " ".join(str(exc).split())
-        raise click.ClickException(msg if str(results) in msg else f"{results}: {msg}") from None
+        # a defect of a row names the file its line number counts in
+        where = table_source(results) if isinstance(exc, TableError) else results
+        raise click.ClickException(msg if str(where) in msg else f"{where}: {msg}") from None
     if out is None:
         click.echo(text)
     else:

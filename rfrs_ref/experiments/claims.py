@@ -5,8 +5,9 @@ Statistics
 Two series of a results table are compared on the runs that share a seed
 (same seed = same split, client sampling and Byzantine set), per dataset × α
 × metric@K. With dᵢ = value(a, seed i) − value(b, seed i) over the n seeds
-both series finished (non-finite values dropped), the interval is Student's
-t with n − 1 degrees of freedom::
+both series finished (a finished run's value that is not a metric in [0, 1],
+NaN included, is refused, not dropped: :func:`_values`), the interval is
+Student's t with n − 1 degrees of freedom::
 
     d̄ = mean(dᵢ),  s = std(dᵢ, ddof = 1),
     CI = d̄ ± t₀.₉₇₅,ₙ₋₁ · s / √n          (95 %)
@@ -204,11 +205,19 @@ def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
             series_col: str) -> dict:
     """seed -> value of the finished runs of ``series`` in one cell.
 
-    A missing value (NaN: a metric the run did not record) is left out, as an
-    unpaired seed. Anything else that is not a metric is refused with
-    :class:`TableError`, never dropped or averaged: a value that is ±inf, outside
-    [0, 1] (every metric here is a fraction) or not a number, a seed that is not
-    an integer, and two rows for one seed (which of them would the verdict use?).
+    Only rows whose status is ``ok`` hold values: a failed run is in no pair,
+    and a diverged one is counted by :func:`_diverged` (their rows have no
+    metric). A finished run's metrics are finite numbers by construction (a
+    non-finite score makes a run diverge, and the tables write a recorded
+    non-finite metric as a failure), so a value of a finished run that is not a
+    metric is refused with :class:`TableError`, never dropped or averaged: a
+    value that is NaN or empty, ±inf, outside [0, 1] (every metric here is a
+    fraction) or not a number, a seed that is not an integer, and two rows for
+    one seed (which of them would the verdict use?). NaN is refused like inf
+    although the tables write it for a metric a run did not record (NDCG of a
+    run made before it existed): dropping the seed would change which seeds
+    are compared, and which baseline is best, without a word; a table judged on
+    such a metric must be judged on one every run recorded.
     """
     t = table
     sel = ((t["status"] == "ok") & (t[series_col].astype(str) == series)
@@ -224,9 +233,12 @@ def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
         except (TypeError, ValueError):
             raise TableError(f"{where}: value {v!r} is not a number") from None
         if math.isnan(f):
-            continue
+            raise TableError(f"{where}: no value (empty or NaN) in a finished run (status ok); "
+                             "a finished run records its metrics as numbers in [0, 1] (a "
+                             f"run made before {metric} was recorded has none: judge a "
+                             "metric every run recorded, or run it again)")
         if not 0.0 <= f <= 1.0:
-            raise TableError(f"{where}: value {v!r} is not a metric in [0, 1]")
+            raise TableError(f"{where}: value {f!r} is not a metric in [0, 1]")
         if s in out:
             raise TableError(f"{where}: two finished runs with this seed (values {out[s]!r} and "
                              f"{f!r}); one run per series and seed")

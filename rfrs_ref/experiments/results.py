@@ -700,10 +700,7 @@ def read_table(path: str | os.PathLike):
     """
     import pandas as pd
 
-    path = pathlib.Path(path)
-    if path.is_dir():
-        path = path / f"{TABLE}.parquet" if (path / f"{TABLE}.parquet").exists() \
-            and parquet_available() else path / f"{TABLE}.csv"
+    path = table_source(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no results table (results.parquet or results.csv)")
     if path.suffix == ".parquet":
@@ -717,6 +714,17 @@ def read_table(path: str | os.PathLike):
     if "status" in df.columns or "metric" not in df.columns:
         return df  # the whole tidy table in one file (or not a tidy table: the caller says)
     return _joined(df, path)
+
+
+def table_source(path: str | os.PathLike) -> pathlib.Path:
+    """The file :func:`read_table` reads for ``path``: ``path`` itself, or for a directory
+    its results.parquet (when pyarrow can read it) or else its results.csv (the line
+    numbers of a message about the table are this file's)."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        return path / f"{TABLE}.parquet" if (path / f"{TABLE}.parquet").exists() \
+            and parquet_available() else path / f"{TABLE}.csv"
+    return path
 
 
 def table_files(path: str | os.PathLike) -> list[pathlib.Path]:

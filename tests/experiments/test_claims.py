@@ -4,6 +4,7 @@ registry and ``rfrs-ref verdict``."""
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pandas as pd
 import pytest
@@ -11,10 +12,10 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rfrs_ref.experiments.claims import (CLAIMS, FAILS, HOLDS, INCONCLUSIVE, NOT_RUN, claim,
-                                         evaluate, evaluate_claim, find_results,
-                                         paired_difference, paired_interval, verdict,
-                                         verdict_markdown)
+from rfrs_ref.experiments.claims import (CLAIMS, FAILS, HOLDS, INCONCLUSIVE, NOT_RUN,
+                                         TableError, claim, evaluate, evaluate_claim,
+                                         find_results, paired_difference, paired_interval,
+                                         verdict, verdict_markdown)
 from rfrs_ref.experiments.figures import FIGURES
 
 # -- known answers, by hand: t(0.975, 2) = 4.303, t(0.975, 4) = 2.776 (printed tables) ----------
@@ -95,7 +96,7 @@ def test_pairs_are_matched_by_seed_and_unpaired_or_failed_runs_are_left_out():
                extra_rows=[{"status": "failed", "label_series": "B", "dataset": "ml100k",
                             "alpha": 0.4, "seed": 3, "metric": None, "k": None,
                             "value": None},
-                           {"status": "ok", "label_series": "B", "dataset": "ml100k",
+                           {"status": "failed", "label_series": "B", "dataset": "ml100k",
                             "alpha": 0.4, "seed": 4, "metric": "precision", "k": 1,
                             "value": float("nan")}])
     p = paired_difference(t, "A", "B", dataset="ml100k", alpha=0.4, metric="precision", k=1)
@@ -298,3 +299,60 @@ def test_the_command_of_a_reduced_run_repeats_its_scale(tmp_path):
                   "trial": range(5)}).to_csv(full / "runs.csv", index=False)
     assert scale_options(full, "ml100k", "10") == ""
     assert scale_options(tmp_path / "nowhere", "ml100k", "10") == ""
+
+
+@pytest.mark.parametrize("value", [float("nan"), None, float("inf"), -float("inf")])
+def test_a_finished_run_without_a_finite_value_is_refused_not_unpaired(value):
+    """A NaN in a row whose status is ok was once left out as an unpaired seed, which
+    silently changed the seeds compared and the best baseline; it is refused like inf."""
+    t = _table({("A", 0): 0.3, ("A", 1): 0.5, ("A", 2): 0.4, ("B", 0): 0.1, ("B", 1): 0.2},
+               extra_rows=[{"status": "ok", "label_series": "B", "dataset": "ml100k",
+                            "alpha": 0.4, "seed": 2, "metric": "precision", "k": 1,
+                            "value": value}])
+    with pytest.raises(TableError, match=r"line \d+, series 'B', seed 2, precision@1: "):
+        paired_difference(t, "A", "B", dataset="ml100k", alpha=0.4, metric="precision", k=1)
+    # another metric of the same run is judged as before
+    paired_difference(t, "A", "B", dataset="ml100k", alpha=0.4, metric="recall", k=5)
+
+
+def _defenses_copy(tmp_path):
+    import shutil
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "results" / "defenses"
+    if not (src / "runs.csv").is_file():
+        pytest.skip("results/defenses is not in this checkout")
+    d = tmp_path / "defenses"
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns("runs", "figures", ".lock"))
+    (d / "results.parquet").unlink(missing_ok=True)
+    return d
+
+
+@pytest.mark.parametrize("value", ["nan", ""])
+def test_verdict_refuses_a_nan_metric_of_a_finished_run_naming_file_and_line(tmp_path, value):
+    import pandas as pd
+
+    from rfrs_ref.cli.main import main
+
+    d = _defenses_copy(tmp_path)
+    results = pd.read_csv(d / "results.csv", dtype=str, keep_default_na=False)
+    runs = pd.read_csv(d / "runs.csv")
+    krum = runs.loc[(runs["label_series"] == "Krum") & (runs["dataset"] == "lastfm")
+                    & (runs["alpha"] == 0.4) & (runs["seed"] == 0), "key"].iloc[0]
+    row = results.index[(results["key"] == krum) & (results["metric"] == "precision")
+                        & (results["k"] == "1")][0]
+    results.loc[row, "value"] = value
+    results.to_csv(d / "results.csv", index=False)
+    res = CliRunner().invoke(main, ["verdict", str(d), "--out", str(tmp_path / "v.md")])
+    assert res.exit_code == 1, res.output
+    assert (f"{d / 'results.csv'}: line {row + 2}, series 'Krum', seed 0, precision@1: "
+            "no value (empty or NaN) in a finished run") in res.output
+    assert "Traceback" not in res.output
+
+
+def test_the_committed_defenses_table_is_still_judged(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    d = _defenses_copy(tmp_path)
+    res = CliRunner().invoke(main, ["verdict", str(d), "--claim", "arfrs-lastfm-33.7"])
+    assert res.exit_code == 0, res.output
+    assert "best baseline: Krum" in res.output

@@ -217,3 +217,20 @@ def test_an_out_that_is_a_table_read_is_refused_and_the_table_kept(tmp_path, nam
         assert res.exit_code == 2, res.output
         assert "a table the ranking reads" in res.output
         assert (tmp_path / name).read_bytes() == before
+
+
+@pytest.mark.parametrize("value", ["nan", "", "inf"])
+def test_a_finished_run_without_a_finite_value_is_refused_naming_file_and_line(tmp_path, value):
+    """A NaN of a finished run was once shown as "— / 0 seeds", unflagged; it is refused as
+    inf is, naming results.csv and its line."""
+    from rfrs_ref.cli.main import main
+
+    _write(_three_seeds(), tmp_path)
+    results = pd.read_csv(tmp_path / "results.csv", dtype=str, keep_default_na=False)
+    row = results.index[results["key"].str.startswith("krum-") & (results["k"] == "5")][1]
+    results.loc[row, "value"] = value
+    results.to_csv(tmp_path / "results.csv", index=False)
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert f"{tmp_path / 'results.csv'}: line {row + 2}, series 'krum|gradient|none'" in res.output
+    assert "Traceback" not in res.output and "| krum |" not in res.output
