@@ -37,7 +37,7 @@ GOOD = {**{("Adam", s): 0.30 + 0.01 * s for s in range(5)}, **{("SGD", s): 0.20 
 
 def _store(tmp_path, rows) -> str:
     d = tmp_path / "adam-sgd"
-    d.mkdir()
+    d.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
     return str(tmp_path)
 
@@ -93,16 +93,21 @@ def test_a_seed_that_is_no_integer_is_refused(tmp_path, seed, refused):
     refused(_verdict(_store(tmp_path, rows)), "results.csv", "'SGD'", "is not an integer")
 
 
-def test_a_missing_value_is_an_unpaired_seed_not_a_win(tmp_path):
-    """Decision (documented): NaN is a metric the run did not record; the seed is left
-    out of the pairs, and with fewer than 2 pairs nothing holds."""
+def test_a_missing_value_in_a_finished_run_is_refused_a_failed_run_is_unpaired(tmp_path, refused):
+    """Decision (documented): a finished run records every metric, so NaN in an ok row is
+    damage, refused naming the line as inf is (it used to leave the seed out, and a
+    baseline could win by losing its values). A failed run is in no pair: with fewer
+    than 2 pairs nothing holds."""
     rows = _rows(GOOD)
     for r in rows:
         if r["label_series"] == "SGD" and r["seed"] >= 1:
             r["value"] = float("nan")
-    res = _verdict(_store(tmp_path, rows))
+    refused(_verdict(_store(tmp_path / "a", rows)), "results.csv", "no value")
+    failed = [r for r in rows if not (r["label_series"] == "SGD" and r["seed"] >= 1)]
+    failed += _rows({("SGD", s): None for s in range(1, 5)}, status="failed")
+    res = _verdict(_store(tmp_path / "b", failed))
     assert res.exit_code == 0 and "| holds |" not in res.output, res.output
-    rows_ = evaluate_claim(claim("adam-sgd"), find_results([tmp_path]))
+    rows_ = evaluate_claim(claim("adam-sgd"), find_results([tmp_path / "b"]))
     assert all(r.n == 1 and r.verdict == INCONCLUSIVE for r in rows_)
 
 
