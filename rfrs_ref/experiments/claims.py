@@ -473,9 +473,14 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
     d = next((results[n] for n in names if n in results), None)
     if d is None:
         # a name with a suffix: ``reproduce --quick`` writes defenses-quick, a user may
-        # keep defenses-20rounds beside the full run (the exact name wins)
-        d = next((results[n] for a in names for n in sorted(results)
-                  if n.startswith(f"{a}-")), None)
+        # keep defenses-20rounds beside the full run (the exact name wins). Two of them
+        # and no exact name: which one the claim is judged on is not for us to guess
+        suffixed = [n for a in names for n in sorted(results) if n.startswith(f"{a}-")]
+        if len(suffixed) > 1:
+            return [Row(c, None, None, b, {}, None, note=f"several results directories "
+                        f"({', '.join(suffixed)}): not judged; give the one to judge "
+                        f"(rfrs-ref verdict {results[suffixed[0]]})") for b in c.against]
+        d = results[suffixed[0]] if suffixed else None
     if d is None:
         return [Row(c, None, None, b, {}, None, note="no results directory "
                     f"({' or '.join(names)})") for b in c.against]

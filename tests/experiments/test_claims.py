@@ -205,6 +205,24 @@ def test_a_results_directory_with_a_suffix_is_read(tmp_path, name):
     assert len(adam) == 1 and "| does not hold |" in adam[0] and f"--out {tmp_path / name}" in adam[0]
 
 
+def test_two_suffixed_directories_and_no_exact_one_are_not_guessed_between(tmp_path):
+    """adam-sgd-a and adam-sgd-b, no adam-sgd: the first in name order used to be judged
+    without a word; now neither is, the row says why, and each alone is judged."""
+    from rfrs_ref.cli.main import main
+
+    seeds = range(3)
+    for name, shift in (("adam-sgd-a", 0.0), ("adam-sgd-b", 0.2)):
+        _write_store(tmp_path / name, _table({**{("Adam", s): 0.2 + shift + 0.01 * s for s in seeds},
+                                              **{("SGD", s): 0.3 + 0.02 * s for s in seeds}},
+                                             alpha=0.0))
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path), "--claim", "adam-sgd"])
+    assert res.exit_code == 1, res.output
+    assert "several results directories (adam-sgd-a, adam-sgd-b)" in res.output
+    assert "| does not hold |" not in res.output and "| holds |" not in res.output
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path / "adam-sgd-b"), "--claim", "adam-sgd"])
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
 def test_a_results_directory_no_claim_reads_is_named(tmp_path):
     from rfrs_ref.cli.main import main
 
