@@ -755,7 +755,8 @@ class RunDirectory:
             if not isinstance(trained, dict):
                 problems.append("its configuration is not a JSON object")
             else:
-                changed = sorted(k for k in set(trained) | set(now) if trained.get(k) != now.get(k))
+                # fields both know: code of another version may know fields the other did not
+                changed = sorted(k for k in set(trained) & set(now) if trained[k] != now[k])
                 if changed:
                     what = ", ".join(f"{k} {trained.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
                     problems.append(f"config.json differs from the configuration the checkpoint was "

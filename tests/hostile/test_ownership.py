@@ -309,6 +309,25 @@ def test_resume_refuses_a_config_json_edited_since_the_checkpoint(tmp_path, edit
     assert res.exit_code == 0, res.output
 
 
+def test_resume_by_code_that_knows_other_configuration_fields_is_allowed(tmp_path):
+    # another version may add or drop a configuration field: only the fields both know
+    # are compared, so a resume across versions is not refused for that alone
+    import json
+
+    import numpy as np
+
+    run, _ = _interrupted_run(tmp_path)
+    with np.load(run / "checkpoint.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    trained = json.loads(str(arrays["config"]))
+    trained.pop("init_scale")
+    trained["a_field_of_another_version"] = 1
+    arrays["config"] = np.array(json.dumps(trained))
+    np.savez(run / "checkpoint.npz", **arrays)
+    res = invoke("train", "--resume", run)
+    assert res.exit_code == 0, res.output
+
+
 def np_version():
     import numpy
 
