@@ -179,8 +179,10 @@ def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) ->
     from rfrs_ref.files import LOCK_NAME
 
     names = (*RUN_FILES, VALID_METRICS, "ids.npz", LOCK_NAME)
-    if trace.name in names and trace.resolve().parent == run_dir.resolve():
-        raise click.UsageError(f"--trace {trace} is one of the run's own files ({trace.name}); "
+    target = trace.resolve()  # a link of another name to one of them is one of them
+    hit = next((name for name in names if target == (run_dir / name).resolve()), None)
+    if hit is not None:
+        raise click.UsageError(f"--trace {trace} is one of the run's own files ({hit}); "
                                f"give a file of another name, e.g. {run_dir / 'trace.jsonl'}")
 
 
@@ -204,17 +206,6 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
             f"dataset {config.dataset!r}: {_one_line(exc)}; fetch it where there is a network "
             f"(rfrs-ref data fetch {config.dataset}) and point {where} at it") from None
     done = _checkpoint_round(run_dir) if resume else 0
-    tracer = None
-    if trace_path:
-        from rfrs_ref.trace import TraceRefused, TraceWriter
-
-        try:
-            tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
-        except TraceRefused as exc:
-            raise click.ClickException(f"--trace {trace_path}: {_one_line(exc)}") from None
-        except OSError as exc:
-            raise click.ClickException(f"--trace {trace_path}: {exc.strerror or _one_line(exc)}; "
-                                       "choose a writable file") from None
     c = trainer.config
     if resume and done >= c.rounds and (run_dir / "final_metrics.json").exists():
         from rfrs_ref.federated.trainer import CheckpointError, RunDirectory
@@ -226,7 +217,18 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
         click.echo(f"{run_dir} already finished all {c.rounds} rounds; nothing to resume. "
                    "Its final evaluation:")
         _print_summary(final, c.ks, run_dir, None)
-        return
+        return  # nothing trained: a --trace file is left as it is
+    tracer = None
+    if trace_path:
+        from rfrs_ref.trace import TraceRefused, TraceWriter
+
+        try:
+            tracer = TraceWriter(trace_path, trainer, resume_after=done if resume else None)
+        except TraceRefused as exc:
+            raise click.ClickException(f"--trace {trace_path}: {_one_line(exc)}") from None
+        except OSError as exc:
+            raise click.ClickException(f"--trace {trace_path}: {exc.strerror or _one_line(exc)}; "
+                                       "choose a writable file") from None
     what = (f"{c.dataset}: {trainer.data.n_users} clients, {trainer.data.n_items} items, "
             f"{trainer.data.n_interactions} interactions; {c.model} d={trainer.model.dim}, "
             f"{c.optimizer}, defense {' then '.join((*c.pre, c.defense))} ({c.detect}), attack {c.attack} "

@@ -168,6 +168,10 @@ def _dumps(obj) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+#: how every header line this writer writes begins (``header`` puts "format" first)
+_HEADER_START = ('{"format":' + json.dumps(FORMAT)).encode("utf-8")
+
+
 class TraceWriter:
     """Writes a trace while a :class:`~rfrs_ref.federated.trainer.Trainer` runs.
 
@@ -222,26 +226,29 @@ class TraceWriter:
         is refused (never overwritten), and so, on resume, is the trace of another run."""
         self._fh.seek(0)
         first = self._fh.readline(1 << 20)
-        if not first.strip():
-            return []
+        if not first:
+            return []  # an empty file (or one just created)
         try:
             head = json.loads(first.decode("utf-8"))
         except (ValueError, RecursionError):
             head = None
         if not (isinstance(head, dict) and head.get("format") == FORMAT):
-            if resume_after is not None and head is None and first.startswith(b"{"):
-                # the header line of our own trace, cut short by an interruption: the
-                # format lets a trace be written afresh
+            if resume_after is not None and head is None and first.startswith(_HEADER_START):
+                # the header line of our own trace, cut short by an interruption (the writer
+                # puts "format" first): the format lets a trace be written afresh
                 return []
             raise TraceRefused(f"{self.path} exists and is not an rfrs-ref trace (its first line "
                                "is not a trace header); rfrs-ref does not overwrite a file it did "
                                "not write: give another --trace file")
         if resume_after is None:
             return []  # a trace of an earlier run, replaced by this run's
-        mine, theirs = _resume_view(run_of(trainer)), _resume_view(head.get("run"))
+        from rfrs_ref.federated.config import TrainConfig
+
+        mine, theirs = TrainConfig.trajectory(run_of(trainer)), TrainConfig.trajectory(head.get("run"))
         if mine != theirs:
             changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            what = ", ".join(f"{k} {theirs.get(k)!r}" for k in changed[:3])
+            what = ", ".join(f"{k} {theirs.get(k)!r} where the run has {mine.get(k)!r}"
+                             for k in changed[:3])
             raise TraceRefused(f"{self.path} is the trace of another run ({what}), not of the run "
                                "being resumed; give the run's own trace, or a new file")
         self._fh.seek(0)
@@ -292,14 +299,6 @@ def _prefix_lines(fh, t0: int) -> list[str]:
         if i == 0 or (_is_int(t) and t <= t0):
             out.append(line if line.endswith("\n") else line + "\n")
     return out
-
-
-def _resume_view(run) -> dict:
-    """A header's ``run`` as a resume compares it: without the number of rounds (raising
-    it continues a run further)."""
-    if not isinstance(run, dict):
-        return {"run": run}
-    return {k: v for k, v in run.items() if k != "rounds"}
 
 
 def run_traced(config, trace_path, run_dir=None, *, progress=None):

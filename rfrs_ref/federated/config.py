@@ -155,6 +155,30 @@ class TrainConfig:
             del d["pre"], d["pre_params"]
         return d
 
+    #: fields that do not change a run's numbers from one round to the next: where the data
+    #: are read from, the number of rounds (round t is the same whatever the total), what is
+    #: evaluated or checkpointed when, the trace, and the kernels' backend (which changes
+    #: roundings, like a resume by other code, and may move between machines)
+    NOT_TRAJECTORY = ("data_dir", "rounds", "eval_every", "checkpoint_every", "trace", "backend")
+
+    @classmethod
+    def trajectory(cls, d) -> dict:
+        """What of a configuration (as JSON, ``to_json``'s or a record of it) decides the
+        run's rounds, for comparing a run with its checkpoint or its trace: every field this
+        version knows, with defaults filled in and hyperparameters resolved (so that a field
+        or hyperparameter another version adds, with its default, changes nothing), less
+        :data:`NOT_TRAJECTORY`. Keys this version does not know are dropped; a
+        configuration that does not resolve is compared as it is written."""
+        if not isinstance(d, dict):
+            return {"config": d}
+        known = {f.name for f in dataclasses.fields(cls)}
+        try:
+            c = cls.from_json({k: v for k, v in d.items() if k in known}).resolved()
+            full = json.loads(json.dumps(dataclasses.asdict(c), default=list))
+        except (ValueError, KeyError, TypeError):
+            full = json.loads(json.dumps(d, default=str))
+        return {k: v for k, v in full.items() if k not in cls.NOT_TRAJECTORY}
+
     @classmethod
     def from_json(cls, d: dict) -> "TrainConfig":
         known = {f.name for f in dataclasses.fields(cls)}

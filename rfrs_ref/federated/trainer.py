@@ -723,7 +723,7 @@ class RunDirectory:
         arrays["round"] = np.array(t)
         arrays["accumulators"] = np.array(json.dumps(dataclasses.asdict(acc)))
         if config is not None:
-            arrays["config"] = np.array(json.dumps(_resume_key(config.to_json()), sort_keys=True))
+            arrays["config"] = np.array(json.dumps(config.to_json(), sort_keys=True, default=list))
         atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
 
     def load_checkpoint(self, trainer: Trainer):
@@ -751,14 +751,14 @@ class RunDirectory:
             # the rounds so far were trained with the checkpoint's configuration: one edited
             # in config.json (another seed, rate, number of rounds) would continue the run
             # as another and record it as one
-            now = _resume_key(c.to_json())
+            now = TrainConfig.trajectory(c.to_json())
             if not isinstance(trained, dict):
                 problems.append("its configuration is not a JSON object")
             else:
-                # fields both know: code of another version may know fields the other did not
-                changed = sorted(k for k in set(trained) & set(now) if trained[k] != now[k])
+                was = TrainConfig.trajectory(trained)
+                changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
                 if changed:
-                    what = ", ".join(f"{k} {trained.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
+                    what = ", ".join(f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
                     problems.append(f"config.json differs from the configuration the checkpoint was "
                                     f"trained with ({what}{', ...' if len(changed) > 4 else ''})")
         if not 0 <= t <= c.rounds:
@@ -956,18 +956,6 @@ def _comparable(config_json: dict) -> dict:
     d.pop("trace", None)
     return d
 
-
-def _resume_key(config_json: dict) -> dict:
-    """What a checkpoint records of its run's configuration, for a resume to compare:
-    :func:`_comparable`, without the data directory (``RFRS_DATA_DIR`` may move the data
-    between sessions; the data's checksums are checked on their own) and without the
-    number of rounds: round t is the same whatever the total (the streams are keyed by
-    t), so raising ``rounds`` in config.json continues a run further, as a run started
-    with that many rounds would have gone."""
-    d = _comparable(config_json)
-    d.pop("data_dir", None)
-    d.pop("rounds", None)
-    return d
 
 #: versions in config.json whose change can change a run's numbers (see code_change)
 _NUMERIC_VERSIONS = ("rfrs_ref", "numpy", "numba", "llvmlite", "scipy")

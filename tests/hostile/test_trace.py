@@ -448,11 +448,35 @@ def test_two_runs_never_write_one_trace_at_once(tmp_path):
         pass
 
 
-def test_a_file_that_is_not_a_trace_is_never_overwritten(tmp_path, refused):
+@pytest.mark.parametrize("text", ["my notes\n", "\nmy notes after a blank line\n",
+                                  '{\n  "important": 1\n}\n'])
+def test_a_file_that_is_not_a_trace_is_never_overwritten(tmp_path, text, refused):
     p = tmp_path / "notes.txt"
-    p.write_text("my notes\n")
+    p.write_text(text)
     refused(_train("--out", tmp_path / "run", "--trace", p), "notes.txt", "not an rfrs-ref trace")
-    assert p.read_text() == "my notes\n"
+    assert p.read_text() == text
+    # nor on --resume, where a header cut short by an interruption may be written afresh:
+    # only a line that starts as this writer's headers do counts as one
+    run = tmp_path / "r2"
+    assert _train("--out", run).exit_code == 0
+    (run / "final_metrics.json").unlink()
+    (run / "state.npz").unlink()
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["train", "--resume", str(run), "--trace", str(p)])
+    refused(res, "notes.txt", "not an rfrs-ref trace")
+    assert p.read_text() == text
+
+
+def test_a_finished_run_resumed_with_a_trace_leaves_the_file_alone(tmp_path):
+    p = tmp_path / "settings.json"
+    p.write_text('{\n  "important": 1\n}\n')
+    assert _train("--out", tmp_path / "run").exit_code == 0
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["train", "--resume", str(tmp_path / "run"), "--trace", str(p)])
+    assert res.exit_code == 0 and "nothing to resume" in res.output, res.output
+    assert p.read_text() == '{\n  "important": 1\n}\n'
 
 
 def test_resume_refuses_the_trace_of_another_run(tmp_path, refused):
@@ -477,3 +501,18 @@ def test_a_trace_named_like_a_run_file_is_refused_before_anything_is_written(tmp
     run = tmp_path / "run"
     refused(_train("--out", run, "--trace", run / name), "--trace", "one of the run's own files")
     assert not run.exists()
+
+
+def test_a_link_of_another_name_to_a_run_file_is_refused(tmp_path, refused):
+    run = tmp_path / "run"
+    assert _train("--out", run).exit_code == 0
+    (run / "final_metrics.json").unlink()
+    (run / "state.npz").unlink()
+    link = tmp_path / "lnk.jsonl"
+    link.symlink_to(run / "config.json")
+    before = (run / "config.json").read_bytes()
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["train", "--resume", str(run), "--trace", str(link)])
+    refused(res, "one of the run's own files", "config.json")
+    assert (run / "config.json").read_bytes() == before
