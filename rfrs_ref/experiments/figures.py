@@ -483,7 +483,7 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
         panels = [p for p in (fig.rows, fig.cols) if p]
         paths += plots.plot_resilience(table, base, out / f"{name}_resilience",
                                        panels=panels, series_order=fig.series,
-                                       title=f"{fig.title}: resilience sums")
+                                       title=f"{fig.title}: resilience sums", notes=notes)
     return paths
 
 

@@ -442,6 +442,13 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
     return save(fig, stem)
 
 
+def _number(v) -> float:
+    """A recorded value as a float; None (JSON null) and anything that is not a number are NaN."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return float("nan")
+    return float(v)
+
+
 def has_resilience(table, base: pathlib.Path) -> bool:
     """Whether the table's runs recorded the Definition 1–4 sums."""
     runs = _runs(table)
@@ -455,12 +462,16 @@ def has_resilience(table, base: pathlib.Path) -> bool:
 
 def plot_resilience(table, base: pathlib.Path, stem, *,
                     panels: Sequence[str] = ("dataset", "alpha"), series_order: Sequence[str] = (),
-                    title: str | None = None) -> list[pathlib.Path]:
+                    title: str | None = None, notes: list[str] | None = None) -> list[pathlib.Path]:
     """Resilience curves: cumulative Σ_t C_x(t) (Definitions 1–4) against the round.
 
     One row of panels per term (C_g first, then the uploaded arrays' terms), one
     column per combination of ``panels``; one line per series (mean over
-    trials), log scale.
+    trials), log scale. A mean is over every trial recorded at that round: a sum
+    that is not finite (a NaN or ±inf term) makes the series' mean non-finite from
+    there on, drawn as a gap rather than averaged away; runs that recorded no sums,
+    and series whose sums turn non-finite, are named in the panel's title and in
+    ``notes`` (a list the caller prints).
     """
     plt = _pyplot()
     runs = _runs(table)
@@ -469,16 +480,22 @@ def plot_resilience(table, base: pathlib.Path, stem, *,
     combos = list(dict.fromkeys(tuple(r[p] for p in panels) for _, r in runs.iterrows()))
     data: dict = {}
     terms: list[str] = []
+    missing: dict = {}  # combo -> {series: [runs without sums, runs]}
     for _, r in runs.iterrows():
         recs = [rec for rec in _rounds(run_path(base, r["run_dir"])) if "resilience" in rec]
-        if not recs:
-            continue
         combo = tuple(r[p] for p in panels)
+        count = missing.setdefault(combo, {}).setdefault(r[scol], [0, 0])
+        count[1] += 1
+        if not recs:
+            count[0] += 1
+            continue
         for term in recs[0]["resilience"]:
             if term not in terms:
                 terms.append(term)
             ts = [rec["round"] for rec in recs]
-            vals = np.cumsum([rec["resilience"].get(term, np.nan) for rec in recs])
+            # a term written null (not finite) or missing in a later round is NaN: the sum
+            # is not finite from there on (and said so)
+            vals = np.cumsum([_number(rec["resilience"].get(term)) for rec in recs])
             data.setdefault((combo, r[scol], term), []).append(dict(zip(ts, vals)))
     if not data:
         raise ValueError(f"no resilience sums recorded under {base} (run with --resilience)")
@@ -490,17 +507,35 @@ def plot_resilience(table, base: pathlib.Path, stem, *,
     for i, term in enumerate(terms):
         for j, combo in enumerate(combos):
             ax = axes[i][j]
+            said = [f"{n} {c[0]}/{c[1]}" for n, c in missing.get(combo, {}).items() if c[0]]
+            said = ["no sums recorded: " + ", ".join(said)] if said else []
+            broken = []
             for si, name in enumerate(names):
                 curves = data.get((combo, name, term))
                 if not curves:
                     continue
                 ts = sorted(set().union(*curves))
                 vals = np.array([[c.get(t, np.nan) for t in ts] for c in curves], dtype=float)
+                there = np.array([[t in c for t in ts] for c in curves])
+                bad = there & ~np.isfinite(vals)
+                if bad.any():
+                    first = ts[int(np.flatnonzero(bad.any(axis=0))[0])]
+                    broken.append(f"{name} {int(bad.any(axis=1).sum())}/{len(curves)} from round {first}")
+                # the mean of the trials recorded at each round (a run evaluated on another
+                # schedule is no point there); a non-finite sum stays non-finite
+                vals = np.where(bad, np.nan, vals)
+                with np.errstate(invalid="ignore"):
+                    mean = np.where(bad.any(axis=0), np.nan, np.nanmean(vals, axis=0))
                 color, _ = _style(name, si)
-                handles[name] = ax.plot(ts, np.nanmean(vals, axis=0), color=color, linewidth=1.3,
-                                        label=name)[0]
+                handles[name] = ax.plot(ts, mean, color=color, linewidth=1.3, label=name)[0]
+            if broken:
+                said.append("non-finite sums: " + ", ".join(broken))
+            note = "; ".join(said)
+            head = f"{_panel_title(panels, [], combo, [])}: Σ {term}"
+            if note and notes is not None:
+                notes.append(f"{head} (resilience): {note}")
             ax.set_yscale("log")
-            ax.set_title(f"{_panel_title(panels, [], combo, [])}: Σ {term}", fontsize=8)
+            ax.set_title(_titled(head, note), fontsize=8)
             ax.set_xlabel("round", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)

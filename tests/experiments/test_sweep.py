@@ -296,3 +296,29 @@ def test_low_memory_estimates_and_worker_plans(ex):
     assert plan_workers([krum] * 8, cores=8, memory=memory) == 2
     assert plan_workers([krum] * 8, cores=8, memory=memory, low_memory=True) >= 4
 
+
+
+def test_a_resilience_sum_that_is_not_finite_is_a_gap_and_said(ex, tmp_path):
+    """A trial whose sum turns NaN (a null term) used to vanish into the mean of the
+    others (nanmean); the series' line now stops there, and the panel and the output
+    say which series, how many trials and from which round."""
+    import json
+
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.main import main
+
+    scale = Scale(quick=True, datasets=("synthetic",), rounds=3, trials=2, resilience=True,
+                  overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1})
+    report, _ = reproduce(figure("11"), scale, tmp_path / "momentum", workers=0, plot=False)
+    assert report.failed == 0
+    out = sorted((tmp_path / "momentum" / "runs").glob("*/outcome.json"))[0]
+    record = json.loads(out.read_text())
+    assert record["rounds"][1]["resilience"]
+    term = next(iter(record["rounds"][1]["resilience"]))
+    record["rounds"][1]["resilience"][term] = None
+    out.write_text(json.dumps(record))
+    res = CliRunner().invoke(main, ["plot", str(tmp_path / "momentum"), "--figure", "11",
+                                    "--out", str(tmp_path / "figs")])
+    assert res.exit_code == 0, res.output
+    assert "non-finite sums" in res.stderr and "1/2 from round 2" in res.stderr, res.stderr
