@@ -193,6 +193,17 @@ def _divergence_note(table, sub, scol: str, names: Sequence[str], panel_cols) ->
     return "diverged: " + ", ".join(parts) if parts else ""
 
 
+def _note_panel(ax, panel_title: str, notes: list[str] | None, kind: str, diverged: str,
+                metric: str, unrecorded: list[str]) -> None:
+    """A panel's title with what it does not draw (diverged runs, runs that did not record
+    ``metric``), and the same line added to ``notes`` for the caller to print."""
+    said = [diverged] + ([f"{metric} not recorded: " + ", ".join(unrecorded)] if unrecorded else [])
+    said = "; ".join(n for n in said if n)
+    if said and notes is not None:
+        notes.append(f"{panel_title or 'the panel'}{kind}: runs not drawn: {said}")
+    ax.set_title(_titled(panel_title, said), fontsize=9)
+
+
 def _titled(panel_title: str, note: str) -> str:
     """The panel's title, followed by its divergence note (wrapped) when there is one."""
     if not note:
@@ -277,14 +288,9 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
                 h = ax.plot(m.index.astype(int), m.values, color="#999999", linestyle=":",
                             linewidth=1.2, label="Popularity")[0]
                 handles["Popularity"] = h
-        said = [_divergence_note(table, sub, scol, names, (rows, cols))]
-        if unrecorded:
-            said.append(f"{METRIC_NAMES.get(metric, metric)} not recorded: "
-                        + ", ".join(unrecorded))
-        said = "; ".join(n for n in said if n)
-        if said and notes is not None:
-            notes.append(f"{panel_title or 'the panel'}: runs not drawn: {said}")
-        ax.set_title(_titled(panel_title, said), fontsize=9)
+        _note_panel(ax, panel_title, notes, "",
+                    _divergence_note(table, sub, scol, names, (rows, cols)),
+                    METRIC_NAMES.get(metric, metric), unrecorded)
         ax.set_xlabel("K", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@K", fontsize=8)
         ax.set_xticks(sorted(int(k) for k in df["k"].dropna().unique()))
@@ -421,14 +427,9 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
         if not b.empty and np.isfinite(b["value"].mean()):
             handles["Popularity"] = ax.axhline(b["value"].mean(), color="#999999", linestyle=":",
                                                linewidth=1.2, label="Popularity")
-        said = [_divergence_note(table, sub, scol, names, (rows, cols))]
-        if unrecorded:
-            said.append(f"{METRIC_NAMES.get(metric, metric)}@{k} not recorded: "
-                        + ", ".join(unrecorded))
-        said = "; ".join(n for n in said if n)
-        if said and notes is not None:
-            notes.append(f"{panel_title or 'the panel'} (curves): runs not drawn: {said}")
-        ax.set_title(_titled(panel_title, said), fontsize=9)
+        _note_panel(ax, panel_title, notes, " (curves)",
+                    _divergence_note(table, sub, scol, names, (rows, cols)),
+                    f"{METRIC_NAMES.get(metric, metric)}@{k}", unrecorded)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel(f"{METRIC_NAMES.get(metric, metric)}@{k}", fontsize=8)
         ax.tick_params(labelsize=7)

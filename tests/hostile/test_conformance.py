@@ -329,22 +329,23 @@ EDGE_BUGS = textwrap.dedent('''
 def test_an_optimizer_wrong_only_at_the_corners_fails_with_one_example(tmp_path, monkeypatch, impl):
     """A derandomized run's only draw is all zeros: both passed every law with
     --max-examples 1 before the corner cases came first."""
-    (tmp_path / "edge_bugs.py").write_text(EDGE_BUGS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        res = _cli("--optimizer", "adam", "--callable", f"edge_bugs:{impl}", "--max-examples", "1")
-    finally:
-        sys.modules.pop("edge_bugs", None)
+    for module in _module(tmp_path, monkeypatch, "edge_bugs", EDGE_BUGS):
+        res = _cli("--optimizer", "adam", "--callable", f"{module}:{impl}", "--max-examples", "1")
     _law_fails(res, "recovery_exact")
     assert "(a fixed example)" in res.output
 
 
+def _module(tmp_path, monkeypatch, name: str, text: str):
+    """``text`` importable as module ``name`` for the test; forgotten afterwards."""
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
 @pytest.fixture
 def cheats(tmp_path, monkeypatch):
-    (tmp_path / "cheating_impls.py").write_text(CHEATS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "cheating_impls"
-    sys.modules.pop("cheating_impls", None)
+    yield from _module(tmp_path, monkeypatch, "cheating_impls", CHEATS)
 
 
 @pytest.mark.parametrize("law", ["coordinate_range", "permutation_invariance"])
@@ -500,10 +501,7 @@ ALTERED = textwrap.dedent('''
 
 @pytest.fixture
 def altered(tmp_path, monkeypatch):
-    (tmp_path / "altered_impls.py").write_text(ALTERED)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "altered_impls"
-    sys.modules.pop("altered_impls", None)
+    yield from _module(tmp_path, monkeypatch, "altered_impls", ALTERED)
 
 
 def _every_law_fails(res, *fragments) -> None:
