@@ -48,12 +48,15 @@ def verdict(results, out, claim_ids):
     except (OSError, ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     text = verdict_markdown(rows)
+    frame = verdict_frame(rows)
+    if out:
+        _refuse_out(pathlib.Path(out), text.splitlines()[0], ",".join(frame.columns))
     click.echo(text, nl=False)
     if out:
         path = pathlib.Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
-        atomic_write_text(path.with_suffix(".csv"), verdict_frame(rows).to_csv(index=False))
+        atomic_write_text(path.with_suffix(".csv"), frame.to_csv(index=False))
         click.echo(f"verdict table: {path}, {path.with_suffix('.csv')}")
     if all(r.verdict == NOT_RUN for r in rows):
         # a table of "not run" says what to run, but judged nothing: not a success
@@ -67,3 +70,35 @@ def verdict(results, out, claim_ids):
         raise click.ClickException(
             "no claim could be judged: no finished runs of the claims' series under "
             + ", ".join(results) + " (the table lists the command for each)")
+
+
+def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
+    """``--out X.md`` writes X.md and X.csv: neither may be a results directory's own table
+    (``--out results/defenses/results.md`` would replace the sweep's results.csv), a link,
+    or a file of the user's that an earlier verdict did not write (its first line is not
+    a verdict table's). Raises a usage error before anything is written."""
+    from rfrs_ref.experiments.results import RUNS_TABLE, SUMMARY, TABLE
+
+    tables = {f"{TABLE}.csv", f"{TABLE}.parquet", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv",
+              f"{SUMMARY}.md", "provenance.json"}
+    for path, head in ((md, md_head), (md.with_suffix(".csv"), csv_head)):
+        if path.name in tables:
+            raise click.BadParameter(f"{md} would write {path}, the name of a results "
+                                     "directory's own table; choose another name (e.g. verdict.md)",
+                                     param_hint="--out")
+        if path.is_symlink():
+            raise click.BadParameter(f"{md} would write {path}, which is a link; the verdict "
+                                     "is written into the folder given, never through a link",
+                                     param_hint="--out")
+        if path.exists():
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    first = fh.readline(1 << 16).rstrip("\r\n")
+            except OSError:
+                first = None
+            # the first two columns: a table written by another version is still ours
+            sep = "|" if path.suffix == ".md" else ","
+            if first is None or first.split(sep)[:3] != head.split(sep)[:3]:
+                raise click.BadParameter(f"{md} would write {path}, which exists and is not a "
+                                         "verdict table rfrs-ref wrote; move it away or choose "
+                                         "another name; nothing was written", param_hint="--out")

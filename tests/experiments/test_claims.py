@@ -374,3 +374,27 @@ def test_the_committed_defenses_table_is_still_judged(tmp_path):
     res = CliRunner().invoke(main, ["verdict", str(d), "--claim", "arfrs-lastfm-33.7"])
     assert res.exit_code == 0, res.output
     assert "best baseline: Krum" in res.output
+
+
+@pytest.mark.parametrize("name", ["results.md", "summary.md", "report.md"])
+def test_verdict_out_never_replaces_a_table_it_did_not_write(tmp_path, name):
+    """--out X.md also writes X.csv: into a results directory as results.md it replaced the
+    sweep's results.csv, as summary.md its summary; a user's report.csv beside report.md
+    was replaced too."""
+    from rfrs_ref.cli.main import main
+
+    seeds = range(3)
+    d = tmp_path / "adam-sgd"
+    _write_store(d, _table({**{("Adam", s): 0.2 + 0.01 * s for s in seeds},
+                            **{("SGD", s): 0.3 + 0.02 * s for s in seeds}}, alpha=0.0))
+    (d / "report.csv").write_text("my,own\n1,2\n")
+    before = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path), "--out", str(d / name)])
+    assert res.exit_code == 2, res.output
+    assert "nothing was written" in res.output or "own table" in res.output, res.output
+    assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()} == before
+    # a verdict table written before is rewritten
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path), "--out", str(tmp_path / "v.md")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["verdict", str(tmp_path), "--out", str(tmp_path / "v.md")])
+    assert res.exit_code == 0, res.output
