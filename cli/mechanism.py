@@ -188,8 +188,11 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool 
     text = (f"Means over the rounds: {fig.title}, {dataset}, α = {a:g}, seed {seed}\n\n"
             + "\n".join(lines) + "\n")
     atomic_write_text(out / f"{stem}.md", text)
-    paths = plot_mechanism(frames, out / stem, title=f"{fig.title}: {dataset}, α = {a:g}, "
-                                                     f"seed {seed}")
+    try:
+        paths = plot_mechanism(frames, out / stem, title=f"{fig.title}: {dataset}, α = {a:g}, "
+                                                         f"seed {seed}")
+    except ValueError as exc:  # a link where the plot goes
+        raise click.ClickException(str(exc)) from None
     click.echo(text, nl=False)
     for p in paths:
         click.echo(f"figure: {p}")

@@ -33,6 +33,7 @@ Byzantine client, constant ranks) is NaN (an empty cell of the CSV).
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 from typing import Callable, Sequence
 
@@ -245,8 +246,14 @@ def plot_mechanism(frames: dict, stem: pathlib.Path, title: str = "") -> list[pa
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     stem = pathlib.Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     path = stem.parent / f"{stem.name}.png"  # the stem may hold dots (a0.4)
+    for p in (stem.parent, path):
+        if p.is_symlink():  # written into the folder given, never through a link
+            plt.close(fig)
+            raise ValueError(f"{p} is a link (to {os.readlink(p)}): the plot is written into "
+                             "the folder given, never through a link; remove it or give "
+                             "another --out")
+    stem.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return [path]

@@ -95,6 +95,15 @@ def test_mechanism_command(ex, tmp_path):
     assert list(df["round"]) == [1, 2, 3, 4] and (df["series"] == "A-RFRS").all()
     ex.assert_image_not_blank(tmp_path / "defenses-synthetic-a0.4-seed0.png")
     assert "| A-RFRS |" in (tmp_path / "defenses-synthetic-a0.4-seed0.md").read_text()
+    # the plot is never written through a link planted at its name
+    png = tmp_path / "defenses-synthetic-a0.4-seed0.png"
+    victim = tmp_path.parent / f"{tmp_path.name}-victim.png"
+    victim.write_text("precious")
+    png.unlink()
+    png.symlink_to(victim)
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 1 and "is a link" in again.output, again.output
+    assert victim.read_text() == "precious" and "Traceback" not in again.output
     bad = CliRunner().invoke(main, ["mechanism", "4", "--dataset", "synthetic", *sets,
                                     "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and "--alpha" in bad.output and "Traceback" not in bad.output
