@@ -90,6 +90,7 @@ import math
 import os
 import pathlib
 import re
+import stat
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -239,6 +240,23 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
     return None
 
 
+def run_directory_above(out: str | os.PathLike) -> pathlib.Path | None:
+    """The run directory that ``out`` is or lies inside, or None: a directory holding a
+    run's record (``outcome.json``, or ``config.json`` beside ``metrics.csv`` or
+    ``checkpoint.npz``: ``rfrs-ref train``'s), or one inside a store's ``runs/`` (a
+    folder beside ``provenance.json``, ``results.csv`` or ``runs.csv``)."""
+    p = pathlib.Path(out).resolve()
+    for d in (p, *p.parents):
+        if (d / OUTCOME).is_file() or ((d / "config.json").is_file()
+                                       and ((d / "metrics.csv").is_file()
+                                            or (d / "checkpoint.npz").is_file())):
+            return d
+        if d.parent.name == "runs" and any((d.parent.parent / n).is_file() for n in
+                                           ("provenance.json", f"{TABLE}.csv", f"{RUNS_TABLE}.csv")):
+            return d
+    return None
+
+
 def linked_entry(out: str | os.PathLike) -> pathlib.Path | None:
     """The first entry of the results directory ``out`` that a sweep or a plot would write
     through and that is a symbolic link, or None: ``runs/`` and each run directory in it,
@@ -287,9 +305,13 @@ class Store:
         return self.run_dir(key) / OUTCOME
 
     def read_outcome(self, key: str) -> dict | None:
-        """The recorded outcome of run ``key``, or None (absent or unreadable)."""
+        """The recorded outcome of run ``key``, or None (absent, unreadable, or not a regular
+        file: a FIFO or a device there would block the read or never end)."""
+        path = self.outcome_path(key)
         try:
-            return json.loads(self.outcome_path(key).read_text())
+            if not stat.S_ISREG(path.stat().st_mode):
+                return None
+            return json.loads(path.read_text())
         except (OSError, ValueError):
             return None
 

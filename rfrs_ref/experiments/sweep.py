@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import json
 import math
 import os
 import pathlib
@@ -57,6 +58,7 @@ from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
+                                          run_directory_above, _json_default,
                                           non_finite_metric, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
@@ -326,6 +328,12 @@ def run_sweep(
             raise ValueError(DASK_MISSING)
         workers = 0  # the default without Dask: one run after the other, here
     store = Store(out)
+    owner = run_directory_above(store.path)
+    if owner is not None:
+        # a run directory is cleared when its run starts again: a store inside one would go
+        # with it, and a store's files mixed into a run's are neither's
+        raise ValueError(f"{out} is inside the run directory {owner}; give a results directory "
+                         "of its own; nothing was run")
     started = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
@@ -377,7 +385,13 @@ def run_sweep(
         def flush():
             for k, spec in table_specs.items():
                 if k in outcomes and k not in rows:
-                    rows[k] = tidy_rows(spec, outcomes[k], key=k)
+                    try:
+                        rows[k] = tidy_rows(spec, outcomes[k], key=k)
+                    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                        raise ValueError(
+                            f"{store.outcome_path(k)}: not a run record the tables can read "
+                            f"({type(exc).__name__}: {exc}); move the run's directory away "
+                            "and the run is run again") from None
             report.table = frame_from_rows([r for k in table_specs if k in rows
                                             for r in rows[k]])
             write_table(report.table, store.path)
@@ -474,8 +488,12 @@ def _not_a_result(outcome: dict, ks) -> bool:
     """Whether ``outcome`` is recorded as finished but holds no result the tables count:
     no ``final``, or a metric that is not a finite number (a damaged or edited record)."""
     final = outcome.get("final")
-    return outcome.get("status") == "ok" and (not isinstance(final, dict)
-                                              or non_finite_metric(final, ks) is not None)
+    if outcome.get("status") != "ok":
+        return False
+    try:
+        return not isinstance(final, dict) or non_finite_metric(final, ks) is not None
+    except (AttributeError, KeyError, TypeError, ValueError):  # a record not of this form
+        return True
 
 
 def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> dict | None:
@@ -500,13 +518,20 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
             continue
         if _not_a_result(o, spec.config.ks):
             continue  # the tables would not count it as a result: run it here instead
-        copied = {n: v for n, v in o.items() if n not in ("key", "spec", "reused_from")}
+        # what a worker hands back beside the result ("files" to write into the run's
+        # directory) is not part of a record to copy: it would write them into ours
+        copied = {n: v for n, v in o.items() if n not in ("key", "spec", "reused_from", "files")}
         try:
             rounds = src.read_rounds(key)
         except ValueError:
             continue  # a damaged per-round summary: run it here instead of copying it
         if rounds and "rounds" not in copied:
             copied["rounds"] = rounds
+        try:  # a record the tables cannot read, or not strict JSON: run it here instead
+            tidy_rows(spec, copied, key=key)
+            json.dumps(copied, allow_nan=False, default=_json_default)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
         copied["reused_from"] = {"directory": os.path.relpath(src.path.resolve(), out.resolve()),
                                  "labels": dict(o["spec"].get("labels") or {})}
         return copied

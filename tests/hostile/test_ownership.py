@@ -476,3 +476,82 @@ def test_a_plot_that_draws_nothing_leaves_no_folder(tmp_path):
     res = invoke("plot", table, "--figure", "3")
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert not (tmp_path / "figures").exists()
+
+
+# -- records handed over by another results directory (--reuse-from) and one's own -------------
+
+def _source(tmp_path, tiny_sweep):
+    from rfrs_ref.experiments.spec import load_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    key = load_sweep(spec).runs[0].key
+    assert invoke("sweep", spec, "--out", tmp_path / "src", "--workers", 0, "--no-plot").exit_code == 0
+    return spec, key, tmp_path / "src" / "runs" / key / "outcome.json"
+
+
+def test_a_reused_record_never_writes_files_into_the_run_directory(tmp_path, tiny_sweep):
+    import json
+
+    spec, key, path = _source(tmp_path, tiny_sweep)
+    record = json.loads(path.read_text())
+    record["files"] = {"config.json": '{"evil": 1}', "state.npz": "junk", "..": "x"}
+    path.write_text(json.dumps(record))
+    res = invoke("sweep", spec, "--out", tmp_path / "d", "--workers", 0, "--no-plot",
+                 "--reuse-from", tmp_path / "src")
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "d" / "runs" / key
+    assert sorted(p.name for p in run.iterdir()) == ["outcome.json", "round_summary.json"]
+    assert "files" not in json.loads((run / "outcome.json").read_text())
+
+
+@pytest.mark.parametrize("edit", ["model_list", "no_popularity", "infinite_history"])
+def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep, edit):
+    import json
+
+    spec, key, path = _source(tmp_path, tiny_sweep)
+    record = json.loads(path.read_text())
+    if edit == "model_list":
+        record["final"]["model"] = [1, 2]
+    elif edit == "no_popularity":
+        del record["final"]["popularity"]
+    else:
+        record["history"][-1]["precision@1"] = float("inf")
+    path.write_text(json.dumps(record))
+    res = invoke("sweep", spec, "--out", tmp_path / "d", "--workers", 0, "--no-plot",
+                 "--reuse-from", tmp_path / "src")
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "reused_from" not in json.loads((tmp_path / "d" / "runs" / key / "outcome.json").read_text())
+
+
+def test_a_malformed_record_in_the_output_is_one_line_naming_it(tmp_path, tiny_sweep, refused):
+    import json
+
+    spec, key, path = _source(tmp_path, tiny_sweep)
+    record = json.loads(path.read_text())
+    del record["final"]["popularity"]
+    path.write_text(json.dumps(record))
+    refused(invoke("sweep", spec, "--out", tmp_path / "src", "--workers", 0, "--no-plot"),
+            str(path), "not a run record")
+
+
+def test_a_fifo_in_place_of_a_record_is_no_record(tmp_path, tiny_sweep):
+    spec, key, path = _source(tmp_path, tiny_sweep)
+    path.unlink()
+    os.mkfifo(path)
+    from rfrs_ref.experiments.results import Store
+
+    assert Store(tmp_path / "src").read_outcome(key) is None  # returns instead of blocking
+
+
+@pytest.mark.parametrize("where", ["store_run", "train_run"])
+def test_a_sweep_never_writes_inside_a_run_directory(tmp_path, tiny_sweep, where, refused):
+    spec, key, _ = _source(tmp_path, tiny_sweep)
+    if where == "store_run":
+        out = tmp_path / "src" / "runs" / key / "nested"
+    else:
+        assert invoke("train", *SMALL, "--rounds", 1, "--out", tmp_path / "run").exit_code == 0
+        out = tmp_path / "run" / "sweep"
+    refused(invoke("sweep", spec, "--out", out, "--workers", 0, "--no-plot"),
+            "inside the run directory", "nothing was run")
+    assert not out.exists()
