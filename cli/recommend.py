@@ -49,6 +49,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         config = TrainConfig.from_json(record["config"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise click.ClickException(f"{run / 'config.json'}: not a run's configuration ({exc})")
+    _check_data_files(run / "config.json", record.get("data_files"))
     state_path = run / "state.npz"
     if not state_path.is_file():
         try:
@@ -67,8 +68,8 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     trainer = _trainer(config, record)
     try:
         users, items = _checked_ids(run, trainer)
-    except (OSError, ValueError, KeyError) as exc:
-        raise click.ClickException(f"{run / 'ids.npz'}: unreadable ({exc})") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise click.ClickException(f"{run / 'ids.npz'}: unreadable ({_one_line(exc)})") from None
     where = np.flatnonzero(users == user)
     if where.size == 0:
         lo, hi = int(users.min()), int(users.max())
@@ -78,6 +79,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     from rfrs_ref.federated.trainer import first_non_finite
 
     try:
+        _check_state_headers(state_path, trainer)
         with np.load(state_path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
         theta, final_round = arrays["theta"], int(arrays["round"])
@@ -166,26 +168,115 @@ def _trainer(config, record):
     return trainer
 
 
+def _check_data_files(path: pathlib.Path, recorded) -> None:
+    """``data_files`` of a run's config.json: a list of ``{"file", "path", "sha256", ...}``
+    objects with string values (or, for data that a caller handed in, a string saying it is
+    unknown). Anything else is a one-line error naming config.json: the entries decide which
+    folder the data is read from and prove it the run's data, so a malformed one is never
+    skipped."""
+    if recorded is None or isinstance(recorded, str):
+        return
+    if not isinstance(recorded, list):
+        raise click.ClickException(f"{path}: data_files is {type(recorded).__name__} "
+                                   f"{_short(recorded)}, expected a list of files")
+    for i, f in enumerate(recorded):
+        bad = (not isinstance(f, dict)
+               or not all(isinstance(f.get(k), str) for k in ("file", "path", "sha256")))
+        if bad:
+            raise click.ClickException(
+                f"{path}: data_files[{i}] is {_short(f)}, expected an object with the strings "
+                "\"file\", \"path\" and \"sha256\"")
+
+
+def _short(value) -> str:
+    text = " ".join(json.dumps(value, default=str).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_state_headers(path: pathlib.Path, trainer) -> None:
+    """Refuse a ``state.npz`` holding an array this run's final state cannot hold, from the
+    arrays' .npy headers alone, before any array is read: an array of another name, or one
+    larger than the model's (θ and the optimiser's and rule's arrays have the model's
+    n_params values; a private array one row of at most the model's dimension per user;
+    ``round`` one value). So a file with a huge extra array is refused, not loaded."""
+    import numpy as np
+
+    D = trainer.model.n_params()
+    private_max = trainer.data.n_users * max(1, int(getattr(trainer.model, "dim", 1)))
+    limits = {name: D for name in (*trainer.optimizer.arrays,
+                                   *getattr(trainer.rule, "state_arrays", ()))}
+    limits["round"] = 1
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            limit = limits.get(name)
+            if limit is None and name.startswith("private_") and trainer.model.has_private:
+                limit = private_max
+            if limit is None:
+                raise ValueError(f"array {name!r} is no array of this run's final state")
+            with zf.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+            count = 1
+            for s in shape:
+                count *= int(s)
+            if dtype.hasobject or count > limit:
+                raise ValueError(f"array {name!r} is {dtype}{list(shape)}, more than the "
+                                 f"{limit} value(s) this run's final state holds there")
+
+
 def _ids(run: pathlib.Path, trainer):
+    """(user_ids, item_ids) of ids.npz, or None when the run has none (made before ids.npz
+    existed)."""
+    import numpy as np
+
+    path = run / "ids.npz"
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return z["user_ids"], z["item_ids"]
+
+
+def _checked_ids(run: pathlib.Path, trainer):
+    """The dataset's own user and item ids of the run's dense ids.
+
+    The mapping is a function of the data file, so it is computed from the dataset
+    (:func:`rfrs_ref.provenance.dataset_ids`); the run's ``ids.npz`` must hold exactly
+    those ids (integer arrays of the dataset's sizes, no id twice, equal element by
+    element). An ``ids.npz`` that differs is refused naming it: a user's list printed
+    under another user's id, or items labelled with ids that disagree with their names,
+    would be a wrong answer, not a damaged file."""
     import numpy as np
 
     from rfrs_ref.provenance import dataset_ids
 
     path = run / "ids.npz"
-    if path.is_file():
-        with np.load(path, allow_pickle=False) as z:
-            return z["user_ids"], z["item_ids"]
-    # a run made before ids.npz existed: the mapping is a function of the data file
-    return dataset_ids(trainer.config.dataset, trainer.data, trainer.config.data_dir)
-
-
-def _checked_ids(run: pathlib.Path, trainer):
-    users, items = _ids(run, trainer)
+    want_u, want_i = dataset_ids(trainer.config.dataset, trainer.data, trainer.config.data_dir)
+    stored = _ids(run, trainer)
+    if stored is None:
+        return want_u, want_i
+    users, items = stored
     if users.shape != (trainer.data.n_users,) or items.shape != (trainer.data.n_items,):
-        raise click.ClickException(f"{run / 'ids.npz'}: {users.size} users and {items.size} "
+        raise click.ClickException(f"{path}: {users.size} users and {items.size} "
                                    f"items, but the dataset has {trainer.data.n_users} and "
                                    f"{trainer.data.n_items}; the file is not this run's")
-    return users, items
+    for what, got, want in (("user_ids", users, want_u), ("item_ids", items, want_i)):
+        if got.dtype.kind not in "iu":
+            raise click.ClickException(f"{path}: {what} is {got.dtype}, expected integer ids "
+                                       "(the dataset's own ids); the file is not this run's")
+        if np.unique(got).size != got.size:
+            raise click.ClickException(f"{path}: {what} holds an id more than once; the file "
+                                       "is not this run's")
+        differ = np.flatnonzero(got != want)
+        if differ.size:
+            j = int(differ[0])
+            raise click.ClickException(
+                f"{path}: {what}[{j}] is {int(got[j])}, but the dataset's id there is "
+                f"{int(want[j])} ({differ.size} such); the file is not this run's")
+    return want_u, want_i
 
 
 def _names(config):

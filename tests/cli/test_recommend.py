@@ -177,3 +177,70 @@ def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch, d
     shutil.rmtree(data)
     res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])
     assert res.exit_code == 1 and "Traceback" not in res.output and "ml100k" in res.output
+
+
+def _copy_run(small_run, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(small_run, bad)
+    return bad
+
+
+@pytest.mark.parametrize("edit, message", [
+    # every user relabelled: user 0's list would be printed as "user 7"
+    (lambda d: d["user_ids"].__setitem__(slice(None), 7), "user_ids holds an id more than once"),
+    (lambda d: d.__setitem__("user_ids", d["user_ids"][::-1].copy()),
+     "user_ids[0] is 59, but the dataset's id there is 0"),
+    (lambda d: d.__setitem__("item_ids", d["item_ids"] + 0.5), "item_ids is float64, expected"),
+    (lambda d: d.__setitem__("user_ids", d["user_ids"].astype(str)), "user_ids is <U"),
+])
+def test_ids_npz_must_be_the_datasets_ids(small_run, tmp_path, edit, message):
+    bad = _copy_run(small_run, tmp_path)
+    d = dict(np.load(bad / "ids.npz"))
+    edit(d)
+    np.savez(bad / "ids.npz", **d)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert f"{bad / 'ids.npz'}: " in res.output and message in res.output
+    assert "not this run's" in res.output and " item " not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("data_files, message", [
+    ([1], "data_files[0] is 1, expected an object"),
+    ([{"file": "u.data", "path": "/x/u.data", "sha256": 5}], "data_files[0] is {"),
+    ({"file": "u.data"}, "data_files is dict"),
+])
+def test_malformed_data_files_are_one_line(small_run, tmp_path, data_files, message):
+    bad = _copy_run(small_run, tmp_path)
+    record = json.loads((bad / "config.json").read_text())
+    record["data_files"] = data_files
+    (bad / "config.json").write_text(json.dumps(record))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert f"{bad / 'config.json'}: " in res.output and message in res.output
+
+
+def test_state_with_an_extra_array_is_refused_before_it_is_read(small_run, tmp_path, monkeypatch):
+    bad = _copy_run(small_run, tmp_path)
+    arrays = dict(np.load(bad / "state.npz"))
+    np.savez(bad / "state.npz", **arrays, extra=np.zeros(10, np.float32))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "array 'extra' is no array of this run's final state" in res.output
+    # an array larger than the model's is refused from its header: never loaded
+    theta = arrays["theta"]
+    np.savez(bad / "state.npz", **{**arrays, "theta": np.zeros(theta.size * 4, theta.dtype)})
+    sizes = []
+    real_load = np.lib.format.read_array
+
+    def read_array(*a, **k):
+        out = real_load(*a, **k)
+        sizes.append(out.size)
+        return out
+
+    monkeypatch.setattr(np.lib.format, "read_array", read_array)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output
+    assert f"more than the {theta.size} value(s)" in res.output
+    assert theta.size * 4 not in sizes
