@@ -41,6 +41,15 @@ their publishers, while the members' are known (and are what matters).
 An optional file (item names) that fails verification is not installed; the
 dataset stays usable and a warning says so.
 
+Nothing is written through a symbolic link: when the dataset's folder
+(``<root>/<folder>``) or one of its files is a link, the install is refused
+before anything is downloaded, since a link would make the install replace
+files elsewhere (the folder it points to may be anyone's). The root itself may
+be a link (a data directory on another disk). Installed files get mode
+``0666`` less the process's umask (``0644`` under the usual ``022``), as any
+file the user creates, so a data directory can be shared; the temporary files
+are private (``0600``) until they are verified.
+
 Mirrors: with ``base_url`` (or the environment variable ``RFRS_DATA_MIRROR``)
 the URL of each source becomes ``<base_url>/<mirror_path>``, where
 ``mirror_path`` is in the manifest: ``ml-100k.zip``,
@@ -116,6 +125,13 @@ def _owner_tag() -> str:
     """``rfrs-<pid>@<host>``: who writes a temporary file, so that a later process can tell
     a file left by a killed download from one still being written."""
     return f"rfrs-{os.getpid()}@{socket.gethostname()}"
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _temp_in(folder: Path, name: str) -> tuple[Path, object]:
@@ -348,8 +364,16 @@ def install(
     """
     folder = Path(root) / m.folder
     url = m.source.url_for(base_url)
+    if folder.is_symlink():
+        raise DownloadError(f"cannot install into {folder}: it is a symbolic link (to "
+                            f"{os.readlink(folder)}); files are never written through a link, "
+                            "so replace it with a directory and try again", url=url)
     for spec in m.files:
         dest = folder / spec.name
+        if dest.is_symlink():
+            raise DownloadError(f"cannot install {dest}: it is a symbolic link (to "
+                                f"{os.readlink(dest)}); files are never written through a "
+                                "link, so remove it and try again", url=url, file=spec.name)
         if dest.is_dir() and not dest.is_symlink():
             raise DownloadError(f"cannot install {dest}: it is a directory; move it away and "
                                 "try again", url=url, file=spec.name)
@@ -406,8 +430,10 @@ def install(
                     archive.unlink(missing_ok=True)
             else:  # pragma: no cover - guarded by the manifest
                 raise ValueError(f"{m.name}: unknown source kind {m.source.kind!r}")
+            mode = 0o666 & ~_umask()
             for name, tmp in temps.items():
                 try:
+                    os.chmod(tmp, mode)  # mkstemp's 0600 would keep the data from other users
                     os.replace(tmp, folder / name)
                 except OSError as e:
                     raise DownloadError(f"cannot install {folder / name}: {e.strerror or e}",

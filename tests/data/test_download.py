@@ -160,3 +160,18 @@ def test_no_download_when_not_allowed(tmp_path):
 def test_fetch_synthetic_is_an_error():
     with pytest.raises(ValueError, match="generated"):
         fetch("synthetic")
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_installed_files_follow_the_umask(real, local_mirror, tmp_path, umask, mode):
+    """Installed files are 0666 less the umask, as any file the user creates (not mkstemp's
+    private 0600), so that a shared data directory can be read by everyone."""
+    import os
+
+    real("citeulike-a")
+    old = os.umask(umask)
+    try:
+        r = fetch("citeulike-a", tmp_path / "shared", base_url=local_mirror.base_url)
+    finally:
+        os.umask(old)
+    assert os.stat(r.folder / "users.dat").st_mode & 0o777 == mode

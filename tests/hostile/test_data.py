@@ -498,3 +498,37 @@ def test_file_unreadable_after_the_lookup(tmp_path):
     (folder / "users.dat").mkdir()  # as if replaced between lookup and reading
     with pytest.raises(DatasetNotFoundError, match="users.dat cannot be read: Is a directory"):
         load_folder(folder, manifest("citeulike-a"))
+
+
+def _file_mirror(data_dir: pathlib.Path, tmp_path: pathlib.Path) -> str:
+    """A ``file://`` mirror holding the real citeulike-a ``users.dat`` (no network)."""
+    src = data_dir / "citeulike-a" / "users.dat"
+    if not src.is_file():
+        pytest.skip("citeulike-a not under RFRS_DATA_DIR")
+    (tmp_path / "mirror" / "citeulike-a").mkdir(parents=True)
+    (tmp_path / "mirror" / "citeulike-a" / "users.dat").write_bytes(src.read_bytes())
+    return (tmp_path / "mirror").as_uri()
+
+
+@pytest.mark.parametrize("link", ["folder", "file"])
+def test_fetch_never_writes_through_a_symbolic_link(data_dir, tmp_path, link):
+    mirror = _file_mirror(data_dir, tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "users.dat").write_bytes(b"someone else's file\n")
+    root = tmp_path / "F"
+    if link == "folder":
+        root.mkdir()
+        (root / "citeulike-a").symlink_to(victim, target_is_directory=True)
+    else:
+        (root / "citeulike-a").mkdir(parents=True)
+        (root / "citeulike-a" / "users.dat").symlink_to(victim / "users.dat")
+    res = CliRunner().invoke(main, ["data", "fetch", "citeulike-a", "--data-dir", str(root),
+                                    "--force", "--mirror", mirror])
+    assert res.exit_code == 1
+    msg = one_line(res.output)
+    assert "is a symbolic link (to " in msg and "never written through a link" in msg
+    assert files_under(victim) == ["users.dat"]
+    assert (victim / "users.dat").read_bytes() == b"someone else's file\n"
+    linked = root / "citeulike-a" / ("" if link == "folder" else "users.dat")
+    assert linked.is_symlink()
