@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import shlex
 
 import numpy as np
 
@@ -74,15 +75,29 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
-def check_sha256(path: str, digest: str, accepted: tuple[str, ...], dataset: str) -> None:
-    """Raise DatasetFormatError when ``digest`` is not among the pinned ones."""
+def check_sha256(path: str, digest: str, accepted: tuple[str, ...], dataset: str,
+                 folder: str | None = None) -> None:
+    """Raise DatasetFormatError when ``digest`` is not among the pinned ones.
+
+    The message suggests the command that replaces the file where it lies: ``rfrs-ref
+    data fetch DATASET --force --data-dir ROOT``, ROOT being the directory that holds
+    the dataset's folder (``folder``, e.g. ``ml-100k``) when the file is in one. Without
+    ``--data-dir`` the fetch would install into the cache, while ``--data-dir`` and
+    ``RFRS_DATA_DIR`` are searched first: the damaged copy would still be the one read.
+    """
     if digest not in accepted:
+        here = os.path.dirname(os.path.abspath(path))
+        if folder is not None and os.path.basename(here) == folder:
+            fix = (f"replace it, e.g. `rfrs-ref data fetch {dataset} --force --data-dir "
+                   f"{shlex.quote(os.path.dirname(here))}`")
+        else:  # not in the dataset's own folder: a fetch cannot install it there
+            fix = (f"replace it with the published file (`rfrs-ref data fetch {dataset} "
+                   f"--data-dir DIR` installs one into DIR/{folder or dataset})")
         raise DatasetFormatError(
             path, None,
             f"sha256 {' or '.join(accepted)} (the published {dataset} file)",
             f"{digest}: the file parses but differs from the published one (damaged or "
-            "modified); replace it, e.g. `rfrs-ref data fetch "
-            f"{dataset} --force`, or load it with verify=False",
+            f"modified); {fix}, or load it with verify=False",
         )
 
 
@@ -168,7 +183,7 @@ def load_pairs(folder: str | os.PathLike, m: DatasetManifest, *, verify: bool = 
         check_line_count(path, table.first_line, table.values.shape[0], m.n_interactions,
                          "data lines")
         _check_counts(path, data, m)
-        check_sha256(path, digest, spec.sha256, m.name)
+        check_sha256(path, digest, spec.sha256, m.name, m.folder)
     return Loaded(data, user_ids, item_ids, digest)
 
 
@@ -206,7 +221,7 @@ def load_count_lists(
     if verify:
         check_line_count(path, 1, n_users, m.n_users, "lines")
         _check_counts(path, data, m)
-        check_sha256(path, digest, spec.sha256, m.name)
+        check_sha256(path, digest, spec.sha256, m.name, m.folder)
     ids_u = np.arange(n_users, dtype=np.int64)
     return Loaded(data, ids_u, np.arange(m.n_items, dtype=np.int64), digest)
 
@@ -235,7 +250,7 @@ def load_names(folder: str | os.PathLike, m: DatasetManifest, item_ids: np.ndarr
     if not os.path.isfile(path):
         return None
     if verify:
-        check_sha256(path, sha256_file(path), spec.sha256, m.name)
+        check_sha256(path, sha256_file(path), spec.sha256, m.name, m.folder)
     if m.format == "user_artists":
         names = read_names(path, separator="\t", encoding="utf-8",
                            header="id\tname\turl\tpictureURL")

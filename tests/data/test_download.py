@@ -175,3 +175,30 @@ def test_installed_files_follow_the_umask(real, local_mirror, tmp_path, umask, m
     finally:
         os.umask(old)
     assert os.stat(r.folder / "users.dat").st_mode & 0o777 == mode
+
+
+def test_checksum_error_suggests_the_fetch_that_replaces_the_copy_read(
+        real, local_mirror, tmp_path, monkeypatch):
+    """A modified file under RFRS_DATA_DIR: the suggested command must replace that copy
+    (a fetch into the cache would leave the copy searched first, and the error, as it is)."""
+    import re
+    import shlex
+
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.main import main
+    from rfrs_ref.data import DatasetFormatError
+
+    raw = (real("ml100k") / "u.data").read_bytes()
+    shared = tmp_path / "shared data"  # a space: the suggested command quotes the path
+    (shared / "ml-100k").mkdir(parents=True)
+    (shared / "ml-100k" / "u.data").write_bytes(raw[:-2] + b"\n")  # parses, counts agree
+    monkeypatch.setenv("RFRS_DATA_DIR", str(shared))
+    with pytest.raises(DatasetFormatError) as err:
+        load_dataset("ml100k", download=False)
+    command = re.search(r"`(rfrs-ref data fetch [^`]*)`", str(err.value)).group(1)
+    assert f"--data-dir {shlex.quote(str(shared))}" in command
+    args = shlex.split(command)[1:] + ["--mirror", local_mirror.base_url]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert load_dataset("ml100k", download=False).n_interactions == 100_000
