@@ -128,7 +128,16 @@ def _owner_tag() -> str:
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it and restoring it at once)."""
+    """The process's umask: from /proc/self/status where Linux gives it (reading it
+    changes nothing), else by setting it and restoring it at once (a file another thread
+    creates in between would get 022)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
