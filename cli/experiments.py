@@ -184,7 +184,7 @@ def _recorded(report, finished: str) -> str:
     return (f"{done} {finished}, "
             + (f"{report.kept_failed} failed before (not retried), " if report.kept_failed else "")
             + (f"{report.not_finite} recorded as finished with a metric that is not a finite "
-               "number (shown as failed), " if report.not_finite else ""))
+               "number in [0, 1] (shown as failed), " if report.not_finite else ""))
 
 
 def _report(report, started: float, progress: _Progress, after: str = "tables") -> None:

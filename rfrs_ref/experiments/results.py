@@ -558,8 +558,8 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
             # not shown as a result: no row may read like a normal number, and no mean may
             # silently leave it out
             base["status"] = "failed"
-            base["error"] = (f"outcome.json records {bad[0]} = {bad[1]!r}, not a finite number; "
-                             "the run's metrics are left out of the tables")
+            base["error"] = (f"outcome.json records {bad[0]} = {bad[1]!r}, not a finite number "
+                             "in [0, 1]; the run's metrics are left out of the tables")
             return [{**base, "k": None, "metric": None, "value": None}]
     if outcome.get("status") != "ok" or not final:
         return [{**base, "k": None, "metric": None, "value": None}]
@@ -584,10 +584,15 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
     return rows
 
 
+#: a metric (precision, recall, NDCG, HR, MRR@K) lies in [0, 1]; NDCG's ratio may round a
+#: hair above 1
+METRIC_MAX = 1.0 + 1e-9
+
+
 def non_finite_metric(final: Mapping, ks) -> tuple[str, object] | None:
     """(name, value) of the first metric of a finished run's ``final`` that is recorded but is
-    not a finite number (NaN, ±inf, text), or None. A metric not recorded at all (a run made
-    before it existed) is not one: the tables show it empty."""
+    not a finite number in [0, 1] (NaN, ±inf, text, 7.5, −3), or None. A metric not recorded
+    at all (a run made before it existed) is not one: the tables show it empty."""
     parts = [("", final.get("model") or {}), ("popularity ", final.get("popularity") or {})]
     valid = final.get("valid") or {}
     parts += [("valid ", valid.get("model") or {}), ("valid popularity ", valid.get("popularity") or {})]
@@ -597,7 +602,8 @@ def non_finite_metric(final: Mapping, ks) -> tuple[str, object] | None:
                 v = source.get(f"{name}@{k}")
                 if v is None:
                     continue
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                        or not 0.0 <= v <= METRIC_MAX):
                     return f"{prefix}{name}@{k}", v
     return None
 

@@ -486,7 +486,8 @@ def run_sweep(
 
 def _not_a_result(outcome: dict, ks) -> bool:
     """Whether ``outcome`` is recorded as finished but holds no result the tables count:
-    no ``final``, or a metric that is not a finite number (a damaged or edited record)."""
+    no ``final``, or a metric that is not a finite number in [0, 1] (a damaged or edited
+    record)."""
     final = outcome.get("final")
     if outcome.get("status") != "ok":
         return False

@@ -170,7 +170,7 @@ def _summary_row(sweep_dir, metric, k):
     return s[(s["metric"] == metric) & (s["k"] == k)].iloc[0]
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.3"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.3", 7.5, -3.0])
 def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, value):
     # once: the run stayed "ok"; its NaN was dropped from the mean while n still counted it
     # ("0.2000", trials 2), its inf was shown as the mean ("inf")

@@ -505,7 +505,8 @@ def test_a_reused_record_never_writes_files_into_the_run_directory(tmp_path, tin
     assert "files" not in json.loads((run / "outcome.json").read_text())
 
 
-@pytest.mark.parametrize("edit", ["model_list", "no_popularity", "infinite_history"])
+@pytest.mark.parametrize("edit", ["model_list", "no_popularity", "infinite_history",
+                                  "metric_out_of_range"])
 def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep, edit):
     import json
 
@@ -515,6 +516,8 @@ def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep,
         record["final"]["model"] = [1, 2]
     elif edit == "no_popularity":
         del record["final"]["popularity"]
+    elif edit == "metric_out_of_range":  # finite, but no precision
+        record["final"]["model"]["precision@1"] = 7.5
     else:
         record["history"][-1]["precision@1"] = float("inf")
     path.write_text(json.dumps(record))
