@@ -1272,8 +1272,6 @@ def write_case(root: pathlib.Path, case: Case) -> None:
 def export(directory, only: Iterable[str] | None = None) -> list[str]:
     """Write every case under ``directory`` (created; case folders replaced) and
     ``index.json``. Returns the case names. Same bytes on every export on one machine."""
-    from rfrs_ref import __version__
-
     root = pathlib.Path(directory)
     # A directory prepared by someone else may hold links: a family folder linked
     # elsewhere would have a case folder there removed and rewritten, a linked

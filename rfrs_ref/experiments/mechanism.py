@@ -33,7 +33,6 @@ Byzantine client, constant ranks) is NaN (an empty cell of the CSV).
 from __future__ import annotations
 
 import math
-import os
 import pathlib
 from typing import Callable, Sequence
 
@@ -247,12 +246,7 @@ def plot_mechanism(frames: dict, stem: pathlib.Path, title: str = "") -> list[pa
     fig.tight_layout()
     stem = pathlib.Path(stem)
     path = stem.parent / f"{stem.name}.png"  # the stem may hold dots (a0.4)
-    for p in (stem.parent, path):
-        if p.is_symlink():  # written into the folder given, never through a link
-            plt.close(fig)
-            raise ValueError(f"{p} is a link (to {os.readlink(p)}): the plot is written into "
-                             "the folder given, never through a link; remove it or give "
-                             "another --out")
+    plots.refuse_linked(fig, stem.parent, path)
     stem.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -69,6 +69,18 @@ def _style(name: str, i: int):
     return _FALLBACK[i % len(_FALLBACK)], "v"
 
 
+def refuse_linked(fig, *paths: pathlib.Path) -> None:
+    """Raise ValueError (closing ``fig``, writing nothing) when any of ``paths`` (a figure's
+    folder and files) is a symbolic link: a figure is written into the folder it is given,
+    never through a link to a file or folder elsewhere."""
+    for p in paths:
+        if p.is_symlink():
+            _pyplot().close(fig)
+            raise ValueError(f"{p} is a link (to {os.readlink(p)}): figures are written into "
+                             "the folder given, never through a link; remove it or give "
+                             "another folder")
+
+
 def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
     """Write ``stem.png`` and ``stem.pdf``; close the figure.
 
@@ -78,12 +90,7 @@ def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
     plt = _pyplot()
     stem = pathlib.Path(stem)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    for p in (stem.parent, *paths):
-        if p.is_symlink():
-            plt.close(fig)
-            raise ValueError(f"{p} is a link (to {os.readlink(p)}): figures are written into "
-                             "the folder given, never through a link; remove it or give "
-                             "another folder")
+    refuse_linked(fig, stem.parent, *paths)
     stem.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")

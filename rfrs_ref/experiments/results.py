@@ -445,6 +445,17 @@ def _outcome_text(record: dict) -> str:
     return json.dumps(record, indent=1, allow_nan=False, default=_json_default) + "\n"
 
 
+def recordable(spec: RunSpec, outcome: dict, key: str) -> bool:
+    """Whether ``outcome`` is a record the tables can read (:func:`tidy_rows`) and a store can
+    write (strict JSON): a record handed over from elsewhere that is not is not taken."""
+    try:
+        tidy_rows(spec, outcome, key=key)
+        _outcome_text(outcome)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
 def _json_default(o):
     if isinstance(o, np.generic):
         return o.item()

@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import math
 import os
 import pathlib
@@ -58,7 +57,7 @@ from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
-                                          run_directory_above, _json_default,
+                                          recordable, run_directory_above,
                                           non_finite_metric, store_lock, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
@@ -528,11 +527,8 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
             continue  # a damaged per-round summary: run it here instead of copying it
         if rounds and "rounds" not in copied:
             copied["rounds"] = rounds
-        try:  # a record the tables cannot read, or not strict JSON: run it here instead
-            tidy_rows(spec, copied, key=key)
-            json.dumps(copied, allow_nan=False, default=_json_default)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            continue
+        if not recordable(spec, copied, key):
+            continue  # the tables could not read it, or it is not strict JSON: run it here
         copied["reused_from"] = {"directory": os.path.relpath(src.path.resolve(), out.resolve()),
                                  "labels": dict(o["spec"].get("labels") or {})}
         return copied
