@@ -241,6 +241,42 @@ def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
     assert meta["params"]["rule"] == "krum" and out["opt_tau"] > 0
 
 
+
+def test_attack_cases_do_not_hang_on_ties_that_rounding_decides(exported):
+    """An attack case's outputs must not depend on the last bits of another implementation's
+    sums: identical Byzantine uploads tie in a rule's scores (equal nᵢ makes the tie harmless),
+    and every step the optimal attacks' search accepts raises the objective by far more than
+    float32 rounding (on the old cases, Krum's float32 scores of the identical rows broke the
+    tie by rounding and the search ran to τ ≈ 5e6, where the objective is flat to 1e-8)."""
+    from rfrs_ref.attack import optimal
+
+    for entry in _index(exported):
+        if entry["kind"] != "attack":
+            continue
+        meta, inp, _ = golden.load_case(exported / entry["name"])
+        byz = inp["byzantine"]
+        assert (inp["n_samples"][byz] == inp["n_samples"][byz][0]).all(), entry["name"]
+        if meta["params"]["attack"] not in ("opt-ipm", "opt-alie"):
+            continue
+        values = []
+        search = optimal.line_search
+
+        def traced(objective, *args, **kwargs):
+            return search(lambda tau: values.append(objective(tau)) or values[-1], *args, **kwargs)
+
+        optimal.line_search = traced
+        try:
+            golden.compute_attack(inp, meta["params"], "numpy")
+        finally:
+            optimal.line_search = search
+        best = values[0]
+        for y in values[1:]:
+            if y > best:
+                assert y - best > 1e-4 * abs(best), (entry["name"], values)
+                best = y
+            else:
+                assert best - y > 1e-4 * abs(best), (entry["name"], values)
+
 def test_federated_trace_excludes_the_noisy_uploads(exported):
     _, _, out = golden.load_case(exported / "federated/adam-trmean-parameter-noise-f64")
     for t in (1, 2, 3):
