@@ -60,7 +60,9 @@ Sweep files (TOML)
   hyperparameters in ``pre_params``.
 - ``kind = "capture"`` (top level) makes every run a capture run.
 - Runs are ordered as the axes are written, the last axis varying fastest,
-  trials innermost. Two runs of a sweep with the same key are an error.
+  trials innermost. Two runs of a sweep with the same key are an error, and so
+  are two values of one axis with the same label (the tables and figures tell
+  the runs apart by their labels) and more than ``MAX_RUNS`` runs.
 
 A sweep file is hostile input. Before any run is built, every key is checked
 (unknown keys are errors naming the closest known one) and every value against
@@ -101,6 +103,11 @@ PARAM_FIELDS = ("dataset_params", "model_params", "optimizer_params", "defense_p
                 "attack_params", "pre_params")
 
 KEY_LENGTH = 16
+
+#: the most runs one sweep may hold (trials × the product of the axes' lengths); counted
+#: before any run is built, so that ``trials = 9223372036854775807`` is one line, not a
+#: MemoryError
+MAX_RUNS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +509,7 @@ class Axis:
         """(label, fields, where) of each value; ``where`` names each field's place in a
         sweep file (``axes.rounds[1]``, ``axes.method[0].defense``) for messages."""
         out = []
+        seen: dict[str, int] = {}
         is_field = self.name in CONFIG_FIELDS or self.name == "preset"
         for i, v in enumerate(self.values):
             here = f"axes.{self.name}[{i}]"
@@ -520,6 +528,15 @@ class Axis:
                     f"axes.{self.name} is not a configuration field"
                     f"{_suggest(self.name, ('preset', *CONFIG_FIELDS))}, so its values must "
                     f"be tables of fields; got {_show(v)} at {here}")
+            # the label is what tells the runs of this axis apart in the tables and figures:
+            # two values with one label would be drawn and summarised as one series
+            label = out[-1][0]
+            if label in seen:
+                raise ValueError(
+                    f"{here} has the label {_show(label)} of axes.{self.name}[{seen[label]}]; "
+                    "the values of an axis need distinct labels (the tables and figures "
+                    "tell the runs apart by them)")
+            seen[label] = i
         return out
 
 
@@ -624,6 +641,9 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
         trials = doc["trials"]
         if not _is_int(trials) or trials < 1:
             raise ValueError(f"trials must be a positive integer, got {_show(trials)}")
+        if trials > MAX_RUNS:
+            raise ValueError(f"trials must be at most {MAX_RUNS:,} (the most runs a sweep may "
+                             f"hold), got {_show(trials)}")
         seeds = list(range(trials))
     else:
         seed = base.get("seed", 0)
@@ -633,6 +653,10 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
     if "data_dir" in base:
         base["data_dir"] = confine(base["data_dir"], folder, "base.data_dir")
     axes = []
+    count = len(seeds)
+    if count > MAX_RUNS:
+        raise ValueError(f"seeds must list at most {MAX_RUNS:,} seeds (the most runs a sweep "
+                         f"may hold), got {count:,}")
     for axis_name, values in doc.get("axes", {}).items():
         if axis_name == "seed":
             raise ValueError("axes.seed: use trials = N or seeds = [...] rather than an axis "
@@ -640,6 +664,11 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
         if not isinstance(values, list) or not values:
             raise ValueError(f"axes.{axis_name} must be a non-empty list, got {_show(values)}")
         values = list(values)
+        count *= len(values)
+        if count > MAX_RUNS:
+            raise ValueError(f"the sweep holds more than {MAX_RUNS:,} runs (trials × the "
+                             f"lengths of the axes, counted up to axes.{axis_name}); split it "
+                             "into several sweep files")
         for i, v in enumerate(values):
             if axis_name == "data_dir":
                 values[i] = confine(v, folder, f"axes.data_dir[{i}]")

@@ -169,6 +169,17 @@ def test_relative_data_dir_is_resolved_against_the_sweep_folder(tmp_path):
     ('[axes]\nmethod = ["krum"]', "axes.method is not a configuration field"),
     ('[axes]\noptimizer = ["sgd"]\n[base]\noptimizer_params = { beta2 = 0.9 }',
      "base.optimizer_params.beta2: optimizer 'sgd' has no hyperparameter"),
+    # a count too large to build is refused before any run is (it was a MemoryError)
+    ("trials = 9223372036854775807", "trials must be at most 100,000"),
+    ("trials = 400\n[axes]\nrounds = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+     "init_scale = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, "
+     "1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 2.6]",
+     "the sweep holds more than 100,000 runs"),
+    # two values of an axis with one label are two configurations drawn as one series
+    ('[axes]\nm = [{ label = "a", rounds = 2 }, { label = "a", rounds = 3 }]',
+     'axes.m[1] has the label "a" of axes.m[0]'),
+    ('[axes]\nm = [{ label = "1", rounds = 2 }, { label = 1, rounds = 3 }]',
+     'axes.m[1] has the label "1" of axes.m[0]'),
 ])
 def test_every_value_is_checked_before_anything_runs(workdir, body, message):
     (workdir / "grid.toml").write_text(body + "\n")
