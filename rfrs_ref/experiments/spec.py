@@ -677,9 +677,12 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
                                                       f"axes.{axis_name}[{i}].data_dir")}
         axes.append(Axis(axis_name, tuple(values)))
     runs = expand(base, axes, seeds=seeds, kind=kind)
+    from rfrs_ref.experiments.sweep import check_feasible
+
     for run in runs:
         try:
             run.config.resolved()
+            check_feasible(run.config)  # ks within the items, the rule's n and f
         except (ValueError, TypeError, KeyError) as exc:
             what = ", ".join(f"{k} {v}" for k, v in run.labels.items()) or "every run"
             msg = exc.args[0] if exc.args else exc

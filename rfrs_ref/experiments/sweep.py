@@ -186,6 +186,32 @@ def _round_size(c) -> tuple[int, int, int]:
     return clients_per_round(users, c.client_fraction), D, items
 
 
+def check_feasible(config) -> None:
+    """ValueError, with the trainer's own message, when a run would stop before its first
+    round: a K of ``ks`` above the dataset's number of items, or a rule whose precondition
+    on n and f fails (Krum's n > 2f + 2...; see ``trainer.check_rule_precondition``).
+
+    The trainer makes the same checks once its data are loaded; this one takes the counts
+    from the dataset's manifest (the generator's parameters for synthetic data), so that a
+    sweep refuses such a run before anything is written. A dataset whose size is not
+    known here is left to the trainer.
+    """
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.aggregate.pre import build as with_pre
+    from rfrs_ref.federated.config import _rule_name
+    from rfrs_ref.federated.trainer import check_rule_precondition
+    from rfrs_ref.metrics import check_ks
+
+    c = config.resolved()
+    try:
+        users, items = _dataset_size(c)
+    except (KeyError, LookupError, ValueError, TypeError, OSError, ImportError):
+        return
+    check_ks(c.ks, items)
+    rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
+    check_rule_precondition(rule, c, users)
+
+
 def _dataset_size(c) -> tuple[int, int]:
     if c.dataset == "synthetic":
         from rfrs_ref.data import DATASETS
@@ -313,6 +339,8 @@ def run_sweep(
     for i, spec in enumerate(runs):
         try:
             spec.config.resolved()
+            if run:
+                check_feasible(spec.config)  # a run that would stop before its first round
         except (ValueError, KeyError, TypeError) as exc:
             invalid.append(f"run {i} ({dict(spec.labels)}, seed {spec.config.seed}): {exc}")
     if invalid:

@@ -294,22 +294,7 @@ class Trainer:
         """Every round samples the same n clients and assumes the same f, so a rule
         whose precondition fails (and which would raise rather than fall back) fails
         here, before anything is written, instead of in round 1."""
-        from rfrs_ref.aggregate import PreconditionError
-
-        c = self.config
-        if getattr(self.rule, "fallback", "error") != "error" or c.assumed_byzantine == "exact":
-            # with "exact", f is each round's true count: the rule's check runs in the round
-            return
-        n = clients_per_round(self.data.n_users, c.client_fraction)
-        f = assumed_byzantine(c.assumed_byzantine, n)
-        try:
-            self.rule.check(n, f)
-        except PreconditionError as exc:
-            raise PreconditionError(
-                exc.rule, n, f, exc.condition,
-                detail=f"each round samples n = {n} of the {self.data.n_users} clients at client "
-                       f"fraction {c.client_fraction} and assumes f = {f} Byzantine at assumed "
-                       f"fraction {c.assumed_byzantine}") from None
+        check_rule_precondition(self.rule, self.config, self.data.n_users)
 
     # -- state ----------------------------------------------------------------------
     def initial_state(self) -> tuple[dict[str, np.ndarray], dict | None]:
@@ -538,6 +523,33 @@ class Trainer:
         if self.targets is not None:
             final["target_items"] = self.targets.tolist()
         return final
+
+
+def check_rule_precondition(rule, config: TrainConfig, n_users: int) -> None:
+    """PreconditionError (naming n, f and where they come from) when ``rule`` (built from
+    the resolved ``config``) cannot aggregate the n = clients_per_round(n_users, e)
+    uploads of a round with the f = floor(α_assumed · n) Byzantine clients it assumes.
+
+    Every round samples the same n and assumes the same f, so this holds for every
+    round or for none. Not checked (the round checks, or falls back): a rule whose
+    ``fallback`` is not ``error``, and ``assumed_byzantine = "exact"``.
+    """
+    from rfrs_ref.aggregate import PreconditionError
+
+    c = config
+    if getattr(rule, "fallback", "error") != "error" or c.assumed_byzantine == "exact":
+        # with "exact", f is each round's true count: the rule's check runs in the round
+        return
+    n = clients_per_round(n_users, c.client_fraction)
+    f = assumed_byzantine(c.assumed_byzantine, n)
+    try:
+        rule.check(n, f)
+    except PreconditionError as exc:
+        raise PreconditionError(
+            exc.rule, n, f, exc.condition,
+            detail=f"each round samples n = {n} of the {n_users} clients at client "
+                   f"fraction {c.client_fraction} and assumes f = {f} Byzantine at assumed "
+                   f"fraction {c.assumed_byzantine}") from None
 
 
 def state_checksums(state: dict[str, np.ndarray]) -> dict[str, str]:

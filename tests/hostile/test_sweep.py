@@ -180,6 +180,12 @@ def test_relative_data_dir_is_resolved_against_the_sweep_folder(tmp_path):
      'axes.m[1] has the label "a" of axes.m[0]'),
     ('[axes]\nm = [{ label = "1", rounds = 2 }, { label = 1, rounds = 3 }]',
      'axes.m[1] has the label "1" of axes.m[0]'),
+    # runs that would stop before their first round (they were recorded as failed runs)
+    ("[base]\nks = [1001]", "K must be an integer in 1..1000 (the number of items), got 1001"),
+    ('[base]\ndataset = "ml100k"\nks = [1, 1683]', "K must be an integer in 1..1682"),
+    ('[base]\ndataset_params = { n_users = 40, n_items = 50 }\nclient_fraction = 0.2\n'
+     'defense = "krum"\nattack = "ascent"\n[axes]\nbyzantine_fraction = [0.2, 0.45]',
+     "krum needs n > 2f + 2, but n=8 and f=3"),
 ])
 def test_every_value_is_checked_before_anything_runs(workdir, body, message):
     (workdir / "grid.toml").write_text(body + "\n")
@@ -217,3 +223,27 @@ def test_reproduce_overrides_are_checked_before_anything_is_written(workdir):
     assert res.output.strip().splitlines()[-1] == \
         'Error: override: rounds must be a positive integer, got "ten"'
     assert not (workdir / "o").exists()
+
+
+def test_a_run_that_cannot_start_is_refused_before_anything_is_written(tmp_path):
+    """The library's sweep (and so ``reproduce``) checks each run's K and its rule's n and f
+    against the dataset's size before it writes anything, as the trainer would in each run."""
+    from rfrs_ref.experiments.spec import make_config
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    fields = {"dataset": "synthetic", "dataset_params": {"n_users": 40, "n_items": 50},
+              "client_fraction": 0.2, "rounds": 1, "attack": "ascent"}
+    fine = make_config({**fields, "byzantine_fraction": 0.2, "defense": "krum"})
+    krum = make_config({**fields, "byzantine_fraction": 0.45, "defense": "krum"})
+    with pytest.raises(ValueError, match=r"(?s)nothing was run:.*krum needs n > 2f \+ 2, but n=8"):
+        run_sweep([fine, krum], tmp_path / "out", workers=0)
+    big_k = make_config({**fields, "ks": (5, 51)})
+    with pytest.raises(ValueError, match="(?s)nothing was run:.*got 51"):
+        run_sweep([big_k], tmp_path / "out", workers=0)
+    assert not (tmp_path / "out").exists()
+    # with a fallback the rule never refuses a round: such a run is not refused either
+    fallback = make_config({**fields, "byzantine_fraction": 0.45, "defense": "krum",
+                            "defense_params": {"fallback": "reduce-f"}})
+    from rfrs_ref.experiments.sweep import check_feasible
+
+    check_feasible(fallback)
