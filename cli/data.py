@@ -79,8 +79,19 @@ def data() -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Dataset cache directory.")
 def list_(data_dir, cache_dir) -> None:
-    """Every dataset with its size and where it is found."""
-    from rfrs_ref.data import DATASETS, DatasetNotFoundError, Synthetic, locate, manifests
+    """Every dataset with its size and where it is found.
+
+    A copy found is shown by its folder only when the sha256 of each of its required
+    files is the published one; otherwise the row says ``damaged:`` and which file
+    differs (a run would refuse that copy)."""
+    from rfrs_ref.data import (
+        DATASETS,
+        DatasetNotFoundError,
+        Synthetic,
+        locate,
+        manifests,
+        verify_folder,
+    )
 
     rows = [("name", "users", "items", "interactions", "location")]
     real = manifests()
@@ -90,6 +101,10 @@ def list_(data_dir, cache_dir) -> None:
             try:
                 where = locate(name, data_dir, cache_dir=cache_dir)
                 shown = str(where) if where is not None else "not present"
+                problems = verify_folder(where, m) if where is not None else []
+                if problems:
+                    shown = (f"damaged: {'; '.join(problems)} (`rfrs-ref data fetch {name} "
+                             f"--data-dir {where.parent} --force` installs a fresh copy)")
             except DatasetNotFoundError as e:
                 shown = f"unreadable: {e}"
             rows.append((name, _n(m.n_users), _n(m.n_items), _n(m.n_interactions), shown))

@@ -248,6 +248,25 @@ def test_data_list_shows_an_unreadable_copy(tmp_path):
     assert "unreadable" in row and "symbolic link loop" in row
 
 
+def test_data_list_never_shows_a_damaged_copy_as_found(tmp_path, data_dir):
+    import shutil
+
+    shutil.copytree(data_dir / "ml-100k", tmp_path / "ml-100k")
+    listing = CliRunner().invoke(main, ["data", "list", "--data-dir", str(tmp_path)],
+                                 catch_exceptions=False)
+    row = next(line for line in listing.output.splitlines() if line.startswith("ml100k"))
+    assert row.endswith(str(tmp_path / "ml-100k")), row  # a sound copy: its folder
+    with open(tmp_path / "ml-100k" / "u.data", "r+b") as fh:  # one byte changed
+        first = fh.read(1)
+        fh.seek(0)
+        fh.write(b"9" if first != b"9" else b"8")
+    res = CliRunner().invoke(main, ["data", "list", "--data-dir", str(tmp_path)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if line.startswith("ml100k"))
+    assert "damaged" in row and "u.data: sha256" in row and "--force" in row, row
+
+
 # -- missing dataset without network -----------------------------------------------------------
 def test_missing_dataset_without_network_says_where_and_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("RFRS_DATA_DIR", str(tmp_path / "env"))
