@@ -79,6 +79,14 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
         raise click.BadParameter(f"{', '.join(unknown)}: not a series of figure {fig.id}; "
                                  f"series: {', '.join(known)}", param_hint="--series")
     runs = [r for r in runs if not series or r.labels["series"] in series]
+    from rfrs_ref.experiments.sweep import check_feasible
+
+    for r in runs:  # every series can start (K, the rule's n and f) before any is measured
+        try:
+            check_feasible(r.config)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(f"{r.labels['series']}: {exc}; nothing was measured "
+                                       "or written") from None
     out = pathlib.Path(out)
     lock = shared_hold(out)
     try:

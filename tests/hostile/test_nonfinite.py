@@ -53,6 +53,19 @@ def test_mechanism_stops_at_the_divergence_and_says_so(tmp_path):
     assert "No defense at round 11 (non-finite server state" in summary
 
 
+def test_mechanism_checks_every_series_before_measuring_any(tmp_path):
+    # at client fraction 0.03 each round samples 3 of the 100 clients: enough for the mean,
+    # not for Krum; the command once measured and wrote No defense, then stopped at Krum
+    out = tmp_path / "mech"
+    res = invoke("mechanism", "4", "--dataset", "synthetic", "--alpha", 0.4, "--rounds", 2,
+                 "--set", "client_fraction=0.03",
+                 "--set", 'dataset_params={"n_users": 100, "n_items": 120}', "--out", out)
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert res.output.strip().splitlines() == [res.output.strip().splitlines()[-1]]
+    assert "Krum: krum needs n > 2f + 2" in res.output and "nothing was measured" in res.output
+    assert not out.exists()
+
+
 def test_measure_run_raises_diverged_with_the_rows_before_it(tmp_path):
     from rfrs_ref.experiments.mechanism import measure_run
     from rfrs_ref.experiments.spec import RunSpec
