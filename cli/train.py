@@ -152,6 +152,13 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         except (ValueError, KeyError, TypeError) as exc:
             raise click.ClickException(_one_line(exc)) from None
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
+        from rfrs_ref.experiments.results import run_directory_above
+
+        owner = run_directory_above(run_dir.resolve().parent)
+        if owner is not None:
+            # a run directory is its run's: a sweep clears it when the run starts again
+            raise click.UsageError(f"--out {run_dir} lies inside the run directory {owner}; "
+                                   "give a directory outside any run's")
 
     if trace_path:
         _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
@@ -184,6 +191,13 @@ def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) ->
     if hit is not None:
         raise click.UsageError(f"--trace {trace} is one of the run's own files ({hit}); "
                                f"give a file of another name, e.g. {run_dir / 'trace.jsonl'}")
+    from rfrs_ref.experiments.results import run_directory_above
+
+    owner = run_directory_above(target.parent)
+    if owner is not None and owner != run_dir.resolve():
+        # another run's directory is that run's (a sweep clears it when the run starts again)
+        raise click.UsageError(f"--trace {trace} lies in the directory of another run, "
+                               f"{owner}; give a file outside it, or in {run_dir}")
 
 
 def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) -> None:

@@ -332,6 +332,22 @@ def test_train_refuses_a_directory_holding_a_run(run_copy):
     assert snapshot(run_copy) == before
 
 
+def test_train_never_writes_into_another_runs_directory(run_copy, tmp_path):
+    # a run directory is its run's: a run or a trace nested in it was once written there
+    before = snapshot(run_copy)
+    assert_refused(invoke("train", *SMALL, "--rounds", 1, "--out", run_copy / "nested"),
+                   f"--out {run_copy / 'nested'}", f"inside the run directory {run_copy}")
+    assert_refused(invoke("train", *SMALL, "--rounds", 1, "--out", tmp_path / "mine",
+                          "--trace", run_copy / "t.jsonl"),
+                   "--trace", f"directory of another run, {run_copy}")
+    assert snapshot(run_copy) == before
+    assert not (tmp_path / "mine").exists()
+    # a trace in the run's own directory is still fine
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", tmp_path / "mine",
+                 "--trace", tmp_path / "mine" / "t.jsonl")
+    assert res.exit_code == 0, res.output
+
+
 # -- 4. options that conflict ------------------------------------------------------------------
 @pytest.mark.parametrize("args, needles", [
     (["--preset", "no-defense", "--defense", "krum"], ["--preset no-defense", "--defense krum"]),
