@@ -95,7 +95,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from rfrs_ref.experiments.spec import RunSpec
+from rfrs_ref.experiments.spec import KEY_LENGTH, RunSpec
 from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 
 OUTCOME = "outcome.json"
@@ -243,18 +243,24 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
 def run_directory_above(out: str | os.PathLike) -> pathlib.Path | None:
     """The run directory that ``out`` is or lies inside, or None: a directory holding a
     run's record (``outcome.json``, or ``config.json`` beside ``metrics.csv`` or
-    ``checkpoint.npz``: ``rfrs-ref train``'s), or one inside a store's ``runs/`` (a
-    folder beside ``provenance.json``, ``results.csv`` or ``runs.csv``)."""
+    ``checkpoint.npz``: ``rfrs-ref train``'s), or a store's run directory: named by a run
+    key (16 hex digits) inside a ``runs/`` beside ``provenance.json``, ``results.csv`` or
+    ``runs.csv`` (so ``runs/a/b`` of a working directory that holds a ``results.csv`` of
+    its own is no run's)."""
     p = pathlib.Path(out).resolve()
     for d in (p, *p.parents):
         if (d / OUTCOME).is_file() or ((d / "config.json").is_file()
                                        and ((d / "metrics.csv").is_file()
                                             or (d / "checkpoint.npz").is_file())):
             return d
-        if d.parent.name == "runs" and any((d.parent.parent / n).is_file() for n in
-                                           ("provenance.json", f"{TABLE}.csv", f"{RUNS_TABLE}.csv")):
+        if (d.parent.name == "runs" and _RUN_KEY.fullmatch(d.name)
+                and any((d.parent.parent / n).is_file() for n in
+                        ("provenance.json", f"{TABLE}.csv", f"{RUNS_TABLE}.csv"))):
             return d
     return None
+
+
+_RUN_KEY = re.compile(f"[0-9a-f]{{{KEY_LENGTH}}}")
 
 
 def linked_entry(out: str | os.PathLike) -> pathlib.Path | None:

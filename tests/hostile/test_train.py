@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -346,6 +347,18 @@ def test_train_never_writes_into_another_runs_directory(run_copy, tmp_path):
     res = invoke("train", *SMALL, "--rounds", 1, "--out", tmp_path / "mine",
                  "--trace", tmp_path / "mine" / "t.jsonl")
     assert res.exit_code == 0, res.output
+
+
+def test_a_working_directory_with_a_results_table_is_no_store(tmp_path, monkeypatch):
+    # only a folder named by a run key inside a store's runs/ is a sweep's run directory: a
+    # user's own results.csv beside runs/ must not make runs/a/b someone else's
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results.csv").write_text("x\n1\n")
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", pathlib.Path("runs") / "ml" / "seed0")
+    assert res.exit_code == 0, res.output
+    nested = pathlib.Path("runs") / "0123456789abcdef" / "nested"
+    assert_refused(invoke("train", *SMALL, "--rounds", 1, "--out", nested),
+                   "inside the run directory")
 
 
 # -- 4. options that conflict ------------------------------------------------------------------
