@@ -29,8 +29,8 @@ def ranking(results, out, metric, k):
     from rfrs_ref.experiments.ranking import (check_k, judged_pairs, ranking_markdown,
                                               ranking_rows)
     from rfrs_ref.experiments.claims import TableError
-    from rfrs_ref.experiments.results import (atomic_write_text, read_table, table_files,
-                                              table_source)
+    from rfrs_ref.experiments.results import (atomic_write_text, read_table, refuse_linked_input,
+                                              table_files, table_source)
 
     if out is not None:
         target = pathlib.Path(out).resolve()
@@ -42,6 +42,7 @@ def ranking(results, out, metric, k):
                                      "file (e.g. ranking.md)",
                                      param_hint="--out")
     try:
+        refuse_linked_input(results)  # the path named may be a link, not what lies inside it
         table = read_table(pathlib.Path(results))
         check_k(table, metric, k)
         rows = ranking_rows(table, metric, k)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pathlib
 from typing import Iterable, Mapping, Sequence
 
@@ -366,7 +367,15 @@ def unread_directories(found: Mapping[str, pathlib.Path]) -> list[pathlib.Path]:
 
 def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]:
     """Results directories by name: each path is a results directory (it holds results.csv or
-    results.parquet) or a folder of them (its subdirectories that do). The first wins."""
+    results.parquet) or a folder of them (its subdirectories that do). The first wins.
+
+    A path given may be a link; a link inside it is refused (ValueError naming it): a
+    results directory of a folder that is a link to another folder, or a table, run
+    directory or outcome a results directory reads through a link
+    (:func:`rfrs_ref.experiments.results.linked_input`), would be judged as this
+    folder's results while it may be any file of the machine."""
+    from rfrs_ref.experiments.results import refuse_linked_input
+
     found: dict[str, pathlib.Path] = {}
     for p in map(pathlib.Path, paths):
         if not p.is_dir():
@@ -375,6 +384,12 @@ def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]
         candidates = [p] if _has_table(p) else sorted(c for c in p.iterdir() if c.is_dir()
                                                       and _has_table(c))
         for c in candidates:
+            if c != p and c.is_symlink():
+                raise ValueError(f"{c} is a link (to {os.readlink(c)}), and rfrs-ref judges the "
+                                 f"results directories inside {p}, never one through a link; "
+                                 "give the directory it points to by its own path; nothing was "
+                                 "judged")
+            refuse_linked_input(c)
             found.setdefault(c.name, c)
     return found
 

@@ -296,6 +296,42 @@ def refuse_links(out: str | os.PathLike) -> None:
                          "nothing was run")
 
 
+def linked_input(path: str | os.PathLike) -> pathlib.Path | None:
+    """The first entry that a command judging the results at ``path`` (``verdict``,
+    ``ranking``) would read and that is a symbolic link, or None.
+
+    For a results directory: its tables (``results.parquet``, ``results.csv``,
+    ``runs.csv``), ``runs/``, each run directory in it and each run's ``outcome.json``;
+    for a table file: the runs file read beside it. The path the user names (the
+    directory or the file) may itself be a link, as a sweep's output may: a link inside
+    it would let a table judged as this directory's be any file of the machine."""
+    path = pathlib.Path(path)
+    if not path.is_dir():
+        beside = path.with_name(f"{runs_stem(path.stem)}.csv") if path.suffix == ".csv" else None
+        return beside if beside is not None and beside.is_symlink() else None
+    for name in (f"{TABLE}.parquet", f"{TABLE}.csv", f"{RUNS_TABLE}.csv", "runs"):
+        if (path / name).is_symlink():
+            return path / name
+    runs = path / "runs"
+    if runs.is_dir():
+        for entry in sorted(runs.iterdir()):
+            if entry.is_symlink():
+                return entry
+            if (entry / OUTCOME).is_symlink():
+                return entry / OUTCOME
+    return None
+
+
+def refuse_linked_input(path: str | os.PathLike) -> None:
+    """Raise ValueError naming the first link :func:`linked_input` finds at ``path``."""
+    link = linked_input(path)
+    if link is not None:
+        raise ValueError(f"{link} is a link (to {os.readlink(link)}), and rfrs-ref judges a "
+                         "results directory only from the files inside it, never through a "
+                         "link; replace the link by the file (or give the directory it points "
+                         "to); nothing was judged")
+
+
 # -- the store --------------------------------------------------------------------------------
 class Store:
     """A sweep's output directory (see the module docstring)."""

@@ -63,3 +63,41 @@ def test_a_value_at_another_k_is_not_read(tmp_path):
     rows = _rows(GOOD) + [{**r, "k": 1, "value": 7.0} for r in _rows(GOOD)]
     res, _ = _ranking(tmp_path, rows)
     assert res.exit_code == 0 and "| 1 | krum |" in res.output, res.output
+
+
+def test_a_table_linked_into_the_results_directory_is_refused(tmp_path, refused):
+    """results.csv linked to a table elsewhere was ranked as the directory's."""
+    import os
+
+    from rfrs_ref.cli.main import main
+
+    (tmp_path / "elsewhere").mkdir()
+    _ranking(tmp_path / "elsewhere", _rows(GOOD))
+    d = tmp_path / "ranking"
+    d.mkdir()
+    os.symlink(tmp_path / "elsewhere" / "results.csv", d / "results.csv")
+    refused(CliRunner().invoke(main, ["ranking", str(d)]), "ranking/results.csv", "is a link")
+
+
+def test_a_runs_file_linked_beside_the_table_is_refused(tmp_path, refused):
+    import os
+
+    from rfrs_ref.cli.main import main
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "runs.csv").write_text("key\n")
+    pd.DataFrame(_rows(GOOD)).to_csv(tmp_path / "results.csv", index=False)
+    os.symlink(tmp_path / "elsewhere" / "runs.csv", tmp_path / "runs.csv")
+    refused(CliRunner().invoke(main, ["ranking", str(tmp_path / "results.csv")]), "runs.csv", "is a link")
+
+
+def test_a_table_named_through_a_link_is_ranked(tmp_path):
+    import os
+
+    from rfrs_ref.cli.main import main
+
+    (tmp_path / "real").mkdir()
+    _ranking(tmp_path / "real", _rows(GOOD))
+    os.symlink(tmp_path / "real", tmp_path / "ranking")
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "ranking")])
+    assert res.exit_code == 0 and "| 1 | krum |" in res.output, res.output

@@ -195,3 +195,53 @@ def test_a_results_file_that_is_not_csv_is_refused_naming_it(tmp_path, content, 
 
     res = CliRunner().invoke(main, ["ranking", str(d / "results.csv")])
     refused(res, "adam-sgd/results.csv")
+
+
+def _elsewhere(tmp_path, rows) -> str:
+    """A results table outside the folder judged."""
+    d = tmp_path / "elsewhere"
+    d.mkdir()
+    pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+    return str(d / "results.csv")
+
+
+def test_a_table_linked_into_a_results_directory_is_refused(tmp_path, refused):
+    """A results.csv that is a link to another file was read and judged as the directory's."""
+    import os
+
+    src = _elsewhere(tmp_path, _rows(GOOD))
+    d = tmp_path / "results" / "adam-sgd"
+    d.mkdir(parents=True)
+    os.symlink(src, d / "results.csv")
+    refused(_verdict(str(tmp_path / "results")), "adam-sgd/results.csv", "is a link", "elsewhere")
+
+
+def test_a_results_directory_linked_into_a_folder_is_refused(tmp_path, refused):
+    import os
+
+    _store(tmp_path / "other", _rows(GOOD))
+    (tmp_path / "results").mkdir()
+    os.symlink(tmp_path / "other" / "adam-sgd", tmp_path / "results" / "adam-sgd")
+    refused(_verdict(str(tmp_path / "results")), "results/adam-sgd", "is a link", "own path")
+
+
+def test_a_linked_capture_outcome_is_refused(tmp_path, refused):
+    import json
+    import os
+
+    path = _pca(tmp_path, {f"k{s}": _capture(s, grad=0.9 + 0.01 * s) for s in range(3)})
+    out = tmp_path / "outside.json"
+    out.write_text(json.dumps(_capture(3, grad=0.95)))
+    (tmp_path / "pca" / "runs" / "k3").mkdir()
+    os.symlink(out, tmp_path / "pca" / "runs" / "k3" / "outcome.json")
+    refused(_pca_verdict(path), "runs/k3/outcome.json", "is a link")
+
+
+def test_a_results_directory_named_through_a_link_is_judged(tmp_path):
+    """The directory the user names may be a link (as a sweep's output may)."""
+    import os
+
+    _store(tmp_path / "real", _rows(GOOD))
+    os.symlink(tmp_path / "real" / "adam-sgd", tmp_path / "adam-sgd")
+    res = _verdict(str(tmp_path / "adam-sgd"))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
