@@ -572,10 +572,14 @@ def _leq(law, what, a, b, *mags, amp=1.0, u=U64):
 def _pair_uploads(law: str, opt, case: PairCase):
     """The object's uploads A (for g) and H (for ĝ), float64, the reference's RA and RH
     (``case.optimizer``, rfrs-ref's rule with the same hyperparameters), and the unit
-    roundoff u of the object's storage (float32's where it stores any array in float32,
-    float64's otherwise: both are rfrs-ref's conventions, anything else is refused);
-    None when the reference's rule overflows (the law says nothing there). The object's
-    uploads must be finite wherever the reference's are."""
+    roundoff of each array's storage, ``u[name]`` (float32's where the object stores that
+    array in float32 in either upload, float64's otherwise: both are rfrs-ref's
+    conventions, anything else is refused); None when the reference's rule overflows
+    (the law says nothing there). The object's uploads must be finite wherever the
+    reference's are.
+
+    Each statement of a theorem takes the largest u of the arrays it reads (:func:`_u_of`):
+    a float32 θ does not widen the slack of a float64 m."""
     st, g, gh, t = case.state, case.g, case.g_hat, case.t
     RA, RH = _up(case.optimizer, st, g, t, law), _up(case.optimizer, st, gh, t, law)
     if not all(np.isfinite(x).all() for x in (*RA.values(), *RH.values())):
@@ -583,9 +587,14 @@ def _pair_uploads(law: str, opt, case: PairCase):
     raw = opt.client_rule(st, g, t), opt.client_rule(st, gh, t)
     A = _finite_where_reference_is(law, "client_rule(state, g, t)", RA, raw[0], RA)
     H = _finite_where_reference_is(law, "client_rule(state, ĝ, t)", RH, raw[1], RH)
-    stored = {np.asarray(up[k]).dtype for up in raw for k in RA}
-    u = _u(np.float32) if np.dtype(np.float32) in stored else U64
+    u = {k: max(_u(np.asarray(up[k]).dtype) for up in raw) for k in RA}
     return A, H, RA, RH, u
+
+
+def _u_of(u: dict, *arrays: str) -> float:
+    """The unit roundoff a statement reading ``arrays`` of the uploads is judged with: the
+    largest of theirs (a statement about θ, computed from m and v, reads all three)."""
+    return max(u[k] for k in arrays)
 
 
 #: the dtypes an upload may be stored in: rfrs-ref's optimisers store, recover and verify
@@ -776,20 +785,22 @@ def theorem1(opt, case: PairCase) -> None:
     A, H, RA, RH, u = pair
     c1, c2 = 1 - b1, 1 - b2
     d = nrm(gh - g)
-    _close(law, "‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖", nrm(H["m"] - A["m"]), c1 * d, b1 * st["m"], c1 * g, c1 * gh, u=u)
+    _close(law, "‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖", nrm(H["m"] - A["m"]), c1 * d, b1 * st["m"], c1 * g, c1 * gh,
+           u=_u_of(u, "m"))
     dv = nrm(H["v"] - A["v"])
-    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), RA["v"], RH["v"], u=u)
+    _leq(law, "‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖)", dv, c2 * (d * d + 2 * d * nrm(g)), RA["v"], RH["v"],
+         u=_u_of(u, "v"))
     a = math.sqrt(b2 * vmin)
     droot = nrm(np.sqrt(H["v"]) - np.sqrt(A["v"]))
     if a > 0:
         _leq(law, "‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min))", droot, dv / (2 * a), np.sqrt(RA["v"]),
-             np.sqrt(RH["v"]), (RA["v"] + RH["v"]) / (2 * a), u=u)
+             np.sqrt(RH["v"]), (RA["v"] + RH["v"]) / (2 * a), u=_u_of(u, "v"))
     ia, ih = _inv(A["v"], eps), _inv(H["v"], eps)
     ria, rih = _inv(RA["v"], eps), _inv(RH["v"], eps)
     dinv = nrm(ih - ia)
     lo = (a + eps) ** 2
     _leq(law, "‖Δ 1/(√v + ε)‖ ≤ ‖√v̂ − √v‖/(√(β₂v_min) + ε)²", dinv, droot / lo, rih, ria,
-         (np.sqrt(RA["v"]) + np.sqrt(RH["v"])) / lo, amp=1 / eps, u=u)
+         (np.sqrt(RA["v"]) + np.sqrt(RH["v"])) / lo, amp=1 / eps, u=_u_of(u, "v"))
     dm = nrm(H["m"] - A["m"])
     bound_u = nrm(A["m"]) * dinv + dm / (a + eps) + dm * dinv
     dm_ops = 2 * b1 * np.abs(st["m"]) + c1 * (np.abs(g) + np.abs(gh))
@@ -797,7 +808,7 @@ def theorem1(opt, case: PairCase) -> None:
             dm_ops * (1 / (a + eps) + nrm(ria + rih))]
     lr_t = adam_lr_t(case.optimizer, t)
     _leq(law, "‖θ̂ − θ‖ ≤ ηₜ·(update bound)", nrm(H["theta"] - A["theta"]), lr_t * bound_u,
-         st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps, u=u)
+         st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps, u=_u_of(u, "theta", "m", "v"))
 
 
 def theorem2(opt, case: PairCase) -> None:
@@ -810,9 +821,9 @@ def theorem2(opt, case: PairCase) -> None:
         return
     A, H, RA, RH, u = pair
     d = nrm(gh - g)
-    _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh, u=u)
+    _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh, u=_u_of(u, "m"))
     _close(law, "‖θ̂ − θ‖ = η‖ĝ − g‖", nrm(H["theta"] - A["theta"]), lr * d, st["theta"], st["theta"],
-           lr * RA["m"], lr * RH["m"], u=u)
+           lr * RA["m"], lr * RH["m"], u=_u_of(u, "theta", "m"))
 
 
 def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
@@ -826,25 +837,25 @@ def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
     d = nrm(gh - g)
     dr = nrm(H["r"] - A["r"])
     _leq(law, "‖r̂ − r‖ ≤ coef(‖Δg‖² + 2‖Δg‖‖g‖)", dr, coef * (d * d + 2 * d * nrm(g)), RA["r"], RH["r"],
-         amp=1 / eps, u=u)
+         amp=1 / eps, u=_u_of(u, "r"))
     droot = nrm(np.sqrt(H["r"]) - np.sqrt(A["r"]))
     a = math.sqrt(decay * rmin)
     if a > 0:
         _leq(law, "‖√r̂ − √r‖ ≤ ‖r̂ − r‖/(2√(decay·r_min))", droot, dr / (2 * a), np.sqrt(RA["r"]),
-             np.sqrt(RH["r"]), (RA["r"] + RH["r"]) / (2 * a), amp=1 / eps, u=u)
+             np.sqrt(RH["r"]), (RA["r"] + RH["r"]) / (2 * a), amp=1 / eps, u=_u_of(u, "r"))
     ia, ih = _inv(A["r"], eps), _inv(H["r"], eps)
     ria, rih = _inv(RA["r"], eps), _inv(RH["r"], eps)
     dinv = nrm(ih - ia)
     _leq(law, "‖Δ 1/(√r + ε)‖ ≤ ‖√r̂ − √r‖/(√(decay·r_min) + ε)²", dinv, droot / (a + eps) ** 2, ria, rih,
-         (np.sqrt(RA["r"]) + np.sqrt(RH["r"])) / (a + eps) ** 2, amp=1 / eps, u=u)
+         (np.sqrt(RA["r"]) + np.sqrt(RH["r"])) / (a + eps) ** 2, amp=1 / eps, u=_u_of(u, "r"))
     lhs_u = nrm(gh * ih - g * ia)
     mags = [gh * rih, g * ria, nrm(g) * (ria + rih),
             (np.abs(g) + np.abs(gh)) * (1 / (a + eps) + nrm(ria + rih))]
     _leq(law, "‖ĝ/(√r̂ + ε) − g/(√r + ε)‖ ≤ ‖g‖‖Δinv‖ + ‖Δg‖/(√(decay·r_min) + ε) + ‖Δg‖‖Δinv‖",
-         lhs_u, nrm(g) * dinv + d / (a + eps) + d * dinv, *mags, amp=1 / eps, u=u)
+         lhs_u, nrm(g) * dinv + d / (a + eps) + d * dinv, *mags, amp=1 / eps, u=_u_of(u, "r"))
     steps = lr * (np.abs(g) * ria + np.abs(gh) * rih)
     _close(law, "‖θ̂ − θ‖ = η‖ĝ/(√r̂ + ε) − g/(√r + ε)‖", nrm(H["theta"] - A["theta"]), lr * lhs_u,
-           st["theta"], st["theta"], steps, amp=1 / eps, u=u)
+           st["theta"], st["theta"], steps, amp=1 / eps, u=_u_of(u, "theta", "r"))
 
 
 def theorem3(opt, case: PairCase) -> None:

@@ -586,3 +586,70 @@ def test_a_hand_built_outcome_is_checked_too():
     results = run_rule_conformance("median", rule, max_examples=2, laws=["coordinate_range"])
     assert [r.status for r in results] == ["fails"]
     assert "complex128" in results[0].message and results[0].counterexample["violation"]["expected_shape"]
+
+
+MIXED = textwrap.dedent('''
+    """rfrs-ref's Adam and momentum with θ stored in float32 and m (and v) in float64."""
+
+    import dataclasses
+
+    import numpy as np
+
+    from rfrs_ref.optim import Adam, Momentum
+
+
+    def _mixed(up, skew):
+        out = {k: np.asarray(v, dtype=np.float64) for k, v in up.items()}
+        out["theta"] = out["theta"].astype(np.float32)
+        out["m"] = out["m"] * (1.0 + skew)
+        return out
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamMixed(Adam):
+        def client_rule(self, state, g, t):
+            return _mixed(super().client_rule(state, g, t), 0.0)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamMixedSkewed(Adam):
+        """m off by 1e-9 relative: far beyond float64's rounding, well within float32's."""
+
+        def client_rule(self, state, g, t):
+            return _mixed(super().client_rule(state, g, t), 1e-9)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class MomentumMixed(Momentum):
+        def client_rule(self, state, g, t):
+            return _mixed(super().client_rule(state, g, t), 0.0)
+
+
+    @dataclasses.dataclass(frozen=True)
+    class MomentumMixedSkewed(Momentum):
+        def client_rule(self, state, g, t):
+            return _mixed(super().client_rule(state, g, t), 1e-9)
+''')
+
+
+@pytest.fixture
+def mixed(tmp_path, monkeypatch):
+    yield from _module(tmp_path, monkeypatch, "mixed_impls", MIXED)
+
+
+@pytest.mark.parametrize("optimizer, impl, law", [("adam", "AdamMixedSkewed", "theorem1"),
+                                                  ("momentum", "MomentumMixedSkewed", "theorem2")])
+def test_a_float32_theta_does_not_give_a_float64_m_float32_slack(mixed, optimizer, impl, law):
+    """Each statement of a theorem takes the rounding of the arrays it reads: an m stored in
+    float64 but wrong by 1e-9 relative (far beyond float64's rounding, within float32's)
+    fails, although θ is stored in float32 (every array was given float32's slack as soon
+    as one was float32, and this passed)."""
+    res = _cli("--optimizer", optimizer, "--callable", f"{mixed}:{impl}", "--law", law, "--max-examples", "5")
+    _law_fails(res, law)
+    assert "‖m̂ − m‖" in res.output, res.output
+
+
+@pytest.mark.parametrize("optimizer, impl", [("adam", "AdamMixed"), ("momentum", "MomentumMixed")])
+def test_mixed_float32_and_float64_storage_passes_on_rounding_alone(mixed, optimizer, impl):
+    res = _cli("--optimizer", optimizer, "--callable", f"{mixed}:{impl}", "--max-examples", "30")
+    assert res.exit_code == 0, res.output
