@@ -1401,6 +1401,11 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     finite tolerance so wide that 0 would match every element of an expected
     value that is not all zero (``rtol ≥ 1``, or ``atol`` above the largest
     |expected|): it checks nothing.
+
+    An integer on either side (a selection, a count, a client id: an integer the
+    recomputation gives, or an integer the case states) compares exactly whatever
+    ``compare`` says: a case that states ``krum_selected`` as floats 1.1, 2.2 ... under
+    ``close`` with rtol 0.25 does not thereby match the selection 1, 2 ...
     """
     how = spec.get("compare") if isinstance(spec, dict) else None
     if how not in ("exact", "close"):
@@ -1422,15 +1427,14 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     if isinstance(expected, (np.ndarray, list)) or isinstance(got, (np.ndarray, list)):
         return _compare_arrays(name, how, rtol, atol, expected, got)
     if _is_number(expected) and _is_number(got):
+        exact = how == "exact" or isinstance(expected, int) or isinstance(got, int)
         if isinstance(expected, int) and isinstance(got, int):
             ok = expected == got
         else:
-            ok = agreement.agrees(expected, got, *((0.0, 0.0) if how == "exact" or isinstance(expected, int)
-                                                   else (rtol, atol)))
+            ok = agreement.agrees(expected, got, *((0.0, 0.0) if exact else (rtol, atol)))
         if ok:
             return None
-        e, g = agreement.as_float(expected), agreement.as_float(got)
-        tol = None if how == "exact" or isinstance(expected, int) else float(agreement.tolerance(e, rtol, atol))
+        tol = None if exact else float(agreement.tolerance(agreement.as_float(expected), rtol, atol))
         return Mismatch(name, None, expected, got, tol)
     if expected != got or type(expected) is not type(got):
         return Mismatch(name, None, expected, got, None)
@@ -1477,8 +1481,8 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
     tol = None
     if e.dtype.kind in "iub" and g.dtype.kind in "iub":
         bad = e != g  # integers beyond 2**53 would collide in float64
-    elif how == "exact" or e.dtype.kind in "iub":
-        bad = agreement.disagree(e, g)
+    elif how == "exact" or e.dtype.kind in "iub" or g.dtype.kind in "iub":
+        bad = agreement.disagree(e, g)  # an integer on either side is compared exactly
     else:
         bad = agreement.disagree(e, g, rtol, atol)
         tol = agreement.tolerance(e, rtol, atol)

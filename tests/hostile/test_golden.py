@@ -513,3 +513,48 @@ def test_export_does_not_write_through_a_link_out_of_the_vectors(tmp_path, link)
     _refused(_cli("export", root, "--only", "optim/sgd-*"), "leads outside")
     assert (outside / "sgd-f64" / "keep.txt").read_text() == "precious"
     assert (outside / "index.json").read_text() == "precious"
+
+
+@pytest.fixture(scope="module")
+def krum_case(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden-krum") / "vectors"
+    golden.export(root, only=["aggregate/krum-gradient-f64"])
+    return root
+
+
+def test_an_integer_output_stated_close_is_compared_exactly(krum_case, tmp_path):
+    """A case that states the selection, f and the neighbour count as floats near the
+    integers under 'close' (rtol 0.25, atol 0.5) passed with 1.1 for client 1."""
+    import shutil
+
+    root = tmp_path / "vectors"
+    shutil.copytree(krum_case, root)
+    folder = root / "aggregate" / "krum-gradient-f64"
+    sel = np.load(folder / "out.krum_selected.npy")
+    np.save(folder / "out.krum_selected.npy", sel * 1.1)
+
+    def edit(d):
+        o = d["outputs"]
+        o["krum_selected"].update(compare="close", dtype="float64", rtol=0.25, atol=0.0)
+        o["f_used"] = {"compare": "close", "role": "required", "value": o["f_used"]["value"] + 0.4,
+                       "rtol": 0.3, "atol": 0.0}
+        o["krum_neighbours"] = {"compare": "close", "role": "required",
+                                "value": o["krum_neighbours"]["value"] + 0.49, "rtol": 0.0, "atol": 0.5}
+
+    _edit_json(folder / "case.json", edit)
+    line = _case_fails(root, "krum_selected", "f_used", "krum_neighbours", name="aggregate/krum-gradient-f64")
+    assert "tol" not in line.split("krum_selected")[1], line
+
+
+def test_an_integer_output_stated_as_an_equal_float_still_matches(krum_case, tmp_path):
+    import shutil
+
+    root = tmp_path / "vectors"
+    shutil.copytree(krum_case, root)
+    folder = root / "aggregate" / "krum-gradient-f64"
+    np.save(folder / "out.krum_selected.npy", np.load(folder / "out.krum_selected.npy").astype(np.float64))
+    _edit_json(folder / "case.json", lambda d: d["outputs"]["krum_selected"].update(
+        compare="close", dtype="float64", rtol=1e-15, atol=0.0))
+    res = _cli("check", root)
+    assert res.exit_code == 0, res.output
+
