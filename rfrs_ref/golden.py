@@ -50,6 +50,7 @@ import fnmatch
 import io
 import json
 import math
+import os
 import pathlib
 import shutil
 import zlib
@@ -1677,11 +1678,28 @@ def read_index(directory) -> list[dict]:
     return out
 
 
+def unlisted_cases(directory, entries: list[dict]) -> list[str]:
+    """The case folders under ``directory`` (each holding a ``case.json``, found without
+    following symbolic links) that none of the index ``entries`` names, as paths relative
+    to ``directory`` (an exported case's name), sorted."""
+    root = pathlib.Path(directory)
+    listed = {pathlib.Path(e["folder"]).resolve() for e in entries}
+    out = []
+    for here, dirs, files in os.walk(root):  # os.walk does not follow links to folders
+        dirs.sort()
+        if "case.json" in files and here != str(root) and pathlib.Path(here).resolve() not in listed:
+            out.append(pathlib.Path(here).relative_to(root).as_posix())
+    return sorted(out)
+
+
 def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> list[CaseResult]:
     """Check every case listed in ``directory/index.json`` with each backend.
 
     The whole index is validated (:func:`read_index`) before any case runs;
-    a case that cannot be read is a failed case, not an exception."""
+    a case that cannot be read is a failed case, not an exception. A case folder
+    the index does not list (:func:`unlisted_cases`; with ``only``, one whose relative
+    path matches) is a failed case too: it was not checked, and a check that passes
+    must not have left cases of the vectors aside."""
     entries = read_index(directory)
     pats = list(only) if only else None
     out = []
@@ -1690,6 +1708,12 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
             continue
         for b in backends:
             out.append(check_case(entry["folder"], b, entry["name"]))
+    for name in unlisted_cases(directory, entries):
+        if pats and not _matches(name, pats):
+            continue
+        out.append(CaseResult(name, "index", False, [], f"{pathlib.Path(directory) / name / 'case.json'} is a "
+                              "case that index.json does not list: not checked (list it in the index, "
+                              "e.g. by exporting it again, or remove the folder)"))
     return out
 
 
@@ -1710,5 +1734,6 @@ __all__ = [
     "export",
     "load_case",
     "read_index",
+    "unlisted_cases",
     "write_case",
 ]

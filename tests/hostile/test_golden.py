@@ -558,3 +558,12 @@ def test_an_integer_output_stated_as_an_equal_float_still_matches(krum_case, tmp
     res = _cli("check", root)
     assert res.exit_code == 0, res.output
 
+
+def test_a_case_folder_the_index_does_not_list_fails(vectors):
+    """An index cut down to one case checked that one and passed: the other case folder
+    (still in the vectors) was left aside without a word."""
+    _edit_json(vectors / "index.json", lambda d: d.update(cases=[c for c in d["cases"] if c["name"] == CASE]))
+    line = _case_fails(vectors, "does not list", "not checked", name="optim/sgd-f32")
+    assert "optim/sgd-f32/case.json" in line
+    res = _cli("check", vectors, "--only", CASE)
+    assert res.exit_code == 0, res.output
