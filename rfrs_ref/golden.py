@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import io
 import json
 import math
@@ -1589,9 +1590,65 @@ def _implausible(meta: dict) -> str:
     return ""
 
 
+#: how far a stated tolerance may exceed the exported one (relative): an exported ``atol``
+#: scales with the magnitude of values recomputed by NumPy, which another machine may round
+#: differently in their last bits; 1e-9 leaves those bits and nothing a check could notice
+TOLERANCE_SLACK = 1e-9
+
+
+@functools.lru_cache(maxsize=None)
+def _exported_tolerances(family: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """case name -> output -> (rtol, atol) that :func:`export` writes for the cases of
+    ``family`` ((0, 0) for an output it exports as exact): computed by the exporter's own
+    code, once per process."""
+    return {c.name: {k: (0.0, 0.0) if e.exact else (float(e.rtol), float(e.atol))
+                     for k, e in c.outputs.items()}
+            for c in FAMILIES[family]()}
+
+
+def exported_tolerance(case: str, output: str) -> tuple[float, float] | None:
+    """(rtol, atol) that rfrs-ref's export gives ``output`` of ``case`` ((0, 0) when it is
+    exported as exact); None when rfrs-ref exports no such case or output."""
+    family = case.split("/", 1)[0]
+    if family not in FAMILIES:
+        return None
+    return _exported_tolerances(family).get(case, {}).get(output)
+
+
+def _looser_than_export(case: str, output: str, spec, got) -> Mismatch | None:
+    """A mismatch when ``spec`` states a ``close`` tolerance looser than the one rfrs-ref's
+    export gives the output (a case file could otherwise accept anything short of "checks
+    nothing": rtol 0.5 passes every value within 50%). Not judged where the comparison
+    is exact whatever the case states (a recomputed integer, boolean, string or null)."""
+    if not isinstance(spec, dict) or spec.get("compare") != "close":
+        return None
+    try:
+        rtol, atol = agreement.check_tolerance(spec.get("rtol"), spec.get("atol"), "tolerance")
+        kind = np.asarray(got).dtype.kind
+    except (ValueError, TypeError, OverflowError):
+        return None  # compare_output reports an unusable rule or value
+    if kind not in "fc":
+        return None
+    allowed = exported_tolerance(case, output)
+    if allowed is None:
+        return Mismatch(output, None, None, None, None, message=(
+            f"states rtol {rtol!r}, atol {atol!r}, but {case!r} is not a case rfrs-ref exports: "
+            "no exported tolerance bounds it (export the case, or compare it exactly)"))
+    over = [(k, v, a) for k, v, a in (("rtol", rtol, allowed[0]), ("atol", atol, allowed[1]))
+            if v > a * (1.0 + TOLERANCE_SLACK)]
+    if not over:
+        return None
+    exact = allowed == (0.0, 0.0)
+    return Mismatch(output, None, None, None, None, message="stated tolerance looser than rfrs-ref's "
+                    "export gives it: " + ", ".join(
+                        f"{k} {v!r} where at most {a!r} is allowed" for k, v, a in over)
+                    + (" (the output is exported exact)" if exact else ""))
+
+
 def check_case(folder, backend: str = "numpy", listed: str | None = None) -> CaseResult:
     """Recompute one case with ``backend`` and compare every output (``listed``: the name
-    the index gives it, which must be the case's own)."""
+    the index gives it, which must be the case's own). A ``close`` tolerance looser than
+    the one rfrs-ref's export gives the output (:func:`exported_tolerance`) fails it."""
     folder = pathlib.Path(folder)
     name = str(folder)
     try:
@@ -1630,6 +1687,12 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
             m = compare_output(k, spec, expected[k], got[k])
         except Exception as exc:  # the case file is input: whatever it holds, report and go on
             m = Mismatch(k, None, None, None, None, message=f"cannot be compared ({type(exc).__name__}: {exc})")
+        if m is None or not m.message:  # a usable rule: it may not be looser than the export's
+            try:
+                m = _looser_than_export(name, k, spec, got[k]) or m
+            except Exception as exc:  # the exporter itself failed: nothing bounds the tolerance
+                m = Mismatch(k, None, None, None, None, message="its tolerance cannot be bounded (the "
+                             f"export raised {type(exc).__name__}: {exc})")
         if m is not None:
             mismatches.append(m)
     if meta["kind"] == "attack" and "noise" in inputs and "noise" in got:
@@ -1732,6 +1795,7 @@ __all__ = [
     "check_case",
     "compare_output",
     "export",
+    "exported_tolerance",
     "load_case",
     "read_index",
     "unlisted_cases",

@@ -567,3 +567,55 @@ def test_a_case_folder_the_index_does_not_list_fails(vectors):
     assert "optim/sgd-f32/case.json" in line
     res = _cli("check", vectors, "--only", CASE)
     assert res.exit_code == 0, res.output
+
+
+# -- a case cannot loosen the tolerance rfrs-ref's export gives an output ----------------------------------
+
+def test_a_case_cannot_state_a_looser_tolerance_than_the_export(vectors):
+    """rtol 0.5 is below the "checks nothing" threshold, yet passed an upload 30% off:
+    the tolerance a case states may not exceed the one the export gives that output."""
+    path = vectors / CASE / "out.upload_theta.npy"
+    np.save(path, np.load(path) * 1.3)
+    exported = json.loads((vectors / CASE / "case.json").read_text())["outputs"]["upload_theta"]
+    _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"]["upload_theta"].update(rtol=0.5))
+    line = _case_fails(vectors, "'upload_theta'", "rtol 0.5", repr(exported['rtol']), "looser than")
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+
+
+@pytest.mark.parametrize("key, factor", [("rtol", 2.0), ("atol", 2.0), ("atol", 1e6)])
+def test_any_stated_tolerance_above_the_exported_one_fails(vectors, key, factor):
+    def edit(d):
+        out = d["outputs"]["upload_theta"]
+        out[key] = out[key] * factor
+
+    _edit_json(vectors / CASE / "case.json", edit)
+    _case_fails(vectors, "'upload_theta'", key, "looser than")
+
+
+def test_a_tighter_or_equal_stated_tolerance_is_used_as_stated(vectors):
+    def edit(d):
+        out = d["outputs"]["upload_theta"]
+        out["rtol"], out["atol"] = out["rtol"] / 2, 0.0
+
+    _edit_json(vectors / CASE / "case.json", edit)
+    res = _cli("check", vectors)
+    assert res.exit_code == 0, res.output
+
+
+def test_an_exact_float_output_stated_close_fails(tmp_path):
+    """The noise attack's standard normals are exported exact: a case cannot compare them
+    within a tolerance."""
+    root = tmp_path / "v"
+    name = "attack/noise-adam-f64"
+    golden.export(root, only=[name])
+    _edit_json(root / name / "case.json",
+               lambda d: d["outputs"]["noise"].update(compare="close", rtol=1e-9, atol=0.0))
+    _case_fails(root, "'noise'", "rtol 1e-09", "exact", name=name)
+
+
+def test_a_case_rfrs_ref_does_not_export_cannot_state_a_tolerance(vectors):
+    """A case renamed (index and case.json alike) has no exported tolerance to be bounded by."""
+    _edit_json(vectors / "index.json", lambda d: [c.update(name="optim/my-sgd") for c in d["cases"]
+                                                  if c["name"] == CASE])
+    _edit_json(vectors / CASE / "case.json", lambda d: d.update(name="optim/my-sgd"))
+    _case_fails(vectors, "'upload_theta'", "not a case rfrs-ref exports", name="optim/my-sgd")
