@@ -14,9 +14,10 @@ def trace() -> None:
 @click.argument("a", type=click.Path(dir_okay=False, exists=True))
 @click.argument("b", type=click.Path(dir_okay=False, exists=True))
 @click.option("--rtol", type=click.FloatRange(min=0), default=1e-6, show_default=True,
-              help="Relative tolerance of floating-point fields.")
+              help="Relative tolerance of floating-point fields; must be < 1.")
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-9, show_default=True,
-              help="Absolute tolerance of floating-point fields.")
+              help="Absolute tolerance of floating-point fields; must be below (1 − rtol)·max|A|, "
+                   "the largest float of A compared (at or above it 0 agrees with every value: refused).")
 @click.option("--no-checksums", is_flag=True,
               help="Do not compare state checksums (e.g. two backends that round differently).")
 @click.option("--ignore", multiple=True, metavar="FIELD",
@@ -26,7 +27,9 @@ def compare_cmd(a, b, rtol, atol, no_checksums, ignore):
 
     Integers, flags and names compare exactly, floats within atol + rtol·|A|
     (the tolerance comes from the reference A; a NaN or infinite value in B
-    where A is finite always diverges), checksums exactly when both traces
+    where A is finite always diverges; a tolerance under which 0 would agree
+    with every float of A, rtol ≥ 1 or atol ≥ (1 − rtol)·max|A|, is refused:
+    it checks nothing), checksums exactly when both traces
     state the same dtype, layout and byte order. Exit status 0 when the traces
     agree, 1 when they diverge or a trace cannot be read (docs/traces.md).
     """

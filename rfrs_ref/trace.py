@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import pathlib
 import sys
@@ -594,6 +595,51 @@ class _Comparer:
             self.checksums_seen += 1
 
 
+def _floats(x, path: str):
+    """(path, value) of every float nested in ``x`` (not integers, booleans or strings)."""
+    if isinstance(x, float):
+        yield path, x
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _floats(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _floats(v, f"{path}[{i}]")
+
+
+def _largest_compared_float(ta: Trace, cmp: _Comparer) -> tuple[float, int, str] | None:
+    """(|value|, round, path) of the largest finite non-zero float of the reference that a
+    comparison reads under a tolerance (the initial state norms and the round fields but
+    integer fields, checksums and ignored paths); None when there is none."""
+    best = None
+    init = (ta.header.get("initial") or {}).get("state_norms")
+    sources = [(0, "initial.state_norms", init)]
+    for r in ta.rounds:
+        sources += [(r["round"], f, r.get(f)) for f in ROUND_FIELDS
+                    if f not in EXACT_FIELDS and f != "state_checksums"]
+    for t, field, obj in sources:
+        for path, v in _floats(obj, field):
+            if math.isfinite(v) and v != 0.0 and not cmp.ignored(path) and (best is None or abs(v) > best[0]):
+                best = (abs(v), t, path)
+    return best
+
+
+def _vacuous_atol(ta: Trace, cmp: _Comparer) -> str:
+    """Why ``cmp``'s atol checks nothing ('' when it checks something): with it, a B of 0
+    would agree with every float of A that is compared (|A|·(1 − rtol) ≤ atol for all)."""
+    largest = _largest_compared_float(ta, cmp)
+    if largest is None:
+        return ""
+    m, t, path = largest
+    bound = m * (1.0 - cmp.rtol)
+    if cmp.atol < bound:
+        return ""
+    where = "the header" if t == 0 else f"round {t}"
+    return (f"trace compare: --atol {cmp.atol:g} checks nothing: with --rtol {cmp.rtol:g} a B of 0 "
+            f"agrees with every float value of trace A (the largest, |A| = {m:.6g} at {where}, "
+            f"field {path}); --atol must be below (1 − rtol)·max|A| = {bound:.6g}")
+
+
 def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
             atol: float = 1e-9, checksums: bool = True, ignore: Iterable[str] = ()) -> TraceComparison:
     """Find the first round and field where trace ``b`` (the candidate) diverges from
@@ -615,7 +661,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     difference of the earliest round. ``ignore`` lists field paths to skip
     (``rule.objective``, ``metrics``...).
 
-    ``rtol`` and ``atol`` must be finite and ≥ 0, and ``rtol`` < 1 (ValueError);
+    ``rtol`` and ``atol`` must be finite and ≥ 0, ``rtol`` < 1, and ``atol`` below
+    ``(1 − rtol)·max|A|``, the largest finite float of A that is compared (ValueError:
+    at or above it a B of 0 would agree with every float of A, as ``rtol`` ≥ 1 would);
     two traces without a round raise :class:`TraceFormatError` (nothing compared).
 
     Differences between the headers' ``run`` configurations are notes, not
@@ -645,6 +693,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                 if ha.get(k) != hb.get(k)]
         notes.append("checksums not compared: the traces differ in " + ", ".join(diff))
     cmp = _Comparer(rtol, atol, ignore, use_checksums, notes)
+    vacuous = _vacuous_atol(ta, cmp)
+    if vacuous:
+        raise ValueError(vacuous)
     run_a, run_b = ha.get("run", {}), hb.get("run", {})
     differing = [k for k in run_a if k in run_b and run_a[k] != run_b[k]]
     if differing:

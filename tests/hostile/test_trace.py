@@ -516,3 +516,38 @@ def test_a_link_of_another_name_to_a_run_file_is_refused(tmp_path, refused):
     res = CliRunner().invoke(main, ["train", "--resume", str(run), "--trace", str(link)])
     refused(res, "one of the run's own files", "config.json")
     assert (run / "config.json").read_bytes() == before
+
+
+# -- tolerances that check nothing ---------------------------------------------------------------------
+
+def _zeros(tmp_path) -> str:
+    lines = _lines()
+    for r in lines[1:]:
+        r["loss"], r["grad_norms"], r["kept"], r["weights"] = 0.0, [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+        r["rule"]["scores"] = [0.0, 0.0]
+        r["state_norms"] = {"m": 0.0, "theta": 0.0}
+    lines[0]["initial"]["state_norms"] = {"m": 0.0, "theta": 0.0}
+    return _write(tmp_path / "zeros.jsonl", lines)
+
+
+@pytest.mark.parametrize("atol", ["1e300", "6", "1e9"])
+def test_an_absolute_tolerance_that_accepts_zero_everywhere_is_refused(ref, tmp_path, atol, refused):
+    """--atol 1e300 agreed on every float field (only integers and checksums still bit):
+    a trace of zeros agreed with the reference. The largest |float| of A is 6 (grad_norms)."""
+    line = refused(_cli(ref, _zeros(tmp_path), "--atol", atol, "--no-checksums"),
+                   f"--atol {float(atol):g}", "checks nothing", "grad_norms[1]", "round 3")
+    assert "agree" not in line.replace("agrees with every", "")
+
+
+def test_an_absolute_tolerance_just_below_the_largest_reference_value_compares(ref, tmp_path):
+    res = _cli(ref, _zeros(tmp_path), "--atol", "5.99", "--no-checksums")
+    assert res.exit_code == 1 and "traces diverge at round 3, field grad_norms[1]" in res.output, res.output
+    assert _cli(ref, ref, "--atol", "5.99").exit_code == 0
+
+
+def test_the_vacuous_bound_counts_only_the_values_compared(ref, tmp_path, refused):
+    """Ignoring grad_norms leaves 4.5 (state_norms.theta at round 3) as the largest value."""
+    refused(_cli(ref, _zeros(tmp_path), "--atol", "5", "--ignore", "grad_norms", "--no-checksums"),
+            "--atol 5", "checks nothing", "state_norms.theta", "4.5")
+    with pytest.raises(ValueError, match="checks nothing"):
+        T.compare(ref, ref, atol=1e300)
