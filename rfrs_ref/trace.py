@@ -498,6 +498,7 @@ class _Comparer:
         self.exact = False  # set while visiting an EXACT_FIELDS field
         self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
         self.values_seen = 0  # values compared in the rounds (0: every field ignored)
+        self.state_seen = 0  # state norms compared, header and rounds (0: no state compared)
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -524,10 +525,15 @@ class _Comparer:
                 if k in b:
                     self.value(t, f"{path}.{k}", a[k], b[k])
             only = sorted(set(a) ^ set(b))
+            for k in only:
+                self.one_side(t, f"{path}.{k}", a.get(k), b.get(k), k in a,
+                              nulls=path in ("state_norms", "initial.state_norms"))
             if only:
                 self.note(f"{path}: keys present in one trace only, not compared: {', '.join(only)}")
             return
         self.values_seen += 1  # a value (or a list's length) compared
+        if path.startswith(("state_norms.", "initial.state_norms.")):
+            self.state_seen += 1
         if isinstance(a, list) and isinstance(b, list):
             if len(a) != len(b):
                 self.fail(t, path, f"{len(a)} entries", f"{len(b)} entries", "different lengths")
@@ -561,6 +567,17 @@ class _Comparer:
         if type(a) is not type(b) or a != b:
             self.fail(t, path, a, b, f"different kinds of value ({type(a).__name__}, {type(b).__name__})")
 
+    def one_side(self, t: int, path: str, a, b, in_a: bool, nulls: bool = False) -> None:
+        """A value only one trace records (``in_a``: A's) is not compared, but a non-finite
+        number in it (NaN, ±inf, an overflowing literal; with ``nulls`` also ``null``, the
+        format's non-finite state norm) diverges: it has nothing to be compared with, and
+        skipping it would call a NaN agreement."""
+        for where, v in _nonfinite(a if in_a else b, path, nulls):
+            if not self.ignored(where):
+                self.fail(t, where, v if in_a else None, None if in_a else v,
+                          f"not finite in {'A' if in_a else 'B'}, and {'B' if in_a else 'A'} has "
+                          "nothing to compare it to")
+
     def same_keys(self, t: int, path: str, a, b) -> None:
         """Every array of A's state is in B's (a required object: no key may be dropped)."""
         if self.ignored(path) or not isinstance(a, dict) or not isinstance(b, dict):
@@ -593,6 +610,23 @@ class _Comparer:
                 self.fail(t, f"{path}.{k}", a[k], b[k], "checksums differ (same dtype, layout and byte "
                           "order: the states differ in at least one bit)")
             self.checksums_seen += 1
+
+
+def _nonfinite(x, path: str, nulls: bool = False):
+    """(path, value) of every non-finite number nested in ``x`` (and of every null when
+    ``nulls``: a state norm written as null is a non-finite one)."""
+    if x is None:
+        if nulls:
+            yield path, None
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        if not math.isfinite(agreement.as_float(x)):
+            yield path, x
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _nonfinite(v, f"{path}.{k}", nulls)
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _nonfinite(v, f"{path}[{i}]", nulls)
 
 
 def _floats(x, path: str):
@@ -653,7 +687,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     an overflowing number such as ``1e999``) never matches a finite A, and a
     non-finite A only the same value; null matches only null; lists must
     have the same length; dictionaries compare on the keys both have (keys of
-    one side only are listed in ``notes``), except the state's norms and
+    one side only are listed in ``notes``, and a non-finite number in such a key, or
+    in an optional field one trace only records, diverges), except the state's norms and
     checksums, where a key of A missing in B is a divergence. Checksums compare exactly, and
     only when both headers state the same dtype, layout and byte order (and
     ``checksums`` is true). Fields are visited in the order a round computes
@@ -664,7 +699,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     ``rtol`` and ``atol`` must be finite and ≥ 0, ``rtol`` < 1, and ``atol`` below
     ``(1 − rtol)·max|A|``, the largest finite float of A that is compared (ValueError:
     at or above it a B of 0 would agree with every float of A, as ``rtol`` ≥ 1 would);
-    two traces without a round raise :class:`TraceFormatError` (nothing compared).
+    two traces without a round raise :class:`TraceFormatError` (nothing compared), and a
+    comparison that compared no state norm and no checksum raises ValueError instead of
+    agreeing (a reference recording no state, or ``ignore`` leaving none).
 
     Differences between the headers' ``run`` configurations are notes, not
     divergences: two runs with different settings can still compute the same
@@ -722,12 +759,14 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     cmp.state_checksums(t, field, va, vb)
                     continue
                 if (field in ra) != (field in rb) and field not in REQUIRED_FIELDS:
+                    cmp.one_side(t, field, va, vb, field in ra)
                     if field != "metrics":
                         cmp.note(f"{field}: present in one trace only, not compared")
                     else:  # evaluated rounds may differ; say how many were not compared
                         metrics_one_side += 1
                     continue
                 if field in ("rule", "attack") and (va is None or vb is None):
+                    cmp.one_side(t, field, va, vb, vb is None)
                     if va is not vb:  # optional diagnostics: skipped, but not silently
                         cmp.note(f"{field}: null in one trace only, not compared")
                     continue
@@ -752,6 +791,16 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
         raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
                          f"{done} rounds to compare")
+    if not cmp.state_seen and not cmp.checksums_seen:
+        # clients, weights and losses alike, and no state: "the traces agree" would say
+        # nothing of the runs' models (a reference recording no state compares none)
+        recorded = any(isinstance(o, dict) and o for o in
+                       [(ha.get("initial") or {}).get("state_norms")] + [r["state_norms"] for r in ta.rounds])
+        why = (f"--ignore {' '.join(cmp.ignore)} leaves none" if recorded else
+               f"trace A records no state (state_arrays {ha.get('state_arrays')!r}, no state norm in its "
+               "initial state or rounds)")
+        raise ValueError(f"trace compare: no value of the state (state norms or checksums) was compared: "
+                         f"{why}; an agreement would say nothing of the runs' models")
     if metrics_one_side:
         notes.append(f"metrics: recorded by one trace only on {metrics_one_side} round(s), not compared")
     if use_checksums and not cmp.checksums_seen:

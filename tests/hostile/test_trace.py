@@ -551,3 +551,78 @@ def test_the_vacuous_bound_counts_only_the_values_compared(ref, tmp_path, refuse
             "--atol 5", "checks nothing", "state_norms.theta", "4.5")
     with pytest.raises(ValueError, match="checks nothing"):
         T.compare(ref, ref, atol=1e300)
+
+
+# -- traces that compare no state, values with nothing to compare to -----------------------------------
+
+def _stateless(norms=None) -> list[dict]:
+    """A trace whose header names no state array and whose rounds record no state."""
+    lines = _lines()
+    lines[0].pop("state_arrays")
+    lines[0]["initial"] = {}
+    for r in lines[1:]:
+        r["state_norms"] = dict(norms or {})
+        r.pop("state_checksums")
+    return lines
+
+
+def test_a_nonfinite_state_norm_against_a_reference_without_state_diverges(tmp_path):
+    """A with no state arrays and B with state_norms {"m": 1e9, "theta": NaN} 'agreed' with
+    a note: the NaN had nothing to be compared with, and no state was compared."""
+    a = _write(tmp_path / "a.jsonl", _stateless())
+    text = "".join(json.dumps(x) + "\n" for x in _stateless({"m": 1e9, "theta": 12345.0}))
+    b = tmp_path / "b.jsonl"
+    b.write_text(text.replace("12345.0", "NaN"))
+    res = _cli(a, b)
+    assert res.exit_code == 1, res.output
+    assert "traces diverge at round 1, field state_norms.theta" in res.output, res.output
+    assert "nothing to compare it to" in res.output
+    assert "the traces agree" not in res.output
+
+
+@pytest.mark.parametrize("norms", [{}, {"m": 1e9, "theta": 2.0}])
+def test_a_comparison_that_compared_no_state_is_refused(tmp_path, norms, refused):
+    a = _write(tmp_path / "a.jsonl", _stateless())
+    b = _write(tmp_path / "b.jsonl", _stateless(norms))
+    refused(_cli(a, b), "no value of the state", "trace A records no state")
+    refused(_cli(a, a), "no value of the state")
+
+
+def test_ignoring_the_whole_state_is_refused(ref, refused):
+    refused(_cli(ref, ref, "--ignore", "state_norms", "--ignore", "initial", "--no-checksums"),
+            "no value of the state", "--ignore")
+    assert _cli(ref, ref, "--ignore", "state_norms", "--no-checksums").exit_code == 0  # the initial norms remain
+
+
+@pytest.mark.parametrize("side", ["A", "B"])
+@pytest.mark.parametrize("where", ["state_norms", "rule", "metrics", "resilience"])
+def test_a_nonfinite_value_on_one_side_only_diverges(ref, tmp_path, side, where):
+    """A key (or a field) that one trace records and the other does not is skipped with a
+    note, but a NaN or ±inf in it is no agreement."""
+    lines = _lines()
+    r = lines[2]
+    if where == "state_norms":
+        r["state_norms"]["extra"] = 12345.0
+        field = "state_norms.extra"
+    elif where == "rule":
+        r["rule"]["objective"] = 12345.0
+        field = "rule.objective"
+    else:
+        r[where] = {"hr@5": 12345.0}
+        field = f"{where}.hr@5"
+    text = json.dumps(r).replace("12345.0", "Infinity")
+    other = [json.dumps(x) for x in _lines()]
+    mine = [json.dumps(x) for x in lines[:2]] + [text] + [json.dumps(x) for x in lines[3:]]
+    pa, pb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    pa.write_text("\n".join(mine if side == "A" else other) + "\n")
+    pb.write_text("\n".join(other if side == "A" else mine) + "\n")
+    if where == "state_norms" and side == "A":
+        pytest.skip("an array of A missing in B already diverges (test_a_dropped_state_array_diverges)")
+    res = _cli(pa, pb, "--no-checksums")
+    assert res.exit_code == 1 and f"traces diverge at round 2, field {field}" in res.output, res.output
+    assert "nothing to compare it to" in res.output
+    # a finite value there is skipped with a note, as before
+    pa.write_text(pa.read_text().replace("Infinity", "2.5"))
+    pb.write_text(pb.read_text().replace("Infinity", "2.5"))
+    res = _cli(pa, pb, "--no-checksums")
+    assert res.exit_code == 0 and "note:" in res.output, res.output
