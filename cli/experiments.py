@@ -303,7 +303,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
         metrics = (fig.metric, "ndcg", "hr", "mrr")
         click.echo("")
         click.echo(summary_markdown(report.summary, metrics=metrics,
-                                    label_columns=("label_series",)))
+                                    label_columns=report.label_columns))
     _tables(out)
     for p in paths:
         click.echo(f"figure: {p}")
@@ -359,7 +359,7 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
     _report(report, started, progress)
     if report.summary is not None and not report.summary.empty:
         click.echo("")
-        click.echo(summary_markdown(report.summary, label_columns=label_columns))
+        click.echo(summary_markdown(report.summary, label_columns=report.label_columns))
     _tables(out)
     if not no_plot and report.summary is not None and not report.summary.empty:
         for p in _plot_sweep(out):

@@ -996,6 +996,93 @@ _MD_COLUMNS = ("dataset", "alpha", "method", "model", "optimizer", "defense", "d
 _METHOD_COLUMNS = ("label_series", "method", "model", "optimizer", "defense", "detect", "attack")
 
 
+def markdown_columns(label_columns: Sequence[str]) -> list[str]:
+    """The columns that tell the rows of ``summary.md`` apart: the label columns shown
+    (those of ``label_columns`` the table has), then the configuration columns it shows
+    (method, defense and detect only when no label column is shown). Two configurations
+    with the same values in all of them share one row (see :func:`check_summary_groups`)."""
+    shown = _MD_COLUMNS if not label_columns else tuple(
+        c for c in _MD_COLUMNS if c not in ("method", "defense", "detect"))
+    return [*label_columns, *shown]
+
+
+def summary_label_columns(specs: Iterable[RunSpec], first: Sequence[str] = ()) -> list[str]:
+    """The label columns a summary of ``specs`` shows: ``first``, then the column of every
+    other label the runs carry (in the order first met), so that no label is left out of
+    the Markdown summary (runs told apart only by a label not shown were one row)."""
+    cols = list(dict.fromkeys(first))
+    for spec in specs:
+        for name in spec.labels:
+            if f"label_{name}" not in cols:
+                cols.append(f"label_{name}")
+    return cols
+
+
+def check_summary_groups(specs: Sequence[RunSpec], label_columns: Sequence[str] = ()) -> None:
+    """ValueError unless the runs that the summary would take as trials of one configuration
+    differ only in their seed (and trial number).
+
+    The summary's Markdown rows are told apart by :func:`markdown_columns` (the runs'
+    labels among ``label_columns`` and the configuration columns shown): two runs with the
+    same values there but another configuration (another learning rate, K, ``pre``...)
+    would be averaged as trials of one, one hiding the other. The message names the two
+    runs' labels and the fields in which they differ.
+    """
+    specs = list(specs)
+    have = {f"label_{name}" for s in specs for name in s.labels}
+    present = [c for c in label_columns if c in have]
+    cols = markdown_columns(present)
+    seen: dict[tuple, tuple[int, RunSpec, dict]] = {}
+    for i, spec in enumerate(specs):
+        try:
+            config = spec.config.resolved()
+        except Exception:  # noqa: BLE001 - invalid configurations are reported elsewhere
+            config = spec.config
+        row = {**_config_columns(config), "method": method_name(config)}
+        for name, label in spec.labels.items():
+            row[f"label_{name}"] = label
+        ident = tuple(str(row.get(c)) for c in cols)
+        payload = _trial_free(spec, config)
+        if ident not in seen:
+            seen[ident] = (i, spec, payload)
+            continue
+        j, other, theirs = seen[ident]
+        if payload == theirs:
+            continue
+        fields = _differing(theirs, payload)
+        shown = ", ".join(c for c in cols if not c.startswith("label_"))
+        raise ValueError(
+            f"runs {j} (labels {dict(other.labels)}, seed {other.config.seed}) and {i} (labels "
+            f"{dict(spec.labels)}, seed {spec.config.seed}) differ in {', '.join(fields)}, but "
+            f"the summary would average them as trials of one configuration (same labels and "
+            f"{shown}); give them distinct labels; nothing was run")
+
+
+def _trial_free(spec: RunSpec, config) -> dict:
+    """What must agree between the trials of one configuration: the kind and the
+    configuration less its seed and the fields that change nothing computed."""
+    from rfrs_ref.experiments.spec import NON_RESULT_FIELDS
+
+    c = config.to_json()
+    for name in ("seed", *NON_RESULT_FIELDS):
+        c.pop(name, None)
+    return {"kind": spec.kind, **c}
+
+
+def _differing(a: Mapping, b: Mapping) -> list[str]:
+    """The fields (``optimizer_params.lr`` for a hyperparameter) in which a and b differ."""
+    out = []
+    for name in dict.fromkeys([*a, *b]):
+        x, y = a.get(name), b.get(name)
+        if x == y:
+            continue
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            out += [f"{name}.{k}" for k in dict.fromkeys([*x, *y]) if x.get(k) != y.get(k)]
+        else:
+            out.append(name)
+    return out
+
+
 def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "ndcg", "hr", "mrr"),
                      label_columns: Sequence[str] = ()) -> str:
     """Markdown tables (one per metric): a row per configuration, a column per K, mean ± std.
@@ -1013,9 +1100,7 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
         return "_no finished runs_\n"
     parts = []
     label_columns = [c for c in label_columns if c in summary.columns]
-    shown = _MD_COLUMNS if not label_columns else tuple(
-        c for c in _MD_COLUMNS if c not in ("method", "defense", "detect"))
-    ident = [c for c in (*label_columns, *shown) if c in summary.columns]
+    ident = [c for c in markdown_columns(label_columns) if c in summary.columns]
     varying = [c for c in ident if summary[c].astype(str).nunique() > 1] or ident[:3]
     if not any(c in _METHOD_COLUMNS for c in varying) and "method" in summary.columns:
         varying = ["method", *varying]  # so that the popularity rows can be told apart

@@ -56,9 +56,10 @@ import traceback
 from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
-from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
+from rfrs_ref.experiments.results import (Store, check_summary_groups, foreign_file, frame_from_rows, refuse_links,
                                           recordable, run_directory_above,
-                                          non_finite_metric, store_lock, tidy_rows,
+                                          non_finite_metric, store_lock,
+                                          summary_label_columns, tidy_rows,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
 from rfrs_ref.experiments.worker import execute_run
@@ -94,6 +95,8 @@ class SweepReport:
         table, summary: the tidy and summary tables (pandas DataFrames) of the sweep's runs.
         wall_s: seconds this call took; workers: Dask workers used (0: in process).
         interrupted: the call was interrupted (KeyboardInterrupt) before the end.
+        label_columns: the label columns of the Markdown summary (``label_columns``, then
+            every other label of the runs).
     """
 
     out: pathlib.Path
@@ -112,6 +115,7 @@ class SweepReport:
     divergences: list = dataclasses.field(default_factory=list)
     kept_failed: int = 0
     not_finite: int = 0
+    label_columns: tuple = ()
 
     @property
     def pending(self) -> int:
@@ -313,7 +317,8 @@ def run_sweep(
             (``Trainer(low_memory=True)``): the same results, in less memory.
         on_event: ``on_event(event, spec, outcome, report)`` with event
             ``"plan"`` (once, spec None), ``"done"``, ``"diverged"`` or ``"failed"``.
-        label_columns: label columns listed first in the Markdown summary.
+        label_columns: label columns listed first in the Markdown summary; the other
+            labels of the runs follow them (every label is a column there).
         table_runs: the runs whose recorded outcomes (in ``out``) make the tables,
             in this order; runs of ``runs`` not among them follow. None: ``runs``.
             None of them is run; one without an outcome is left out.
@@ -329,8 +334,9 @@ def run_sweep(
     Returns:
         A :class:`SweepReport`.
     Raises:
-        ValueError: a run's configuration is invalid, or two runs share a key
-            (nothing is run then).
+        ValueError: a run's configuration is invalid, two runs share a key, or two runs
+            the summary would show as one configuration differ in more than their seed
+            (:func:`~rfrs_ref.experiments.results.check_summary_groups`); nothing is run then.
         StoreLocked: another sweep is writing to ``out``.
         KeyboardInterrupt: after the finished runs are recorded and the cluster is closed.
     """
@@ -350,6 +356,10 @@ def run_sweep(
     table_specs = {}  # key -> spec, in the tables' order
     for spec in [*(runs_from(table_runs) if table_runs is not None else []), *runs]:
         table_specs.setdefault(spec.key, spec)
+    # every label is a column of summary.md, and the runs it shows as one row must be trials
+    # of one configuration
+    label_columns = summary_label_columns(table_specs.values(), label_columns)
+    check_summary_groups(list(table_specs.values()), label_columns)
     if workers != 0 and client is None and not dask_available():
         if scheduler is not None or workers is not None:
             raise ValueError(DASK_MISSING)
@@ -395,7 +405,8 @@ def run_sweep(
             raise ValueError(f"{linked[0]} is a link (to {os.readlink(linked[0])}), not a run "
                              f"directory of this sweep ({len(linked)} such); remove it and run "
                              "the sweep again; nothing was run")
-        report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending))
+        report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending),
+                             label_columns=tuple(label_columns))
         waiting = set(pending)
         for k in (k for k in keys if k not in waiting):  # recorded before this call
             if outcomes[k].get("status") == "failed":

@@ -247,3 +247,46 @@ def test_a_run_that_cannot_start_is_refused_before_anything_is_written(tmp_path)
     from rfrs_ref.experiments.sweep import check_feasible
 
     check_feasible(fallback)
+
+
+TINY_FIELDS = {"dataset": "synthetic", "dataset_params": {"n_users": 40, "n_items": 30},
+               "client_fraction": 0.25, "rounds": 1}
+
+
+def test_runs_the_summary_would_merge_are_refused_before_anything_is_written(tmp_path):
+    """Two runs with the same labels and the same columns shown in summary.md but another
+    learning rate were one row of summary.md, as if they were two trials of one
+    configuration; the library refuses them, naming the labels and the differing field."""
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    lr1 = make_config({**TINY_FIELDS, "optimizer_params": {"lr": 0.01}})
+    lr2 = make_config({**TINY_FIELDS, "optimizer_params": {"lr": 0.02}})
+    runs = [RunSpec(lr1, labels={"m": "a"}), RunSpec(lr2, labels={"m": "a"})]
+    with pytest.raises(ValueError) as info:
+        run_sweep(runs, tmp_path / "out", workers=0)
+    msg = str(info.value)
+    assert "\n" not in msg
+    for part in ("{'m': 'a'}", "optimizer_params.lr", "nothing was run"):
+        assert part in msg, msg
+    assert not (tmp_path / "out").exists()
+    # trials of one configuration (the seed alone differs) are what the summary averages
+    trials = [RunSpec(make_config({**TINY_FIELDS, "seed": s}), trial=s, labels={"m": "a"})
+              for s in (0, 1)]
+    from rfrs_ref.experiments.results import check_summary_groups
+
+    check_summary_groups(trials, ["label_m"])
+
+
+def test_every_label_is_a_column_of_the_summary(tmp_path):
+    """Labels left out of ``label_columns`` were not shown in summary.md, so runs told apart
+    by them alone were one row: every label is now a column there."""
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    runs = [RunSpec(make_config({**TINY_FIELDS, "optimizer_params": {"lr": lr}}),
+                    labels={"m": name}) for name, lr in (("a", 0.01), ("b", 0.02))]
+    report = run_sweep(runs, tmp_path / "out", workers=0, threads=1)
+    assert report.label_columns == ("label_m",)
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "| A-FRS | a |" in md and "| A-FRS | b |" in md, md
