@@ -86,6 +86,7 @@ import os
 import pathlib
 import re
 import tomllib
+import unicodedata
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rfrs_ref.federated.config import TrainConfig
@@ -110,6 +111,12 @@ KEY_LENGTH = 16
 MAX_RUNS = 100_000
 
 
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (a newline, tab, NUL...) or a line or
+    paragraph separator: what would break a row of the tables that show it."""
+    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One run of a sweep.
@@ -130,6 +137,11 @@ class RunSpec:
         if self.kind not in KINDS:
             raise ValueError(f"run kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         object.__setattr__(self, "labels", dict(self.labels))
+        for name, label in self.labels.items():
+            for what, text in (("label name", name), (f"label {name}", label)):
+                if isinstance(text, str) and has_control(text):
+                    raise ValueError(f"{what} of a run must not hold a control character (a "
+                                     f"label is a cell of the tables' rows), got {_show(text)}")
 
     @property
     def key(self) -> str:
@@ -531,6 +543,10 @@ class Axis:
             # the label is what tells the runs of this axis apart in the tables and figures:
             # two values with one label would be drawn and summarised as one series
             label = out[-1][0]
+            if has_control(label):
+                where = f"{here}.label" if isinstance(v, Mapping) else f"{here} (its label)"
+                raise ValueError(f"{where} must not hold a control character (a label is a "
+                                 f"cell of the tables' rows), got {_show(label)}")
             if label in seen:
                 raise ValueError(
                     f"{here} has the label {_show(label)} of axes.{self.name}[{seen[label]}]; "
@@ -658,6 +674,9 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
         raise ValueError(f"seeds must list at most {MAX_RUNS:,} seeds (the most runs a sweep "
                          f"may hold), got {count:,}")
     for axis_name, values in doc.get("axes", {}).items():
+        if has_control(axis_name):
+            raise ValueError(f"axes.{json.dumps(axis_name)[1:-1]}: an axis name must not hold a "
+                             "control character (it names a column of the tables)")
         if axis_name == "seed":
             raise ValueError("axes.seed: use trials = N or seeds = [...] rather than an axis "
                              "over seed")

@@ -290,3 +290,27 @@ def test_every_label_is_a_column_of_the_summary(tmp_path):
     assert report.label_columns == ("label_m",)
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "| A-FRS | a |" in md and "| A-FRS | b |" in md, md
+
+
+@pytest.mark.parametrize("axis, message", [
+    ('m = [{ label = "x\\ny", rounds = 3 }]', 'axes.m[0].label'),
+    ('m = [{ label = "ok", rounds = 2 }, { label = "a\\tb", rounds = 3 }]', 'axes.m[1].label'),
+    ('m = [{ label = "x\\u2028y", rounds = 3 }]', 'axes.m[0].label'),
+    ('"m\\rn" = [{ label = "x", rounds = 3 }]', 'axes.m\\rn'),
+])
+def test_a_label_with_a_control_character_is_refused(workdir, axis, message):
+    """A label is a cell of summary.md's rows and of the tables: a newline in one broke the
+    row in two. Labels (and axis names, the label columns' names) with control characters
+    are refused in one line naming the axis and the value."""
+    (workdir / "s.toml").write_text(TINY + "[axes]\n" + axis + "\n")
+    code, output = sweep_cli("s.toml", "--out", "o", "--workers", "0")
+    assert_one_line_error(code, output, "s.toml", message, "control character")
+    assert not (workdir / "o").exists()
+
+
+def test_a_run_label_with_a_control_character_is_refused_by_the_library():
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+
+    with pytest.raises(ValueError, match=r'label m of a run must not hold a control '
+                                         r'character .*, got "x\\ny"$'):
+        RunSpec(make_config(TINY_FIELDS), labels={"m": "x\ny"})
