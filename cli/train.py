@@ -151,6 +151,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             config.resolved()  # names and hyperparameters, before anything is written
         except (ValueError, KeyError, TypeError) as exc:
             raise click.ClickException(_one_line(exc)) from None
+        _refuse_too_large(config)
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
         from rfrs_ref.experiments.results import run_directory_above
 
@@ -176,6 +177,22 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             except ValueError as exc:
                 raise click.ClickException(_one_line(exc)) from None
         _train(config, run_dir, resume, trace_path, low_memory)
+
+
+def _refuse_too_large(config) -> None:
+    """A run no machine could hold (``--dim 9223372036854775807``: numpy's "Maximum allowed
+    dimension exceeded" once the run had started) is refused in one line naming the option,
+    its value and the limit (``sweep.check_size``), before anything is written."""
+    from rfrs_ref.experiments.sweep import RunTooLarge, check_size
+
+    try:
+        check_size(config)
+    except RunTooLarge as exc:
+        table, _, name = exc.field.partition(".")
+        flags = [g.flag for g in _GENERATED
+                 if f"{g.family}_params" == table and g.field == name]
+        flag = f"--{flags[0]}" if flags else f"--{exc.field.replace('_', '-')}"
+        raise click.ClickException(f"{flag} {exc.value}{exc.reason}") from None
 
 
 def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) -> None:

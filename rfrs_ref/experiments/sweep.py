@@ -190,10 +190,71 @@ def _round_size(c) -> tuple[int, int, int]:
     return clients_per_round(users, c.client_fraction), D, items
 
 
+#: the most bytes a run may need: 2^57, the largest virtual address space of any 64-bit
+#: processor (x86-64 with 5-level paging; ARMv8 addresses 2^52 at most), far above what
+#: machines hold and far below where numpy's int64 sizes overflow (2^63 bytes)
+MAX_RUN_BYTES = 2 ** 57
+
+#: the size fields a run's memory grows with, as a sweep file and as ``train`` name them
+SIZE_FIELDS = (("model_params", "dim"), ("dataset_params", "n_users"),
+               ("dataset_params", "n_items"))
+
+
+class RunTooLarge(ValueError):
+    """A run whose estimated memory exceeds :data:`MAX_RUN_BYTES`. ``field`` and ``value``
+    name the size that makes it so (``model_params.dim``), ``reason`` the rest of the
+    message, so that a command can name the field as its own option."""
+
+    def __init__(self, field: str, value, reason: str) -> None:
+        self.field, self.value, self.reason = field, value, reason
+        super().__init__(f"{field} = {value}{reason}")
+
+
+def check_size(config) -> None:
+    """:class:`RunTooLarge` when the run's estimated memory (:func:`estimate_run_memory`,
+    with at least 8 bytes per client of the dataset) exceeds :data:`MAX_RUN_BYTES`: such a
+    run could not allocate its parameter vector on any machine (``--dim
+    9223372036854775807`` failed in numpy with "Maximum allowed dimension exceeded").
+    Blamed is the first of the size fields set in the configuration (``model_params.dim``,
+    ``dataset_params.n_users``, ``n_items``) whose default alone would make the run fit,
+    else the largest of them. A dataset whose size is not known here is left alone."""
+    c = config.resolved()
+
+    def need(cfg) -> int | None:
+        try:
+            users, _ = _dataset_size(cfg)
+            return max(estimate_run_memory(RunSpec(cfg)), 8 * users)
+        except (KeyError, LookupError, ValueError, TypeError, OSError, ImportError,
+                OverflowError):
+            return None
+
+    total = need(c)
+    if total is None or total <= MAX_RUN_BYTES:
+        return
+    given = [(table, name, getattr(config, table).get(name)) for table, name in SIZE_FIELDS
+             if name in getattr(config, table)]
+    blamed = None
+    for table, name, value in given:
+        params = {k: v for k, v in getattr(config, table).items() if k != name}
+        smaller = need(dataclasses.replace(config, **{table: params}).resolved())
+        if smaller is not None and smaller <= MAX_RUN_BYTES:
+            blamed = (table, name, value)
+            break
+    if blamed is None and given:
+        blamed = max(given, key=lambda g: g[2] if isinstance(g[2], (int, float)) else 0)
+    table, name, value = blamed or ("client_fraction", None, c.client_fraction)
+    field = f"{table}.{name}" if name else table
+    n, D, _ = _round_size(c)
+    raise RunTooLarge(field, value, (
+        f": the run would need about {total:.3g} bytes ({D:,} parameters, {n:,} clients a "
+        f"round), more than any machine can address ({MAX_RUN_BYTES:.3g} bytes, 2^57)"))
+
+
 def check_feasible(config) -> None:
     """ValueError, with the trainer's own message, when a run would stop before its first
-    round: a K of ``ks`` above the dataset's number of items, or a rule whose precondition
-    on n and f fails (Krum's n > 2f + 2...; see ``trainer.check_rule_precondition``).
+    round: a run too large for any machine (:func:`check_size`), a K of ``ks`` above the
+    dataset's number of items, or a rule whose precondition on n and f fails (Krum's
+    n > 2f + 2...; see ``trainer.check_rule_precondition``).
 
     The trainer makes the same checks once its data are loaded; this one takes the counts
     from the dataset's manifest (the generator's parameters for synthetic data), so that a
@@ -211,6 +272,7 @@ def check_feasible(config) -> None:
         users, items = _dataset_size(c)
     except (KeyError, LookupError, ValueError, TypeError, OSError, ImportError):
         return
+    check_size(config)
     check_ks(c.ks, items)
     rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
     check_rule_precondition(rule, c, users)

@@ -314,3 +314,26 @@ def test_a_run_label_with_a_control_character_is_refused_by_the_library():
     with pytest.raises(ValueError, match=r'label m of a run must not hold a control '
                                          r'character .*, got "x\\ny"$'):
         RunSpec(make_config(TINY_FIELDS), labels={"m": "x\ny"})
+
+
+@pytest.mark.parametrize("table, name", [("model_params", "dim"),
+                                         ("dataset_params", "n_users")])
+def test_a_run_no_machine_could_hold_is_refused_by_sweep_and_reproduce(workdir, table, name):
+    """Such a run was listed by --dry-run at ~84,855,022,739,064 GB and recorded as failed:
+    sweep files, --dry-run and reproduce --set now refuse it before anything is written,
+    naming the field, its value and the limit."""
+    huge = 9223372036854775807
+    base = TINY.replace("n_users = 60", f"n_users = {huge}") if table == "dataset_params" \
+        else TINY.replace("[base]\n", f"[base]\n{table} = {{ {name} = {huge} }}\n")
+    (workdir / "s.toml").write_text(base)
+    for extra in ([], ["--dry-run"]):
+        code, output = sweep_cli("s.toml", "--out", "o", "--workers", "0", *extra)
+        assert_one_line_error(code, output, "s.toml", f"{table}.{name} = {huge}", "2^57")
+    res = CliRunner().invoke(main, ["reproduce", "10", "--quick", "--datasets", "synthetic",
+                                    "--out", "r", "--workers", "0",
+                                    "--set", f'{table}={{"{name}": {huge}}}'],
+                             catch_exceptions=False)
+    assert res.exit_code != 0, res.output
+    assert f"{table}.{name} = {huge}" in res.output and "2^57" in res.output, res.output
+    assert "Traceback" not in res.output
+    assert not (workdir / "o").exists() and not (workdir / "r").exists()

@@ -556,3 +556,18 @@ def test_resume_of_a_directory_without_a_run(tmp_path):
     (tmp_path / "empty").mkdir()
     assert_refused(invoke("train", "--resume", tmp_path / "empty"), tmp_path / "empty", "no run")
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--dim", 9223372036854775807], ["--dim 9223372036854775807", "2^57"]),
+    (["--dim", 10 ** 12], ["--dim 1000000000000", "2^57"]),
+    (["--synthetic-users", 10 ** 20], ["--synthetic-users 100000000000000000000", "2^57"]),
+])
+def test_a_run_no_machine_could_hold_is_refused_naming_the_option(tmp_path, args, needles):
+    """--dim 9223372036854775807 started the run and stopped on numpy's "Maximum allowed
+    dimension exceeded", naming neither the option nor the value: a run whose estimated
+    memory exceeds what any 64-bit machine can address (2^57 bytes) is refused first."""
+    out = tmp_path / "run"
+    res = invoke("train", "--rounds", 2, *args, "--out", out)
+    assert_refused(res, *needles)
+    assert not out.exists()
