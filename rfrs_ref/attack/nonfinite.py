@@ -76,7 +76,10 @@ class Mimic(Attack):
     Conventions: ByzFL indexes a fixed list of honest workers; here the honest
     clients change every round, so ``index`` counts the round's honest rows and
     is clamped to the last one when the round has fewer (``index_used`` in the
-    diagnostics). A round with no honest client leaves the Byzantine uploads
+    diagnostics). An index that no round can reach (≥ min(n, the dataset's honest
+    clients), n the clients sampled per round) is refused before the run starts, as
+    ByzFL refuses one beyond its honest workers
+    (``rfrs_ref.federated.trainer.check_attack_precondition``). A round with no honest client leaves the Byzantine uploads
     honest (there is nothing to mimic). Byzantine clients do not read the
     honest uploads of ByzFL's separate list: their mimicked upload is the round's
     honest upload itself, the knowledge of an omniscient attacker.

@@ -253,8 +253,9 @@ def check_size(config) -> None:
 def check_feasible(config) -> None:
     """ValueError, with the trainer's own message, when a run would stop before its first
     round: a run too large for any machine (:func:`check_size`), a K of ``ks`` above the
-    dataset's number of items, or a rule whose precondition on n and f fails (Krum's
-    n > 2f + 2...; see ``trainer.check_rule_precondition``).
+    dataset's number of items, a rule whose precondition on n and f fails (Krum's
+    n > 2f + 2...; see ``trainer.check_rule_precondition``), or a mimic index no round
+    can reach (``trainer.check_attack_precondition``).
 
     The trainer makes the same checks once its data are loaded; this one takes the counts
     from the dataset's manifest (the generator's parameters for synthetic data), so that a
@@ -264,7 +265,8 @@ def check_feasible(config) -> None:
     from rfrs_ref.aggregate import RULES
     from rfrs_ref.aggregate.pre import build as with_pre
     from rfrs_ref.federated.config import _rule_name
-    from rfrs_ref.federated.trainer import check_rule_precondition
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.federated.trainer import check_attack_precondition, check_rule_precondition
     from rfrs_ref.metrics import check_ks
 
     c = config.resolved()
@@ -276,6 +278,7 @@ def check_feasible(config) -> None:
     check_ks(c.ks, items)
     rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
     check_rule_precondition(rule, c, users)
+    check_attack_precondition(ATTACKS.get(c.attack)(**c.attack_params), c, users)
 
 
 def _dataset_size(c) -> tuple[int, int]:

@@ -295,6 +295,7 @@ class Trainer:
         whose precondition fails (and which would raise rather than fall back) fails
         here, before anything is written, instead of in round 1."""
         check_rule_precondition(self.rule, self.config, self.data.n_users)
+        check_attack_precondition(self.attack, self.config, self.data.n_users)
 
     # -- state ----------------------------------------------------------------------
     def initial_state(self) -> tuple[dict[str, np.ndarray], dict | None]:
@@ -550,6 +551,26 @@ def check_rule_precondition(rule, config: TrainConfig, n_users: int) -> None:
             detail=f"each round samples n = {n} of the {n_users} clients at client "
                    f"fraction {c.client_fraction} and assumes f = {f} Byzantine at assumed "
                    f"fraction {c.assumed_byzantine}") from None
+
+
+def check_attack_precondition(attack, config: TrainConfig, n_users: int) -> None:
+    """ValueError when the attack can never do what it is asked in any round: a mimic
+    ``index`` at or beyond the most honest clients a round can hold, min(n, n_users −
+    floor(α · n_users)) with n = clients_per_round(n_users, e) (ByzFL's Mimic raises for an
+    index beyond its honest clients; an index that only some rounds cannot reach is
+    clamped in those rounds, see ``Mimic``)."""
+    index = getattr(attack, "index", None)
+    if getattr(attack, "name", None) != "mimic" or not isinstance(index, int):
+        return
+    n = clients_per_round(n_users, config.client_fraction)
+    honest = n_users - math.floor(config.byzantine_fraction * n_users)
+    most = min(n, honest)
+    if index >= most:
+        raise ValueError(
+            f"--mimic-index (attack_params.index) {index} is beyond the honest clients of every "
+            f"round: a round samples {n} clients at client fraction {config.client_fraction} "
+            f"({honest} of the {n_users} clients are honest), so it holds at most {most} "
+            f"honest ones; give an index in 0..{most - 1}")
 
 
 def state_checksums(state: dict[str, np.ndarray]) -> dict[str, str]:

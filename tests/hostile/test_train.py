@@ -571,3 +571,19 @@ def test_a_run_no_machine_could_hold_is_refused_naming_the_option(tmp_path, args
     res = invoke("train", "--rounds", 2, *args, "--out", out)
     assert_refused(res, *needles)
     assert not out.exists()
+
+
+def test_a_mimic_index_no_round_can_reach_is_refused(tmp_path):
+    """--mimic-index 99999 on a run of 10 clients a round ran to the end, every Byzantine
+    client copying the last honest client of each round: ByzFL's Mimic raises for an index
+    beyond its honest clients, and so does a run whose rounds never hold that many honest
+    clients (an index some rounds cannot reach is still clamped, see docs/attacks.md)."""
+    out = tmp_path / "run"
+    res = invoke("train", *SMALL, "--rounds", 2, "--attack", "mimic", "--mimic-index", 99999,
+                 "--byzantine-fraction", 0.2, "--out", out)
+    assert_refused(res, "--mimic-index", "99999", "0..9", "10 clients")
+    assert not out.exists()
+    # the last index a round can reach runs
+    res = invoke("train", *SMALL, "--rounds", 1, "--attack", "mimic", "--mimic-index", 9,
+                 "--byzantine-fraction", 0.2, "--out", out)
+    assert res.exit_code == 0, res.output
