@@ -406,16 +406,20 @@ def run_sweep(
         KeyboardInterrupt: after the finished runs are recorded and the cluster is closed.
     """
     runs = runs_from(runs)
-    invalid = []
+    invalid: dict[str, list[str]] = {}  # reason -> the runs it concerns
     for i, spec in enumerate(runs):
         try:
             spec.config.resolved()
             if run:
                 check_feasible(spec.config)  # a run that would stop before its first round
         except (ValueError, KeyError, TypeError) as exc:
-            invalid.append(f"run {i} ({dict(spec.labels)}, seed {spec.config.seed}): {exc}")
+            reason = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+            invalid.setdefault(reason, []).append(
+                f"run {i} ({dict(spec.labels)}, seed {spec.config.seed})")
     if invalid:
-        raise ValueError("invalid configuration(s), nothing was run:\n  " + "\n  ".join(invalid))
+        # one line: each reason once, with the number of runs it concerns and the first
+        raise ValueError("invalid configuration(s), nothing was run: " + "; ".join(
+            f"{_runs_concerned(which)}: {reason}" for reason, which in invalid.items()))
     keys = check_unique(runs)
     by_key = dict(zip(keys, runs))
     table_specs = {}  # key -> spec, in the tables' order
@@ -585,6 +589,11 @@ def run_sweep(
                             run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
                                         if k in outcomes])
     return report
+
+
+def _runs_concerned(which: Sequence[str]) -> str:
+    """``run 3 (...)`` for one run, ``4 runs (the first: run 0 (...))`` for several."""
+    return which[0] if len(which) == 1 else f"{len(which)} runs (the first: {which[0]})"
 
 
 def _not_a_result(outcome: dict, ks) -> bool:

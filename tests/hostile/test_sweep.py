@@ -337,3 +337,36 @@ def test_a_run_no_machine_could_hold_is_refused_by_sweep_and_reproduce(workdir, 
     assert f"{table}.{name} = {huge}" in res.output and "2^57" in res.output, res.output
     assert "Traceback" not in res.output
     assert not (workdir / "o").exists() and not (workdir / "r").exists()
+
+
+def test_runs_refused_for_one_reason_are_one_short_error(workdir):
+    """reproduce --set 'ks=[5000]' printed the same reason once per run, joined into one
+    long line; each distinct reason is now said once, with the number of runs it concerns
+    and the first of them."""
+    res = CliRunner().invoke(main, ["reproduce", "10", "--quick", "--datasets", "synthetic",
+                                    "--out", "r", "--workers", "0", "--set", "ks=[5000]"],
+                             catch_exceptions=False)
+    assert res.exit_code != 0, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and len(res.output.strip().splitlines()) <= 3, res.output
+    assert errors[0].count("got 5000") == 1, errors[0]
+    assert "4 runs" in errors[0] and "run 0" in errors[0], errors[0]
+    assert len(errors[0]) < 400, errors[0]
+    assert not (workdir / "r").exists()
+
+
+def test_distinct_reasons_are_each_said_once(tmp_path):
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    fields = {"dataset": "synthetic", "dataset_params": {"n_users": 40, "n_items": 50},
+              "client_fraction": 0.2, "rounds": 1}
+    runs = [RunSpec(make_config({**fields, "ks": [k], "seed": s}), trial=s,
+                    labels={"k": str(k)}) for k in (60, 70) for s in (0, 1, 2)]
+    with pytest.raises(ValueError) as info:
+        run_sweep(runs, tmp_path / "out", workers=0)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.count("got 60") == 1 and msg.count("got 70") == 1, msg
+    assert msg.count("3 runs") == 2, msg
+    assert not (tmp_path / "out").exists()
