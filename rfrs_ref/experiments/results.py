@@ -1131,7 +1131,9 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
                 std = None if pd_isna(r["std"]) else float(r["std"])
                 row[int(r["k"])] = _fmt(float(r["mean"]), std)
         for ident_key, row in [*rows.items(), *pop.items()]:
-            cells = [*ident_key, *[row.get(k, "") for k in ks], str(int(row["n"]))]
+            # a "|" in a label would end its cell: written as "\|", which Markdown shows as "|"
+            cells = [*(c.replace("|", "\\|") for c in ident_key), *[row.get(k, "") for k in ks],
+                     str(int(row["n"]))]
             if divergence:
                 cells.append(row.get("diverged", ""))
             lines.append("| " + " | ".join(cells) + " |")

@@ -81,6 +81,8 @@ def _tiny_sweep(tmp_path, axis: str):
 
 def test_sweep_dry_run_lists_runs_and_failing_runs_exit_non_zero(ex, tmp_path):
     spec = _tiny_sweep(tmp_path, 'dataset_params = [{ n_items = 100 }, { n_items = 1 }]')
+    # K = 1: a K above the items is refused before any run; one item fails inside the run
+    spec.write_text(spec.read_text().replace("rounds = 2\n", "rounds = 2\nks = [1]\n"))
     res = CliRunner().invoke(sweep, [str(spec), "--out", str(tmp_path / "o"), "--dry-run"])
     assert res.exit_code == 0, res.output
     assert res.output.count("to run") == 2

@@ -292,6 +292,20 @@ def test_every_label_is_a_column_of_the_summary(tmp_path):
     assert "| A-FRS | a |" in md and "| A-FRS | b |" in md, md
 
 
+def test_a_label_with_a_pipe_stays_in_its_cell(tmp_path):
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    runs = [RunSpec(make_config({**TINY_FIELDS, "optimizer_params": {"lr": lr}}),
+                    labels={"m": name}) for name, lr in (("a|b", 0.01), ("c", 0.02))]
+    run_sweep(runs, tmp_path / "out", workers=0, threads=1)
+    rows = [r for r in (tmp_path / "out" / "summary.md").read_text().splitlines()
+            if r.startswith("| A-FRS |")]
+    assert rows and all(r.replace("\\|", "").count("|") == rows[0].replace("\\|", "").count("|")
+                        for r in rows)
+    assert any("| a\\|b |" in r for r in rows), rows
+
+
 @pytest.mark.parametrize("axis, message", [
     ('m = [{ label = "x\\ny", rounds = 3 }]', 'axes.m[0].label'),
     ('m = [{ label = "ok", rounds = 2 }, { label = "a\\tb", rounds = 3 }]', 'axes.m[1].label'),
