@@ -121,7 +121,10 @@ CONFIG_COLUMNS = ("dataset", "model", "optimizer", "defense", "detect", "attack"
                   "test_fraction", "valid_fraction", "eval_every", "verify", "resilience",
                   "backend", "trace")
 PARAM_COLUMNS = ("dataset_params", "model_params", "optimizer_params", "defense_params",
-                 "attack_params", "ks")
+                 "pre", "pre_params", "attack_params", "ks")
+#: what a parameter column holds when the configuration's JSON leaves the field out
+#: (the pre-aggregators are written only when there are some)
+_PARAM_DEFAULTS = {"pre": [], "pre_params": {}}
 #: columns of a diverged run (present only in tables holding one)
 DIVERGED_COLUMNS = ("diverged_round", "diverged_reason")
 RUN_COLUMNS = ("key", "kind", "method", "trial", "seed", "status", "error", "traceback",
@@ -564,7 +567,7 @@ def _config_columns(config) -> dict:
     row["alpha"] = c["byzantine_fraction"]
     row["valid_fraction"] = c.get("valid_fraction", 0.0)  # absent from the JSON when 0
     for name in PARAM_COLUMNS:
-        row[name] = json.dumps(c[name], sort_keys=True)
+        row[name] = json.dumps(c[name] if name in c else _PARAM_DEFAULTS[name], sort_keys=True)
     return row
 
 
@@ -999,8 +1002,9 @@ _METHOD_COLUMNS = ("label_series", "method", "model", "optimizer", "defense", "d
 def markdown_columns(label_columns: Sequence[str]) -> list[str]:
     """The columns that tell the rows of ``summary.md`` apart: the label columns shown
     (those of ``label_columns`` the table has), then the configuration columns it shows
-    (method, defense and detect only when no label column is shown). Two configurations
-    with the same values in all of them share one row (see :func:`check_summary_groups`)."""
+    (method, defense and detect only when no label column is shown). Where two
+    configurations have the same values in all of them, :func:`summary_markdown` adds the
+    columns in which they differ."""
     shown = _MD_COLUMNS if not label_columns else tuple(
         c for c in _MD_COLUMNS if c not in ("method", "defense", "detect"))
     return [*label_columns, *shown]
@@ -1018,69 +1022,22 @@ def summary_label_columns(specs: Iterable[RunSpec], first: Sequence[str] = ()) -
     return cols
 
 
-def check_summary_groups(specs: Sequence[RunSpec], label_columns: Sequence[str] = ()) -> None:
-    """ValueError unless the runs that the summary would take as trials of one configuration
-    differ only in their seed (and trial number).
-
-    The summary's Markdown rows are told apart by :func:`markdown_columns` (the runs'
-    labels among ``label_columns`` and the configuration columns shown): two runs with the
-    same values there but another configuration (another learning rate, K, ``pre``...)
-    would be averaged as trials of one, one hiding the other. The message names the two
-    runs' labels and the fields in which they differ.
-    """
-    specs = list(specs)
-    have = {f"label_{name}" for s in specs for name in s.labels}
-    present = [c for c in label_columns if c in have]
-    cols = markdown_columns(present)
-    seen: dict[tuple, tuple[int, RunSpec, dict]] = {}
-    for i, spec in enumerate(specs):
-        try:
-            config = spec.config.resolved()
-        except Exception:  # noqa: BLE001 - invalid configurations are reported elsewhere
-            config = spec.config
-        row = {**_config_columns(config), "method": method_name(config)}
-        for name, label in spec.labels.items():
-            row[f"label_{name}"] = label
-        ident = tuple(str(row.get(c)) for c in cols)
-        payload = _trial_free(spec, config)
-        if ident not in seen:
-            seen[ident] = (i, spec, payload)
-            continue
-        j, other, theirs = seen[ident]
-        if payload == theirs:
-            continue
-        fields = _differing(theirs, payload)
-        shown = ", ".join(c for c in cols if not c.startswith("label_"))
-        raise ValueError(
-            f"runs {j} (labels {dict(other.labels)}, seed {other.config.seed}) and {i} (labels "
-            f"{dict(spec.labels)}, seed {spec.config.seed}) differ in {', '.join(fields)}, but "
-            f"the summary would average them as trials of one configuration (same labels and "
-            f"{shown}); give them distinct labels; nothing was run")
+#: columns of the summary that are no part of a configuration's identity
+_SUMMARY_VALUES = ("metric", "k", "mean", "std", "n", "n_diverged", "diverged", "wall_s_mean")
 
 
-def _trial_free(spec: RunSpec, config) -> dict:
-    """What must agree between the trials of one configuration: the kind and the
-    configuration less its seed and the fields that change nothing computed."""
-    from rfrs_ref.experiments.spec import NON_RESULT_FIELDS
-
-    c = config.to_json()
-    for name in ("seed", *NON_RESULT_FIELDS):
-        c.pop(name, None)
-    return {"kind": spec.kind, **c}
-
-
-def _differing(a: Mapping, b: Mapping) -> list[str]:
-    """The fields (``optimizer_params.lr`` for a hyperparameter) in which a and b differ."""
-    out = []
-    for name in dict.fromkeys([*a, *b]):
-        x, y = a.get(name), b.get(name)
-        if x == y:
-            continue
-        if isinstance(x, Mapping) and isinstance(y, Mapping):
-            out += [f"{name}.{k}" for k in dict.fromkeys([*x, *y]) if x.get(k) != y.get(k)]
-        else:
-            out.append(name)
-    return out
+def _telling_apart(summary, columns: Sequence[str]) -> list[str]:
+    """``columns``, then each other configuration column of ``summary`` (in its order) that
+    takes several values among rows equal in the columns so far: so that two configurations
+    (another learning rate, K, pre-aggregator...) are never one row of the Markdown table,
+    whatever labels they were given."""
+    cols = list(columns)
+    model = summary[~summary["metric"].astype(str).str.startswith("popularity_")]
+    s = model.drop(columns=[c for c in _SUMMARY_VALUES if c in model.columns]).astype(str)
+    for c in s.columns:
+        if c not in cols and s[[*cols, c]].drop_duplicates().duplicated(subset=cols).any():
+            cols.append(c)
+    return cols
 
 
 def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "ndcg", "hr", "mrr"),
@@ -1104,6 +1061,7 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
     varying = [c for c in ident if summary[c].astype(str).nunique() > 1] or ident[:3]
     if not any(c in _METHOD_COLUMNS for c in varying) and "method" in summary.columns:
         varying = ["method", *varying]  # so that the popularity rows can be told apart
+    varying = _telling_apart(summary, varying)
     for metric in metrics:
         s = summary[summary["metric"] == metric]
         if s.empty or s["mean"].isna().all():  # e.g. NDCG of runs recorded before it existed

@@ -56,7 +56,7 @@ import traceback
 from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
-from rfrs_ref.experiments.results import (Store, check_summary_groups, foreign_file, frame_from_rows, refuse_links,
+from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
                                           recordable, run_directory_above,
                                           non_finite_metric, store_lock,
                                           summary_label_columns, tidy_rows,
@@ -399,9 +399,8 @@ def run_sweep(
     Returns:
         A :class:`SweepReport`.
     Raises:
-        ValueError: a run's configuration is invalid, two runs share a key, or two runs
-            the summary would show as one configuration differ in more than their seed
-            (:func:`~rfrs_ref.experiments.results.check_summary_groups`); nothing is run then.
+        ValueError: a run's configuration is invalid or two runs share a key (nothing is
+            run then).
         StoreLocked: another sweep is writing to ``out``.
         KeyboardInterrupt: after the finished runs are recorded and the cluster is closed.
     """
@@ -425,10 +424,8 @@ def run_sweep(
     table_specs = {}  # key -> spec, in the tables' order
     for spec in [*(runs_from(table_runs) if table_runs is not None else []), *runs]:
         table_specs.setdefault(spec.key, spec)
-    # every label is a column of summary.md, and the runs it shows as one row must be trials
-    # of one configuration
+    # every label is a column of summary.md
     label_columns = summary_label_columns(table_specs.values(), label_columns)
-    check_summary_groups(list(table_specs.values()), label_columns)
     if workers != 0 and client is None and not dask_available():
         if scheduler is not None or workers is not None:
             raise ValueError(DASK_MISSING)

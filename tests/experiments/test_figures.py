@@ -223,18 +223,3 @@ def test_a_reduced_reproduction_gets_a_directory_of_its_own():
 
 
 
-@pytest.mark.parametrize("quick", [False, True])
-def test_every_registered_grid_is_summarised_one_configuration_a_row(tmp_path, quick):
-    """Every figure, ablation and the ranking (every dataset, full and --quick scale) passes
-    the sweep's check that the runs summary.md shows as one row are trials of one
-    configuration, with the label columns ``reproduce`` gives: the check never refuses
-    ``rfrs-ref reproduce``. (The ranking's summary showed its series alone, so that a rule
-    in both detection spaces, with and without NNM, was one row.)"""
-    from rfrs_ref.experiments.figures import reproduce, whole_grid
-    from rfrs_ref.experiments.results import check_summary_groups
-
-    for name, fig in FIGURES.items():
-        scale = Scale(quick=quick)
-        report, _ = reproduce(fig, scale, tmp_path / name, plot=False, run=False, workers=0)
-        assert report.pending == len(fig.runs(scale))
-        check_summary_groups(whole_grid(fig, scale), report.label_columns)

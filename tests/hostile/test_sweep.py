@@ -253,29 +253,37 @@ TINY_FIELDS = {"dataset": "synthetic", "dataset_params": {"n_users": 40, "n_item
                "client_fraction": 0.25, "rounds": 1}
 
 
-def test_runs_the_summary_would_merge_are_refused_before_anything_is_written(tmp_path):
+def test_runs_the_summary_would_merge_get_the_columns_that_tell_them_apart(tmp_path):
     """Two runs with the same labels and the same columns shown in summary.md but another
-    learning rate were one row of summary.md, as if they were two trials of one
-    configuration; the library refuses them, naming the labels and the differing field."""
+    learning rate (or pre-aggregator) were one row of summary.md, as if they were two trials
+    of one configuration: the Markdown summary now adds the columns in which they differ,
+    and summary.csv records the pre-aggregators."""
     from rfrs_ref.experiments.spec import RunSpec, make_config
     from rfrs_ref.experiments.sweep import run_sweep
 
-    lr1 = make_config({**TINY_FIELDS, "optimizer_params": {"lr": 0.01}})
-    lr2 = make_config({**TINY_FIELDS, "optimizer_params": {"lr": 0.02}})
-    runs = [RunSpec(lr1, labels={"m": "a"}), RunSpec(lr2, labels={"m": "a"})]
-    with pytest.raises(ValueError) as info:
-        run_sweep(runs, tmp_path / "out", workers=0)
-    msg = str(info.value)
-    assert "\n" not in msg
-    for part in ("{'m': 'a'}", "optimizer_params.lr", "nothing was run"):
-        assert part in msg, msg
-    assert not (tmp_path / "out").exists()
-    # trials of one configuration (the seed alone differs) are what the summary averages
+    configs = [make_config({**TINY_FIELDS, "optimizer_params": {"lr": 0.01}}),
+               make_config({**TINY_FIELDS, "optimizer_params": {"lr": 0.02}}),
+               make_config({**TINY_FIELDS, "defense": "median", "optimizer_params": {"lr": 0.01}}),
+               make_config({**TINY_FIELDS, "defense": "median", "pre": ["nnm"],
+                            "optimizer_params": {"lr": 0.01}})]
+    runs = [RunSpec(c, labels={"m": "a"}) for c in configs]
+    run_sweep(runs, tmp_path / "out", workers=0, threads=1)
+    md = (tmp_path / "out" / "summary.md").read_text()
+    table = md.split("\n\n")[0].splitlines()
+    head, rows = table[0], [r for r in table[2:] if "popularity" not in r]
+    assert "optimizer_params" in head and "pre" in head, head
+    assert len(rows) == 4 and len(set(rows)) == 4, md
+    import pandas as pd
+
+    summary = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert set(summary["pre"]) == {"[]", '["nnm"]'}
+    # trials of one configuration (the seed alone differs) are still one row
+    out2 = tmp_path / "out2"
     trials = [RunSpec(make_config({**TINY_FIELDS, "seed": s}), trial=s, labels={"m": "a"})
               for s in (0, 1)]
-    from rfrs_ref.experiments.results import check_summary_groups
-
-    check_summary_groups(trials, ["label_m"])
+    run_sweep(trials, out2, workers=0, threads=1)
+    table = (out2 / "summary.md").read_text().split("\n\n")[0].splitlines()
+    assert [r for r in table[2:] if "popularity" not in r][0].endswith("| 2 |")
 
 
 def test_every_label_is_a_column_of_the_summary(tmp_path):
