@@ -277,10 +277,13 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
     except Exception as exc:
         example, err = failures[-1] if failures else (None, exc)
         msg = err.message if isinstance(err, L.LawViolation) else f"{type(err).__name__}: {err}"
+        fixed = example is not None and any(example is e for e in examples)
+        if isinstance(err, L.LawViolation) and err.example is not None:
+            example = err.example  # what the code under test was given, so that it reproduces
         ce = _jsonable(describe(example)) if example is not None else None
         if ce is not None and isinstance(err, L.LawViolation) and err.details:
             ce["violation"] = _jsonable(err.details)
-        if ce is not None and any(example is e for e in examples):
+        if ce is not None and fixed:
             ce["fixed_example"] = True  # one of the fixed examples, not a shrunk draw
         return LawResult(spec.name, spec.statement, spec.category, "fails", count[0], msg, ce,
                          time.perf_counter() - started)

@@ -83,12 +83,16 @@ class LawViolation(AssertionError):
         law: the law's name.
         message: what failed, with the values.
         details: JSON-friendly values (indices, both sides, the bound).
+        example: the input the law gave the code under test when it is not the example
+            drawn (unanimity replaces the honest rows): the counterexample to report.
+            None: the drawn example.
     """
 
-    def __init__(self, law: str, message: str, **details: Any) -> None:
+    def __init__(self, law: str, message: str, *, example: Any = None, **details: Any) -> None:
         self.law = law
         self.message = message
         self.details = details
+        self.example = example
         super().__init__(f"{law}: {message}")
 
 
@@ -351,7 +355,7 @@ def unanimity(rule, case: RoundCase, rtol: float = 0.0, atol: float = 0.0) -> No
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
         raise LawViolation(law, f"every honest client sends x, but coordinate {k} of the aggregate "
-                           f"is {_r(out.vector[k])}, not {_r(x[k])}", coordinate=k,
+                           f"is {_r(out.vector[k])}, not {_r(x[k])}", example=u_case, coordinate=k,
                            expected=float(x[k]), got=float(out.vector[k]))
 
 

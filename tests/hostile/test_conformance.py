@@ -168,6 +168,32 @@ def test_a_rule_returning_infinities_fails(hostile_module):
     _law_fails(res, "unanimity")
 
 
+def test_the_unanimity_counterexample_is_the_input_that_failed():
+    """unanimity gives the rule the round with every honest row replaced by the first: the
+    counterexample reported is that round (it was the drawn one, whose honest rows differ,
+    and on which the rule need not fail), so that feeding it to the rule reproduces it."""
+    import pathlib
+
+    import numpy as np
+
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "wrong_krum.py"
+    res = _cli("--rule", "krum", "--callable", f"{example}:krum", "--law", "unanimity",
+               "--max-examples", "1", "--json")  # a fixed example, whose honest rows differ
+    assert res.exit_code == 1, res.output
+    (result,) = json.loads(res.output)["results"]
+    ce = result["counterexample"]
+    X = np.array([[float(v) for v in row] for row in ce["features"]])
+    honest = np.array(ce["honest"], dtype=bool)
+    assert (X[honest] == X[honest][0]).all(), ce
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wrong_krum", example)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.krum(X.astype(ce["dtype"]), np.array(ce["n_samples"]), ce["f"])
+    assert not np.allclose(out, X[honest][0], equal_nan=False)
+
+
 @pytest.mark.parametrize("args", [
     ["--optimizer", "adam", "--callable", "hostile_impls:AdamThatExits"],
     ["--rule", "median", "--callable", "hostile_impls:median_that_exits", "--law", "coordinate_range"],
