@@ -17,7 +17,8 @@ def trace() -> None:
               help="Relative tolerance of floating-point fields; must be < 1.")
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-9, show_default=True,
               help="Absolute tolerance of floating-point fields; must be below (1 − rtol)·max|A|, "
-                   "the largest float of A compared (at or above it 0 agrees with every value: refused).")
+                   "the largest float of A compared under it (at or above it 0 agrees with every value compared: "
+                   "refused after the comparison).")
 @click.option("--no-checksums", is_flag=True,
               help="Do not compare state checksums (e.g. two backends that round differently).")
 @click.option("--ignore", multiple=True, metavar="FIELD",
@@ -28,8 +29,8 @@ def compare_cmd(a, b, rtol, atol, no_checksums, ignore):
     Integers, flags and names compare exactly, floats within atol + rtol·|A|
     (the tolerance comes from the reference A; a NaN or infinite value in B
     where A is finite always diverges; a tolerance under which 0 would agree
-    with every float of A, rtol ≥ 1 or atol ≥ (1 − rtol)·max|A|, is refused:
-    it checks nothing), checksums exactly when both traces
+    with every float of A compared, rtol ≥ 1 or atol ≥ (1 − rtol)·max|A| over
+    the floats compared, is refused: it checks nothing), checksums exactly when both traces
     state the same dtype, layout and byte order. Exit status 0 when the traces
     agree, 1 when they diverge or a trace cannot be read (docs/traces.md).
     """

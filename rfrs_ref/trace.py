@@ -499,6 +499,9 @@ class _Comparer:
         self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
         self.values_seen = 0  # values compared in the rounds (0: every field ignored)
         self.state_seen = 0  # state norms compared, header and rounds (0: no state compared)
+        # (|A|, round, path) of the largest finite non-zero float of A compared under the
+        # tolerance: the bound an atol must stay below to check anything (None: none)
+        self.largest: tuple[float, int, str] | None = None
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -560,6 +563,8 @@ class _Comparer:
             # A is the reference: its magnitude sets the tolerance, and a non-finite B
             # (a NaN or Infinity literal, or 1e999) never matches a finite A
             fa, fb = agreement.as_float(a), agreement.as_float(b)
+            if math.isfinite(fa) and fa != 0.0 and (self.largest is None or abs(fa) > self.largest[0]):
+                self.largest = (abs(fa), t, path)
             if not agreement.agrees(fa, fb, self.rtol, self.atol):
                 tol = float(agreement.tolerance(fa, self.rtol, self.atol))
                 self.fail(t, path, a, b, agreement.describe(fa, fb, tol, "A"))
@@ -629,49 +634,21 @@ def _nonfinite(x, path: str, nulls: bool = False):
             yield from _nonfinite(v, f"{path}[{i}]", nulls)
 
 
-def _floats(x, path: str):
-    """(path, value) of every float nested in ``x`` (not integers, booleans or strings)."""
-    if isinstance(x, float):
-        yield path, x
-    elif isinstance(x, dict):
-        for k, v in x.items():
-            yield from _floats(v, f"{path}.{k}")
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _floats(v, f"{path}[{i}]")
-
-
-def _largest_compared_float(ta: Trace, cmp: _Comparer) -> tuple[float, int, str] | None:
-    """(|value|, round, path) of the largest finite non-zero float of the reference that a
-    comparison reads under a tolerance (the initial state norms and the round fields but
-    integer fields, checksums and ignored paths); None when there is none."""
-    best = None
-    init = (ta.header.get("initial") or {}).get("state_norms")
-    sources = [(0, "initial.state_norms", init)]
-    for r in ta.rounds:
-        sources += [(r["round"], f, r.get(f)) for f in ROUND_FIELDS
-                    if f not in EXACT_FIELDS and f != "state_checksums"]
-    for t, field, obj in sources:
-        for path, v in _floats(obj, field):
-            if math.isfinite(v) and v != 0.0 and not cmp.ignored(path) and (best is None or abs(v) > best[0]):
-                best = (abs(v), t, path)
-    return best
-
-
-def _vacuous_atol(ta: Trace, cmp: _Comparer) -> str:
-    """Why ``cmp``'s atol checks nothing ('' when it checks something): with it, a B of 0
-    would agree with every float of A that is compared (|A|·(1 − rtol) ≤ atol for all)."""
-    largest = _largest_compared_float(ta, cmp)
-    if largest is None:
+def _vacuous_atol(cmp: _Comparer) -> str:
+    """Why ``cmp``'s atol checked nothing in the comparison it made ('' when it checked
+    something): with it, a B of 0 would have agreed with every float of A that was compared
+    under the tolerance (|A|·(1 − rtol) ≤ atol for all). Values of A that were not compared
+    (a field B leaves null or lacks, an ``--ignore``'d path, integers, checksums) do not count."""
+    if cmp.largest is None:
         return ""
-    m, t, path = largest
+    m, t, path = cmp.largest
     bound = m * (1.0 - cmp.rtol)
     if cmp.atol < bound:
         return ""
     where = "the header" if t == 0 else f"round {t}"
     return (f"trace compare: --atol {cmp.atol:g} checks nothing: with --rtol {cmp.rtol:g} a B of 0 "
-            f"agrees with every float value of trace A (the largest, |A| = {m:.6g} at {where}, "
-            f"field {path}); --atol must be below (1 − rtol)·max|A| = {bound:.6g}")
+            f"agrees with every float value of trace A that was compared (the largest, |A| = {m:.6g} "
+            f"at {where}, field {path}); --atol must be below (1 − rtol)·max|A| = {bound:.6g}")
 
 
 def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
@@ -697,8 +674,11 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     (``rule.objective``, ``metrics``...).
 
     ``rtol`` and ``atol`` must be finite and ≥ 0, ``rtol`` < 1, and ``atol`` below
-    ``(1 − rtol)·max|A|``, the largest finite float of A that is compared (ValueError:
-    at or above it a B of 0 would agree with every float of A, as ``rtol`` ≥ 1 would);
+    ``(1 − rtol)·max|A|``, where max|A| is the largest finite float of A that the
+    comparison actually compared under the tolerance (a value B leaves null or lacks, an
+    ignored path, integers and checksums do not count): a comparison that finds no
+    divergence raises ValueError when ``atol`` is at or above it, since a B of 0 would
+    then have agreed with every float of A compared, as with ``rtol`` ≥ 1;
     two traces without a round raise :class:`TraceFormatError` (nothing compared), and a
     comparison that compared no state norm and no checksum raises ValueError instead of
     agreeing (a reference recording no state, or ``ignore`` leaving none).
@@ -730,9 +710,6 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                 if ha.get(k) != hb.get(k)]
         notes.append("checksums not compared: the traces differ in " + ", ".join(diff))
     cmp = _Comparer(rtol, atol, ignore, use_checksums, notes)
-    vacuous = _vacuous_atol(ta, cmp)
-    if vacuous:
-        raise ValueError(vacuous)
     run_a, run_b = ha.get("run", {}), hb.get("run", {})
     differing = [k for k in run_a if k in run_b and run_a[k] != run_b[k]]
     if differing:
@@ -801,6 +778,11 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                "initial state or rounds)")
         raise ValueError(f"trace compare: no value of the state (state norms or checksums) was compared: "
                          f"{why}; an agreement would say nothing of the runs' models")
+    vacuous = _vacuous_atol(cmp)
+    if vacuous:
+        # judged on the values compared: a large value of A that B leaves null (rule
+        # scores) or that --ignore skips must not make an atol above all the rest look sound
+        raise ValueError(vacuous)
     if metrics_one_side:
         notes.append(f"metrics: recorded by one trace only on {metrics_one_side} round(s), not compared")
     if use_checksums and not cmp.checksums_seen:

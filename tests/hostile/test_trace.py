@@ -553,6 +553,38 @@ def test_the_vacuous_bound_counts_only_the_values_compared(ref, tmp_path, refuse
         T.compare(ref, ref, atol=1e300)
 
 
+def test_the_vacuous_bound_is_over_the_values_compared_not_every_value_of_a(ref, tmp_path, refused):
+    """A records Krum scores of 1e7 that B leaves null (rule: null), and B's state norms,
+    losses and gradient norms are 0: with --atol 10 the scores, never compared, put the
+    bound at 1e7, and the traces 'agreed' though 10 is above every value compared (6)."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["rule"]["scores"] = [1.0, 1e7]
+    a = _write(tmp_path / "a.jsonl", lines)
+    b = _zeros(tmp_path)
+    zeros = [json.loads(x) for x in open(b)]
+    for r in zeros[1:]:
+        r["rule"] = None
+    b = _write(tmp_path / "b.jsonl", zeros)
+    line = refused(_cli(a, b, "--atol", "10", "--no-checksums"),
+                   "--atol 10", "checks nothing", "grad_norms[1]", "round 3", "|A| = 6")
+    assert "1e+07" not in line and "agree" not in line.replace("agrees with every", "")
+    # below the largest value compared, the zeros diverge; the scores do not count
+    res = _cli(a, b, "--atol", "5.99", "--no-checksums")
+    assert res.exit_code == 1 and "traces diverge at round 3, field grad_norms[1]" in res.output, res.output
+    # an atol above the scores B leaves out but below what is compared is not refused
+    lines2 = copy.deepcopy(lines)
+    for r in lines2[1:]:
+        r["state_norms"]["theta"] *= 1e9
+    lines2[0]["initial"]["state_norms"]["theta"] *= 1e9
+    a2 = _write(tmp_path / "a2.jsonl", lines2)
+    b2 = copy.deepcopy(lines2)
+    for r in b2[1:]:
+        r["rule"] = None
+    res = _cli(a2, _write(tmp_path / "b2.jsonl", b2), "--atol", "2e7", "--no-checksums")
+    assert res.exit_code == 0 and "the traces agree" in res.output, res.output
+
+
 # -- traces that compare no state, values with nothing to compare to -----------------------------------
 
 def _stateless(norms=None) -> list[dict]:
