@@ -1344,7 +1344,7 @@ def _export_locked(root: pathlib.Path, where: str, cases, only) -> list[str]:
 class Mismatch:
     """Where a recomputed output differs from the expected one."""
 
-    output: str
+    output: str | None  # None: about the case as a whole (its inputs)
     index: tuple | None
     expected: Any
     got: Any
@@ -1354,6 +1354,8 @@ class Mismatch:
     message: str = ""
 
     def __str__(self) -> str:
+        if self.message and self.output is None:  # about the case as a whole (its inputs)
+            return self.message
         if self.message:
             return f"output {self.output!r}: {self.message}"
         where = "" if self.index is None else f" index {self.index}"
@@ -1597,58 +1599,108 @@ TOLERANCE_SLACK = 1e-9
 
 
 @functools.lru_cache(maxsize=None)
+def _exported_cases(family: str) -> dict[str, Case]:
+    """case name -> the :class:`Case` :func:`export` writes for the cases of ``family``:
+    built by the exporter's own code, once per process."""
+    return {c.name: c for c in FAMILIES[family]()}
+
+
+def _exported_case(case: str) -> Case | None:
+    family = case.split("/", 1)[0]
+    if family not in FAMILIES:
+        return None
+    return _exported_cases(family).get(case)
+
+
 def _exported_tolerances(family: str) -> dict[str, dict[str, tuple[float, float]]]:
     """case name -> output -> (rtol, atol) that :func:`export` writes for the cases of
-    ``family`` ((0, 0) for an output it exports as exact): computed by the exporter's own
-    code, once per process."""
-    return {c.name: {k: (0.0, 0.0) if e.exact else (float(e.rtol), float(e.atol))
-                     for k, e in c.outputs.items()}
-            for c in FAMILIES[family]()}
+    ``family`` ((0, 0) for an output it exports as exact)."""
+    return {name: {k: (0.0, 0.0) if e.exact else (float(e.rtol), float(e.atol))
+                   for k, e in c.outputs.items()}
+            for name, c in _exported_cases(family).items()}
 
 
 def exported_tolerance(case: str, output: str) -> tuple[float, float] | None:
     """(rtol, atol) that rfrs-ref's export gives ``output`` of ``case`` ((0, 0) when it is
     exported as exact); None when rfrs-ref exports no such case or output."""
-    family = case.split("/", 1)[0]
-    if family not in FAMILIES:
+    c = _exported_case(case)
+    if c is None or output not in c.outputs:
         return None
-    return _exported_tolerances(family).get(case, {}).get(output)
+    e = c.outputs[output]
+    return (0.0, 0.0) if e.exact else (float(e.rtol), float(e.atol))
 
 
-def _looser_than_export(case: str, output: str, spec, got) -> Mismatch | None:
-    """A mismatch when ``spec`` states a ``close`` tolerance looser than the one rfrs-ref's
-    export gives the output (a case file could otherwise accept anything short of "checks
-    nothing": rtol 0.5 passes every value within 50%). Not judged where the comparison
-    is exact whatever the case states (a recomputed integer, boolean, string or null)."""
+def _canonical_params(params) -> str:
+    return json.dumps(_json_value(params), sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def inputs_differ(case: str, params: dict, inputs: dict[str, np.ndarray]) -> str:
+    """What first differs between a case's ``params`` and ``inputs`` (as read from its
+    folder) and those rfrs-ref's export writes for the case of that name: an input's file
+    (its bytes as written: dtype, shape and every value), an input one side lacks, or
+    ``params``; '' when they are identical or rfrs-ref exports no such case."""
+    c = _exported_case(case)
+    if c is None:
+        return ""
+    for k in sorted(set(c.inputs) | set(inputs)):
+        if k not in inputs:
+            return f"input {k!r} is missing"
+        if k not in c.inputs:
+            return f"input {k!r} is not one this version exports"
+        if _npy_bytes(np.asarray(inputs[k])) != _npy_bytes(np.asarray(c.inputs[k])):
+            return f"input {k!r} differs"
+    try:
+        same = _canonical_params(params) == _canonical_params(c.params)
+    except (TypeError, ValueError):
+        same = False
+    return "" if same else "params differ"
+
+
+def _looser_than_export(case: str, output: str, spec, got, differs: str = "") -> tuple[Mismatch | None, bool]:
+    """(a mismatch when ``spec`` states a ``close`` tolerance looser than the one rfrs-ref's
+    export gives the output, whether the atol went unjudged). Without the bound a case file
+    could accept anything short of "checks nothing": rtol 0.5 passes every value within 50%.
+    Not judged where the comparison is exact whatever the case states (a recomputed integer,
+    boolean, string or null).
+
+    The exported atol scales with the exported values: when the case's inputs ``differ``
+    from those the export writes (:func:`inputs_differ`), a stated atol above 0 cannot be
+    judged against it (it is another case's bound) and the second element is True (the
+    caller fails the case for its inputs); the rtol, and the zero tolerance of an output
+    exported exact, do not depend on the values and are judged all the same."""
     if not isinstance(spec, dict) or spec.get("compare") != "close":
-        return None
+        return None, False
     try:
         rtol, atol = agreement.check_tolerance(spec.get("rtol"), spec.get("atol"), "tolerance")
         kind = np.asarray(got).dtype.kind
     except (ValueError, TypeError, OverflowError):
-        return None  # compare_output reports an unusable rule or value
+        return None, False  # compare_output reports an unusable rule or value
     if kind not in "fc":
-        return None
+        return None, False
     allowed = exported_tolerance(case, output)
     if allowed is None:
         return Mismatch(output, None, None, None, None, message=(
             f"states rtol {rtol!r}, atol {atol!r}, but {case!r} is not a case rfrs-ref exports: "
-            "no exported tolerance bounds it (export the case, or compare it exactly)"))
-    over = [(k, v, a) for k, v, a in (("rtol", rtol, allowed[0]), ("atol", atol, allowed[1]))
-            if v > a * (1.0 + TOLERANCE_SLACK)]
-    if not over:
-        return None
+            "no exported tolerance bounds it (export the case, or compare it exactly)")), False
     exact = allowed == (0.0, 0.0)
+    unjudged = bool(differs) and not exact and atol > 0.0
+    bounds = [("rtol", rtol, allowed[0])] + ([] if unjudged else [("atol", atol, allowed[1])])
+    over = [(k, v, a) for k, v, a in bounds if v > a * (1.0 + TOLERANCE_SLACK)]
+    if not over:
+        return None, unjudged
     return Mismatch(output, None, None, None, None, message="stated tolerance looser than rfrs-ref's "
                     "export gives it: " + ", ".join(
                         f"{k} {v!r} where at most {a!r} is allowed" for k, v, a in over)
-                    + (" (the output is exported exact)" if exact else ""))
+                    + (" (the output is exported exact)" if exact else "")), unjudged
 
 
 def check_case(folder, backend: str = "numpy", listed: str | None = None) -> CaseResult:
     """Recompute one case with ``backend`` and compare every output (``listed``: the name
     the index gives it, which must be the case's own). A ``close`` tolerance looser than
-    the one rfrs-ref's export gives the output (:func:`exported_tolerance`) fails it."""
+    the one rfrs-ref's export gives the output (:func:`exported_tolerance`) fails it, next
+    to any value mismatch; a case whose inputs differ from the export's
+    (:func:`inputs_differ`) and that states an atol above 0 fails for its inputs, its atol
+    having no bound (its rtol is still judged)."""
     folder = pathlib.Path(folder)
     name = str(folder)
     try:
@@ -1671,6 +1723,8 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"recomputation raised {type(exc).__name__}: {exc}")
     mismatches = []
+    differs: list[str] = []  # what differs from the export's inputs, found when first needed
+    unjudged = False  # an atol that the export of other inputs cannot bound
     # A case that states no output, or leaves out one the code produces, would check
     # less than its "ok" says (an emptied or cut-down case.json): every output counts.
     if not meta["outputs"]:
@@ -1687,18 +1741,33 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
             m = compare_output(k, spec, expected[k], got[k])
         except Exception as exc:  # the case file is input: whatever it holds, report and go on
             m = Mismatch(k, None, None, None, None, message=f"cannot be compared ({type(exc).__name__}: {exc})")
-        if m is None or not m.message:  # a usable rule: it may not be looser than the export's
-            try:
-                m = _looser_than_export(name, k, spec, got[k]) or m
-            except Exception as exc:  # the exporter itself failed: nothing bounds the tolerance
-                m = Mismatch(k, None, None, None, None, message="its tolerance cannot be bounded (the "
-                             f"export raised {type(exc).__name__}: {exc})")
         if m is not None:
             mismatches.append(m)
+        if m is None or not m.message:  # a usable rule: it may not be looser than the export's
+            try:  # (a value mismatch and a looser tolerance are both reported)
+                if not differs:
+                    differs.append(inputs_differ(name, meta["params"], inputs))
+                loose, no_atol = _looser_than_export(name, k, spec, got[k], differs[0])
+                unjudged = unjudged or no_atol
+            except Exception as exc:  # the exporter itself failed: nothing bounds the tolerance
+                loose = Mismatch(k, None, None, None, None, message="its tolerance cannot be bounded "
+                                 f"(the export raised {type(exc).__name__}: {exc})")
+            if loose is not None:
+                mismatches.append(loose)
     if meta["kind"] == "attack" and "noise" in inputs and "noise" in got:
         m = compare_output("noise (input)", {"compare": "exact"}, inputs["noise"], got["noise"])
         if m is not None:
             mismatches.append(m)
+    if unjudged:
+        # the atols the case states scale with values this version does not export for it:
+        # judging them against this version's (another case's) would fail a sound case with
+        # a wrong reason, and passing them would let an edit of the inputs escape the bound
+        from rfrs_ref import __version__
+
+        mismatches.insert(0, Mismatch(None, None, None, None, None, message=(
+            f"its inputs differ from those rfrs-ref {__version__} exports for {name!r} ({differs[0]}): "
+            "exported by another version of rfrs-ref, or edited, so the atol it states cannot be "
+            "bounded; re-export the vectors with this version (rfrs-ref golden export)")))
     return CaseResult(name, backend, not mismatches, mismatches)
 
 
@@ -1796,6 +1865,7 @@ __all__ = [
     "compare_output",
     "export",
     "exported_tolerance",
+    "inputs_differ",
     "load_case",
     "read_index",
     "unlisted_cases",

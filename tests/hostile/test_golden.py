@@ -619,3 +619,58 @@ def test_a_case_rfrs_ref_does_not_export_cannot_state_a_tolerance(vectors):
                                                   if c["name"] == CASE])
     _edit_json(vectors / CASE / "case.json", lambda d: d.update(name="optim/my-sgd"))
     _case_fails(vectors, "'upload_theta'", "not a case rfrs-ref exports", name="optim/my-sgd")
+
+
+# -- the export bounds a tolerance only for the inputs it exports ------------------------------------------
+
+def test_a_case_whose_inputs_differ_from_the_export_fails_saying_so(vectors):
+    """One input of optim/sgd-f64 changed slightly, every output recomputed to match and
+    stated with the tolerances the export gives them for the inputs it exports (as vectors
+    exported by an earlier version whose inputs differ): the atol bound was judged against
+    another case's values ("stated tolerance looser than rfrs-ref's export gives it") though
+    every value agreed. Such a case fails, saying its inputs differ and to re-export."""
+    folder = vectors / CASE
+    doc = json.loads((folder / "case.json").read_text())
+    g = np.load(folder / "in.g.npy")
+    np.save(folder / "in.g.npy", g * (1.0 + 1e-3))
+    inputs = {k: np.load(folder / m["file"]) for k, m in doc["inputs"].items()}
+    got = golden.KINDS[doc["kind"]](inputs, doc["params"], "numpy")
+    for k, meta in doc["outputs"].items():
+        if "file" in meta:
+            np.save(folder / meta["file"], np.asarray(got[k]))
+        else:
+            meta["value"] = golden._py(got[k])
+        if meta.get("compare") == "close":
+            meta["atol"] *= 1.0 + 1e-3  # the atol an export of these inputs gives: scaled as |g|
+    (folder / "case.json").write_text(json.dumps(doc))
+    line = _case_fails(vectors, "inputs differ", "input 'g'", "re-export")
+    assert "looser than" not in line and "expected" not in line, line
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output
+    # with the atol the export gives the other inputs, the edit fails all the same: a case
+    # cannot escape the bound by editing its inputs
+    _edit_json(folder / "case.json", lambda d: [o.update(atol=o["atol"] / (1.0 + 1e-3))
+                                                for o in d["outputs"].values() if o.get("compare") == "close"])
+    _case_fails(vectors, "inputs differ", "input 'g'")
+    # the parameters are inputs too
+    _edit_json(vectors / "optim/sgd-f32/case.json", lambda d: d["params"]["hyperparameters"].update(lr=0.1))
+    line = _case_fails(vectors, "inputs differ", "params", name="optim/sgd-f32")
+
+
+def test_a_case_with_edited_inputs_cannot_escape_the_rtol_bound(vectors):
+    """With inputs that differ the rtol bound, which does not depend on the values, is still
+    judged, and the value comparison still runs."""
+    g = np.load(vectors / CASE / "in.g.npy")
+    np.save(vectors / CASE / "in.g.npy", g * (1.0 + 1e-3))
+    _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"]["upload_theta"].update(rtol=0.5))
+    line = _case_fails(vectors, "inputs differ", "'upload_theta'", "rtol 0.5", "looser than")
+    assert "atol" not in line.split("looser than")[1].split(";")[0], line
+
+
+def test_a_wrong_value_and_a_looser_tolerance_are_both_reported(vectors):
+    """A value off beyond even the loosened tolerance: the tolerance message replaced the
+    value mismatch, which was lost."""
+    path = vectors / CASE / "out.upload_theta.npy"
+    np.save(path, np.load(path) * 3.0)
+    _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"]["upload_theta"].update(rtol=0.5))
+    line = _case_fails(vectors, "'upload_theta'", "rtol 0.5", "looser than", "expected", "|Δ| > tol")
+    assert "inputs differ" not in line, line
