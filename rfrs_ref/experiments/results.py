@@ -1071,7 +1071,8 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
         divergence = "diverged" in summary.columns
         head = [*varying, *[f"{name}@{k}" for k in ks],
                 *(("finished", "diverged") if divergence else ("trials",))]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |",
+                 "|" + "---|" * len(head)]
         rows: dict[tuple, dict] = {}
         for _, r in s.iterrows():
             ident_key = tuple(str(r[c]) for c in varying)

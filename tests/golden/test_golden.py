@@ -272,10 +272,10 @@ def test_attack_cases_do_not_hang_on_ties_that_rounding_decides(exported):
         best = values[0]
         for y in values[1:]:
             if y > best:
-                assert y - best > 1e-4 * abs(best), (entry["name"], values)
+                assert y - best > 5e-3 * abs(best), (entry["name"], values)
                 best = y
             else:
-                assert best - y > 1e-4 * abs(best), (entry["name"], values)
+                assert best - y > 5e-3 * abs(best), (entry["name"], values)
 
 def test_federated_trace_excludes_the_noisy_uploads(exported):
     _, _, out = golden.load_case(exported / "federated/adam-trmean-parameter-noise-f64")
