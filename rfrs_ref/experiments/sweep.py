@@ -340,6 +340,22 @@ def start_local_cluster(workers: int, threads: int | None = None):
     return cluster, client
 
 
+def connect_scheduler(address: str):
+    """A ``distributed.Client`` of the Dask scheduler at ``address``, or OSError in one line.
+
+    Whatever answers at the address is input: a port that refuses, a server that is not a
+    Dask scheduler (an HTTP server's reply read as a Dask message once asked for exabytes),
+    or one that never answers, is "no Dask scheduler answered", with what went wrong."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=30)
+    except Exception as exc:  # noqa: BLE001 - anything the peer makes the client raise
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise OSError(f"no Dask scheduler answered at {address} ({type(exc).__name__}: {detail}); "
+                      "start one there (dask scheduler) or check the address") from None
+
+
 # -- the sweep -------------------------------------------------------------------------------
 Event = Callable[[str, RunSpec, dict | None, "SweepReport"], None]
 
@@ -554,9 +570,7 @@ def run_sweep(
                 else:
                     if client is None:
                         if scheduler is not None:
-                            from distributed import Client
-
-                            client = own_client = Client(scheduler)
+                            client = own_client = connect_scheduler(scheduler)
                         else:
                             n = workers or plan_workers([by_key[k] for k in pending],
                                                         low_memory=low_memory)

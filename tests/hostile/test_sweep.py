@@ -392,3 +392,39 @@ def test_distinct_reasons_are_each_said_once(tmp_path):
     assert msg.count("got 60") == 1 and msg.count("got 70") == 1, msg
     assert msg.count("3 runs") == 2, msg
     assert not (tmp_path / "out").exists()
+
+
+def test_a_scheduler_address_where_no_dask_scheduler_answers_is_one_line(workdir):
+    """The docs' example address answered HTTP 400 on one network: the Dask client read the
+    reply as a message of 3 EiB and the sweep ended on a traceback of its MemoryError."""
+    pytest.importorskip("distributed")
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        (workdir / "s.toml").write_text(TINY)
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        code, output = sweep_cli("s.toml", "--out", "o", "--scheduler", address)
+        assert code == 1 and "Traceback" not in output, output
+        assert output.strip().splitlines()[-1].startswith(
+            f"Error: no Dask scheduler answered at {address}"), output
+    finally:
+        server.close()
