@@ -231,8 +231,8 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
               help="Output directory [default: results/<experiment>, with a suffix for a "
                    "reduced scale, e.g. results/defenses-quick or results/defenses-20rounds-1trials].")
 @click.option("--datasets", default=None, help="Comma-separated datasets (overrides the figure's).")
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (seeds 0..N-1).")
-@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of every run.")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (seeds 0..N-1), on every dataset of the figure (add --datasets ml100k for a small run).")
+@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of every run, on every dataset of the figure (add --datasets ml100k for a small run).")
 @click.option("--resilience", is_flag=True, help="Record the Definition 1–4 sums in every run.")
 @click.option("--backend", type=click.Choice(["numba", "numpy", "cuda"]), default="numba",
               show_default=True)

@@ -67,6 +67,9 @@ def check_cmd(directory, backend, only, quiet):
     from rfrs_ref import golden as G
 
     backends = ("numpy", "numba") if backend == "all" else (backend,)
+    if "numba" in backends and not quiet:
+        click.echo("the numba backend compiles its kernels as the cases first need them (a few "
+                   "minutes the first time; cached for later checks)", err=True)
     try:
         results = G.check(directory, backends, only or None)
     except (ValueError, OSError) as exc:  # the index: missing, unreadable, or not an index

@@ -15,7 +15,7 @@ import click
               default="precision", show_default=True)
 @click.option("--k", "k", type=click.IntRange(min=1), default=5, show_default=True)
 def ranking(results, out, metric, k):
-    """Rank the rules of RESULTS (the directory of ``rfrs-ref reproduce ranking``, or its
+    """Rank the rules of RESULTS (the directory of `rfrs-ref reproduce ranking`, or its
     results.csv / results.parquet) by Metric@K.
 
     One Markdown table per (dataset, α, attack, detection space, pre-aggregator):

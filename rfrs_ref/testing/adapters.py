@@ -389,6 +389,9 @@ ADAPTERS: dict[str, Callable[..., RuleFn]] = {
 }
 
 
+#: top-level modules of the libraries the crosscheck extra installs (and ByzFL beside it)
+_CROSSCHECK_LIBRARIES = ("flwr", "torch", "byzfl")
+
 def resolve_callable(spec: str):
     """The object named by ``"package.module:attribute"`` (attribute may be dotted).
 
@@ -403,7 +406,12 @@ def resolve_callable(spec: str):
     try:
         obj = importlib.import_module(mod_name)
     except ModuleNotFoundError as exc:
-        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {exc}") from exc
+        hint = ""
+        if (exc.name or "").split(".")[0] in _CROSSCHECK_LIBRARIES:
+            hint = ("; the libraries rfrs-ref cross-checks come with its crosscheck extra: "
+                    "pip install 'rfrs-ref[crosscheck]' (ByzFL: pip install --no-deps "
+                    "byzfl==0.0.11), see docs/conformance.md")
+        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {exc}{hint}") from exc
     except Exception as exc:  # an empty or relative name, or a module that fails as it loads
         msg = str(exc).split("\n")[0]
         raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {type(exc).__name__}: {msg}") from None

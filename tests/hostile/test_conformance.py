@@ -679,3 +679,14 @@ def test_a_float32_theta_does_not_give_a_float64_m_float32_slack(mixed, optimize
 def test_mixed_float32_and_float64_storage_passes_on_rounding_alone(mixed, optimizer, impl):
     res = _cli("--optimizer", optimizer, "--callable", f"{mixed}:{impl}", "--max-examples", "30")
     assert res.exit_code == 0, res.output
+
+
+def test_a_missing_cross_check_library_names_the_extra(monkeypatch):
+    from rfrs_ref.testing.adapters import AdapterError, resolve_callable
+
+    monkeypatch.setitem(sys.modules, "flwr", None)  # as if Flower were not installed
+    with pytest.raises(AdapterError, match=r"crosscheck extra: pip install 'rfrs-ref\[crosscheck\]'"):
+        resolve_callable("flwr.server.strategy.aggregate:aggregate_krum")
+    with pytest.raises(AdapterError) as info:  # a module of the user's own: no such hint
+        resolve_callable("no_such_module_of_mine:f")
+    assert "crosscheck" not in str(info.value)
