@@ -269,7 +269,8 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
       rfrs-ref reproduce defenses --scheduler tcp://10.0.0.5:8786
       rfrs-ref reproduce 3 --out results/frs --reuse-from results/adam-sgd
     """
-    from rfrs_ref.experiments.figures import Scale, describe_runs, figure, reproduce as run_figure
+    from rfrs_ref.experiments.figures import (Scale, describe_runs, figure, left_out_notes,
+                                              reproduce as run_figure)
     from rfrs_ref.experiments.results import summary_markdown
 
     try:
@@ -284,9 +285,12 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     _check_extras(workers, scheduler)
     try:
         runs = fig.runs(scale)
+        left = fig.left_out(scale)
     except (ValueError, KeyError) as exc:
         raise click.ClickException(str(exc.args[0] if exc.args else exc)) from None
     click.echo(f"{fig.title}\n{'quick: ' if quick else ''}{describe_runs(runs)} -> {out}")
+    for note in left_out_notes(left):  # runs whose rule could not aggregate any round
+        click.echo(f"note: {note}")
     if dry_run:
         _list_runs(runs, out, low_memory)
         return

@@ -51,6 +51,11 @@ spaces, under gradient ascent and the targeted A-ra attack, α ∈ {0.2, 0.4},
 Adam, Last.fm and ML100K, 3 trials (:mod:`rfrs_ref.experiments.ranking`); its
 "figure" is the Markdown ranking ``figures/ranking.md``.
 
+A run whose rule cannot aggregate a round of its dataset (its precondition on the
+round's n and f fails, the same in every round) is left out of a figure's runs and
+listed by :meth:`Figure.left_out` (MDA and SMEA of the ranking on CiteULike; Krum at
+α = 0.4 on the default synthetic dataset); the paper's datasets lose nothing.
+
 ``--quick`` (:class:`Scale` with ``quick=True``) reduces every figure the same
 way: datasets → ML100K only, trials 5 → 2 (seeds 0, 1), rounds → a third of
 the dataset's default rounds; fractions, series and every hyperparameter are
@@ -60,6 +65,7 @@ unchanged. Fig. 1 is the same in both (one run of 24 rounds).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pathlib
 from typing import Callable, Sequence
@@ -194,7 +200,33 @@ class Figure:
     trials: int | None = None
 
     def runs(self, scale: Scale = Scale()) -> list[RunSpec]:
-        return self.build(self, self.scale(scale))
+        """The figure's runs at ``scale``: those of its grid whose rule can aggregate a
+        round of their dataset (see :meth:`left_out`)."""
+        return self._grid(scale)[0]
+
+    def left_out(self, scale: Scale = Scale()) -> list[tuple[RunSpec, Exception]]:
+        """The runs of the figure's grid at ``scale`` that are not among its runs, each
+        with the :class:`~rfrs_ref.aggregate.PreconditionError` its rule would raise
+        before the first round: n (the clients of a round, from the dataset's size and
+        the client fraction) and f (from the assumed fraction) are the same in every
+        round, so such a run could never start (MDA's and SMEA's exact search over
+        C(n, f) subsets on CiteULike, Krum at α = 0.4 with 6 clients a round). The
+        figure is drawn without them (:func:`left_out_notes` says which)."""
+        return self._grid(scale)[1]
+
+    def _grid(self, scale: Scale) -> tuple[list[RunSpec], list[tuple[RunSpec, Exception]]]:
+        from rfrs_ref.experiments.sweep import unmet_precondition
+
+        kept, left = [], []
+        seen: dict = {}  # the check depends on neither the seed nor the trial
+        for r in self.build(self, self.scale(scale)):
+            marker = json.dumps({**r.config.to_json(), "seed": None}, sort_keys=True,
+                                default=repr)
+            if marker not in seen:
+                seen[marker] = unmet_precondition(r.config)
+            why = seen[marker]
+            (kept.append(r) if why is None else left.append((r, why)))
+        return kept, left
 
     def scale(self, scale: Scale) -> Scale:
         """``scale`` with this figure's own number of trials where it sets none (not quick)."""
@@ -485,6 +517,23 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
                                        panels=panels, series_order=fig.series,
                                        title=f"{fig.title}: resilience sums", notes=notes)
     return paths
+
+
+def left_out_notes(left: Sequence[tuple[RunSpec, Exception]]) -> list[str]:
+    """One line per dataset, fraction and series of :meth:`Figure.left_out`'s runs: how
+    many were left out and the precondition their rule misses."""
+    groups: dict = {}
+    for r, why in left:
+        c = r.config
+        key = (c.dataset, c.byzantine_fraction, r.labels.get("series", c.defense))
+        groups.setdefault(key, [0, why])[0] += 1
+    lines = []
+    for (dataset, alpha, series), (count, why) in groups.items():
+        reason = (f"{why.rule} needs {why.condition}, but n={why.n} and f={why.f}"
+                  if hasattr(why, "condition") else str(why))
+        lines.append(f"left out on {dataset} at α = {alpha:g}: {series} ({count} "
+                     f"run{'s' if count != 1 else ''}; {reason}, in every round)")
+    return lines
 
 
 def whole_grid(fig: Figure, scale: Scale) -> list[RunSpec]:

@@ -19,7 +19,9 @@ space: it is the reference "no defence" of both spaces. Bulyan needs
 n ≥ 4f + 3, which a round of 9 (ML100K) or 18 (Last.fm) clients at α = 0.4
 violates: it runs with ``fallback = "reduce-f"`` (the largest f it
 tolerates; the diagnostics of every such round say so), the only rule of the
-grid that needs it.
+grid that needs it. On another dataset, a rule that cannot aggregate its rounds
+(MDA's and SMEA's exact search over C(n, f) subsets on CiteULike) is left out of
+that dataset's grid, and said (``Figure.left_out``; docs/defenses.md).
 
 The analysis (:func:`ranking_markdown`, ``rfrs-ref ranking``): for each
 (dataset, α, attack, detection space, pre-aggregator) the rules ranked by
@@ -229,6 +231,18 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
              "Student-t interval; no defence = the mean without pre-aggregator, A-RFRS = Krum "
              "on recovered gradients without pre-aggregator. A rule that diverged on more "
              "seeds ranks lower.", ""]
+    held: dict[str, set] = {}
+    for r in rows:
+        held.setdefault(r["dataset"], set()).add(r["rule"])
+    for dataset, present in held.items():
+        # a rule that cannot aggregate a round of the dataset is left out of its grid
+        # (Figure.left_out): say so rather than rank as if every rule had run
+        absent = [rule for rule in rules() if rule not in present]
+        if absent:
+            lines += [f"Registered rules with no run on {_DATASET_NAMES.get(dataset, dataset)}: "
+                      f"{', '.join(absent)} (rfrs-ref reproduce ranking leaves out of a "
+                      "dataset's grid a rule that cannot aggregate its rounds; see "
+                      "docs/defenses.md).", ""]
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["dataset"], r["alpha"], r["attack"], r["pre"], r["space"]), []).append(r)

@@ -281,6 +281,31 @@ def check_feasible(config) -> None:
     check_attack_precondition(ATTACKS.get(c.attack)(**c.attack_params), c, users)
 
 
+def unmet_precondition(config):
+    """The :class:`~rfrs_ref.aggregate.PreconditionError` that the run's rule (with its
+    pre-aggregator) would raise before its first round, as :func:`check_feasible` finds
+    it: n clients a round from the dataset's manifest counts (the generator's parameters
+    for synthetic data) and the client fraction, f from the assumed fraction. None when
+    the rule can aggregate such a round, and when this cannot be told here (a dataset
+    whose size is not known, a configuration with another defect, which
+    :func:`check_feasible` reports)."""
+    from rfrs_ref.aggregate import RULES, PreconditionError
+    from rfrs_ref.aggregate.pre import build as with_pre
+    from rfrs_ref.federated.config import _rule_name
+    from rfrs_ref.federated.trainer import check_rule_precondition
+
+    try:
+        c = config.resolved()
+        users, _ = _dataset_size(c)
+        rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
+        check_rule_precondition(rule, c, users)
+    except PreconditionError as exc:
+        return exc
+    except (KeyError, LookupError, ValueError, TypeError, OSError, ImportError):
+        return None
+    return None
+
+
 def _dataset_size(c) -> tuple[int, int]:
     if c.dataset == "synthetic":
         from rfrs_ref.data import DATASETS

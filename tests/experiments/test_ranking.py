@@ -107,6 +107,51 @@ def test_the_mean_without_pre_aggregator_is_the_reference_in_whichever_space_it_
     assert krum["vs_none"].mean == pytest.approx(0.2)
 
 
+def test_on_ml100k_and_lastfm_no_rule_is_left_out():
+    # the committed results/ranking (ML100K) keeps its runs
+    for quick in (False, True):
+        for d in ranking.DATASETS:
+            scale = Scale(quick=quick, datasets=(d,))
+            assert figure("ranking").left_out(scale) == []
+            full = _grid(figure("ranking").scale(scale), ranking.cases((d,)))
+            assert [r.key for r in figure("ranking").runs(scale)] == [r.key for r in full]
+
+
+@pytest.mark.parametrize("dataset, n, fs", [("citeulike-a", 55, (11, 22)),
+                                            ("citeulike-t", 79, (15, 31))])
+def test_a_rule_whose_exact_search_is_out_of_reach_is_left_out_and_said(tmp_path, dataset, n, fs):
+    """MDA and SMEA search the C(n, f) subsets of a round: on CiteULike, beyond their
+    max_subsets, they are left out of the dataset's grid (every other rule runs), and
+    reproduce says so, before listing or running anything; it stopped on them before."""
+    from rfrs_ref.cli.main import main
+
+    scale = Scale(quick=True, datasets=(dataset,))
+    left = figure("ranking").left_out(scale)
+    assert {r.config.defense for r, _ in left} == {"mda", "smea"}
+    assert {(why.n, why.f) for _, why in left} == {(n, f) for f in fs}
+    assert {r.config.defense for r in figure("ranking").runs(scale)} == set(RULES) - {"mda", "smea"}
+    out = tmp_path / "r"
+    res = CliRunner().invoke(main, ["reproduce", "ranking", "--quick", "--datasets", dataset,
+                                    "--workers", "0", "--dry-run", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    for rule, cap in (("mda", 10_000_000), ("smea", 100_000)):
+        for alpha, f in zip((0.2, 0.4), fs):
+            assert (f"note: left out on {dataset} at α = {alpha:g}: {rule} (16 runs; {rule} needs "
+                    f"C(n, f) ≤ max_subsets={cap} subsets to search (C({n}, {f}) = ") in res.output
+    listing = res.output.split("note:")[-1].split("\n", 1)[1]
+    assert "'series': 'krum'" in listing and "'series': 'mda'" not in listing
+    assert not out.exists()
+
+
+def test_the_tables_name_the_registered_rules_without_a_run():
+    v = {(rule, "gradient", "none", s): 0.1 for rule in ("mean", "krum") for s in range(3)}
+    text = ranking.ranking_markdown(_table(v))
+    absent = [r for r in RULES if r not in ("mean", "krum")]
+    assert f"Registered rules with no run on ML100K: {', '.join(absent)} (" in text
+    every = {(rule, "gradient", "none", 0): 0.1 for rule in RULES}
+    assert "Registered rules with no run" not in ranking.ranking_markdown(_table(every))
+
+
 def test_a_table_of_another_experiment_is_refused_with_the_reason():
     t = pd.DataFrame([{"status": "ok", "label_series": "Krum", "dataset": "ml100k", "alpha": 0.4,
                        "seed": 0, "metric": "precision", "k": 5, "value": 0.1}])
