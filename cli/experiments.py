@@ -292,6 +292,14 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     for note in left_out_notes(left):  # runs whose rule could not aggregate any round
         click.echo(f"note: {note}")
     if dry_run:
+        from rfrs_ref.experiments.spec import check_unique
+        from rfrs_ref.experiments.sweep import check_runs
+
+        try:  # what a real call refuses before anything is written, in the same line
+            check_runs(runs)
+            check_unique(runs)
+        except (ValueError, KeyError) as exc:
+            raise click.ClickException(_message(exc)) from None
         _list_runs(runs, out, low_memory)
         return
     started = time.perf_counter()

@@ -446,20 +446,7 @@ def run_sweep(
         KeyboardInterrupt: after the finished runs are recorded and the cluster is closed.
     """
     runs = runs_from(runs)
-    invalid: dict[str, list[str]] = {}  # reason -> the runs it concerns
-    for i, spec in enumerate(runs):
-        try:
-            spec.config.resolved()
-            if run:
-                check_feasible(spec.config)  # a run that would stop before its first round
-        except (ValueError, KeyError, TypeError) as exc:
-            reason = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
-            invalid.setdefault(reason, []).append(
-                f"run {i} ({dict(spec.labels)}, seed {spec.config.seed})")
-    if invalid:
-        # one line: each reason once, with the number of runs it concerns and the first
-        raise ValueError("invalid configuration(s), nothing was run: " + "; ".join(
-            f"{_runs_concerned(which)}: {reason}" for reason, which in invalid.items()))
+    check_runs(runs, feasible=run)
     keys = check_unique(runs)
     by_key = dict(zip(keys, runs))
     table_specs = {}  # key -> spec, in the tables' order
@@ -625,6 +612,31 @@ def run_sweep(
                             run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
                                         if k in outcomes])
     return report
+
+
+def check_runs(runs: Sequence[RunSpec], feasible: bool = True) -> None:
+    """The checks :func:`run_sweep` makes before anything is written: each run's
+    configuration resolves and (``feasible``) :func:`check_feasible` accepts it.
+
+    Raises:
+        ValueError: one line, ``invalid configuration(s), nothing was run: ...``,
+            saying each distinct reason once, after the number of runs it concerns
+            and the first of them.
+    """
+    invalid: dict[str, list[str]] = {}  # reason -> the runs it concerns
+    for i, spec in enumerate(runs_from(runs)):
+        try:
+            spec.config.resolved()
+            if feasible:
+                check_feasible(spec.config)  # a run that would stop before its first round
+        except (ValueError, KeyError, TypeError) as exc:
+            reason = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+            invalid.setdefault(reason, []).append(
+                f"run {i} ({dict(spec.labels)}, seed {spec.config.seed})")
+    if invalid:
+        # one line: each reason once, with the number of runs it concerns and the first
+        raise ValueError("invalid configuration(s), nothing was run: " + "; ".join(
+            f"{_runs_concerned(which)}: {reason}" for reason, which in invalid.items()))
 
 
 def _runs_concerned(which: Sequence[str]) -> str:

@@ -377,6 +377,29 @@ def test_runs_refused_for_one_reason_are_one_short_error(workdir):
     assert not (workdir / "r").exists()
 
 
+@pytest.mark.parametrize("setting, said", [
+    ("ks=[5000]", "got 5000"),
+    ('model_params={"dim": 9223372036854775807}', "model_params.dim = 9223372036854775807")])
+def test_reproduce_dry_run_refuses_what_a_real_call_refuses_with_the_same_line(workdir, setting,
+                                                                               said):
+    """reproduce --dry-run skipped the checks a real call makes: --set 'ks=[5000]' listed
+    every run as "to run", and a dim of 2^63 − 1 listed them at ~1.8e15 GB; it now stops
+    on the same one line as the call without --dry-run, before listing anything."""
+    args = ["reproduce", "10", "--quick", "--datasets", "synthetic", "--out", "r",
+            "--workers", "0", "--set", setting]
+    real = CliRunner().invoke(main, args, catch_exceptions=False)
+    dry = CliRunner().invoke(main, [*args, "--dry-run"], catch_exceptions=False)
+    for res in (real, dry):
+        assert res.exit_code == 1, res.output
+        assert "Traceback" not in res.output and " GB" not in res.output, res.output
+        assert "to run" not in res.output, res.output
+    errors = [[line for line in res.output.splitlines() if line.startswith("Error:")]
+              for res in (real, dry)]
+    assert errors[0] == errors[1] and len(errors[1]) == 1, dry.output
+    assert said in errors[1][0] and "nothing was run" in errors[1][0], errors[1][0]
+    assert not (workdir / "r").exists()
+
+
 def test_distinct_reasons_are_each_said_once(tmp_path):
     from rfrs_ref.experiments.spec import RunSpec, make_config
     from rfrs_ref.experiments.sweep import run_sweep
