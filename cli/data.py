@@ -92,6 +92,7 @@ def list_(data_dir, cache_dir) -> None:
         manifests,
         verify_folder,
     )
+    from rfrs_ref.data.datasets import fetch_command
 
     rows = [("name", "users", "items", "interactions", "location")]
     real = manifests()
@@ -103,10 +104,12 @@ def list_(data_dir, cache_dir) -> None:
                 shown = str(where) if where is not None else "not present"
                 problems = verify_folder(where, m) if where is not None else []
                 if problems:
-                    shown = (f"damaged: {'; '.join(problems)} (`rfrs-ref data fetch {name} "
-                             f"--data-dir {where.parent} --force` installs a fresh copy)")
+                    fix = fetch_command(name, where.parent, data_dir, cache_dir)
+                    shown = f"damaged: {'; '.join(problems)} (`{fix}` installs a fresh copy)"
             except DatasetNotFoundError as e:
                 shown = f"unreadable: {e}"
+            except OSError as e:  # a file of the copy that cannot be read: say so, go on
+                shown = f"unreadable: {e.filename}: {e.strerror or e}"
             rows.append((name, _n(m.n_users), _n(m.n_items), _n(m.n_interactions), shown))
         else:
             d = DATASETS.get(name)().load()

@@ -77,6 +77,25 @@ def search_path(data_dir: str | os.PathLike | None = None,
     return out
 
 
+def fetch_command(name: str, root: str | os.PathLike, data_dir: str | os.PathLike | None = None,
+                  cache_dir: str | os.PathLike | None = None) -> str:
+    """The ``rfrs-ref data fetch`` command that installs a verified copy of ``name`` in
+    ``root`` (a directory of the search path, holding ``<folder>/``), replacing a damaged
+    one there (``fetch`` replaces a copy whose sha256 is not a published one, without
+    ``--force``): the cache's own option for the cache (none for the default cache),
+    ``--data-dir`` for any other directory."""
+    import shlex
+
+    root = Path(root)
+    cmd = f"rfrs-ref data fetch {shlex.quote(name)}"
+    source = next((src for src, path in search_path(data_dir, cache_dir) if path == root), None)
+    if source == "cache":
+        if root == default_cache_dir():
+            return cmd
+        return f"{cmd} --cache-dir {shlex.quote(str(root))}"
+    return f"{cmd} --data-dir {shlex.quote(str(root))}"
+
+
 NOT_FOUND = "not found"
 
 
@@ -172,13 +191,18 @@ def locate(name: str, data_dir: str | os.PathLike | None = None, *,
             # a copy that is there but unreadable is reported, not passed over for another
             raise DatasetNotFoundError(
                 f"dataset {name!r} cannot be read: {'; '.join(bad)}. Fix or remove it "
-                f"(`rfrs-ref data fetch {name} --data-dir {root}` installs a fresh copy)")
+                f"(`{fetch_command(name, root, data_dir, cache_dir)}` installs a fresh copy)")
     return None
 
 
 def verify_folder(folder: str | os.PathLike, m: DatasetManifest) -> list[str]:
     """Problems with the required files in ``folder`` (missing, or an unpinned sha256);
-    empty when all is well."""
+    empty when all is well.
+
+    Raises:
+        OSError: a file that cannot be read (EIO, permission denied), with its path as
+            the error's ``filename``.
+    """
     problems = []
     for f in m.required_files:
         path = Path(folder) / f.name
@@ -186,7 +210,12 @@ def verify_folder(folder: str | os.PathLike, m: DatasetManifest) -> list[str]:
         if why is not None:
             problems.append(f"{path}: {'missing' if why == NOT_FOUND else why}")
             continue
-        digest = sha256_file(path)
+        try:
+            digest = sha256_file(path)
+        except OSError as exc:  # a read that fails half-way (EIO) names no file of its own
+            if exc.filename is None:
+                exc.filename = str(path)
+            raise
         if digest not in f.sha256:
             problems.append(f"{path}: sha256 {digest}, expected {' or '.join(f.sha256)}")
     return problems

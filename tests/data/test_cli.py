@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
 
 from rfrs_ref.cli.main import main
+from rfrs_ref.data import manifest
 
 
 @pytest.fixture
@@ -100,3 +103,65 @@ def test_fetch_generated_and_unknown(run):
     assert r.exit_code == 0 and "nothing to fetch" in r.output
     r = run("fetch", "nope")
     assert r.exit_code == 2 and "choose one of" in r.output
+
+
+def _row(output: str, name: str) -> str:
+    return next(line for line in output.splitlines() if line.startswith(name + " "))
+
+
+def _hint(row: str) -> list[str]:
+    import shlex
+
+    return shlex.split(row.split("(`", 1)[1].split("`", 1)[0])
+
+
+@pytest.mark.parametrize("where", ["data-dir", "env", "cache", "default-cache"])
+def test_list_suggests_the_fetch_that_replaces_a_damaged_copy(run, real, local_mirror, tmp_path,
+                                                              monkeypatch, isolated_cache, where):
+    """The hint said `fetch --force` (fetch replaces a damaged copy without it) and, for a copy
+    in the cache, `--data-dir <cache>`; it is now the command that replaces the copy found,
+    and that command, run as given (with the test's mirror), does."""
+    real("citeulike-a")
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    monkeypatch.setenv("RFRS_DATA_MIRROR", local_mirror.base_url)
+    root = {"data-dir": tmp_path / "given dir", "env": tmp_path / "env",
+            "cache": tmp_path / "cache", "default-cache": isolated_cache / "datasets"}[where]
+    folder = root / "citeulike-a"
+    folder.mkdir(parents=True)
+    (folder / "users.dat").write_bytes(b"1 0\n")
+    args = {"data-dir": ["--data-dir", str(root)], "cache": ["--cache-dir", str(root)]}.get(
+        where, [])
+    if where == "env":
+        monkeypatch.setenv("RFRS_DATA_DIR", str(root))
+    row = _row(run("list", *args).output, "citeulike-a")
+    assert row.split()[4] == "damaged:" and "--force" not in row, row
+    hint = _hint(row)
+    expected = {"data-dir": ["--data-dir", str(root)], "env": ["--data-dir", str(root)],
+                "cache": ["--cache-dir", str(root)], "default-cache": []}[where]
+    assert hint == ["rfrs-ref", "data", "fetch", "citeulike-a", *expected], row
+    fetched = run(*hint[2:])
+    assert fetched.exit_code == 0, fetched.output
+    assert hashlib.sha256((folder / "users.dat").read_bytes()).hexdigest() == \
+        manifest("citeulike-a").files[0].sha256[0]
+    assert _row(run("list", *args).output, "citeulike-a").endswith(str(folder))
+
+
+@pytest.mark.parametrize("error", [errno.EIO, errno.EACCES])
+def test_list_shows_a_copy_whose_file_cannot_be_read_and_goes_on(run, tmp_path, monkeypatch,
+                                                                 make_dataset, error):
+    """An OSError while hashing a file (EIO, permission denied) escaped as a traceback."""
+    import rfrs_ref.data.datasets as datasets
+
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    path = make_dataset(tmp_path, "ml100k", "1\t1\t5\t1\n")
+
+    def failing(p, *a, **k):
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(datasets, "sha256_file", failing)
+    r = run("list", "--data-dir", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    row = _row(r.output, "ml100k")
+    assert row.endswith(f"unreadable: {path}: {os.strerror(error)}"), row
+    assert "Traceback" not in r.output
+    assert "generated" in _row(r.output, "synthetic")  # the rows after it are listed

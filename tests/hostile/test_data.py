@@ -264,7 +264,9 @@ def test_data_list_never_shows_a_damaged_copy_as_found(tmp_path, data_dir):
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
     row = next(line for line in res.output.splitlines() if line.startswith("ml100k"))
-    assert "damaged" in row and "u.data: sha256" in row and "--force" in row, row
+    assert "damaged" in row and "u.data: sha256" in row, row
+    # the fetch that replaces it (no --force needed: fetch replaces a damaged copy)
+    assert f"(`rfrs-ref data fetch ml100k --data-dir {tmp_path}` installs a fresh copy)" in row
 
 
 # -- missing dataset without network -----------------------------------------------------------
