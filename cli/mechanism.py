@@ -73,6 +73,18 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
         if not runs:
             raise click.BadParameter(f"figure {fig.id} has no run at α = {alpha}; it runs "
                                      f"{', '.join(map(str, alphas))}", param_hint="--alpha")
+    # series whose rule cannot aggregate a round of this dataset are no part of the figure
+    # here (as reproduce leaves them out); named, they are refused with the reason
+    left = [(r, why) for r, why in fig.left_out(scale) if r.config.seed == seed
+            and (alpha is None or abs(r.config.byzantine_fraction - alpha) < 1e-12)]
+    named = [(r, why) for r, why in left if r.labels["series"] in series]
+    if named:
+        r, why = named[0]
+        raise click.ClickException(f"{r.labels['series']}: {why}; nothing was measured or written")
+    from rfrs_ref.experiments.figures import left_out_notes
+
+    for note in left_out_notes(left):
+        click.echo(f"note: {note}")
     known = [r.labels["series"] for r in runs]
     unknown = [s for s in series if s not in known]
     if unknown:
