@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shlex
 
 import numpy as np
 
@@ -79,17 +78,20 @@ def check_sha256(path: str, digest: str, accepted: tuple[str, ...], dataset: str
                  folder: str | None = None) -> None:
     """Raise DatasetFormatError when ``digest`` is not among the pinned ones.
 
-    The message suggests the command that replaces the file where it lies: ``rfrs-ref
-    data fetch DATASET --force --data-dir ROOT``, ROOT being the directory that holds
-    the dataset's folder (``folder``, e.g. ``ml-100k``) when the file is in one. Without
-    ``--data-dir`` the fetch would install into the cache, while ``--data-dir`` and
-    ``RFRS_DATA_DIR`` are searched first: the damaged copy would still be the one read.
+    The message suggests the command that replaces the file where it lies
+    (:func:`rfrs_ref.data.datasets.fetch_command`: ``rfrs-ref data fetch DATASET
+    --data-dir ROOT``, ROOT being the directory that holds the dataset's folder
+    (``folder``, e.g. ``ml-100k``) when the file is in one; no option for the default
+    cache). Without ``--data-dir`` the fetch would install into the cache, while
+    ``--data-dir`` and ``RFRS_DATA_DIR`` are searched first: the damaged copy would still
+    be the one read. ``fetch`` replaces a damaged copy without ``--force``.
     """
     if digest not in accepted:
         here = os.path.dirname(os.path.abspath(path))
         if folder is not None and os.path.basename(here) == folder:
-            fix = (f"replace it, e.g. `rfrs-ref data fetch {dataset} --force --data-dir "
-                   f"{shlex.quote(os.path.dirname(here))}`")
+            from rfrs_ref.data.datasets import fetch_command
+
+            fix = f"replace it, e.g. `{fetch_command(dataset, os.path.dirname(here))}`"
         else:  # not in the dataset's own folder: a fetch cannot install it there
             fix = (f"replace it with the published file (`rfrs-ref data fetch {dataset} "
                    f"--data-dir DIR` installs one into DIR/{folder or dataset})")

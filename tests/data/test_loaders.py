@@ -160,6 +160,9 @@ def test_damage_that_parses_is_caught_by_sha256(tmp_path, real, make_dataset):
     assert err.path == str(path) and err.line is None
     assert "06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490" in err.expected
     assert "differs from the published" in err.found
+    # the fetch that replaces it where it lies (fetch replaces a damaged copy: no --force)
+    assert f"`rfrs-ref data fetch ml100k --data-dir {path.parent.parent}`" in err.found
+    assert "--force" not in err.found
     d = load_dataset("ml100k", tmp_path, download=False, verify=False)
     assert d.n_interactions == 100_000
 
