@@ -32,6 +32,7 @@ import abc
 import dataclasses
 import errno
 import os
+import shlex
 import stat
 from pathlib import Path
 from typing import ClassVar
@@ -191,7 +192,10 @@ def locate(name: str, data_dir: str | os.PathLike | None = None, *,
             # a copy that is there but unreadable is reported, not passed over for another
             raise DatasetNotFoundError(
                 f"dataset {name!r} cannot be read: {'; '.join(bad)}. Fix or remove it "
-                f"(`{fetch_command(name, root, data_dir, cache_dir)}` installs a fresh copy)")
+                f"(`rfrs-ref data fetch {shlex.quote(name)} --data-dir {shlex.quote(str(root))}` "
+                "installs a fresh copy)")
+            # always --data-dir: a fetch into the cache looks the copy up first, and would
+            # stop on this very error
     return None
 
 

@@ -248,6 +248,19 @@ def test_data_list_shows_an_unreadable_copy(tmp_path):
     assert "unreadable" in row and "symbolic link loop" in row
 
 
+def test_an_unreadable_cache_copy_suggests_a_fetch_that_gets_past_it(tmp_path):
+    # a fetch into the cache looks the copy up first and would stop on the same error: the
+    # hint names the cache's directory with --data-dir, which installs in place
+    from rfrs_ref.data.datasets import default_cache_dir
+
+    cache = default_cache_dir()
+    (cache / "ml-100k").mkdir(parents=True)
+    os.symlink("u.data", cache / "ml-100k" / "u.data")
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("ml100k", download=False)
+    assert f"`rfrs-ref data fetch ml100k --data-dir {cache}` installs a fresh copy" in str(info.value)
+
+
 def test_data_list_never_shows_a_damaged_copy_as_found(tmp_path, data_dir):
     import shutil
 
