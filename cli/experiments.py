@@ -296,7 +296,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
         from rfrs_ref.experiments.sweep import check_runs
 
         try:  # what a real call refuses before anything is written, in the same line
-            check_runs(runs)
+            check_runs(runs, feasible=not no_run)
             check_unique(runs)
         except (ValueError, KeyError) as exc:
             raise click.ClickException(_message(exc)) from None

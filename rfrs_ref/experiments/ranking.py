@@ -231,18 +231,19 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
              "Student-t interval; no defence = the mean without pre-aggregator, A-RFRS = Krum "
              "on recovered gradients without pre-aggregator. A rule that diverged on more "
              "seeds ranks lower.", ""]
-    held: dict[str, set] = {}
+    held: dict[tuple, set] = {}
     for r in rows:
-        held.setdefault(r["dataset"], set()).add(r["rule"])
-    for dataset, present in held.items():
-        # a rule that cannot aggregate a round of the dataset is left out of its grid
-        # (Figure.left_out): say so rather than rank as if every rule had run
+        held.setdefault((r["dataset"], r["alpha"]), set()).add(r["rule"])
+    for (dataset, alpha), present in held.items():
+        # say which rules are missing rather than rank as if every rule had run: a rule that
+        # cannot aggregate a round of the dataset at α is left out of its grid
+        # (Figure.left_out), and a table may hold a sweep that is not finished
         absent = [rule for rule in rules() if rule not in present]
         if absent:
-            lines += [f"Registered rules with no run on {_DATASET_NAMES.get(dataset, dataset)}: "
-                      f"{', '.join(absent)} (rfrs-ref reproduce ranking leaves out of a "
-                      "dataset's grid a rule that cannot aggregate its rounds; see "
-                      "docs/defenses.md).", ""]
+            lines += [f"Registered rules with no finished run on "
+                      f"{_DATASET_NAMES.get(dataset, dataset)} at α = {alpha:g}: "
+                      f"{', '.join(absent)} (not run yet, or left out of the grid because "
+                      "they cannot aggregate a round there: docs/defenses.md).", ""]
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["dataset"], r["alpha"], r["attack"], r["pre"], r["space"]), []).append(r)

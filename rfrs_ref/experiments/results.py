@@ -1022,6 +1022,11 @@ def summary_label_columns(specs: Iterable[RunSpec], first: Sequence[str] = ()) -
     return cols
 
 
+#: configuration columns that change the model but not the popularity ranking (scored on
+#: the same clients whatever the model): a popularity row is not repeated for each value
+_NOT_POPULARITY = ("optimizer_params", "model_params", "defense_params", "pre", "pre_params",
+                   "attack_params", "init_scale", "dtype", "verify", "backend", "trace",
+                   "resilience", "assumed_byzantine", "eval_every")
 #: columns of the summary that are no part of a configuration's identity
 _SUMMARY_VALUES = ("metric", "k", "mean", "std", "n", "n_diverged", "diverged", "wall_s_mean")
 
@@ -1084,7 +1089,8 @@ def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "
                 row["diverged"] = r["diverged"]
         pop: dict[tuple, dict] = {}
         for _, r in summary[summary["metric"] == f"popularity_{metric}"].iterrows():
-            ident_key = tuple("popularity" if c in _METHOD_COLUMNS else str(r[c]) for c in varying)
+            ident_key = tuple("popularity" if c in _METHOD_COLUMNS else
+                              "" if c in _NOT_POPULARITY else str(r[c]) for c in varying)
             row = pop.setdefault(ident_key, {"n": r["n"]})
             if int(r["k"]) not in row:
                 std = None if pd_isna(r["std"]) else float(r["std"])

@@ -147,9 +147,15 @@ def test_the_tables_name_the_registered_rules_without_a_run():
     v = {(rule, "gradient", "none", s): 0.1 for rule in ("mean", "krum") for s in range(3)}
     text = ranking.ranking_markdown(_table(v))
     absent = [r for r in RULES if r not in ("mean", "krum")]
-    assert f"Registered rules with no run on ML100K: {', '.join(absent)} (" in text
+    assert f"Registered rules with no finished run on ML100K at α = 0.4: {', '.join(absent)} (" in text
     every = {(rule, "gradient", "none", 0): 0.1 for rule in RULES}
-    assert "Registered rules with no run" not in ranking.ranking_markdown(_table(every))
+    assert "Registered rules with no" not in ranking.ranking_markdown(_table(every))
+    # a rule missing at one fraction only is named at that fraction
+    both = pd.concat([_table(every).assign(alpha=0.2),
+                      _table({k: v for k, v in every.items() if k[0] != "krum"})])
+    text = ranking.ranking_markdown(both)
+    assert "no finished run on ML100K at α = 0.4: krum (" in text
+    assert "at α = 0.2" not in text.split("###")[0]
 
 
 def test_a_table_of_another_experiment_is_refused_with_the_reason():

@@ -273,6 +273,8 @@ def test_runs_the_summary_would_merge_get_the_columns_that_tell_them_apart(tmp_p
     head, rows = table[0], [r for r in table[2:] if "popularity" not in r]
     assert "optimizer_params" in head and "pre" in head, head
     assert len(rows) == 4 and len(set(rows)) == 4, md
+    # one popularity row: the learning rate and the pre-aggregator do not change it
+    assert sum("popularity" in r for r in table[2:]) == 1, md
     import pandas as pd
 
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
