@@ -219,6 +219,8 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
             alpha = f" α={c.byzantine_fraction:g}" if c.byzantine_fraction else ""
             click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset}{alpha} {dict(r.labels)} "
                        f"seed {c.seed} ~{estimate_run_memory(r, low_memory) / 1e9:.1f} GB")
+    except BrokenPipeError:
+        raise  # the reader has gone (`| head`): click ends quietly, as other commands do
     except (ValueError, KeyError, OSError) as exc:
         raise click.ClickException(_message(exc)) from None
 

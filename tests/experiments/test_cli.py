@@ -133,3 +133,24 @@ def test_a_sweep_draws_its_panels_and_plot_refuses_a_foreign_figure(ex, tmp_path
     res = CliRunner().invoke(sweep, [str(spec), "--out", str(tmp_path / "p"), "--workers", "0",
                                      "--no-plot"])
     assert res.exit_code == 0 and not (tmp_path / "p" / "figures").exists()
+
+
+def test_a_dry_run_piped_into_head_ends_quietly(tmp_path):
+    """`reproduce 8 --quick --dry-run | head -2` printed `Error: [Errno 32] Broken pipe`: the
+    listing took the closed pipe for an error of its own (a listing longer than the output
+    buffer meets the closed pipe while it is written)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from rfrs_ref.cli.main import main; main()", "reproduce",
+         "ranking", "--dry-run", "--out", str(tmp_path / "o")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    # the listing (~100 kB) outgrows the pipe's buffer: the writer is still listing when the
+    # reader goes after two lines, as head does
+    proc.stdout.readline()
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Error" not in err and "Traceback" not in err, err
