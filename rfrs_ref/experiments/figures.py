@@ -219,13 +219,24 @@ class Figure:
 
         kept, left = [], []
         seen: dict = {}  # the check depends on neither the seed nor the trial
-        for r in self.build(self, self.scale(scale)):
-            marker = json.dumps({**r.config.to_json(), "seed": None}, sort_keys=True,
-                                default=repr)
+
+        def unmet(config):
+            marker = json.dumps({**config.to_json(), "seed": None}, sort_keys=True, default=repr)
             if marker not in seen:
-                seen[marker] = unmet_precondition(r.config)
-            why = seen[marker]
-            (kept.append(r) if why is None else left.append((r, why)))
+                seen[marker] = unmet_precondition(config)
+            return seen[marker]
+
+        runs = self.build(self, self.scale(scale))
+        # the same grid without the caller's overrides (--set): a run is left out only where
+        # the figure's own grid cannot run it; one that an override makes impossible is
+        # kept, and refused before anything is written like any impossible configuration
+        own = (self.build(self, self.scale(dataclasses.replace(scale, overrides=())))
+               if scale.overrides else runs)
+        if len(own) != len(runs):  # not the same grid: judge the runs as they are
+            own = runs
+        for r, base in zip(runs, own):
+            why = unmet(r.config)
+            (kept.append(r) if why is None or unmet(base.config) is None else left.append((r, why)))
         return kept, left
 
     def scale(self, scale: Scale) -> Scale:

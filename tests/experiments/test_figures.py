@@ -244,6 +244,22 @@ def test_a_run_whose_rule_cannot_start_is_left_out_of_the_figure_and_said():
         assert figure(fid).left_out(Scale()) == []
 
 
+def test_a_run_an_override_makes_impossible_is_refused_not_left_out():
+    """--set client_fraction=0.005 gives ML100K rounds of 4 clients, too few for Krum at
+    α = 0.3: the figure's own grid runs Krum there, so the run is kept, and refused before
+    anything is written as any impossible configuration, rather than dropped with a note."""
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.main import main
+
+    scale = Scale(datasets=("ml100k",), overrides={"client_fraction": 0.005})
+    assert figure("4").left_out(scale) == []
+    res = CliRunner().invoke(main, ["reproduce", "4", "--datasets", "ml100k", "--set",
+                                    "client_fraction=0.005", "--dry-run"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "krum needs n > 2f + 2" in res.output and "nothing was run" in res.output
+
+
 def test_a_reduced_reproduction_gets_a_directory_of_its_own():
     """`reproduce 4 --rounds 20 --trials 1` used to write results/defenses, rewriting the
     tables of the full reproduction with its 15 runs."""
