@@ -684,6 +684,8 @@ def test_mixed_float32_and_float64_storage_passes_on_rounding_alone(mixed, optim
 def test_a_missing_cross_check_library_names_the_extra(monkeypatch):
     from rfrs_ref.testing.adapters import AdapterError, resolve_callable
 
+    for name in [m for m in sys.modules if m == "flwr" or m.startswith("flwr.")]:
+        monkeypatch.delitem(sys.modules, name)  # imported already where Flower is installed
     monkeypatch.setitem(sys.modules, "flwr", None)  # as if Flower were not installed
     with pytest.raises(AdapterError, match=r"crosscheck extra: pip install 'rfrs-ref\[crosscheck\]'"):
         resolve_callable("flwr.server.strategy.aggregate:aggregate_krum")
