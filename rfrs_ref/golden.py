@@ -1612,14 +1612,6 @@ def _exported_case(case: str) -> Case | None:
     return _exported_cases(family).get(case)
 
 
-def _exported_tolerances(family: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """case name -> output -> (rtol, atol) that :func:`export` writes for the cases of
-    ``family`` ((0, 0) for an output it exports as exact)."""
-    return {name: {k: (0.0, 0.0) if e.exact else (float(e.rtol), float(e.atol))
-                   for k, e in c.outputs.items()}
-            for name, c in _exported_cases(family).items()}
-
-
 def exported_tolerance(case: str, output: str) -> tuple[float, float] | None:
     """(rtol, atol) that rfrs-ref's export gives ``output`` of ``case`` ((0, 0) when it is
     exported as exact); None when rfrs-ref exports no such case or output."""

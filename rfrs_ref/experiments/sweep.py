@@ -262,9 +262,6 @@ def check_feasible(config) -> None:
     sweep refuses such a run before anything is written. A dataset whose size is not
     known here is left to the trainer.
     """
-    from rfrs_ref.aggregate import RULES
-    from rfrs_ref.aggregate.pre import build as with_pre
-    from rfrs_ref.federated.config import _rule_name
     from rfrs_ref.attack import ATTACKS
     from rfrs_ref.federated.trainer import check_attack_precondition, check_rule_precondition
     from rfrs_ref.metrics import check_ks
@@ -276,9 +273,17 @@ def check_feasible(config) -> None:
         return
     check_size(config)
     check_ks(c.ks, items)
-    rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
-    check_rule_precondition(rule, c, users)
+    check_rule_precondition(_server_rule(c), c, users)
     check_attack_precondition(ATTACKS.get(c.attack)(**c.attack_params), c, users)
+
+
+def _server_rule(c):
+    """The resolved configuration ``c``'s rule with its pre-aggregators, as the round builds it."""
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.aggregate.pre import build as with_pre
+    from rfrs_ref.federated.config import _rule_name
+
+    return with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
 
 
 def unmet_precondition(config):
@@ -289,20 +294,17 @@ def unmet_precondition(config):
     the rule can aggregate such a round, and when this cannot be told here (a dataset
     whose size is not known, a configuration with another defect, which
     :func:`check_feasible` reports)."""
-    from rfrs_ref.aggregate import RULES, PreconditionError
-    from rfrs_ref.aggregate.pre import build as with_pre
-    from rfrs_ref.federated.config import _rule_name
+    from rfrs_ref.aggregate import PreconditionError
     from rfrs_ref.federated.trainer import check_rule_precondition
 
     try:
         c = config.resolved()
         users, _ = _dataset_size(c)
-        rule = with_pre(c.pre, c.pre_params, RULES.get(_rule_name(c.defense))(**c.defense_params))
-        check_rule_precondition(rule, c, users)
+        check_rule_precondition(_server_rule(c), c, users)
     except PreconditionError as exc:
         return exc
     except (KeyError, LookupError, ValueError, TypeError, OSError, ImportError):
-        return None
+        pass
     return None
 
 
