@@ -93,7 +93,8 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
                    "somewhat slower (docs/performance.md).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Run directory [default: runs/<time>-<dataset>]; one that already holds a run "
-                   "is refused (continue it with --resume).")
+                   "is refused (continue it with --resume), and so is a sweep's run directory "
+                   "(RESULTS/runs/<key>), which the sweep clears when that run starts again.")
 @click.option("--resume", "resume", type=click.Path(file_okay=False, exists=True), default=None,
               help="Continue the run in this directory from its last checkpoint (from round 0 if it "
                    "stopped before one); options that would change the run are refused.")
@@ -153,13 +154,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
             raise click.ClickException(_one_line(exc)) from None
         _refuse_too_large(config)
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
-        from rfrs_ref.experiments.results import run_directory_above
-
-        owner = run_directory_above(run_dir.resolve().parent)
-        if owner is not None:
-            # a run directory is its run's: a sweep clears it when the run starts again
-            raise click.UsageError(f"--out {run_dir} lies inside the run directory {owner}; "
-                                   "give a directory outside any run's")
+        _refuse_out_in_a_run_directory(run_dir)
 
     if trace_path:
         _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
@@ -195,6 +190,26 @@ def _refuse_too_large(config) -> None:
         raise click.ClickException(f"{flag} {exc.value}{exc.reason}") from None
 
 
+def _refuse_out_in_a_run_directory(run_dir: pathlib.Path) -> None:
+    """A new run's ``--out`` may be neither a sweep's run directory (``RESULTS/runs/<key>``,
+    whether or not that run has started: the sweep clears the directory when the run starts
+    again, and would wipe this one) nor lie inside any run's directory; refused before
+    anything is written. (Continuing a sweep's run by hand, ``--resume RESULTS/runs/<key>``,
+    is that run's own.)"""
+    from rfrs_ref.experiments.results import run_directory_above, store_of_run_directory
+
+    store = store_of_run_directory(run_dir)
+    if store is not None:
+        raise click.UsageError(f"--out {run_dir} is the directory of run {run_dir.resolve().name} "
+                               f"of the results directory {store}, which a sweep clears when "
+                               "that run starts again; give a directory outside its runs/")
+    owner = run_directory_above(run_dir.resolve().parent)
+    if owner is not None:
+        # a run directory is its run's: a sweep clears it when the run starts again
+        raise click.UsageError(f"--out {run_dir} lies inside the run directory {owner}; "
+                               "give a directory outside any run's")
+
+
 def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) -> None:
     """A trace named like a file of the run, in its directory (``rounds.jsonl``, the lock
     ``.lock``...), would be overwritten by the run or removed with the lock: refused before
@@ -210,10 +225,12 @@ def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) ->
                                f"give a file of another name, e.g. {run_dir / 'trace.jsonl'}")
     from rfrs_ref.experiments.results import run_directory_above
 
-    owner = run_directory_above(target.parent)
+    # the trace itself included: a file named like a sweep's run directory (runs/<key>)
+    # would stand where that run's directory is made
+    owner = run_directory_above(target)
     if owner is not None and owner != run_dir.resolve():
         # another run's directory is that run's (a sweep clears it when the run starts again)
-        raise click.UsageError(f"--trace {trace} lies in the directory of another run, "
+        raise click.UsageError(f"--trace {trace} is or lies in the directory of another run, "
                                f"{owner}; give a file outside it, or in {run_dir}")
 
 

@@ -246,20 +246,34 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
 def run_directory_above(out: str | os.PathLike) -> pathlib.Path | None:
     """The run directory that ``out`` is or lies inside, or None: a directory holding a
     run's record (``outcome.json``, or ``config.json`` beside ``metrics.csv`` or
-    ``checkpoint.npz``: ``rfrs-ref train``'s), or a store's run directory: named by a run
-    key (16 hex digits) inside a ``runs/`` beside ``provenance.json``, ``results.csv`` or
-    ``runs.csv`` (so ``runs/a/b`` of a working directory that holds a ``results.csv`` of
-    its own is no run's)."""
+    ``checkpoint.npz``: ``rfrs-ref train``'s), or a store's run directory
+    (:func:`store_of_run_directory`)."""
     p = pathlib.Path(out).resolve()
     for d in (p, *p.parents):
         if (d / OUTCOME).is_file() or ((d / "config.json").is_file()
                                        and ((d / "metrics.csv").is_file()
                                             or (d / "checkpoint.npz").is_file())):
             return d
-        if (d.parent.name == "runs" and _RUN_KEY.fullmatch(d.name)
-                and any((d.parent.parent / n).is_file() for n in
-                        ("provenance.json", f"{TABLE}.csv", f"{RUNS_TABLE}.csv"))):
+        if store_of_run_directory(d) is not None:
             return d
+    return None
+
+
+def store_of_run_directory(path: str | os.PathLike) -> pathlib.Path | None:
+    """The results directory (store) whose run directory ``path`` is, or None.
+
+    A store's run directory is named by a run key (16 hex digits) inside a ``runs/``
+    beside the store's ``provenance.json``, ``results.csv`` or ``runs.csv`` (so
+    ``runs/a/b`` of a working directory that holds a ``results.csv`` of its own is no
+    run's). It is the store's whether or not the run has started: a sweep clears it
+    when that run starts again, so nothing else may be written there. ``path`` is
+    compared resolved (a link to a store's run directory is one)."""
+    d = pathlib.Path(path).resolve()
+    if d.parent.name == "runs" and _RUN_KEY.fullmatch(d.name):
+        store = d.parent.parent
+        if any((store / n).is_file() for n in
+               ("provenance.json", f"{TABLE}.csv", f"{RUNS_TABLE}.csv")):
+            return store
     return None
 
 

@@ -18,9 +18,11 @@ LocalCluster, or a remote cluster declared as sharing it), the trainer writes
 straight into the sweep's ``runs/<key>/``; a run interrupted half-way leaves
 its last checkpoint there, and the next attempt resumes from it (the determinism of
 docs/training.md makes the resumed run end exactly where an uninterrupted one
-ends). Otherwise the worker trains in a temporary directory and returns the
-small files (``config.json``, ``metrics.csv``, ``final_metrics.json``) in the
-outcome for the driver to write.
+ends). A directory there holding a run the sweep did not start (a ``config.json``
+of another configuration) is never cleared: the run is recorded as failed,
+saying so (:func:`refuse_foreign_run`). Otherwise the worker trains in a
+temporary directory and returns the small files (``config.json``,
+``metrics.csv``, ``final_metrics.json``) in the outcome for the driver to write.
 
 Capture runs (Fig. 1) train ``rounds`` rounds with the trainer's pieces and,
 after the last round, project the clients' uploaded θᵢ − θ̄ and the gradients
@@ -118,18 +120,38 @@ def execute_run(task: dict) -> dict:
 
 # -- ordinary runs ------------------------------------------------------------------------
 def _same_config(run_dir: pathlib.Path, spec) -> bool:
-    """Whether ``run_dir`` holds a run of exactly this configuration (non-result fields aside)."""
+    """Whether ``run_dir`` holds a run of exactly this configuration (non-result fields and
+    the trace flag aside: ``train --resume`` of the sweep's run may add a trace)."""
     from rfrs_ref.experiments.spec import NON_RESULT_FIELDS
 
     try:
         recorded = json.loads((run_dir / "config.json").read_text())["config"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(recorded, dict):
         return False
     ours = spec.config.resolved().to_json()
-    for name in NON_RESULT_FIELDS:
+    for name in (*NON_RESULT_FIELDS, "trace"):
         recorded.pop(name, None)
         ours.pop(name, None)
     return json.loads(json.dumps(recorded)) == json.loads(json.dumps(ours))
+
+
+def refuse_foreign_run(run_dir: pathlib.Path, spec) -> None:
+    """Raise ValueError when ``run_dir`` holds a run that is not this sweep run's: a
+    ``config.json`` (a run's first file) of another configuration, or one that cannot be
+    read (the trainer writes it atomically). A sweep clears or overwrites its run's
+    directory when the run starts again, and must never take another run with it (a
+    ``train --out`` into ``runs/<key>`` by an earlier version, a directory copied there):
+    the run is recorded as failed with this reason, and everything is left as it is.
+    Anything else there (the sweep's own files, a failure's ``outcome.json``) is the
+    run's to clear."""
+    path = run_dir / "config.json"
+    if (path.exists() or path.is_symlink()) and not _same_config(run_dir, spec):
+        raise ValueError(f"{run_dir} holds a run that is not this sweep's run {spec.key} (its "
+                         "config.json records another configuration, or cannot be read); a "
+                         "sweep never removes a run it did not start: move the directory out "
+                         "of the results directory and run the sweep again")
 
 
 def _clear(run_dir: pathlib.Path) -> None:
@@ -182,6 +204,7 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
                 resumed_from, result = None, None
                 trainer = Trainer(spec.config, low_memory=low_memory)
         if result is None:
+            refuse_foreign_run(run_dir, spec)
             _clear(run_dir)
             result = trainer.run(run_dir, locked=True)
     except Diverged as exc:
@@ -342,6 +365,8 @@ def _capture(spec, run_dir: pathlib.Path) -> dict:
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
 
+    if run_dir.exists():
+        refuse_foreign_run(run_dir, spec)  # its config.json and final_metrics.json are rewritten
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(spec.config)
     c = trainer.config

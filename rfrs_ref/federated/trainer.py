@@ -644,11 +644,19 @@ class RunDirectory:
         A new run (``resume`` False) needs a directory without a run, or one whose
         run stopped before its first checkpoint with the same configuration (it
         starts again: nothing but its round-0 evaluation is lost, and that is
-        recomputed identically). ``resume`` continues from the checkpoint, or starts
-        at round 0 when the run stopped before its first one.
+        recomputed identically), and never one holding a sweep's record of a run
+        (``outcome.json``: a sweep's run directory, which the sweep clears when that
+        run starts again). ``resume`` continues from the checkpoint, or starts at
+        round 0 when the run stopped before its first one.
         """
         p = self.path
         has_checkpoint = (p / "checkpoint.npz").exists()
+        if not resume and ((p / "outcome.json").exists() or (p / "outcome.json").is_symlink()):
+            # a sweep worker clears the directory before its run starts, so only another
+            # run would find the record here, and the sweep would wipe that run
+            raise RunExists(f"{p} holds outcome.json, a sweep's record of a run: it is a "
+                            "sweep's run directory, which the sweep clears when that run "
+                            "starts again; choose another run directory (--out)")
         if resume:
             if not (p / "config.json").exists():
                 raise FileNotFoundError(f"{p}: no run to resume (no config.json)")

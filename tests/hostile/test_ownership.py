@@ -558,3 +558,79 @@ def test_a_sweep_never_writes_inside_a_run_directory(tmp_path, tiny_sweep, where
     refused(invoke("sweep", spec, "--out", out, "--workers", 0, "--no-plot"),
             "inside the run directory", "nothing was run")
     assert not out.exists()
+
+
+# -- a sweep's run directory is the sweep's ------------------------------------------------------
+def _crashed(tmp_path, tiny_sweep):
+    """A 1-run sweep whose run's record is a failure as a crashed run leaves it: only
+    ``runs/<key>/outcome.json``, status failed. (spec file, key, the run's directory)."""
+    import json
+
+    spec, key, path = _source(tmp_path, tiny_sweep)
+    run_dir = path.parent
+    shutil.rmtree(run_dir)
+    run_dir.mkdir()
+    path.write_text(json.dumps({"key": key, "status": "failed", "error": "KilledWorker: x"}))
+    return spec, key, run_dir
+
+
+@pytest.mark.parametrize("which", ["recorded", "not_yet_run"])
+def test_train_never_writes_into_a_sweeps_run_directory(tmp_path, tiny_sweep, which, refused):
+    # `train --out runs/<key>` once checked only the directories above the run directory: it
+    # wrote a run of its own beside the failed record, and the next sweep retried the key
+    # and wiped that run without a word; a key no run of the sweep has yet is the store's too
+    spec, key, run_dir = _crashed(tmp_path, tiny_sweep)
+    out = run_dir if which == "recorded" else run_dir.parent / ("0123456789abcdef")
+    before = files(tmp_path / "src")
+    refused(invoke("train", *SMALL, "--rounds", 2, "--out", out), f"--out {out}",
+            "results directory", "a sweep clears")
+    assert files(tmp_path / "src") == before
+    assert which == "recorded" or not out.exists()
+
+
+def test_a_trace_is_never_written_where_a_sweeps_run_directory_goes(tmp_path, tiny_sweep,
+                                                                    refused):
+    # a file named like a run key in runs/ would stand where the sweep makes that run's
+    # directory
+    spec, key, run_dir = _crashed(tmp_path, tiny_sweep)
+    trace = run_dir.parent / "0123456789abcdef"
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", tmp_path / "mine", "--trace", trace),
+            f"--trace {trace}", "directory of another run")
+    assert not trace.exists() and not (tmp_path / "mine").exists()
+
+
+def test_train_never_starts_beside_a_sweeps_record(tmp_path, refused):
+    # a sweep's run directory moved out of its results directory still holds the sweep's
+    # record: a new run there is refused as well (RunDirectory.prepare)
+    out = tmp_path / "moved"
+    out.mkdir()
+    (out / "outcome.json").write_text('{"status": "failed", "error": "x"}\n')
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", out), str(out), "outcome.json",
+            "sweep's run directory")
+    assert sorted(p.name for p in out.iterdir()) == ["outcome.json"]
+
+
+def test_a_sweep_never_clears_a_run_it_did_not_start(tmp_path, tiny_sweep):
+    # a run of another configuration in runs/<key> (written there by `train --out` of an
+    # earlier version, or copied there) beside the sweep's failed record: retrying the key
+    # once cleared the directory and trained the sweep's run in its place
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    spec, key, run_dir = _crashed(tmp_path, tiny_sweep)
+    mine = tmp_path / "mine"
+    assert invoke("train", *SMALL, "--rounds", 2, "--out", mine).exit_code == 0
+    for p in mine.iterdir():
+        if p.name != LOCK_NAME:
+            shutil.copy(p, run_dir / p.name)
+    theirs = {n: b for n, b in files(run_dir).items() if n != "outcome.json"}
+    report = run_sweep(load_sweep(spec).runs, tmp_path / "src", workers=0)
+    assert report.failed == 1 and report.finished == 0
+    error = report.failures[0][1]
+    assert str(run_dir) in error and "not this sweep's run" in error
+    assert "move the directory" in error
+    assert {n: b for n, b in files(run_dir).items() if n != "outcome.json"} == theirs
+    # moved away, the sweep's run runs
+    shutil.rmtree(run_dir)
+    report = run_sweep(load_sweep(spec).runs, tmp_path / "src", workers=0)
+    assert report.finished == 1 and report.failed == 0
