@@ -25,8 +25,10 @@ def _execution_options(f):
                      help="Whether the workers see the output directory [default: yes for a "
                           "LocalCluster, no for --scheduler].")(f)
     f = click.option("--retry-failed/--no-retry-failed", default=True, show_default=True,
-                     help="Run again the runs recorded as failed (never those recorded as "
-                          "diverged: a divergence is an outcome).")(f)
+                     help="Run again the runs recorded as failed, and those recorded as "
+                          "finished without a result (shown as failed); never those recorded "
+                          "as diverged: a divergence is an outcome. Without it a call that "
+                          "leaves a failed run exits with status 1 all the same.")(f)
     f = click.option("--keep-state", is_flag=True,
                      help="Keep each run's final state.npz (large for the big datasets).")(f)
     f = click.option("--low-memory", is_flag=True,
@@ -178,13 +180,23 @@ def _tables(out: pathlib.Path) -> None:
 
 def _recorded(report, finished: str) -> str:
     """The runs a sweep did not run because they were recorded before, by what they are:
-    finished (or diverged), failed and not retried, or recorded as finished with a metric
-    that is not a finite number (the tables show those as failed)."""
-    done = report.skipped - report.kept_failed - report.not_finite
+    finished (or diverged), failed and not retried, or recorded as finished without a
+    result (a metric that is not a finite number, a final evaluation before the last
+    round: the tables show those as failed) and not retried."""
+    done = report.skipped - report.kept_failed - report.no_result
     return (f"{done} {finished}, "
             + (f"{report.kept_failed} failed before (not retried), " if report.kept_failed else "")
-            + (f"{report.not_finite} recorded as finished with a metric that is not a finite "
-               "number in [0, 1] (shown as failed), " if report.not_finite else ""))
+            + (f"{report.no_result} recorded as finished without a result (a metric that is "
+               "not a finite number in [0, 1], or a final evaluation before the last round; "
+               "shown as failed, not retried), " if report.no_result else ""))
+
+
+def _failed(report) -> bool:
+    """Whether the call leaves a run of the sweep failed: one that failed now, or a failure
+    recorded before and not retried (``--no-retry-failed``), a record of a finished run
+    without a result included. Such a call exits with status 1: a sweep whose runs did not
+    all finish (or diverge) is no success."""
+    return bool(report.failed or report.kept_failed or report.no_result)
 
 
 def _report(report, started: float, progress: _Progress, after: str = "tables") -> None:
@@ -205,16 +217,19 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
 
 
 def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
-    """One line per run: its key, its status in ``out`` (to run, ok, failed, diverged), its
+    """One line per run: its key, its status in ``out`` (to run, ok, failed, diverged; a
+    record of a finished run without a result is failed, as the tables show it), its
     dataset, labels, seed and estimated memory (``--dry-run``: nothing is written)."""
-    from rfrs_ref.experiments.results import Store
+    from rfrs_ref.experiments.results import Store, unfinished_reason
     from rfrs_ref.experiments.sweep import estimate_run_memory
 
     store = Store(out)
     try:
         for i, r in enumerate(runs):
             o = store.read_outcome(r.key) if out.exists() else None
-            status = o.get("status") if o else "to run"
+            status = o.get("status") if isinstance(o, dict) else "to run"
+            if status == "ok" and unfinished_reason(o, r.config.resolved()) is not None:
+                status = "failed"
             c = r.config
             alpha = f" α={c.byzantine_fraction:g}" if c.byzantine_fraction else ""
             click.echo(f"{i:4d} {r.key} {status:8s} {c.dataset}{alpha} {dict(r.labels)} "
@@ -321,7 +336,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
     _tables(out)
     for p in paths:
         click.echo(f"figure: {p}")
-    if report.failed:
+    if _failed(report):
         raise SystemExit(1)
 
 
@@ -378,7 +393,7 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
     if not no_plot and report.summary is not None and not report.summary.empty:
         for p in _plot_sweep(out):
             click.echo(f"figure: {p}")
-    if report.failed:
+    if _failed(report):
         raise SystemExit(1)
 
 

@@ -218,7 +218,9 @@ def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
     although the tables write it for a metric a run did not record (NDCG of a
     run made before it existed): dropping the seed would change which seeds
     are compared, and which baseline is best, without a word; a table judged on
-    such a metric must be judged on one every run recorded.
+    such a metric must be judged on one every run recorded. A row of status ``ok``
+    whose ``final_round`` is not its ``rounds`` (both columns present) is no finished
+    run either (the tables write such a record as failed) and is refused the same way.
     """
     t = table
     sel = ((t["status"] == "ok") & (t[series_col].astype(str) == series)
@@ -226,9 +228,11 @@ def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
     if alpha is not None:
         sel &= np.isclose(t["alpha"].astype(float), float(alpha))
     out: dict[int, float] = {}
-    for i, seed, v in zip(t.index[sel], t.loc[sel, "seed"], t.loc[sel, "value"]):
+    rounds = _last_rounds(t, sel)
+    for i, seed, v, last in zip(t.index[sel], t.loc[sel, "seed"], t.loc[sel, "value"], rounds):
         where = f"{_line(t, i)}series {series!r}, seed {seed!r}, {metric}@{k}"
         s = _seed(t, i, seed, series)
+        _check_last_round(*last, where)
         try:
             f = float(v) if v is not None else math.nan
         except (TypeError, ValueError):
@@ -245,6 +249,34 @@ def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
                              f"{f!r}); one run per series and seed")
         out[s] = f
     return out
+
+
+def _last_rounds(table, sel) -> list[tuple]:
+    """(final_round, rounds) of the rows ``sel`` of ``table``; (None, None) each when the
+    table lacks either column (a table written by hand: nothing to check)."""
+    if "final_round" not in table.columns or "rounds" not in table.columns:
+        return [(None, None)] * int(sel.sum())
+    return list(zip(table.loc[sel, "final_round"], table.loc[sel, "rounds"]))
+
+
+def _check_last_round(last, rounds, where: str) -> None:
+    """Refuse a row of status ``ok`` whose final evaluation was not made after the run's
+    last round (``final_round`` ≠ ``rounds``): a run that did not finish, recorded as
+    finished (an edited record, or a table written before such records were shown as
+    failed). Without the columns (None), or with ``rounds`` empty, it passes."""
+    import pandas as pd
+
+    if pd.isna(rounds):  # None, NaN, pd.NA: no configured rounds to compare with
+        return
+    try:
+        same = not pd.isna(last) and float(last) == float(rounds)
+    except (TypeError, ValueError):
+        raise TableError(f"{where}: final_round {last!r} or rounds {rounds!r} is not a "
+                         "number") from None
+    if not same:  # an empty final_round included: a finished run records its final round
+        raise TableError(f"{where}: a finished run (status ok) whose final evaluation is of "
+                         f"round {last!r}, not of its last round {rounds!r}: the run did not "
+                         "finish; run the sweep again (it runs such a run again)")
 
 
 def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric: str,

@@ -620,18 +620,15 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
         "excluded_honest": sel.get("excluded_honest"),
         "evaluated_clients": (final.get("model") or {}).get("n_users"),
     })
-    if outcome.get("status") == "ok" and final:
-        bad = non_finite_metric(final, config.ks)
-        if bad is not None:
-            # a finished run's metrics are finite numbers by construction (a non-finite score
-            # makes the run diverge); one that is not (an edited or damaged outcome.json) is
-            # not shown as a result: no row may read like a normal number, and no mean may
-            # silently leave it out
+    if outcome.get("status") == "ok":
+        reason = unfinished_reason(outcome, config)
+        if reason is not None:
+            # an edited or damaged outcome.json: no row may read like a normal number, and no
+            # mean, verdict or ranking may count it (nor silently leave it out: it is failed)
             base["status"] = "failed"
-            base["error"] = (f"outcome.json records {bad[0]} = {bad[1]!r}, not a finite number "
-                             "in [0, 1]; the run's metrics are left out of the tables")
+            base["error"] = f"outcome.json {reason}; the run's metrics are left out of the tables"
             return [{**base, "k": None, "metric": None, "value": None}]
-    if outcome.get("status") != "ok" or not final:
+    if outcome.get("status") != "ok":
         return [{**base, "k": None, "metric": None, "value": None}]
     rows = []
     model, pop = final["model"], final["popularity"]
@@ -675,6 +672,47 @@ def non_finite_metric(final: Mapping, ks) -> tuple[str, object] | None:
                 if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                         or not 0.0 <= v <= METRIC_MAX):
                     return f"{prefix}{name}@{k}", v
+    return None
+
+
+def unfinished_reason(outcome: Mapping, config) -> str | None:
+    """Why ``outcome``, a record with status ``ok``, is not a finished run's result, or None
+    when it is one (and for a record of any other status).
+
+    A finished run's record holds its final evaluation (``final``), made after the last of
+    the ``config.rounds`` rounds (``final.round`` is that number), without a status of its
+    own (only a diverged run's ``final_metrics.json`` has one), and its metrics are finite
+    numbers in [0, 1] (:func:`non_finite_metric`): the trainer writes nothing else. A record
+    that says ``ok`` but is not of this form (edited, damaged, or copied from a run that
+    stopped early) is no result: the tables show it as failed and a sweep runs it again.
+
+    Args:
+        outcome: the record as read (untrusted: any JSON).
+        config: the run's resolved configuration (``rounds`` and ``ks`` are read).
+    Returns:
+        The reason, worded to follow "outcome.json" (e.g. "records precision@1 = nan, not a
+        finite number in [0, 1]"), or None.
+    """
+    if outcome.get("status") != "ok":
+        return None
+    final = outcome.get("final")
+    if not isinstance(final, dict) or not final:
+        return "records no final evaluation"
+    if final.get("status") is not None:
+        return f"records a final evaluation of status {final.get('status')!r}, not a finished run's"
+    rounds, last = getattr(config, "rounds", None), final.get("round")
+    if isinstance(rounds, int) and (isinstance(last, bool) or not isinstance(last, int)
+                                    or last != rounds):
+        return (f"records a final evaluation after round {last!r}, not after the run's last "
+                f"round ({rounds}): the run did not finish")
+    try:
+        bad = non_finite_metric(final, config.ks)
+    except (AttributeError, TypeError):
+        return "records a final evaluation that is not of a finished run's form"
+    if bad is not None:
+        # a finished run's metrics are finite numbers by construction (a non-finite score
+        # makes the run diverge)
+        return f"records {bad[0]} = {bad[1]!r}, not a finite number in [0, 1]"
     return None
 
 

@@ -28,8 +28,9 @@
   Fig. 2's "No attack" and Fig. 10's Adam are the same runs).
 - **Resume.** Runs are keyed by :func:`rfrs_ref.experiments.spec.run_key`;
   running the same sweep again skips every run already finished or diverged
-  (failed runs are tried again unless ``retry_failed=False``). On a shared filesystem a run
-  that was cut off half-way continues from its last checkpoint.
+  (failed runs are tried again unless ``retry_failed=False``, and so are runs recorded
+  ``ok`` whose record holds no result: :func:`rfrs_ref.experiments.results.unfinished_reason`).
+  On a shared filesystem a run that was cut off half-way continues from its last checkpoint.
 - **Machine sizing.** The default LocalCluster has one single-threaded Dask
   worker process per core, fewer if the runs' estimated memory does not fit
   (:func:`plan_workers`), and each worker's Numba and OpenMP thread counts are
@@ -57,9 +58,8 @@ from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
-                                          recordable, run_directory_above,
-                                          non_finite_metric, store_lock,
-                                          summary_label_columns, tidy_rows,
+                                          recordable, run_directory_above, store_lock,
+                                          summary_label_columns, tidy_rows, unfinished_reason,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
 from rfrs_ref.experiments.worker import execute_run
@@ -86,10 +86,13 @@ class SweepReport:
     Attributes:
         out: the output directory.
         total: runs in the sweep; skipped: not run by this call because recorded before it
-            (finished or diverged, and ``kept_failed`` and ``not_finite`` of them);
+            (finished or diverged, and ``kept_failed`` and ``no_result`` of them);
         kept_failed: skipped runs whose earlier failure is kept (``retry_failed`` False);
-        not_finite: skipped runs recorded as finished whose metrics are not all finite
-            numbers (a damaged or edited outcome.json): the tables show them as failed;
+        no_result: skipped runs (``retry_failed`` False) recorded as finished whose record
+            holds no result (a metric that is not a finite number in [0, 1], a final
+            evaluation before the last round...: ``results.unfinished_reason``; a damaged or
+            edited outcome.json): the tables show them as failed, and like ``kept_failed``
+            they are failures the call leaves in place;
         reused: copied by this call from another directory's record (``reuse_from``);
         finished, diverged, failed: runs of this call that finished, diverged or failed.
         table, summary: the tidy and summary tables (pandas DataFrames) of the sweep's runs.
@@ -114,7 +117,7 @@ class SweepReport:
     diverged: int = 0
     divergences: list = dataclasses.field(default_factory=list)
     kept_failed: int = 0
-    not_finite: int = 0
+    no_result: int = 0
     label_columns: tuple = ()
 
     @property
@@ -419,7 +422,8 @@ def run_sweep(
             with ``workers=0``, Numba threads of this process (None: unchanged).
         shared_fs: whether the workers see ``out`` (None: True for a LocalCluster
             and in process, False for a remote scheduler or a given client).
-        retry_failed: run again the runs whose recorded outcome is a failure.
+        retry_failed: run again the runs whose recorded outcome is a failure, and those
+            recorded as finished whose record holds no result (shown as failed).
         keep_state: keep each run's final ``state.npz``.
         low_memory: robust runs hold their uploads a batch of clients at a time
             (``Trainer(low_memory=True)``): the same results, in less memory.
@@ -491,9 +495,16 @@ def run_sweep(
         if compacted:
             # outcomes written before provenance.json existed: say what they tell of their runs
             record_reconstructed(store.path, list(outcomes.values()))
-        done = {k for k, o in outcomes.items() if o.get("status") in ("ok", "diverged")}
+        # a record that says "ok" but holds no result is a failure: shown as one in the
+        # tables, run again like one, and never counted as done
+        no_result = {k for k in keys if k in outcomes
+                     and _not_a_result(outcomes[k], by_key[k].config)}
+        done = {k for k in keys if k in outcomes and k not in no_result
+                and outcomes[k].get("status") in ("ok", "diverged")}
+        failed_before = {k for k in keys if k in no_result
+                         or (k in outcomes and outcomes[k].get("status") == "failed")}
         pending = [k for k in keys if k not in done
-                   and (retry_failed or outcomes.get(k, {}).get("status") != "failed")]
+                   and (retry_failed or k not in failed_before)]
         linked = [store.run_dir(k) for k in pending if store.run_dir(k).is_symlink()]
         if linked:
             # a run's directory is cleared when the run starts again, and its outcome written
@@ -505,10 +516,10 @@ def run_sweep(
                              label_columns=tuple(label_columns))
         waiting = set(pending)
         for k in (k for k in keys if k not in waiting):  # recorded before this call
-            if outcomes[k].get("status") == "failed":
+            if k in no_result:
+                report.no_result += 1
+            elif outcomes[k].get("status") == "failed":
                 report.kept_failed += 1
-            elif _not_a_result(outcomes[k], by_key[k].config.ks):
-                report.not_finite += 1
         if not run:
             pending = []
         sources = [Store(d) for d in reuse_from]
@@ -646,15 +657,15 @@ def _runs_concerned(which: Sequence[str]) -> str:
     return which[0] if len(which) == 1 else f"{len(which)} runs (the first: {which[0]})"
 
 
-def _not_a_result(outcome: dict, ks) -> bool:
-    """Whether ``outcome`` is recorded as finished but holds no result the tables count:
-    no ``final``, or a metric that is not a finite number in [0, 1] (a damaged or edited
-    record)."""
-    final = outcome.get("final")
+def _not_a_result(outcome: dict, config) -> bool:
+    """Whether ``outcome`` is recorded as finished (``ok``) but holds no result the tables
+    count (:func:`~rfrs_ref.experiments.results.unfinished_reason`: no final evaluation, one
+    before the configuration's last round, a metric that is not a finite number in [0, 1]:
+    a damaged or edited record); ``config`` is the run's configuration."""
     if outcome.get("status") != "ok":
         return False
     try:
-        return not isinstance(final, dict) or non_finite_metric(final, ks) is not None
+        return unfinished_reason(outcome, config.resolved()) is not None
     except (AttributeError, KeyError, TypeError, ValueError):  # a record not of this form
         return True
 
@@ -666,8 +677,8 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
     An outcome counts only if the configuration it records hashes to ``key`` (a record
     of another run, or one edited by hand, is not taken for this one), and only when
     finished or diverged: a failure says nothing about the run's result, nor does a
-    finished run whose recorded metrics are not finite numbers, nor one whose per-round
-    summary cannot be read.
+    record of a finished run that holds no result (:func:`_not_a_result`), nor one whose
+    per-round summary cannot be read.
     """
     for src in sources:
         o = src.read_outcome(key)
@@ -679,7 +690,7 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
                 continue
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
-        if _not_a_result(o, spec.config.ks):
+        if _not_a_result(o, spec.config):
             continue  # the tables would not count it as a result: run it here instead
         # what a worker hands back beside the result ("files" to write into the run's
         # directory) is not part of a record to copy: it would write them into ours

@@ -28,7 +28,9 @@ def _outcome(p1: float, ks=(1, 2)) -> dict:
 
 
 def _spec(seed=0, **fields):
-    return RunSpec(make_config({"dataset": "ml100k", "ks": (1, 2), "seed": seed, **fields}),
+    # 4 rounds: the final evaluation of _outcome is after round 4
+    return RunSpec(make_config({"dataset": "ml100k", "ks": (1, 2), "seed": seed, "rounds": 4,
+                                **fields}),
                    trial=seed, labels={"series": "S"})
 
 
@@ -49,6 +51,24 @@ def test_failed_run_is_one_row_with_its_error():
     assert len(rows) == 1
     assert rows[0]["status"] == "failed" and rows[0]["metric"] is None
     assert "boom" in rows[0]["error"] and "Traceback" in rows[0]["traceback"]
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda f: f.update(round=1), "after round 1, not after the run's last round (4)"),
+    (lambda f: f.update(round=5), "after round 5"),
+    (lambda f: f.update(round="4"), "after round '4'"),
+    (lambda f: f.update(status="diverged"), "status 'diverged'"),
+    (lambda f: f.clear(), "no final evaluation"),
+])
+def test_a_record_of_a_run_that_did_not_finish_is_failed(edit, fragment):
+    # a record "ok" whose final evaluation is not after the run's last round was tabulated
+    # as a finished run (status ok, rounds 4, final_round 1), its metrics in every mean
+    outcome = _outcome(0.4)
+    edit(outcome["final"])
+    rows = tidy_rows(_spec(), outcome)
+    assert len(rows) == 1 and rows[0]["status"] == "failed" and rows[0]["value"] is None
+    assert fragment in rows[0]["error"], rows[0]["error"]
+    assert summarise(results_frame([(_spec(), outcome)]))["n"].sum() == 0
 
 
 def test_summary_mean_and_sample_std_over_trials():

@@ -76,7 +76,7 @@ def test_a_run_that_raises_is_recorded_and_the_others_go_on(ex, tmp_path):
     assert outcome["status"] == "failed" and "ValueError" in outcome["error"]
     # the finished runs are skipped; the failed one is tried again unless told otherwise
     kept = run_sweep(runs, tmp_path, workers=0, retry_failed=False)
-    assert (kept.pending, kept.skipped, kept.kept_failed, kept.not_finite) == (0, 4, 1, 0)
+    assert (kept.pending, kept.skipped, kept.kept_failed, kept.no_result) == (0, 4, 1, 0)
     again = run_sweep(runs, tmp_path, workers=0)
     assert (again.skipped, again.finished, again.failed) == (3, 0, 1)
 

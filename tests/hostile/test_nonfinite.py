@@ -199,11 +199,12 @@ def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, 
 
     key = _edit_outcome(sweep_dir, change)
     monkeypatch.chdir(sweep_dir)
-    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0)
-    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-retry-failed")
+    # once: exit 0 with the run shown as failed, as if the sweep had succeeded
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     # once: the final line counted it among the runs "skipped (already finished)"
     assert "1 skipped (already finished)" in res.output, res.output
-    assert "1 recorded as finished with a metric that is not a finite number" in res.output
+    assert "1 recorded as finished without a result" in res.output
     from rfrs_ref.experiments.results import read_table
 
     table = read_table(sweep_dir / "out")
@@ -215,6 +216,69 @@ def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, 
     row = _summary_row(sweep_dir, "precision", 1)
     assert row["n"] == 1 and np.isfinite(row["mean"])
     assert "| 1 |" in (sweep_dir / "out" / "summary.md").read_text()
+
+
+def _ok_rows(sweep_dir):
+    from rfrs_ref.experiments.results import read_table
+
+    table = read_table(sweep_dir / "out")
+    return table[table["status"] == "ok"]
+
+
+@pytest.mark.parametrize("edit", ["nan", "no_final", "round"])
+def test_a_recorded_finish_without_a_result_is_run_again(sweep_dir, monkeypatch, edit):
+    # a run recorded "ok" without a result (a NaN metric; no final evaluation; a final
+    # evaluation after round 1 of 2, its final_metrics.json saying it diverged) was never run
+    # again, --retry-failed or not: the sweep exited 0 with the run shown as failed (or,
+    # for the early final round, counted as finished with a run that did not finish)
+    def change(o):
+        if edit == "nan":
+            o["final"]["model"]["precision@1"] = float("nan")
+        elif edit == "no_final":
+            del o["final"]
+        else:
+            o["final"]["round"] = 1
+
+    key = _edit_outcome(sweep_dir, change)
+    if edit == "round":
+        final = sweep_dir / "out" / "runs" / key / "final_metrics.json"
+        final.write_text(json.dumps({**json.loads(final.read_text()), "status": "diverged"}))
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot")
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "1 skipped (already finished), 1 finished, 0 failed" in res.output, res.output
+    ok = _ok_rows(sweep_dir)
+    assert set(ok["key"]) >= {key} and (ok["final_round"] == ok["rounds"]).all()
+    assert ok["value"].map(np.isfinite).all()
+    again = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot")
+    assert again.exit_code == 0 and "2 skipped (already finished), 0 finished" in again.output
+
+
+def test_a_recorded_finish_before_the_last_round_is_no_result(sweep_dir, monkeypatch):
+    # final.round = 1 of 2: runs.csv once showed the run "ok" with rounds 2 and final_round
+    # 1, its metrics in the means, and a later sweep skipped it as finished
+    key = _edit_outcome(sweep_dir, lambda o: o["final"].update(round=1))
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot",
+                 "--no-retry-failed")
+    assert res.exit_code == 1 and "1 recorded as finished without a result" in res.output
+    from rfrs_ref.experiments.results import read_table
+
+    run = read_table(sweep_dir / "out").query("key == @key")
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    assert "after round 1" in run["error"].iloc[0] and "did not finish" in run["error"].iloc[0]
+    assert _summary_row(sweep_dir, "precision", 1)["n"] == 1
+    # verdict and ranking read the tables, where the run is failed; a table that still says
+    # "ok" for such a run (written before such records were shown as failed) is refused
+    from rfrs_ref.experiments.claims import TableError, paired_difference
+
+    ok = _ok_rows(sweep_dir)
+    assert key not in set(ok["key"])
+    good = pd.concat([ok.assign(label_series="S"), ok.assign(label_series="T")])
+    assert paired_difference(good, "S", "T", dataset="synthetic", metric="precision", k=1).n == 1
+    stale = pd.concat([ok.assign(label_series="S"), ok.assign(label_series="T", final_round=1)])
+    with pytest.raises(TableError, match="series 'T'.*not of its last round"):
+        paired_difference(stale, "S", "T", dataset="synthetic", metric="precision", k=1)
 
 
 def test_n_counts_the_trials_in_the_mean():
