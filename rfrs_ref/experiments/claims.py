@@ -630,34 +630,48 @@ def _best(table, candidates, dataset, alpha, metric, k, scol) -> str | None:
 def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
     """Fig. 1: per model (series), the paired difference of separations, gradient − θ.
 
-    Each capture run's outcome.json is input: a separation that is not a number, a
-    spec without its model, dataset or seed, or two runs of one series with one seed
-    raise :class:`TableError` naming the file (a non-finite separation is left out)."""
-    from rfrs_ref.experiments.results import OUTCOME, Store
+    Each capture run's outcome.json is input. A finished capture run (status ``ok``, a
+    ``capture`` record or a spec of kind ``capture``) whose two separations are not both
+    finite numbers (NaN, ±inf, null or missing: the capture records both, and leaving the
+    run out would judge the claim on the others without a word), a spec without its model,
+    dataset or seed, or two runs of one series with one seed raise :class:`TableError`
+    naming the file. A record of status ``ok`` that holds no finished run's result
+    (``results.unfinished_reason``) is a failed run, as the tables show it: in no pair."""
+    from rfrs_ref.experiments.results import OUTCOME, Store, unfinished_reason
+    from rfrs_ref.experiments.spec import RunSpec
 
     by_series: dict[str, dict[int, float]] = {}
     inits: dict[str, float] = {}
     dataset = None
     for key, o in Store(d).outcomes().items():
         where = d / "runs" / key / OUTCOME
-        cap = o.get("capture") if isinstance(o, dict) else None
-        if not isinstance(o, dict) or o.get("status") != "ok" or not cap:
+        if not isinstance(o, dict) or o.get("status") != "ok":
             continue
+        cap = o.get("capture")
+        spec = o.get("spec")
+        if not cap and not (isinstance(spec, dict) and spec.get("kind") == "capture"):
+            continue  # another kind of run
         try:
-            sep = cap.get("separation") or {}
-            ga, gb = sep.get(c.a), sep.get(c.against[0])
-            if ga is None or gb is None:
-                continue
-            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ga, gb)):
-                raise TableError(f"separations {ga!r} and {gb!r} are not both numbers")
-            if not (np.isfinite(ga) and np.isfinite(gb)):
-                continue
-            spec = o.get("spec") or {}
+            spec = spec or {}
             config = spec["config"]
             series = (spec.get("labels") or {}).get("series") or config["model"]
             init = config.get("init_scale", 0.1)
             seed = _seed(None, None, config["seed"], str(series))
             series = f"{series}, init N(0, {float(init):g}²)"
+            if unfinished_reason(o, RunSpec.from_json(spec).config.resolved()) is not None:
+                continue  # no result: a failed run (the tables say why)
+            if not isinstance(cap, dict):
+                raise TableError("a finished capture run without its capture record")
+            sep = cap.get("separation")
+            sep = sep if isinstance(sep, dict) else {}
+            ga, gb = sep.get(c.a), sep.get(c.against[0])
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ga, gb)):
+                raise TableError(f"separations {c.a} {ga!r} and {c.against[0]} {gb!r} are not "
+                                 "both numbers (a finished capture run records both)")
+            if not (math.isfinite(ga) and math.isfinite(gb)):
+                raise TableError(f"separations {c.a} {ga!r} and {c.against[0]} {gb!r} are not "
+                                 "both finite (a finished capture run records both as finite "
+                                 "numbers)")
             if seed in by_series.get(series, {}):
                 raise TableError(f"a second capture run of {series!r} with seed {seed}")
             dataset = config["dataset"]

@@ -149,8 +149,10 @@ def _pca(tmp_path, outcomes: dict) -> str:
 
 def _capture(seed, grad=0.9, theta=0.2, **config):
     return {"status": "ok", "capture": {"separation": {"gradient": grad, "theta": theta}},
-            "spec": {"labels": {"series": "FISM"},
-                     "config": {"model": "fism", "dataset": "ml100k", "seed": seed, "init_scale": 0.1, **config}}}
+            "final": {"round": 24, "model": {}, "popularity": {}},
+            "spec": {"kind": "capture", "labels": {"series": "FISM"},
+                     "config": {"model": "fism", "dataset": "ml100k", "seed": seed, "rounds": 24,
+                                "init_scale": 0.1, **config}}}
 
 
 def _pca_verdict(path):
@@ -176,6 +178,30 @@ def test_a_malformed_capture_outcome_is_refused(tmp_path, edit, fragment, refuse
     outcomes = {f"k{s}": _capture(s) for s in range(3)}
     edit(outcomes["k1"])
     refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k1/outcome.json", fragment)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf"), None, "missing"])
+def test_a_capture_run_without_a_finite_separation_is_refused(tmp_path, value, refused):
+    """Four finished runs with separations 5, 6, NaN and 5.5: the NaN run was left out
+    without a word and the claim "held" with n = 3."""
+    outcomes = {f"k{s}": _capture(s, grad=g) for s, g in enumerate((5.0, 6.0, 5.2, 5.5))}
+    if value == "missing":
+        del outcomes["k2"]["capture"]["separation"]["gradient"]
+    else:
+        outcomes["k2"]["capture"]["separation"]["gradient"] = value
+    refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k2/outcome.json", "gradient",
+            "not both", never="| holds |")
+
+
+def test_a_capture_run_recorded_ok_without_a_result_is_in_no_pair(tmp_path):
+    """A record whose final evaluation is of round 1 of 24 is a run that did not finish (the
+    tables show it failed): its separation, which would turn the verdict, is not used."""
+    outcomes = {f"k{s}": _capture(s, grad=g) for s, g in enumerate((5.0, 6.0, 5.2, 5.5))}
+    outcomes["k2"]["capture"]["separation"]["gradient"] = -100.0
+    outcomes["k2"]["final"]["round"] = 1
+    res = _pca_verdict(_pca(tmp_path, outcomes))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+    assert "| 3 |" in res.output
 
 
 def test_two_capture_runs_with_one_seed_are_refused(tmp_path, refused):
