@@ -202,7 +202,8 @@ class FlowerTrainer(Trainer):
             bytes_up += message_bytes(r)
             row = len(rows)
             rows.append(c)
-            upload, n, loss, role, diag, problem = _read_reply(r, names, D, dtype)
+            own = int(self.federation.n_samples[c])
+            upload, n, loss, role, diag, problem = _read_reply(r, names, D, dtype, own)
             for k in names:
                 buf.uploads[k][row] = upload[k] if upload is not None else np.nan
             if problem:
@@ -254,14 +255,17 @@ class FlowerTrainer(Trainer):
         return narrowed, {"answered": m, "f": f, "fallback": "reduce-f", "because": reason}
 
 
-def _read_reply(reply, names, D: int, dtype) -> tuple:
+def _read_reply(reply, names, D: int, dtype, own: int) -> tuple:
     """(upload or None, n_samples, loss, role, diagnostics, problem) of one reply; a reply
-    that is not an upload of ``D`` values of ``dtype`` per array is malformed (``problem``
-    says why; the upload is then None and enters the round as NaN)."""
+    that is not an upload of ``D`` values of ``dtype`` per array, or whose ``n_samples`` is
+    not ``own`` (the user's training-set size in the server's copy of the data), is
+    malformed (``problem`` says why; the upload is then None and enters the round as NaN).
+    The n_samples returned is ``own`` whatever the node reports: the rule's weights never
+    take a node's word for its size."""
     content = reply.content
     problem = ""
     upload = None
-    n, loss, role, diag = 1, math.nan, False, {}
+    n, loss, role, diag = own, math.nan, False, {}
     try:
         ar = content.array_records[UPLOAD]
         arrays = {}
@@ -281,13 +285,14 @@ def _read_reply(reply, names, D: int, dtype) -> tuple:
         if not (isinstance(n_raw, (int, np.integer)) and not isinstance(n_raw, bool)
                 and 1 <= n_raw < 2 ** 62):
             raise ValueError(f"n_samples {n_raw!r} is not a positive integer")
-        n = int(n_raw)
+        if int(n_raw) != own:
+            raise ValueError(f"n_samples {int(n_raw)} is not the user's {own} training "
+                             "interactions")
         loss = float(mr["loss"])
         role = bool(mr["byzantine"])
     except Exception as exc:  # noqa: BLE001
         problem = (problem + "; " if problem else "") + f"metrics: {exc}"
         upload = None
-        n = 1
     try:
         diag = json.loads(str(content.config_records[ATTACK]["diagnostics"]))
     except Exception:  # noqa: BLE001 - diagnostics are the node's word, kept when readable

@@ -174,6 +174,33 @@ def test_malformed_and_non_finite_uploads_are_excluded_by_verification(direct_gr
     assert all(np.isfinite(v).all() for v in res.state.values())
 
 
+def test_a_reply_whose_n_samples_is_not_the_users_own_is_malformed(direct_grid, tmp_path):
+    """The server holds the data: a node's n_samples (the rule's weight) that is not the
+    user's own count is malformed, listed and excluded, never taken as the weight."""
+    cfg = TrainConfig(**BASE, defense="mean", detect="gradient", model_params={"dim": 4})
+
+    def tamper(msg, reply):
+        if msg.metadata.message_type == "train" and not reply.has_error() and \
+                int(msg.content.config_records["round"]["user"]) % 7 == 0:
+            reply.content.metric_records["metrics"]["n_samples"] = 10 ** 9
+        return reply
+
+    _, res = _flower_run(direct_grid, cfg, tmp_path / "run", tamper=tamper)
+    recs = _records(tmp_path / "run")
+    own = Trainer(cfg).federation.n_samples
+    lying = [c for r in recs for c in r["clients"] if c % 7 == 0]
+    assert lying  # the seed samples some
+    for r in recs:
+        liars = [c for c in r["clients"] if c % 7 == 0]
+        assert [m["client"] for m in r["malformed"]] == liars
+        assert all(f"n_samples 1000000000 is not the user's {own[m['client']]} training"
+                   in m["reason"] for m in r["malformed"])
+        assert [e["client"] for e in r["excluded"]] == liars
+        assert r["n_samples"] == [int(own[c]) for c in r["clients"]]
+        assert r["dropped"] == []
+    assert all(np.isfinite(v).all() for v in res.state.values())
+
+
 def test_server_app_writes_the_run_directory_and_the_node_map(direct_grid, tmp_path, flwr):
     from flwr.app import Context, RecordDict
 
