@@ -265,6 +265,7 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
         click.echo(f"{run_dir} already finished all {c.rounds} rounds; nothing to resume. "
                    "Its final evaluation:")
         _print_summary(final, c.ks, run_dir, None)
+        _refuse_non_finite_resilience(final)
         return  # nothing trained: a --trace file is left as it is
     tracer = None
     if trace_path:
@@ -305,8 +306,13 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
         if tracer is not None:
             tracer.write_round(record, latest)
 
+    from rfrs_ref.federated.trainer import NonFiniteResilience
+
     try:
         result = trainer.run(run_dir, resume=bool(resume), progress=progress, locked=True)
+    except NonFiniteResilience as exc:
+        # the run trained every round and wrote its files: shown, then not a success
+        result = exc.result
     except KeyboardInterrupt:
         bar.close()
         click.echo(f"\ninterrupted: continue from the last checkpoint with "
@@ -322,6 +328,18 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
             tracer.close()
 
     _print_summary(result.final, c.ks, result.run_dir, bar.elapsed())
+    _refuse_non_finite_resilience(result.final)
+
+
+def _refuse_non_finite_resilience(final: dict) -> None:
+    """Exit non-zero, in one line, when the run's record marks a resilience sum that
+    became NaN or ±inf (``resilience_non_finite``): a total that is not a number is never
+    a success, even though the training finished."""
+    from rfrs_ref.federated.trainer import resilience_message
+
+    marks = final.get("resilience_non_finite")
+    if marks:  # a dict of rounds: read_finished checks the record read back
+        raise click.ClickException(_one_line(ValueError(resilience_message(marks))))
 
 
 def _say_code_change(run_dir: pathlib.Path) -> None:
@@ -518,7 +536,10 @@ def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
     if final.get("resilience"):
         click.echo("resilience sums (the paper's Definitions 1-4; docs/optimizers.md, "
                    "\"Resilience quantities\"): " + ", ".join(
-                       f"{k} {v:.4g}" for k, v in final["resilience"].items()))
+                       f"{k} {v:.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       else f"{k} non-finite (from round "
+                            f"{(final.get('resilience_non_finite') or {}).get(k, '?')})"
+                       for k, v in final["resilience"].items()))
         click.echo("  C_g = Σ over rounds, kept clients i and benign clients j of ‖ĝᵢ − gⱼ‖ "
                    "(recovered vs true gradients); C_m, C_v, C_r, C_theta: the same distance "
                    "for each uploaded array. Smaller is more resilient; compare runs, not "

@@ -8,7 +8,10 @@ so one bad run cannot stop a sweep. A run whose model diverged
 non-finite scores at an evaluation) is not a failure but an outcome:
 ``status = "diverged"``, with ``divergence`` (the round, the reason, what was
 non-finite, the last checkpoint), the evaluation ``history`` before it and the
-per-round summary; it is never run again (docs/reproduction.md, "Diverged runs"). The outcome is JSON-serialisable and holds
+per-round summary; it is never run again (docs/reproduction.md, "Diverged runs").
+A run whose resilience sum became NaN or ±inf
+(:class:`rfrs_ref.federated.trainer.NonFiniteResilience`) is a failure: its
+totals are not numbers. The outcome is JSON-serialisable and holds
 everything the results tables and plots need (final metrics, the evaluation
 history, a per-round summary, the PCA capture of a capture run), so the
 machine that collects results does not have to see the worker's files.
@@ -187,7 +190,7 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool, low_memory: bool = Fal
 
 def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
                   low_memory: bool = False) -> dict:
-    from rfrs_ref.federated.trainer import Diverged, Trainer
+    from rfrs_ref.federated.trainer import Diverged, NonFiniteResilience, Trainer
 
     resume = (run_dir / "checkpoint.npz").exists() and _same_config(run_dir, spec)
     resumed_from = None
@@ -198,8 +201,8 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
                 with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as z:
                     resumed_from = int(z["round"])
                 result = trainer.run(run_dir, resume=True, locked=True)
-            except Diverged:
-                raise
+            except (Diverged, NonFiniteResilience):
+                raise  # the run's own outcome, not an unreadable checkpoint
             except Exception:  # noqa: BLE001 - an unreadable checkpoint: start again from scratch
                 resumed_from, result = None, None
                 trainer = Trainer(spec.config, low_memory=low_memory)
@@ -272,7 +275,9 @@ def summarise_round(rec: dict) -> dict:
         "seconds": float(sum((rec.get("timing") or {}).values())),
     }
     if rec.get("resilience"):
-        out["resilience"] = {k: float(v) for k, v in rec["resilience"].items()}
+        # a term that was NaN or ±inf is null in the record (the run is recorded as failed)
+        out["resilience"] = {k: None if v is None else float(v)
+                             for k, v in rec["resilience"].items()}
     return out
 
 

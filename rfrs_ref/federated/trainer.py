@@ -28,8 +28,11 @@ server state holds NaN or ±inf, or whose evaluation meets NaN or ±inf scores,
 ends the run as diverged (:class:`Diverged`, a :class:`NonFiniteState`;
 ``final_metrics.json`` then says ``"status": "diverged"``), and a checkpoint
 that cannot continue is refused (:class:`CheckpointError`); in both cases the
-files already written stay as they were. See docs/training.md, "Failure
-behaviour".
+files already written stay as they were. A resilience sum (``--resilience``)
+that becomes NaN or ±inf is recorded as null with the round where it did, and
+the run, once it has trained every round and written its files, raises
+:class:`NonFiniteResilience`. Every JSON file a run writes is strict JSON (no
+``NaN`` or ``Infinity`` tokens). See docs/training.md, "Failure behaviour".
 
 Every random choice is drawn from a stream keyed by (seed, name, round), so a
 resumed run draws exactly what the uninterrupted run drew and ends with the
@@ -58,6 +61,7 @@ from rfrs_ref.federated.config import TrainConfig, _rule_name
 from rfrs_ref.federated.population import assumed_byzantine, byzantine_mask, clients_per_round
 from rfrs_ref.federated.round import GRADIENT_BATCH, Federation, RoundBuffers, run_round
 from rfrs_ref.files import DirectoryLock, atomic_write
+from rfrs_ref.jsonsafe import jsonable
 from rfrs_ref.seeding import generator
 
 # the first six columns are those of earlier versions, so older readers keep working
@@ -204,6 +208,36 @@ class TrainResult:
     history: list[dict]
     state: dict[str, np.ndarray]
     run_dir: pathlib.Path | None
+
+
+class NonFiniteResilience(ValueError):
+    """The run trained every round and wrote its files, but a resilience sum
+    (Definitions 1–4, ``resilience=True``) became NaN or ±inf: its total is not a
+    number, so the run is not a success.
+
+    ``final_metrics.json`` and the round records hold such a sum as null and name the
+    round where it became non-finite under ``resilience_non_finite``; the checkpoint
+    records the same, so a resume continues (and ends the same way).
+
+    Attributes:
+        result: the run's :class:`TrainResult` (its evaluation is valid);
+        non_finite: quantity → the round where its sum became NaN or ±inf.
+    """
+
+    def __init__(self, result: TrainResult, non_finite: Mapping[str, int]) -> None:
+        self.result = result
+        self.non_finite = dict(non_finite)
+        super().__init__(resilience_message(self.non_finite))
+
+
+def resilience_message(non_finite: Mapping) -> str:
+    """One line saying which resilience sums became NaN or ±inf, and at which round."""
+    what = ", ".join(f"{k} at round {t}" for k, t in non_finite.items())
+    return (f"a resilience sum became non-finite (NaN or ±inf): {what}, so the run's "
+            "resilience totals are not numbers (null in final_metrics.json, the round under "
+            "resilience_non_finite); the training itself finished (a kept client's recovered "
+            "gradient, or its distance to a benign one, overflows the dtype, e.g. at a tiny "
+            "learning rate)")
 
 
 def software_versions() -> dict:
@@ -440,6 +474,8 @@ class Trainer:
             acc.add(record)
             if acc.resilience:
                 record["resilience_cumulative"] = dict(acc.resilience)
+            if acc.resilience_non_finite:
+                record["resilience_non_finite"] = dict(acc.resilience_non_finite)
             latest = None
             if evaluate:
                 latest = self._evaluation_row(t, state, private, pop, out,
@@ -455,7 +491,12 @@ class Trainer:
         final = self._final(history[-1], pop, acc, time.perf_counter() - started)
         if out is not None:
             out.finish(final, state, private, c.rounds)
-        return TrainResult(c, final, history, state, out.path if out else None)
+        result = TrainResult(c, final, history, state, out.path if out else None)
+        if acc.resilience_non_finite:
+            # the training finished and its files are written: a total that is not a
+            # number is still not a success
+            raise NonFiniteResilience(result, acc.resilience_non_finite)
+        return result
 
     @staticmethod
     def _check_finite(t, state, private, last_checkpoint, out, norms=None,
@@ -518,6 +559,8 @@ class Trainer:
             "resilience": acc.resilience or None,
             "seconds": seconds,
         }
+        if acc.resilience_non_finite:
+            final["resilience_non_finite"] = dict(acc.resilience_non_finite)
         valid = getattr(self, "_last_valid", None)
         if valid is not None and valid["round"] == last["round"]:
             final["valid"] = valid
@@ -590,7 +633,10 @@ class _Accumulators:
     exclusions: int = 0
     excluded_byzantine: int = 0
     excluded_honest: int = 0
+    #: quantity → its sum over the rounds; None once it became NaN or ±inf
     resilience: dict = dataclasses.field(default_factory=dict)
+    #: quantity → the round where its sum became NaN or ±inf
+    resilience_non_finite: dict = dataclasses.field(default_factory=dict)
 
     def add(self, rec: dict) -> None:
         kept = np.asarray(rec["kept"])
@@ -603,7 +649,14 @@ class _Accumulators:
         self.excluded_byzantine += sum(e["byzantine"] for e in rec["excluded"])
         self.excluded_honest += sum(not e["byzantine"] for e in rec["excluded"])
         for k, v in (rec.get("resilience") or {}).items():
-            self.resilience[k] = self.resilience.get(k, 0.0) + float(v)
+            if k in self.resilience_non_finite:
+                continue  # stays None: no later round makes it a number again
+            total = self.resilience.get(k, 0.0) + (math.nan if v is None else float(v))
+            if math.isfinite(total):
+                self.resilience[k] = total
+            else:  # a non-finite term, or a sum that overflowed
+                self.resilience[k] = None
+                self.resilience_non_finite[k] = int(rec["round"])
 
     def problems(self) -> list[str]:
         """What is wrong with sums read back from a checkpoint (hostile input)."""
@@ -611,9 +664,18 @@ class _Accumulators:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name == "resilience":
+                marks = self.resilience_non_finite
                 ok = isinstance(v, dict) and all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                    for x in v.values())
+                    (x is None and isinstance(marks, dict) and k in marks)
+                    or (isinstance(x, (int, float)) and not isinstance(x, bool)
+                        and math.isfinite(x))
+                    for k, x in v.items())
+            elif f.name == "resilience_non_finite":
+                ok = isinstance(v, dict) and all(
+                    isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                    and isinstance(self.resilience, dict) and k in self.resilience
+                    and self.resilience[k] is None
+                    for k, x in v.items())
             else:
                 ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
                       and math.isfinite(v) and v >= 0)
@@ -711,7 +773,7 @@ class RunDirectory:
         }
         if trainer.targets is not None:
             record["derived"]["target_items"] = trainer.targets.tolist()
-        text = json.dumps(record, indent=2) + "\n"
+        text = json.dumps(record, indent=2, allow_nan=False) + "\n"
         atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
         _write_ids(trainer, self.path)
         with open(self.path / "metrics.csv", "w", newline="") as fh:
@@ -738,8 +800,12 @@ class RunDirectory:
                 w.writerow([row.get(f, "") for f in header])
 
     def append_round(self, record: dict) -> None:
+        try:
+            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a NaN or ±inf (a diagnostic, a resilience term): JSON null
+            line = json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False)
         with open(self.path / "rounds.jsonl", "a") as fh:
-            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+            fh.write(line + "\n")
 
     def read_history(self) -> list[dict]:
         rows: dict[int, dict] = {}
@@ -762,9 +828,10 @@ class RunDirectory:
         if private is not None:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
-        arrays["accumulators"] = np.array(json.dumps(dataclasses.asdict(acc)))
+        arrays["accumulators"] = np.array(json.dumps(dataclasses.asdict(acc), allow_nan=False))
         if config is not None:
-            arrays["config"] = np.array(json.dumps(config.to_json(), sort_keys=True, default=list))
+            arrays["config"] = np.array(json.dumps(config.to_json(), sort_keys=True, default=list,
+                                                   allow_nan=False))
         atomic_write(self.path / "checkpoint.npz", lambda fh: np.savez(fh, **arrays))
 
     def load_checkpoint(self, trainer: Trainer):
@@ -818,6 +885,14 @@ class RunDirectory:
             if v.ndim < 1 or v.shape[0] != trainer.data.n_users:
                 problems.append(f"private {k!r} has shape {list(v.shape)}, expected "
                                 f"{trainer.data.n_users} rows")
+        old = {k: v for k, v in (acc.resilience.items() if isinstance(acc.resilience, dict) else ())
+               if isinstance(v, float) and not math.isfinite(v)}
+        if old:
+            k, v = next(iter(old.items()))
+            raise CheckpointError(f"{path} records the resilience sum {k} as {v!r}, without the "
+                                  "round where it became non-finite (rfrs-ref now records such a "
+                                  "sum as null, with that round), so it cannot continue; "
+                                  f"{restart}")
         problems += acc.problems()
         if problems:
             raise CheckpointError(f"{path} does not belong to this run ({'; '.join(problems)}); "
@@ -848,7 +923,7 @@ class RunDirectory:
         entry = {"round": int(t), **change,
                  "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         record.setdefault("resumed", []).append(entry)
-        text = json.dumps(record, indent=2) + "\n"
+        text = json.dumps(record, indent=2, allow_nan=False) + "\n"
         atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
 
     def read_finished(self, trainer: "Trainer") -> dict:
@@ -879,6 +954,9 @@ class RunDirectory:
         if bad:
             raise CheckpointError(f"{path}: {bad[0]} is {values[bad[0]]!r}, not a finite number "
                                   f"({len(bad)} such value(s)); {restore}")
+        problem = _resilience_problem(final.get("resilience"), final.get("resilience_non_finite"))
+        if problem:
+            raise CheckpointError(f"{path}: {problem}; {restore}")
         path = self.path / "state.npz"
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -972,13 +1050,35 @@ class RunDirectory:
         atomic_write(self.path / "final_metrics.json", lambda fh: fh.write(text.encode("utf-8")))
 
     def finish(self, final: dict, state, private, t: int) -> None:
-        text = json.dumps(final, indent=2) + "\n"
+        text = json.dumps(jsonable(final), indent=2, allow_nan=False) + "\n"
         atomic_write(self.path / "final_metrics.json", lambda fh: fh.write(text.encode("utf-8")))
         arrays = dict(state)
         if private is not None:
             arrays.update({f"private_{k}": v for k, v in private.items()})
         arrays["round"] = np.array(t)
         atomic_write(self.path / "state.npz", lambda fh: np.savez(fh, **arrays))
+
+
+def _resilience_problem(sums, marks) -> str | None:
+    """What is wrong with a finished run's recorded resilience totals (``sums``) and the
+    rounds where some became non-finite (``marks``), or None: each total is a finite number,
+    or null with its round (an integer ≥ 1) in ``marks``."""
+    sums = {} if sums is None else sums
+    marks = {} if marks is None else marks
+    if not isinstance(sums, dict) or not isinstance(marks, dict):
+        return "resilience and resilience_non_finite must be JSON objects"
+    for k, t in marks.items():
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1 or k not in sums \
+                or sums[k] is not None:
+            return (f"resilience_non_finite {k} is {t!r}: not the round (≥ 1) of a resilience "
+                    "total recorded as null")
+    for k, v in sums.items():
+        if v is None and k in marks:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return (f"resilience {k} is {v!r}, not a finite number (nor null with the round "
+                    "where it became non-finite under resilience_non_finite)")
+    return None
 
 
 def _finished(path: pathlib.Path) -> bool:

@@ -78,6 +78,17 @@ def test_a_failing_run_is_reported_not_raised(ex):
     assert out["wall_s"] >= 0 and out["key"] == spec.key
 
 
+def test_a_run_whose_resilience_sum_is_not_finite_is_a_failure(ex):
+    # it was recorded "ok", its C_g null as if the total were unknown
+    spec = RunSpec(ex.tiny_config(dtype="float64", optimizer="sgd",
+                                  optimizer_params={"lr": 1e-300}, attack="noise",
+                                  attack_params={"sigma": 100.0}, byzantine_fraction=0.2,
+                                  resilience=True, backend="numpy"))
+    out = execute_run(_task(spec))
+    assert out["status"] == "failed"
+    assert out["error"].startswith("NonFiniteResilience: ") and "C_g at round 1" in out["error"]
+
+
 def test_an_ordinary_run_returns_its_files_when_not_shared(ex):
     spec = RunSpec(ex.tiny_config())
     out = execute_run(_task(spec))

@@ -286,3 +286,52 @@ def test_exact_assumed_byzantine_tells_the_server_each_rounds_count(tmp_path):
     assert res.final["round"] == 6
     with pytest.raises(ValueError, match="'exact'"):
         small_config(assumed_byzantine="most").resolved()
+
+
+def _overflowing_resilience(**kw):
+    # SGD at lr 1e-300 in float64: a kept noisy client's recovered gradient overflows
+    return small_config(rounds=3, eval_every=3, checkpoint_every=1, dtype="float64",
+                        optimizer="sgd", optimizer_params={"lr": 1e-300}, attack="noise",
+                        attack_params={"sigma": 100.0}, byzantine_fraction=0.2,
+                        resilience=True, backend="numpy", **kw)
+
+
+def test_a_non_finite_resilience_sum_is_marked_and_resumes_to_the_same_end(tmp_path):
+    from rfrs_ref.federated.trainer import NonFiniteResilience
+
+    cfg = _overflowing_resilience()
+    with pytest.raises(NonFiniteResilience, match="C_g at round 1") as whole:
+        Trainer(cfg).run(tmp_path / "whole")
+    assert whole.value.non_finite == {"C_g": 1}
+    assert whole.value.result.final["round"] == 3  # the training finished
+
+    class Stop(Exception):
+        pass
+
+    def stop(t, record, latest):
+        if t == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        Trainer(cfg).run(tmp_path / "cut", progress=stop)
+    # the checkpoint of round 2 holds the null sum and its round: it continues
+    with pytest.raises(NonFiniteResilience, match="C_g at round 1") as resumed:
+        Trainer(cfg).run(tmp_path / "cut", resume=True)
+    a, b = whole.value.result.final, resumed.value.result.final
+    assert b["resilience"] == a["resilience"] and b["resilience"]["C_g"] is None
+    assert b["resilience_non_finite"] == a["resilience_non_finite"] == {"C_g": 1}
+    assert b["model"] == a["model"]
+
+
+def test_resilience_sums_overflowing_from_finite_terms_are_marked_at_their_round():
+    from rfrs_ref.federated.trainer import _Accumulators
+
+    acc = _Accumulators()
+    for t, term in ((1, 1e308), (2, 1e308), (3, 1.0)):
+        acc.add({"round": t, "kept": [1.0], "byzantine": [False], "excluded": [],
+                 "resilience": {"C_g": term, "C_theta": 1.0}})
+    assert acc.resilience == {"C_g": None, "C_theta": 3.0}
+    assert acc.resilience_non_finite == {"C_g": 2}
+    assert acc.problems() == []
+    acc.resilience_non_finite = {}  # a null sum without its round is damage
+    assert acc.problems() == ["accumulator resilience = {'C_g': None, 'C_theta': 3.0}"]

@@ -87,6 +87,54 @@ def test_measure_run_raises_diverged_with_the_rows_before_it(tmp_path):
     assert info.value.round == 1 and info.value.rows == []
 
 
+# -- a resilience sum that is not finite ----------------------------------------------------------
+#: SGD at lr 1e-300 in float64 under noise: a kept client's recovered gradient (θ̄ − θ)/η
+#: overflows, so C_g is inf from round 1 while the model trains normally
+RESILIENCE_INF = ["--dataset", "synthetic", "--synthetic-users", 100, "--synthetic-items", 120,
+                  "--client-fraction", 0.1, "--backend", "numpy", "--rounds", 3,
+                  "--dtype", "float64", "--optimizer", "sgd", "--lr", "1e-300",
+                  "--attack", "noise", "--noise-sigma", 100, "--byzantine-fraction", 0.2,
+                  "--resilience"]
+
+
+def _strict_json(text):
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_train_whose_resilience_sum_is_not_finite_is_not_a_success(tmp_path, refused):
+    # it once printed "C_g inf" and exited 0, wrote the token Infinity into
+    # final_metrics.json and rounds.jsonl, and its resume refused the run's own checkpoint
+    # as "does not belong to this run (accumulator resilience = {'C_g': inf...})"
+    out = tmp_path / "run"
+    res = invoke("train", *RESILIENCE_INF, "--out", out)
+    refused(res, "C_g at round 1", "non-finite")
+    assert "after round 3" in res.output  # the training finished, its evaluation shown
+    assert "C_g non-finite (from round 1)" in res.output and "C_g inf" not in res.output
+    final = _strict_json((out / "final_metrics.json").read_text())
+    assert final["resilience"]["C_g"] is None and final["resilience_non_finite"] == {"C_g": 1}
+    assert np.isfinite(final["resilience"]["C_theta"])
+    recs = [_strict_json(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["resilience"]["C_g"] for r in recs] == [None, None, None]
+    assert all(r["resilience_non_finite"] == {"C_g": 1} for r in recs)
+    _strict_json((out / "config.json").read_text())
+    # the run's own checkpoint continues; the finished run is shown and is still no success
+    res = invoke("train", "--resume", out)
+    err = refused(res, "C_g at round 1", never="does not belong")
+    assert "already finished all 3 rounds" in res.output, err
+
+
+def test_a_non_finite_resilience_total_read_back_must_be_marked(tmp_path, refused):
+    out = tmp_path / "run"
+    invoke("train", *RESILIENCE_INF, "--out", out)
+    path = out / "final_metrics.json"
+    final = json.loads(path.read_text())
+    del final["resilience_non_finite"]  # a null total without its round: not a result
+    path.write_text(json.dumps(final))
+    refused(invoke("train", "--resume", out), "final_metrics.json", "resilience C_g is None")
+
+
 # -- a finished run read back: train --resume ---------------------------------------------------
 def _nan_precision(final):
     final["model"]["precision@5"] = float("nan")
