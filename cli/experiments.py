@@ -423,6 +423,20 @@ def _check_series(fig, table, path) -> None:
             "for, or no --figure for a sweep's panels")
 
 
+def _table_error(exc: BaseException, results: pathlib.Path) -> str:
+    """The message of an error met while plotting the table read from ``results``; a
+    defect of one of its rows (:class:`~rfrs_ref.experiments.claims.TableError`, which
+    names the line) is prefixed with the file that line counts in."""
+    from rfrs_ref.experiments.claims import TableError
+    from rfrs_ref.experiments.results import table_source
+
+    msg = " ".join(str(exc).split())
+    if not isinstance(exc, TableError):
+        return str(exc)
+    where = str(table_source(results))
+    return msg if where in msg else f"{where}: {msg}"
+
+
 def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None) -> list[pathlib.Path]:
     """The sweep's Precision@K panels into ``figures`` (default out/figures/sweep.*)."""
     from rfrs_ref.experiments.plots import plot_sweep
@@ -435,7 +449,7 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None) -> list[
         figures.mkdir(parents=True, exist_ok=True)
         paths = plot_sweep(table, figures / "sweep", notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(_table_error(exc, out)) from exc
     for n in notes:  # a line drawn over fewer runs than the table holds is said
         click.echo(f"note: {n}", err=True)
     return paths
@@ -491,7 +505,7 @@ def plot(results, figure_name, out):
     try:
         paths = plot_figure(fig, table, base, out, notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(_table_error(exc, path)) from exc
     finally:
         lock.release()
         if not existed:

@@ -192,6 +192,28 @@ def _seed(table, i, seed, series: str) -> int:
     return int(f)
 
 
+def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> float:
+    """A finished run's recorded metric ``v`` as a float in [0, 1], or :class:`TableError`
+    naming ``where`` (the line, series and metric): a value that is not a number, ±inf, or
+    outside [0, 1] (every metric here is a fraction). An empty or NaN value (a metric the run
+    did not record) is refused too, unless ``unrecorded``: it is then returned as NaN, for a
+    caller that says which runs lack it."""
+    try:
+        f = float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        raise TableError(f"{where}: value {v!r} is not a number") from None
+    if math.isnan(f):
+        if unrecorded:
+            return f
+        raise TableError(f"{where}: no value (empty or NaN) in a finished run (status ok); "
+                         "a finished run records its metrics as numbers in [0, 1] (a "
+                         f"run made before {metric} was recorded has none: judge a "
+                         "metric every run recorded, or run it again)")
+    if not 0.0 <= f <= 1.0:
+        raise TableError(f"{where}: value {f!r} is not a metric in [0, 1]")
+    return f
+
+
 def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> set:
     """The seeds on which ``series`` diverged, in one cell (dataset, α)."""
     t = table
@@ -233,17 +255,7 @@ def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,
         where = f"{_line(t, i)}series {series!r}, seed {seed!r}, {metric}@{k}"
         s = _seed(t, i, seed, series)
         _check_last_round(*last, where)
-        try:
-            f = float(v) if v is not None else math.nan
-        except (TypeError, ValueError):
-            raise TableError(f"{where}: value {v!r} is not a number") from None
-        if math.isnan(f):
-            raise TableError(f"{where}: no value (empty or NaN) in a finished run (status ok); "
-                             "a finished run records its metrics as numbers in [0, 1] (a "
-                             f"run made before {metric} was recorded has none: judge a "
-                             "metric every run recorded, or run it again)")
-        if not 0.0 <= f <= 1.0:
-            raise TableError(f"{where}: value {f!r} is not a metric in [0, 1]")
+        f = metric_value(v, where, metric)
         if s in out:
             raise TableError(f"{where}: two finished runs with this seed (values {out[s]!r} and "
                              f"{f!r}); one run per series and seed")

@@ -259,11 +259,21 @@ def plot_k_panels(table, stem, *, metric: str = "precision", rows: str | None = 
             (``"<panel>: diverged: RFA 2/5"``), for the caller to print: a line
             drawn over fewer runs than the table holds is said, not only drawn.
     """
+    from rfrs_ref.experiments.claims import _line, metric_value
+
     plt = _pyplot()
     df = table[(table["status"] == "ok") & (table["metric"].isin([metric, f"popularity_{metric}"]))]
     if df.empty:
         raise ValueError(f"no finished run with metric {metric!r} in the table")
     scol = series_column(df)
+    # a value of a finished run that is not a metric (±inf, 7, text) is refused with its
+    # line, never averaged or left out of a line without a word; NaN is "not recorded",
+    # said in the panel's title below
+    df = df.assign(value=[
+        metric_value(v, f"{_line(df, i)}series {name!r}, run {key}, {m}@{k}", m,
+                     unrecorded=True)
+        for i, name, key, m, k, v in zip(df.index, df[scol], df["key"], df["metric"],
+                                         df["k"], df["value"])])
     fig, panels = _panel_grid(plt, df, rows, cols, dataset_order)
     names = _levels(df, scol, series_order)
     handles = {}

@@ -329,6 +329,29 @@ def test_a_recorded_finish_before_the_last_round_is_no_result(sweep_dir, monkeyp
         paired_difference(stale, "S", "T", dataset="synthetic", metric="precision", k=1)
 
 
+@pytest.mark.parametrize("value,said", [("inf", "value inf is not a metric in [0, 1]"),
+                                        ("7", "value 7.0 is not a metric in [0, 1]"),
+                                        ("-0.5", "value -0.5 is not a metric in [0, 1]"),
+                                        ("abc", "value 'abc' is not a number")])
+def test_plot_refuses_a_table_value_that_is_not_a_metric(sweep_dir, tmp_path, value, said,
+                                                        refused):
+    # once: inf left its point out of the line without a word (exit 0), 7 was averaged in
+    out = sweep_dir / "out"
+    (out / "results.parquet").unlink(missing_ok=True)  # the CSV is the table read
+    path = out / "results.csv"
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    i = next(n for n, line in enumerate(lines) if n and line.split(",")[header.index("metric")]
+             == "precision" and line.split(",")[header.index("k")] == "5")
+    row = lines[i].split(",")
+    row[header.index("value")] = value
+    lines[i] = ",".join(row)
+    path.write_text("\n".join(lines) + "\n")
+    refused(invoke("plot", out, "--out", tmp_path / "fig"), str(path), f"line {i + 1}",
+            "precision@5", said)
+    assert not (tmp_path / "fig" / "sweep.png").exists()
+
+
 def test_n_counts_the_trials_in_the_mean():
     # NaN in an "ok" row means "not recorded" (a run made before the metric existed): pandas'
     # mean skips it, and n once counted every row, so a mean over 1 trial read "n = 2" (as in
