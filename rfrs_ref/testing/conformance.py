@@ -166,20 +166,22 @@ def _rfa_allowance(case) -> float:
 _RECOVERY = LawSpec("recovery_exact", "recover(rule(g)) = g to rounding")
 _UPDATE = LawSpec("update_rule", "client_rule(state, g, t) = the optimiser's update rule to rounding",
                   "convention")
+_INPUTS = LawSpec("inputs_unchanged", "client_rule and recover leave the arrays they are given unchanged",
+                  "convention")
 
 #: optimiser -> laws (name, statement)
 OPTIMIZER_LAWS: dict[str, list[LawSpec]] = {
-    "sgd": [_RECOVERY, _UPDATE],
-    "momentum": [_RECOVERY, _UPDATE,
+    "sgd": [_RECOVERY, _UPDATE, _INPUTS],
+    "momentum": [_RECOVERY, _UPDATE, _INPUTS,
                  LawSpec("lemma2", "‖m‖ ≤ g_max/(1 − β₃) under convex aggregation"),
                  LawSpec("theorem2", "‖m̂ − m‖ = ‖Δg‖, ‖θ̂ − θ‖ = η‖Δg‖")],
-    "adam": [_RECOVERY, _UPDATE,
+    "adam": [_RECOVERY, _UPDATE, _INPUTS,
              LawSpec("lemma2", "‖m‖ ≤ g_max under convex aggregation (Lemma 2)"),
              LawSpec("theorem1", "Theorem 1 chain: Δm, Δv, Δ√v, Δ1/(√v+ε), Δθ with ηₜ and ε"),
              LawSpec("camouflage_same_theta", "camouflaged θ = honest θ, recovered g differs")],
-    "adagrad": [_RECOVERY, _UPDATE,
+    "adagrad": [_RECOVERY, _UPDATE, _INPUTS,
                 LawSpec("theorem3", "Theorem 3 chain: Δr, Δ√r, Δ1/(√r+ε), Δθ")],
-    "rmsprop": [_RECOVERY, _UPDATE,
+    "rmsprop": [_RECOVERY, _UPDATE, _INPUTS,
                 LawSpec("theorem4", "Theorem 4 chain: Δr, Δ√r, Δ1/(√r+ε), Δθ")],
 }
 
@@ -479,6 +481,9 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
                 target = under_test(case)
                 if name == "recovery_exact":
                     L.recovery_exact(target, case, reference=kind)
+                elif name == "inputs_unchanged":
+                    # the object itself, not the copies _Isolated hands it
+                    L.inputs_unchanged(target._obj, case)
                 elif name == "camouflage_same_theta":
                     L.camouflage_same_theta(lambda s, g, t, o: camouflage(s, g, t, target), case)
                 else:

@@ -591,8 +591,15 @@ def _pair_uploads(law: str, opt, case: PairCase):
     raw = opt.client_rule(st, g, t), opt.client_rule(st, gh, t)
     A = _finite_where_reference_is(law, "client_rule(state, g, t)", RA, raw[0], RA)
     H = _finite_where_reference_is(law, "client_rule(state, ĝ, t)", RH, raw[1], RH)
-    u = {k: max(_u(np.asarray(up[k]).dtype) for up in raw) for k in RA}
+    u = {k: max(_input_u(case), *(_u(np.asarray(up[k]).dtype) for up in raw)) for k in RA}
     return A, H, RA, RH, u
+
+
+def _input_u(case: PairCase) -> float:
+    """The unit roundoff of the example's inputs (state and gradients): float32's for a
+    float32 example, where an implementation may compute in the inputs' dtype (β₁m̄ of a
+    float32 m̄ rounds to float32), float64's otherwise."""
+    return max(_u(np.asarray(x).dtype) for x in (*case.state.values(), case.g, case.g_hat))
 
 
 def _u_of(u: dict, *arrays: str) -> float:
@@ -666,10 +673,24 @@ def _finite_where_reference_is(law: str, what: str, reference: dict, candidate, 
     return out
 
 
+def _other_gradient(g: np.ndarray, g_hat: np.ndarray) -> np.ndarray:
+    """A gradient that differs from ``g`` in every coordinate: ĝ where it differs from g,
+    g + 1 + |g| elsewhere (finite for the drawn |g| ≤ 1e3), in g's dtype."""
+    g64 = np.asarray(g, dtype=np.float64)
+    other = np.where(np.asarray(g_hat, dtype=np.float64) != g64, g_hat, g64 + 1.0 + np.abs(g64))
+    return other.astype(np.asarray(g).dtype)
+
+
 def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
-    """recover(state, client_rule(state, g, t), t) = g within the rounding bound of
-    docs/optimizers.md recovery (rfrs-ref's derived per-coordinate bound, times the
-    verification safety factor).
+    """recover(state, U, t) = g within the rounding bound of docs/optimizers.md
+    recovery (rfrs-ref's derived per-coordinate bound, times the verification safety
+    factor), where U is rfrs-ref's upload client_rule(state, g, t): only the arrays
+    the optimiser uploads, each stored in the dtype the object stores it in.
+
+    The object's own client_rule(state, g, t) is called first (its upload must be
+    finite wherever the reference's is), then client_rule on another gradient, then
+    recover: a recovery that returns the last gradient client_rule saw, or reads an
+    array of its own that it hid in its upload, does not recover U.
 
     ``reference`` names the rfrs-ref optimiser whose rule and bound apply
     (default ``opt.name``), with the object's hyperparameters. The bound is
@@ -693,8 +714,17 @@ def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
         return  # the rule overflows: nothing to recover (verification rejects such uploads)
     up = opt.client_rule(state, case.g, case.t)
     _finite_where_reference_is(law, "client_rule", ref_up, up, ref.arrays)
-    g_hat = _real(law, opt.recover(state, up, case.t), case.g.shape, "recover", "the gradient")
-    bound = VERIFY_SAFETY * ref.recovery_bound(state, _stored_like(ref_up, up), case.t)
+    # recover is given the reference's upload (its arrays only, stored in the object's
+    # dtypes), after a client_rule call on another gradient: what client_rule left
+    # behind (a remembered g, an extra array in its upload) cannot stand in for recovery
+    stored = _stored_like({k: ref_up[k] for k in ref.arrays}, up)
+    opt.client_rule(state, _other_gradient(case.g, case.g_hat), case.t)
+    given = {k: v.copy() for k, v in stored.items()}
+    g_hat = _real(law, opt.recover(state, given, case.t), case.g.shape, "recover", "the gradient")
+    # a float32 example is judged with float32's rounding (the recovery may compute in
+    # the state's dtype): the bound of a recovery stored in float32
+    rec = None if _input_u(case) == U64 else ref.recover(state, stored, case.t).astype(np.float32)
+    bound = VERIFY_SAFETY * ref.recovery_bound(state, stored, case.t, recovered=rec)
     bad = np.flatnonzero(agreement.disagree(case.g, g_hat, 0.0, bound))
     if bad.size:
         k = int(bad[0])
@@ -713,8 +743,8 @@ def update_rule(opt, case: PairCase) -> None:
     """client_rule(state, g, t) is the update rule of docs/optimizers.md: every uploaded
     array equals rfrs-ref's (``case.optimizer``, same hyperparameters) within
     C_RULE·u·(max|reference upload| + max|state|) per array, u of the dtype the
-    object stores the array in: float32 or float64, the dtypes rfrs-ref stores
-    uploads in (any other dtype, float16 included, is a violation, so that no
+    object stores the array in, or float32's for a float32 example: float32 or
+    float64, the dtypes rfrs-ref stores uploads in (any other dtype, float16 included, is a violation, so that no
     storage of the object's choosing widens its tolerance). The magnitudes come
     from the reference alone; a NaN or infinite value where the reference is
     finite is a violation."""
@@ -731,7 +761,7 @@ def update_rule(opt, case: PairCase) -> None:
         scale = float(np.abs(r).max(initial=0.0)) + float(np.abs(state[k]).max(initial=0.0))
         # the candidate's dtype is float32 or float64 here (_upload refuses any other):
         # both are rfrs-ref's storage, so this u is one the reference allows
-        u = _u(np.asarray(raw[k]).dtype)
+        u = max(_u(np.asarray(raw[k]).dtype), _input_u(case))
         tol = C_RULE * u * scale + _tiny(u)
         bad = np.flatnonzero(agreement.disagree(r, C[k], 0.0, tol))
         if bad.size:
@@ -739,6 +769,50 @@ def update_rule(opt, case: PairCase) -> None:
             raise LawViolation(law, f"{k}[{j}] = {_r(C[k][j])}, the rule gives {_r(r[j])} (tolerance "
                                f"{_r(tol)})", array=k, coordinate=j, got=str(C[k][j]),
                                expected=float(r[j]))
+
+
+def _changed(law: str, what: str, before: np.ndarray, after) -> None:
+    """``after`` is ``before``, value for value (bit for bit: −0.0 is not 0.0), same
+    dtype and shape."""
+    a = np.asarray(after)
+    if a.dtype != before.dtype or a.shape != before.shape:
+        raise LawViolation(law, f"{what} was changed in place: dtype {before.dtype}, shape "
+                           f"{before.shape} became {a.dtype}, {a.shape}")
+    bits = [np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(x.size, -1) for x in (before, a)]
+    diff = np.flatnonzero((bits[0] != bits[1]).any(axis=1))
+    if diff.size:
+        j = int(diff[0])
+        raise LawViolation(law, f"{what}[{j}] was changed in place: {_r(before[j])} became "
+                           f"{_r(a[j])} (inputs are never modified)", coordinate=j,
+                           before=float(before[j]), after=str(a[j]))
+
+
+def inputs_unchanged(opt, case: PairCase) -> None:
+    """client_rule(state, g, t) and recover(state, upload, t) leave every array they are
+    given as it was (rfrs-ref's rule: inputs are never modified in place). The object is
+    called on the example's own arrays (copies of the case, compared bit for bit with
+    copies taken before the call); recover on rfrs-ref's upload stored in the dtypes
+    the object stores its upload in. Where rfrs-ref's rule overflows, only client_rule
+    is checked."""
+    law = "inputs_unchanged"
+    ref, t = case.optimizer, case.t
+    state = {k: np.array(case.state[k], copy=True) for k in ref.arrays}
+    g = np.array(case.g, copy=True)
+    before = {k: v.copy() for k, v in state.items()}, g.copy()
+    up = opt.client_rule(state, g, t)
+    for k in ref.arrays:
+        _changed(law, f"client_rule's state[{k!r}]", before[0][k], state[k])
+    _changed(law, "client_rule's g", before[1], g)
+    ref_up = ref.client_rule(before[0], before[1], t)
+    if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up.values()):
+        return
+    checked = _upload(law, "client_rule", up, ref.arrays, int(g.shape[0]))
+    upload = _stored_like({k: ref_up[k] for k in ref.arrays}, checked)
+    kept = {k: v.copy() for k, v in upload.items()}
+    opt.recover(state, upload, t)
+    for k in ref.arrays:
+        _changed(law, f"recover's state[{k!r}]", before[0][k], state[k])
+        _changed(law, f"recover's upload[{k!r}]", kept[k], upload[k])
 
 
 def _run_sequence(opt, seq: GradientSequence, law: str, arrays):
@@ -880,7 +954,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
 
     ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
     apply). θ is compared with the tolerance the attack promises:
-    (THETA_TOLERANCE + 2)·u·(|θ̄| + |ηₜu(g)|).
+    (THETA_TOLERANCE + 2)·u·(|θ̄| + |ηₜu(g)|), u of the example's dtype.
     """
     from rfrs_ref.attack.camouflage import THETA_TOLERANCE
 
@@ -892,7 +966,8 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
         return
     A, B = _up(opt, st, g, t, law), _up(opt, st, gt, t, law)
     step = np.abs(A["theta"] - st["theta"])
-    tol = (THETA_TOLERANCE + 2) * U64 * (np.abs(st["theta"]) + step) + TINY
+    u = _input_u(case)  # a float32 example: the attack may compute g̃ in float32
+    tol = (THETA_TOLERANCE + 2) * u * (np.abs(st["theta"]) + step) + _tiny(u)
     bad = np.flatnonzero(where & agreement.disagree(A["theta"], B["theta"], 0.0, tol))
     if bad.size:
         k = int(bad[0])

@@ -235,12 +235,26 @@ def optimizers(draw, kind: str):
     return cls(lr=lr, beta4=draw(_BETA, label="beta4"), eps=eps)
 
 
+#: the dtypes of the drawn states and gradients: rfrs-ref stores either
+OPTIMIZER_DTYPES = (np.float64, np.float32)
+
+
+def _floor_in(floor: float, dtype) -> float:
+    """``floor`` as a value of ``dtype`` (float32 rounds 1e-8 down: the floor the
+    laws use must be one the stored second moment respects)."""
+    return float(np.asarray(floor, dtype=dtype))
+
+
 @st.composite
-def optimizer_states(draw, D: int, floor: float = 0.0):
-    """A server state with every array of every optimiser: θ̄, m̄ ∈ [−1e6, 1e6],
-    v̄ = r̄ ≥ ``floor`` (the same array, so one state serves every optimiser)."""
-    state = {"theta": draw(vectors(D), label="theta_bar"), "m": draw(vectors(D), label="m_bar"),
-             "v": floor + np.abs(draw(vectors(D, 1e3), label="v_bar"))}
+def optimizer_states(draw, D: int, floor: float = 0.0, dtype=np.float64):
+    """A server state with every array of every optimiser, stored in ``dtype`` (float64
+    or float32): θ̄, m̄ ∈ [−1e6, 1e6], v̄ = r̄ ≥ ``floor`` (the same array, so one state
+    serves every optimiser; with float32, ``floor`` must be a float32 value,
+    :func:`_floor_in`)."""
+    v = floor + np.abs(draw(vectors(D, 1e3, dtype), label="v_bar").astype(np.float64))
+    state = {"theta": draw(vectors(D, dtype=dtype), label="theta_bar"),
+             "m": draw(vectors(D, dtype=dtype), label="m_bar"),
+             "v": np.maximum(v.astype(dtype), np.asarray(floor, dtype=dtype))}
     state["r"] = state["v"]
     return state
 
@@ -265,18 +279,22 @@ class PairCase:
 
         return {"optimizer": getattr(self.optimizer, "name", type(self.optimizer).__name__),
                 "hyperparameters": values(self.optimizer) if dataclasses.is_dataclass(self.optimizer) else {},
-                "t": self.t, "floor": self.floor, "g": self.g.tolist(), "g_hat": self.g_hat.tolist(),
+                "t": self.t, "floor": self.floor, "dtype": str(np.asarray(self.g).dtype), "g": self.g.tolist(), "g_hat": self.g_hat.tolist(),
                 "state": {k: v.tolist() for k, v in self.state.items()}}
 
 
 @st.composite
 def pair_cases(draw, kind: str, optimizer=None, max_D: int = 8):
-    """A :class:`PairCase` for ``kind`` (``optimizer`` fixed, or drawn)."""
+    """A :class:`PairCase` for ``kind`` (``optimizer`` fixed, or drawn); state and
+    gradients all float64 or all float32 (a float32 case is judged with float32's
+    rounding wherever the object stores an array in float32; rfrs-ref's rule, the
+    reference, computes in float64 from the float32 values)."""
     D = draw(st.integers(1, max_D), label="D")
-    floor = draw(st.sampled_from([0.0]) | st.floats(1e-8, 1e3), label="floor")
-    state = draw(optimizer_states(D, floor))
-    g = draw(vectors(D, 1e3), label="g")
-    g_hat = draw(vectors(D, 1e3), label="g_hat")
+    dtype = draw(st.sampled_from(OPTIMIZER_DTYPES), label="dtype")
+    floor = _floor_in(draw(st.sampled_from([0.0]) | st.floats(1e-8, 1e3), label="floor"), dtype)
+    state = draw(optimizer_states(D, floor, dtype))
+    g = draw(vectors(D, 1e3, dtype), label="g")
+    g_hat = draw(vectors(D, 1e3, dtype), label="g_hat")
     t = draw(st.integers(1, 10**5), label="t")
     opt = optimizer if optimizer is not None else draw(optimizers(kind))
     return PairCase(opt, state, g, g_hat, t, floor)
@@ -298,31 +316,39 @@ def optimizer_edge_cases(kind: str, optimizer=None) -> list[PairCase]:
     """Pair cases every optimiser law over :func:`pair_cases` tries first, whatever the
     number of examples asked for: the corners of the drawn domain.
 
-    Each has D = 5 and g = (1e3, −1e3, 1e-30, 5e-324, 0) (the largest drawn magnitude,
-    a tiny and a subnormal coordinate, an exact zero) against ĝ = −g (gradient ascent),
-    on three states: a first round (θ̄ = m̄ = v̄ = 0, t = 1), the largest state
-    (|θ̄| = |m̄| = 1e6, v̄ = 1e3 + v_min, t = 10⁵) and the second moment at its floor
-    (v̄ = v_min = 1e-8 exactly, m̄ ≠ 0, t = 2). With ``optimizer`` fixed every case uses
+    Each has D = 5 and g = (1e3, −1e3, 1e-30, the smallest subnormal, 0) (the largest
+    drawn magnitude, a tiny and a subnormal coordinate, an exact zero) against ĝ = −g
+    (gradient ascent), on three states: a first round (θ̄ = m̄ = v̄ = 0, t = 1), the
+    largest state (|θ̄| = |m̄| = 1e6, v̄ = 1e3 + v_min, t = 10⁵) and the second moment
+    at its floor (v̄ = v_min = 1e-8, m̄ ≠ 0, t = 2); each in float64 (subnormal 5e-324)
+    and in float32 (subnormal 1e-45, v_min = float32(1e-8)): an Adam that moved ε inside
+    the square root only for float32 inputs passed every law when only float64 was
+    drawn. With ``optimizer`` fixed every case uses
     it; otherwise each state is tried with rfrs-ref's defaults and with the extreme
     hyperparameters :func:`optimizers` may draw. A few drawn examples (the first one a
     derandomized run draws is all zeros) may reach none of these: an Adam that clips
     each gradient coordinate to ±10 in its rule, or that flushes |g| < 1e-20 to zero in
     its recovery, passed with ``--max-examples 1`` before these cases came first.
     """
-    g = np.array([1e3, -1e3, 1e-30, 5e-324, 0.0])
-    D = g.size
+    out = []
+    for dtype in OPTIMIZER_DTYPES:
+        tiny = float(np.finfo(dtype).smallest_subnormal)
+        g = np.array([1e3, -1e3, 1e-30, tiny, 0.0], dtype=dtype)
+        D = g.size
+        vmin = _floor_in(1e-8, dtype)
 
-    def state(theta, m, v):
-        s = {"theta": np.full(D, theta, dtype=np.float64) * np.array([1, -1, 1, -1, 1]),
-             "m": np.full(D, m, dtype=np.float64) * np.array([-1, 1, 1, -1, 1]),
-             "v": np.full(D, v, dtype=np.float64)}
-        s["r"] = s["v"]
-        return s
+        def state(theta, m, v, dtype=dtype, D=D):
+            s = {"theta": (np.full(D, theta) * np.array([1, -1, 1, -1, 1])).astype(dtype),
+                 "m": (np.full(D, m) * np.array([-1, 1, 1, -1, 1])).astype(dtype),
+                 "v": np.full(D, v, dtype=dtype)}
+            s["r"] = s["v"]
+            return s
 
-    states = [(state(0.0, 0.0, 0.0), 1, 0.0), (state(1e6, 1e6, 1e3 + 1e-8), 10**5, 1e-8),
-              (state(0.5, 2.0, 1e-8), 2, 1e-8)]
-    opts = [optimizer] if optimizer is not None else _edge_hyperparameters(kind)
-    return [PairCase(opt, s, g.copy(), -g, t, floor) for s, t, floor in states for opt in opts]
+        states = [(state(0.0, 0.0, 0.0), 1, 0.0), (state(1e6, 1e6, 1e3 + vmin), 10**5, vmin),
+                  (state(0.5, 2.0, vmin), 2, vmin)]
+        opts = [optimizer] if optimizer is not None else _edge_hyperparameters(kind)
+        out += [PairCase(opt, s, g.copy(), -g, t, floor) for s, t, floor in states for opt in opts]
+    return out
 
 
 def sequence_edge_cases() -> list["GradientSequence"]:

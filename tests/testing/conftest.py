@@ -73,6 +73,66 @@ class MomentumDoublingTheGradient(Momentum):
         return super().client_rule(state, 2.0 * np.asarray(g, dtype=np.float64), t)
 
 
+@dataclasses.dataclass(frozen=True)
+class AdamRecoveringTheLastGradient(Adam):
+    """Remembers the last g client_rule was given and returns it as the recovery."""
+
+    def client_rule(self, state, g, t):
+        _LAST[type(self)] = np.array(g, dtype=np.float64, copy=True)
+        return super().client_rule(state, g, t)
+
+    def recover(self, state, upload, t):
+        return _LAST[type(self)].copy()
+
+
+_LAST: dict = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamHidingTheGradientInItsUpload(Adam):
+    """Uploads g as an extra array and recovers it from there."""
+
+    def client_rule(self, state, g, t):
+        up = super().client_rule(state, g, t)
+        up["g"] = np.array(g, dtype=np.float64)
+        return up
+
+    def recover(self, state, upload, t):
+        return np.asarray(upload["g"], dtype=np.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamEpsInsideTheRootForFloat32(Adam):
+    """ε outside the square root on float64 inputs, inside it on float32 ones."""
+
+    def client_rule(self, state, g, t):
+        if np.asarray(g).dtype != np.float32 and np.asarray(state["theta"]).dtype != np.float32:
+            return super().client_rule(state, g, t)
+        mb, vb, tb = (_as_f64(state[k], k) for k in ("m", "v", "theta"))
+        g = _as_f64(g, "g")
+        m = self.beta1 * mb + (1.0 - self.beta1) * g
+        v = self.beta2 * vb + (1.0 - self.beta2) * g * g
+        return {"m": m, "v": v, "theta": tb - self.step_size(t) * m / np.sqrt(v + self.eps)}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamUpdatingItsStateInPlace(Adam):
+    """Right values, computed by updating the state arrays it is given (m̄ *= β₁ ...)."""
+
+    def client_rule(self, state, g, t):
+        g = _as_f64(g, "g")
+        m, v, th = state["m"], state["v"], state["theta"]
+        m *= self.beta1
+        m += (1.0 - self.beta1) * g
+        v *= self.beta2
+        v += (1.0 - self.beta2) * g * g
+        th -= self.step_size(t) * m / (np.sqrt(v) + self.eps)
+        return {"m": m.copy(), "v": v.copy(), "theta": th.copy()}
+
+    def recover(self, state, upload, t):
+        return super().recover(state, upload, t)
+
+
 @pytest.fixture(scope="session")
 def broken():
     """name -> the broken implementation."""
@@ -83,4 +143,8 @@ def broken():
         "adam_recover_beta1": AdamRecoveringWithBeta1,
         "adam_swapped_m": AdamSwappingTheFirstMomentWeights,
         "momentum_double": MomentumDoublingTheGradient,
+        "adam_recover_last_g": AdamRecoveringTheLastGradient,
+        "adam_g_in_upload": AdamHidingTheGradientInItsUpload,
+        "adam_eps_inside_f32": AdamEpsInsideTheRootForFloat32,
+        "adam_in_place": AdamUpdatingItsStateInPlace,
     }
