@@ -374,6 +374,37 @@ def _tamperings(opt, state, upload, t, rng) -> dict[str, tuple[str, dict]]:
     return out
 
 
+#: the coordinates of an optimiser case with ε where the second moment is of the order of
+#: ε² (√v and √r between 0.8ε and 1.8ε) and the gradient of the order of ε (first round:
+#: ε/√(1 − β₂)), and the factors that set them: ε changes θ there by half of the step
+#: or more, so an ε inside the square root (or left out) misses θ by thousands of times
+#: the float32 tolerance, and every quantity there is a sum of positive terms (no
+#: cancellation: the value does not depend on how a CPU rounds)
+EPS_COORDINATES = (2, 6)
+_EPS_G = (1.5, -0.75)
+_EPS_ROOT = (0.8, 1.2)
+_EPS_M = (2.0, -1.5)
+
+
+def _eps_coordinates(opt_name: str, hyper: dict, state: dict, g: np.ndarray, t: int) -> None:
+    """Set :data:`EPS_COORDINATES` of ``state`` and ``g`` (in place, in their dtype) so that
+    ε matters there: v̄ (r̄) = (cε)², m̄ and g of the order of ε and of the same sign
+    (m = β₁m̄ + (1 − β₁)g does not cancel); Adam's first round: g = ±cε/√(1 − β₂),
+    whose (1 − β₂)g² is of the order of ε²."""
+    eps = hyper["eps"]
+    J = list(EPS_COORDINATES)
+    dt = g.dtype
+    if t == 1 and opt_name == "adam":
+        g[J] = (eps * np.array(_EPS_G) / math.sqrt(1.0 - hyper["beta2"])).astype(dt)
+        return
+    g[J] = (eps * np.array(_EPS_G)).astype(dt)
+    for k in state:
+        if k in ("v", "r"):
+            state[k][J] = ((eps * np.array(_EPS_ROOT)) ** 2).astype(dt)
+        elif k == "m":
+            state[k][J] = (eps * np.array(_EPS_M)).astype(dt)
+
+
 def optim_cases() -> list[Case]:
     from rfrs_ref.optim import OPTIMIZERS, VERIFY_SAFETY
 
@@ -408,6 +439,9 @@ def optim_cases() -> list[Case]:
                 elif k in ("v", "r"):
                     state[k] = (rng.random(size=D) * 0.02 + 1e-4).astype(dtype)
         g = (rng.normal(size=D) * 0.3).astype(dtype)
+        eps = hyper[opt_name].get("eps")
+        if eps is not None:
+            _eps_coordinates(opt_name, hyper[opt_name], state, g, t)
         inp = {f"state_{k}": state[k] for k in opt.arrays}
         inp["g"] = g
         honest = opt.client_rule(state, g, t)

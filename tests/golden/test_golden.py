@@ -457,3 +457,45 @@ def test_any_float_output_corrupted_to_nonfinite_or_huge_fails(exported, data, b
     assert m is not None
     if where is not None:
         assert m.index == where
+
+
+# -- ε matters in every optimiser case that has one ---------------------------------------------------
+
+def _theta_eps_inside(meta, inputs, where: str = "inside"):
+    """θ of the case's rule recomputed in float64 with ε inside the square root
+    (``where="inside"``) or outside it (rfrs-ref's convention)."""
+    p, h = meta["params"], meta["params"]["hyperparameters"]
+    t = int(p["t"])
+    g = inputs["g"].astype(np.float64)
+    th = inputs["state_theta"].astype(np.float64)
+    root = (lambda x: np.sqrt(x + h["eps"])) if where == "inside" else (lambda x: np.sqrt(x) + h["eps"])
+    if p["optimizer"] == "adam":
+        b1, b2 = h["beta1"], h["beta2"]
+        m = b1 * inputs["state_m"].astype(np.float64) + (1 - b1) * g
+        v = b2 * inputs["state_v"].astype(np.float64) + (1 - b2) * g * g
+        lr_t = h["lr"] * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        return th - lr_t * m / root(v)
+    r = inputs["state_r"].astype(np.float64)
+    r = r + g * g if p["optimizer"] == "adagrad" else h["beta4"] * r + (1 - h["beta4"]) * g * g
+    return th - h["lr"] * g / root(r)
+
+
+def test_every_optimizer_case_with_eps_catches_eps_inside_the_root(exported):
+    """A float32 Adam with ε inside √ passed optim/adam-f32: its v̄ ≥ 3.7e-3 made ε = 1e-8
+    change θ by 1.25e-9 against an atol of 1.1e-5 (rmsprop-f32 and adagrad-f32 likewise).
+    Every optimiser case with ε holds coordinates where √v (√r) is of the order of ε:
+    there ε inside the root misses θ by more than 10 times the case's tolerance, in
+    float32 and float64, while ε outside (the rule) stays within a tenth of it."""
+    names = [e["name"] for e in _index(exported) if e["name"].startswith("optim/")]
+    with_eps = [n for n in names if n.split("/")[1].split("-")[0] in ("adam", "adagrad", "rmsprop")]
+    assert {n.rsplit("-", 1)[1] for n in with_eps} == {"f32", "f64"} and len(with_eps) == 7
+    for name in with_eps:
+        meta, inputs, expected = golden.load_case(exported / name)
+        spec = meta["outputs"]["upload_theta"]
+        exp = np.asarray(expected["upload_theta"], dtype=np.float64)
+        tol = spec["atol"] + spec["rtol"] * np.abs(exp)
+        wrong = _theta_eps_inside(meta, inputs)
+        assert golden.compare_output("upload_theta", spec, expected["upload_theta"], wrong) is not None, name
+        assert np.max(np.abs(wrong - exp) / tol) > 10, name
+        right = _theta_eps_inside(meta, inputs, "outside")
+        assert np.max(np.abs(right - exp) / tol) < 0.1, name
