@@ -15,7 +15,7 @@ Header::
      "dataset": {"name", "users", "items", "interactions"},
      "n_params": D, "state_arrays": ["m", "v", "theta"], "dtype": "float32",
      "layout": "...", "byte_order": "little", "checksum": "sha256",
-     "initial": {"state_norms": {...}, "state_checksums": {...}}}
+     "initial": {"state_norms": {...}, "state_sums": {...}, "state_checksums": {...}}}
 
 Round line::
 
@@ -23,7 +23,8 @@ Round line::
      "f": f, "f_rule": f_rule, "excluded": [{"client", "check"}],
      "grad_norms": [...], "loss": ..., "rule": {...}, "kept": [...],
      "weights": [...] | null, "attack": {...}, "state_norms": {...},
-     "state_checksums": {...}, "metrics": {...}}   (metrics on evaluated rounds)
+     "state_sums": {...}, "state_checksums": {...}, "metrics": {...}}
+     (metrics on evaluated rounds)
 
 ``TraceWriter`` writes a trace while :class:`rfrs_ref.federated.trainer.Trainer`
 runs (its ``progress`` callback); ``rfrs-ref train --trace FILE`` uses it.
@@ -53,8 +54,8 @@ VERSION = 1
 
 #: fields of a round line, in the order a round computes them (and compare reports them)
 ROUND_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded", "grad_norms",
-                "loss", "rule", "kept", "weights", "attack", "state_norms", "state_checksums",
-                "metrics", "resilience")
+                "loss", "rule", "kept", "weights", "attack", "state_norms", "state_sums",
+                "state_checksums", "metrics", "resilience")
 #: fields every round line has (others may be absent or null)
 REQUIRED_FIELDS = ("round", "clients", "byzantine", "n_samples", "f", "f_rule", "excluded", "kept",
                    "state_norms")
@@ -91,10 +92,37 @@ def checksum(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
+#: the statistics of ``state_sums``, per array x = (x_0, ..., x_{D−1}) (the header's layout,
+#: C order, k from 0), each computed in float64 from the stored values: a sign flip or a
+#: permutation of the coordinates changes the first two, never ‖x‖₂
+SUM_STATS = ("sum", "weighted_sum", "abs_sum")
+#: the weights of ``weighted_sum``: w_k = (k mod SUM_PERIOD) + 1, so 1 ≤ w_k ≤ SUM_PERIOD
+SUM_PERIOD = 7
+
+
+def sum_weights(D: int) -> np.ndarray:
+    """w_k = (k mod 7) + 1 for k = 0..D−1 (float64): 1, 2, ..., 7, 1, 2, ..."""
+    return (np.arange(D, dtype=np.int64) % SUM_PERIOD + 1).astype(np.float64)
+
+
+def state_sums(state) -> dict:
+    """{name: {"sum": Σ x_k, "weighted_sum": Σ w_k x_k, "abs_sum": Σ |x_k|}}, float64,
+    w_k = (k mod 7) + 1 over the flattened array (C order); non-finite values as null."""
+    out = {}
+    for k, v in state.items():
+        x = np.asarray(v, dtype=np.float64).ravel()
+        with np.errstate(all="ignore"):
+            out[k] = {"sum": float(x.sum()), "weighted_sum": float(sum_weights(x.size) @ x),
+                      "abs_sum": float(np.abs(x).sum())}
+    return jsonable(out)
+
+
 def state_summary(state) -> dict:
-    """{"state_norms": {name: ‖x‖₂ in float64}, "state_checksums": {name: sha256}}."""
+    """{"state_norms": {name: ‖x‖₂ in float64}, "state_sums": :func:`state_sums`,
+    "state_checksums": {name: sha256}}."""
     return {"state_norms": {k: jsonable(float(np.linalg.norm(np.asarray(v, dtype=np.float64))))
                             for k, v in state.items()},
+            "state_sums": state_sums(state),
             "state_checksums": {k: checksum(v) for k, v in state.items()}}
 
 
@@ -156,8 +184,11 @@ def round_line(record: dict, metrics: dict | None = None) -> dict:
         "weights": record.get("weights"),
         "attack": record.get("attack") or {},
         "state_norms": record["state_norms"],
+        "state_sums": record.get("state_sums"),
         "state_checksums": record["state_checksums"],
     }
+    if line["state_sums"] is None:
+        del line["state_sums"]
     if metrics is not None:
         line["metrics"] = {k: v for k, v in metrics.items() if k != "round"}
     if record.get("resilience"):
@@ -359,6 +390,16 @@ def _check_state_summary(obj: dict, where: str) -> None:
                                    f"got {type(v).__name__}")
         if key == "state_checksums" and not all(isinstance(x, str) for x in v.values()):
             raise TraceFormatError(f"{where}: state_checksums must map array names to hex strings")
+    sums = obj.get("state_sums")
+    if sums is not None:
+        ok = isinstance(sums, dict) and all(
+            isinstance(x, dict) and all(s in x and (x[s] is None or (isinstance(x[s], (int, float))
+                                                                   and not isinstance(x[s], bool)))
+                                        for s in SUM_STATS)
+            for x in sums.values())
+        if not ok:
+            raise TraceFormatError(f"{where}: state_sums must map array names to objects with the "
+                                   f"numbers {', '.join(SUM_STATS)}")
 
 
 def _check_header(obj: dict, where: str) -> None:
@@ -601,6 +642,54 @@ class _Comparer:
                     if k in x and k not in y and not self.ignored(f"{path}[{i}].{k}"):
                         self.fail(t, f"{path}[{i}].{k}", x[k], None, "missing in B")
 
+    def state_sums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
+        """The sums of each array of A's state (docs/traces.md), B's within atol + rtol·S,
+        S from A alone: Σ|x| for the sum and Σ|x| itself, 7·Σ|x| for the weighted sum (a
+        sum cancels: its error is relative to Σ|x|, as a norm's is to the norm). A trace
+        without the field (written before it existed) is compared on its norms only,
+        with a note; an array of A missing in B's sums diverges."""
+        if self.ignored(path):
+            return
+        if a is None or b is None:
+            if a is not None or b is not None:
+                who = "A" if a is None else "B"
+                self.note(f"state_sums: trace {who} records none (written before they were): the "
+                          "state was compared by its norms only, which a sign flip or a permutation "
+                          "of an array's coordinates leaves unchanged")
+            return
+        for k in a:
+            if k not in b:
+                self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
+            xa, xb = a[k], b[k]
+            if not isinstance(xa, dict) or not isinstance(xb, dict):
+                self.fail(t, f"{path}.{k}", xa, xb, "different kinds of value")
+            scale = xa.get("abs_sum")
+            for stat in SUM_STATS:
+                where = f"{path}.{k}.{stat}"
+                if self.ignored(where):
+                    continue
+                va, vb = xa.get(stat), xb.get(stat)
+                self.values_seen += 1
+                self.state_seen += 1
+                if va is None or vb is None:
+                    if va is None and vb is None:
+                        continue
+                    self.fail(t, where, va, vb, "one value is missing or not finite")
+                fa, fb = agreement.as_float(va), agreement.as_float(vb)
+                s = agreement.as_float(scale) if scale is not None else math.inf
+                s = (SUM_PERIOD if stat == "weighted_sum" else 1.0) * s
+                if not math.isfinite(s):
+                    s = abs(fa)  # Σ|x| overflowed: relative to the value itself
+                if math.isfinite(s) and s != 0.0 and (self.largest is None or s > self.largest[0]):
+                    self.largest = (s, t, where)
+                tol = self.atol + self.rtol * s
+                if not agreement.agrees(fa, fb, 0.0, tol):
+                    why = agreement.describe(fa, fb, tol, "A")
+                    if math.isfinite(fa) and math.isfinite(fb):
+                        bar = ("7·" if stat == "weighted_sum" else "") + "Σ|x| of A"
+                        why = f"|Δ| = {abs(fb - fa):.3g} > atol + rtol·{bar} = {tol:.3g}"
+                    self.fail(t, where, va, vb, why)
+
     def state_checksums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
         if not self.checksums or self.ignored(path) or a is None:
             return
@@ -723,6 +812,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         ia, ib = ha.get("initial") or {}, hb.get("initial") or {}
         cmp.same_keys(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.value(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
+        cmp.state_sums(0, "initial.state_sums", ia.get("state_sums"), ib.get("state_sums"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
         cmp.values_seen, header_checksums = 0, cmp.checksums_seen  # count the rounds' only
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
@@ -734,6 +824,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                 va, vb = ra.get(field), rb.get(field)
                 if field == "state_checksums":
                     cmp.state_checksums(t, field, va, vb)
+                    continue
+                if field == "state_sums":
+                    cmp.state_sums(t, field, va, vb)
                     continue
                 if (field in ra) != (field in rb) and field not in REQUIRED_FIELDS:
                     cmp.one_side(t, field, va, vb, field in ra)
@@ -809,4 +902,6 @@ __all__ = [
     "run_of",
     "run_traced",
     "state_summary",
+    "state_sums",
+    "sum_weights",
 ]

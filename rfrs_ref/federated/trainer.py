@@ -470,7 +470,10 @@ class Trainer:
             self._check_finite(t, state, private if evaluate else None, last_checkpoint, out,
                                norms=record.get("state_norms"), history=history)
             if c.trace:
+                from rfrs_ref.trace import state_sums
+
                 record["state_checksums"] = state_checksums(state)
+                record["state_sums"] = state_sums(state)
             acc.add(record)
             if acc.resilience:
                 record["resilience_cumulative"] = dict(acc.resilience)

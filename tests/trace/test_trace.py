@@ -335,3 +335,107 @@ def test_any_value_corrupted_to_nonfinite_or_huge_diverges_where_it_is(traces, t
     res = T.compare(traces["a"], corrupt)
     assert not res.agree
     assert (res.divergence.round, res.divergence.field) == (t, path), str(res.divergence)
+
+
+# -- state sums: what the norms cannot see ------------------------------------------------------------
+
+def test_state_sums_follow_the_documented_formula():
+    x = np.array([[1.0, -2.0, 3.0, 0.5], [-4.0, 5.0, 6.0, -7.0]], dtype=np.float32)
+    flat = x.astype(np.float64).ravel()
+    w = np.array([1, 2, 3, 4, 5, 6, 7, 1], dtype=np.float64)  # w_k = (k mod 7) + 1
+    assert np.array_equal(T.sum_weights(8), w)
+    s = T.state_sums({"theta": x})["theta"]
+    assert s == {"sum": float(flat.sum()), "weighted_sum": float(w @ flat), "abs_sum": float(np.abs(flat).sum())}
+    # a sign flip changes the sum, a permutation the weighted sum; the norm sees neither
+    neg, perm = T.state_sums({"t": -x})["t"], T.state_sums({"t": x.ravel()[::-1].copy()})["t"]
+    assert neg["sum"] == -s["sum"] and perm["sum"] == s["sum"] and perm["weighted_sum"] != s["weighted_sum"]
+    assert T.state_sums({"m": np.array([np.inf, 1.0])})["m"]["sum"] is None
+
+
+def test_trace_lines_record_state_sums(traces):
+    lines = _lines(traces["a"])
+    D = lines[0]["n_params"]
+    for obj in [lines[0]["initial"]] + lines[1:]:
+        assert set(obj["state_sums"]) == {"m", "v", "theta"}
+        for k, s in obj["state_sums"].items():
+            norm = obj["state_norms"][k]
+            assert set(s) == {"sum", "weighted_sum", "abs_sum"}
+            assert abs(s["sum"]) <= s["abs_sum"] * (1 + 1e-12) and abs(s["weighted_sum"]) <= 7 * s["abs_sum"] * (1 + 1e-12)
+            assert norm * (1 - 1e-9) <= s["abs_sum"] <= norm * np.sqrt(D) * (1 + 1e-9) + 1e-300
+
+
+def test_a_negated_first_moment_diverges_without_checksums(small_config, tmp_path, monkeypatch):
+    """An Adam that stores m with the opposite sign (and steps θ by +ηₜm/(√v + ε)) has
+    the same state norms, gradient norms and Krum scores as rfrs-ref's: the traces
+    agreed under --no-checksums until the state's sums were recorded."""
+    from rfrs_ref.optim import adam as A
+
+    cfg = small_config(backend="numpy", verify=False, rounds=3, attack="none", byzantine_fraction=0.0)
+    T.run_traced(cfg, tmp_path / "a.jsonl", tmp_path / "a")
+
+    def client_rule(self, state, g, t):
+        mb, vb, tb = (np.asarray(state[k], dtype=np.float64) for k in ("m", "v", "theta"))
+        g = np.asarray(g, dtype=np.float64)
+        m = self.beta1 * mb - (1 - self.beta1) * g
+        v = self.beta2 * vb + (1 - self.beta2) * g * g
+        return {"m": m, "v": v, "theta": tb + self.step_size(t) * m / (np.sqrt(v) + self.eps)}
+
+    monkeypatch.setattr(A.Adam, "client_rule", client_rule)
+    T.run_traced(cfg, tmp_path / "b.jsonl", tmp_path / "b")
+    res = T.compare(tmp_path / "a.jsonl", tmp_path / "b.jsonl", checksums=False)
+    assert not res.agree and res.divergence.round == 1
+    assert res.divergence.field == "state_sums.m.sum", res.divergence
+    # the norms alone (a trace written before the sums) cannot tell them apart
+    for name in ("a", "b"):
+        lines = _lines(tmp_path / f"{name}.jsonl")
+        lines[0]["initial"].pop("state_sums")
+        for r in lines[1:]:
+            r.pop("state_sums")
+        _rewrite(tmp_path / f"old-{name}.jsonl", lines)
+    assert T.compare(tmp_path / "old-a.jsonl", tmp_path / "old-b.jsonl", checksums=False).agree
+
+
+def test_a_trace_without_state_sums_compares_on_norms_with_a_note(traces, tmp_path):
+    lines = _lines(traces["b"])
+    lines[0]["initial"].pop("state_sums")
+    for r in lines[1:]:
+        r.pop("state_sums")
+    _rewrite(tmp_path / "old.jsonl", lines)
+    for a, b in ((traces["a"], tmp_path / "old.jsonl"), (tmp_path / "old.jsonl", traces["a"])):
+        res = T.compare(a, b, checksums=False)
+        assert res.agree
+        notes = [n for n in res.notes if n.startswith("state_sums:")]
+        assert len(notes) == 1 and "norms only" in notes[0]
+    assert not [n for n in T.compare(traces["a"], traces["b"]).notes if "state_sums" in n]
+
+
+def test_state_sums_compare_relative_to_the_sum_of_magnitudes(traces, tmp_path):
+    """A sum cancels: B's is held to rtol·Σ|x| of A (7·Σ|x| for the weighted sum), so a
+    difference of rounding agrees and one beyond it diverges; an array dropped from B's
+    sums diverges."""
+    lines = _lines(traces["a"])
+    s = lines[2]["state_sums"]["theta"]
+    for stat, scale in (("sum", 1.0), ("weighted_sum", 7.0), ("abs_sum", 1.0)):
+        for factor, agree in ((0.5, True), (2.0, False)):
+            ed = _lines(traces["a"])
+            ed[2]["state_sums"]["theta"][stat] = s[stat] + factor * 1e-6 * scale * s["abs_sum"]
+            _rewrite(tmp_path / "b.jsonl", ed)
+            res = T.compare(traces["a"], tmp_path / "b.jsonl", checksums=False, atol=0.0)
+            assert res.agree is agree, (stat, factor, res.divergence)
+            if not agree:
+                assert res.divergence.field == f"state_sums.theta.{stat}" and res.divergence.round == 2
+    ed = _lines(traces["a"])
+    del ed[1]["state_sums"]["v"]
+    _rewrite(tmp_path / "b.jsonl", ed)
+    res = T.compare(traces["a"], tmp_path / "b.jsonl", checksums=False)
+    assert not res.agree and res.divergence.field == "state_sums.v" and res.divergence.reason == "missing in B"
+
+
+@pytest.mark.parametrize("bad", [[1.0], {"theta": 3.0}, {"theta": {"sum": 1.0}}, {"theta": {"sum": "1", "weighted_sum": 1,
+                                                                                             "abs_sum": 1}}])
+def test_malformed_state_sums_are_refused(traces, tmp_path, bad):
+    lines = _lines(traces["a"])
+    lines[2]["state_sums"] = bad
+    _rewrite(tmp_path / "b.jsonl", lines)
+    with pytest.raises(T.TraceFormatError, match="state_sums must map"):
+        T.read_trace(tmp_path / "b.jsonl")
