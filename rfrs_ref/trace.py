@@ -651,11 +651,19 @@ class _Comparer:
         if self.ignored(path):
             return
         if a is None or b is None:
+            if a is not None and not self.checksums:
+                # without checksums the sums are all that tells a sign flip or a permutation
+                # from the reference's state: a B that leaves them out cannot agree
+                self.fail(t, path, f"{len(a)} arrays' sums", None,
+                          "missing in B, and checksums are not compared: the norms alone cannot "
+                          "tell a sign flip or a permutation of a state's coordinates; record "
+                          "state_sums (docs/traces.md)")
             if a is not None or b is not None:
                 who = "A" if a is None else "B"
                 self.note(f"state_sums: trace {who} records none (written before they were): the "
-                          "state was compared by its norms only, which a sign flip or a permutation "
-                          "of an array's coordinates leaves unchanged")
+                          "state was compared by its norms"
+                          + (" and checksums" if self.checksums else " only, which a sign flip or "
+                             "a permutation of an array's coordinates leaves unchanged"))
             return
         for k in a:
             if k not in b:

@@ -395,17 +395,26 @@ def test_a_negated_first_moment_diverges_without_checksums(small_config, tmp_pat
     assert T.compare(tmp_path / "old-a.jsonl", tmp_path / "old-b.jsonl", checksums=False).agree
 
 
-def test_a_trace_without_state_sums_compares_on_norms_with_a_note(traces, tmp_path):
+def test_a_trace_without_state_sums(traces, tmp_path):
+    """A reference without sums (written before them) is compared on norms with a note; a
+    B without them, where the reference has them, agrees only when checksums are compared
+    too: on norms alone a sign flip of a state array would agree."""
     lines = _lines(traces["b"])
     lines[0]["initial"].pop("state_sums")
     for r in lines[1:]:
         r.pop("state_sums")
     _rewrite(tmp_path / "old.jsonl", lines)
-    for a, b in ((traces["a"], tmp_path / "old.jsonl"), (tmp_path / "old.jsonl", traces["a"])):
-        res = T.compare(a, b, checksums=False)
-        assert res.agree
-        notes = [n for n in res.notes if n.startswith("state_sums:")]
-        assert len(notes) == 1 and "norms only" in notes[0]
+    res = T.compare(tmp_path / "old.jsonl", traces["a"], checksums=False)
+    assert res.agree
+    notes = [n for n in res.notes if n.startswith("state_sums:")]
+    assert len(notes) == 1 and "norms only" in notes[0]
+    res = T.compare(traces["a"], tmp_path / "old.jsonl", checksums=False)
+    assert not res.agree and res.divergence.field == "initial.state_sums", res.divergence
+    assert "checksums are not compared" in res.divergence.reason
+    res = T.compare(traces["a"], tmp_path / "old.jsonl")
+    assert res.agree
+    notes = [n for n in res.notes if n.startswith("state_sums:")]
+    assert len(notes) == 1 and "norms and checksums" in notes[0]
     assert not [n for n in T.compare(traces["a"], traces["b"]).notes if "state_sums" in n]
 
 
