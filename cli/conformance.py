@@ -24,21 +24,21 @@ RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "
 OPTIMIZERS = ["sgd", "momentum", "adam", "adagrad", "rmsprop"]
 
 
-def _parse_options(items) -> dict:
+def _parse_options(items, hint: str = "--option") -> dict:
     out = {}
     for item in items:
         if "=" not in item:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--option")
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=hint)
         k, v = item.split("=", 1)
         if k in out:  # which of the two would the adapter get? (the last, silently)
-            raise click.BadParameter(f"{k} is given twice", param_hint="--option")
+            raise click.BadParameter(f"{k} is given twice", param_hint=hint)
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:
             out[k] = v  # a plain word, e.g. to_keep=n-f
         except (ValueError, RecursionError):  # a number past the digit limit, nesting too deep
             raise click.BadParameter(f"{k}: the value is not a usable JSON value (too many digits "
-                                     "or nested too deeply)", param_hint="--option") from None
+                                     "or nested too deeply)", param_hint=hint) from None
     return out
 
 
@@ -83,12 +83,17 @@ def _resolve(target: str, A):
                                  "flower, byzfl → byzfl, rfrs_ref → rfrs, else vector].")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Adapter option, e.g. to_keep=n-f for Flower's Krum, nu=1e-6 for ByzFL (repeatable).")
+@click.option("--rule-option", "rule_options", multiple=True, metavar="KEY=VALUE",
+              help="Hyperparameter of rfrs-ref's rule that the reference_rule law compares with, "
+                   "e.g. k=1 for classic Krum [default: rfrs-ref's defaults; with --adapter rfrs, "
+                   "the --option values] (repeatable).")
 @click.option("--max-examples", type=click.IntRange(min=1), default=50, show_default=True,
               help="Hypothesis examples per law.")
 @click.option("--seed", type=int, default=None, help="Hypothesis seed [default: derandomised].")
 @click.option("--law", "laws", multiple=True, help="Run only this law (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def conformance(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json):
+def conformance(rule, optimizer, target, adapter, options, rule_options, max_examples, seed, laws,
+                as_json):
     """Check a third-party rule or optimiser against the laws of docs/conformance.md.
 
     Prints which laws hold and, for each that fails, a minimal counterexample
@@ -111,10 +116,15 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
         if (rule is None) == (optimizer is None):
             raise click.UsageError("give exactly one of --rule and --optimizer")
         _parse_options(options)
-        argv = _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json)
+        _parse_options(rule_options, "--rule-option")
+        if rule_options and optimizer is not None:
+            raise click.UsageError("--rule-option applies to --rule only")
+        argv = _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
+                     rule_options)
         raise SystemExit(_run_isolated(argv))
     try:
-        _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json)
+        _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
+               rule_options)
     except click.exceptions.ClickException as exc:
         _write_report(report, exc.exit_code)
         raise
@@ -124,7 +134,8 @@ def conformance(rule, optimizer, target, adapter, options, max_examples, seed, l
     _write_report(report, 0)
 
 
-def _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json) -> list[str]:
+def _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
+          rule_options=()) -> list[str]:
     """The command line that repeats this one in the child process."""
     argv = ["--callable", target, "--max-examples", str(max_examples)]
     for flag, value in (("--rule", rule), ("--optimizer", optimizer), ("--adapter", adapter),
@@ -133,6 +144,8 @@ def _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, a
             argv += [flag, str(value)]
     for item in options:
         argv += ["--option", item]
+    for item in rule_options:
+        argv += ["--rule-option", item]
     for law in laws:
         argv += ["--law", law]
     return argv + (["--json"] if as_json else [])
@@ -181,7 +194,7 @@ def _write_report(path: str, code: int) -> None:
     pathlib.Path(path).write_text(json.dumps({"exit": int(code)}))
 
 
-def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json):
+def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json, rule_options=()):
     """The suite itself (in the child process)."""
     try:
         from rfrs_ref.testing import adapters as A
@@ -202,9 +215,14 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
             fn = A.adapt(obj, name, **opts)
         except (A.AdapterError, TypeError) as exc:
             raise click.ClickException(str(exc)) from exc
+        ref_opts = _parse_options(rule_options, "--rule-option")
+        if not ref_opts and name == "rfrs":  # rfrs-ref's rule compared with itself, same options
+            ref_opts = {k: v for k, v in opts.items() if k != "backend"}
         try:
             results = run_rule_conformance(rule, fn, max_examples=max_examples, seed=seed,
-                                           laws=list(laws) or None)
+                                           laws=list(laws) or None, reference_options=ref_opts)
+        except A.AdapterError as exc:  # a --rule-option rfrs-ref's rule does not take
+            raise click.BadParameter(str(exc), param_hint="--rule-option") from None
         except ValueError as exc:  # an unknown --law
             raise click.BadParameter(str(exc), param_hint="--law") from None
         title = f"{target} as {rule} (adapter {name}), {max_examples} examples per law"

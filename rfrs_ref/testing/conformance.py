@@ -55,6 +55,9 @@ _PERM = LawSpec("permutation_invariance", "reordering clients permutes weights, 
                 strategy={"distinct": True})
 _TRANS = LawSpec("translation_equivariance", "rule(X + c) = rule(X) + c")
 _UNAN = LawSpec("unanimity", "honest rows all equal x (≤ f others) ⇒ aggregate x")
+#: the candidate against rfrs-ref's own rule on the same round, rounds with exact ties included
+_REF = LawSpec("reference_rule", "output = rfrs-ref's rule on the same round (ties by index, unequal nᵢ)",
+               "convention", strategy={"ties": True})
 
 #: rule -> (largest f for n: the rule's precondition, smallest n, laws)
 RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
@@ -153,6 +156,14 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         dataclasses.replace(_TRANS, strategy={"distinct": True}), _UNAN,
     ]),
 }
+
+# every rule is also held to rfrs-ref's own output. RFA stops Weiszfeld at a relative
+# tolerance (1e-6 of the step): another correct implementation stops elsewhere within that
+# tolerance of the spread, and its weights nᵢ/max(ν, ‖z − xᵢ‖) move with z, so RFA is
+# compared on the aggregate, within 1e-4 of the honest spread around it
+for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
+    _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False})
+                  if _rule == "rfa" else _REF)
 
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance
 RFA_NU = 1e-6
@@ -328,10 +339,21 @@ def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
     return isinstance(out, Outcome) and out.weights is not None
 
 
+def _reference(rule: str, options: dict | None):
+    """rfrs-ref's ``rule`` with ``options`` (its hyperparameters) as a rule under test."""
+    from rfrs_ref.testing.adapters import rfrs
+
+    try:
+        return rfrs(rule, **dict(options or {}))
+    except (TypeError, ValueError) as exc:
+        raise AdapterError(f"rfrs-ref's {rule} does not take {sorted(options or {})}: {exc}") from None
+
+
 def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, int], Outcome], *,
                          max_examples: int = 50, seed: int | None = None,
                          laws: list[str] | None = None, max_n: int = 13, max_D: int = 12,
-                         dtypes=(np.float32, np.float64)) -> list[LawResult]:
+                         dtypes=(np.float32, np.float64),
+                         reference_options: dict | None = None) -> list[LawResult]:
     """Run the laws of ``rule`` (a key of :data:`RULE_LAWS`) on ``rule_fn``.
 
     Args:
@@ -343,6 +365,8 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
             Hypothesis's seed.
         laws: run only these laws (names), default all that apply.
         max_n, max_D, dtypes: the size of the drawn rounds.
+        reference_options: the hyperparameters of rfrs-ref's rule that ``reference_rule``
+            compares with (e.g. ``{"k": 1}`` for classic Krum), default its defaults.
 
     Returns:
         One :class:`LawResult` per law, in :data:`RULE_LAWS` order.
@@ -364,12 +388,17 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
         kw.update(spec.strategy)
         checker = getattr(L, spec.name)
         opts = spec.options
+        examples = S.hostile_examples(**kw)
+        if spec.name == "reference_rule":
+            ref = _reference(rule, reference_options)
+            opts = {**opts, "reference": lambda case, ref=ref: ref}  # an option's callable is per example
+            examples = S.tie_examples(**kw) + examples
 
         def check(case, checker=checker, opts=opts):
             checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
 
         out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
-                            max_examples, seed, examples=S.hostile_examples(**kw)))
+                            max_examples, seed, examples=examples))
     return out
 
 

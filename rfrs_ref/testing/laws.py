@@ -23,6 +23,8 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
   leaves the aggregate unchanged (rows in general position: no ties).
 - ``translation_equivariance``: rule(X + c) = rule(X) + c (float64 features).
 - ``unanimity``: when every honest row is the same x, the aggregate is x.
+- ``reference_rule``: the output (aggregate and, when both expose them, weights) is
+  rfrs-ref's rule's on the same round, ties broken by index as rfrs-ref breaks them.
 - ``weighted_mean``: the mean is Σ nᵢxᵢ / Σ nᵢ (docs/training.md, the convention of
   ``mean``; a library that averages without nᵢ breaks it).
 - ``mda_kept_diameter``: the kept rows' diameter is at most the honest diameter Δ.
@@ -372,6 +374,48 @@ def weighted_mean(rule, case: RoundCase) -> None:
         raise LawViolation(law, f"coordinate {k} is {_r(out.vector[k])}; Σ nᵢxᵢ/Σ nᵢ = {_r(expected[k])} "
                            f"(nᵢ = {case.n_samples.tolist()})", coordinate=k,
                            expected=float(expected[k]), got=float(out.vector[k]))
+
+
+def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
+                   compare_weights: bool = True) -> None:
+    """The candidate gives rfrs-ref's rule's output on the same round (``reference``, e.g.
+    ``adapters.rfrs("krum")``): the aggregate within 64u·s + spread_rtol·r per coordinate,
+    u of the features' dtype, s the largest magnitude among the reference's aggregate,
+    the honest rows and the finite rows the reference weights, r the largest distance
+    from the reference's aggregate to an honest row (an iterative rule's stopping
+    tolerance is relative to that spread); when both expose weights, every weight within
+    64u of the reference's. Every magnitude is the reference's; where the reference's
+    aggregate is not finite the law says nothing. Ties (equal values, distances,
+    scores) go as the reference breaks them, by index (docs/aggregation.md)."""
+    law = "reference_rule"
+    R = _outcome(reference, case.features, case.n_samples, case.f, law)
+    if not np.isfinite(R.vector).all():
+        return
+    C = _outcome(rule, case.features, case.n_samples, case.f, law)
+    u = _u(case.features.dtype)
+    X = case.features.astype(np.float64)
+    scale = max(_honest_scale(case), float(np.abs(R.vector).max(initial=0.0)))
+    if R.weights is not None:
+        rows = (R.weights > 0) & np.isfinite(X).all(axis=1)
+        scale = max(scale, float(np.abs(X[rows]).max(initial=0.0)))
+    H = X[case.honest]
+    r = float(np.sqrt(np.max(np.sum((H - R.vector) ** 2, axis=1), initial=0.0))) if H.size else 0.0
+    ok = _vectors_close(R.vector, C.vector, scale, u, atol=spread_rtol * r)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        tol = 64 * u * scale + spread_rtol * r + TINY
+        raise LawViolation(law, f"coordinate {k} is {_r(C.vector[k])}; rfrs-ref's rule gives "
+                           f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
+                           expected=float(R.vector[k]), got=float(C.vector[k]), tolerance=tol)
+    if compare_weights and R.weights is not None and C.weights is not None:
+        ok = _vectors_close(R.weights, C.weights, 1.0, u)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise LawViolation(law, f"client {i} has weight {_r(C.weights[i])}; rfrs-ref's rule gives "
+                               f"{_r(R.weights[i])} (kept by rfrs-ref: "
+                               f"{np.flatnonzero(R.weights > 0).tolist()}, by the candidate: "
+                               f"{np.flatnonzero(~(C.weights <= 0)).tolist()})", client=i,
+                               expected=float(R.weights[i]), got=float(C.weights[i]))
 
 
 def _honest_sq_diameter(case: RoundCase) -> tuple[float, np.ndarray]:
@@ -1011,6 +1055,6 @@ __all__ = [
     "LawViolation", "bulyan_range", "camouflage_same_theta", "cc_byzantine_pull", "coordinate_range", "finite_output",
     "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "mda_kept_diameter",
     "mda_output_bound", "meamed_range", "monna_pivot_bound", "nrm", "permutation_invariance",
-    "recovery_exact", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
+    "recovery_exact", "reference_rule", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
     "translation_equivariance", "unanimity", "update_rule", "weighted_mean", "weights_sum_to_one",
 ]

@@ -87,7 +87,8 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
                      max_f: Callable[[int], int] | None = None, max_D: int = 12,
                      dtypes=(np.float32, np.float64), hostile: bool = True,
                      byzantine: bool = True, equal_weights: bool = False,
-                     distinct: bool = False, trusted: int | None = None) -> RoundCase:
+                     distinct: bool = False, trusted: int | None = None,
+                     ties: bool = False) -> RoundCase:
     """A round: n clients, of which at most f Byzantine rows, anywhere.
 
     Args:
@@ -108,6 +109,12 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
             break ties by index) use it.
         trusted: a row position that is always honest (when n > it), e.g. the
             pivot of MoNNA, whose guarantee needs a trusted pivot.
+        ties: in about half the rounds, put the rows on a coarse grid (an integer
+            centre plus integer multiples of a step of 0.25, 1 or 8, so that every
+            value, difference and squared distance is exact in float32 and float64)
+            and copy whole rows onto others: equal values, equal distances and equal
+            scores, which the rules break by index (docs/aggregation.md). Whatever
+            the order a correct implementation sums in, a tie stays exact.
     """
     n = draw(st.integers(min_n, max_n), label="n")
     fmax = max(0, _f_bound(max_f)(n))
@@ -118,6 +125,11 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
     centre = rng.normal(size=D) * draw(st.sampled_from([0.0, 1.0, 1e3]), label="centre scale")
     spread = draw(st.sampled_from([1e-3, 1.0, 10.0]), label="spread")
     X = (centre + rng.normal(size=(n, D)) * spread).astype(dtype)
+    if ties and draw(st.booleans(), label="ties"):
+        spread = draw(st.sampled_from([0.25, 1.0, 8.0]), label="grid step")
+        X = (np.round(centre) + rng.integers(-2, 3, size=(n, D)) * spread).astype(dtype)
+        for _ in range(draw(st.integers(0, n // 2), label="copied rows")):
+            X[rng.integers(n)] = X[rng.integers(n)]
     n_byz = draw(st.integers(0, f), label="Byzantine rows") if byzantine else 0
     kinds = []
     allowed = BYZANTINE_KINDS if hostile else ("copy", "cluster", "near")
@@ -157,7 +169,8 @@ def hostile_examples(*, min_n: int = 1, max_n: int = 13,
                      max_f: Callable[[int], int] | None = None, max_D: int = 12,
                      dtypes=(np.float32, np.float64), hostile: bool = True,
                      byzantine: bool = True, equal_weights: bool = False,
-                     distinct: bool = False, trusted: int | None = None) -> list[RoundCase]:
+                     distinct: bool = False, trusted: int | None = None,
+                     ties: bool = False) -> list[RoundCase]:
     """Rounds that every law over :func:`byzantine_rounds` (with the same arguments) tries
     first, whatever the number of examples asked for: one Byzantine row that is NaN,
     +inf, −inf or 1e38 in every coordinate, or in one coordinate only, in each dtype.
@@ -191,6 +204,33 @@ def hostile_examples(*, min_n: int = 1, max_n: int = 13,
                     X[bad, D // 2] = value
                 out.append(RoundCase(X, honest.copy(), min(bound(n), 2), ns.copy(),
                                      rng.permutation(n), rng.normal(size=D), (kind,)))
+    return out
+
+
+def tie_examples(*, min_n: int = 1, max_n: int = 13,
+                 max_f: Callable[[int], int] | None = None, max_D: int = 12,
+                 dtypes=(np.float32, np.float64), trusted: int | None = None, **_) -> list[RoundCase]:
+    """Rounds of exact ties that the reference law tries first: every row equal (every
+    distance, score and value ties, so the index alone decides), and rows on an integer
+    grid with two pairs of copies, at the smallest n the rule allows and at the smallest
+    n ≥ 5 with f ≥ 1, nᵢ = 1, 2, …, n (unequal), in each dtype."""
+    bound = _f_bound(max_f)
+    top = max(max_n, min_n)
+    sizes = [min_n] + [next((m for m in range(max(min_n, 5), top + 1) if bound(m) >= 1), min_n)]
+    D = max(1, min(3, max_D))
+    rng = np.random.default_rng(20202)
+    out = []
+    for n in dict.fromkeys(sizes):
+        f = max(0, bound(n))
+        ns = np.arange(1, n + 1, dtype=np.int64)
+        grid = 3.0 + rng.integers(-2, 3, size=(n, D)).astype(np.float64)
+        for a, b in ((1, 0), (n - 1, n - 2)):
+            if n > max(a, b):
+                grid[a] = grid[b]
+        for dtype in dtypes:
+            for X in (np.tile(grid[:1], (n, 1)), grid):
+                out.append(RoundCase(X.astype(dtype), np.ones(n, dtype=bool), f, ns.copy(),
+                                     rng.permutation(n), rng.normal(size=D), ()))
     return out
 
 
@@ -519,6 +559,7 @@ __all__ = [
     "optimizers",
     "pair_cases",
     "sequence_edge_cases",
+    "tie_examples",
     "unanimous",
     "vectors",
 ]
