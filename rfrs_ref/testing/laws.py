@@ -994,18 +994,29 @@ def theorem4(opt, case: PairCase) -> None:
 
 def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
     """Where camouflage applies, the camouflaged θ equals the honest θ to rounding
-    while the recovered gradient differs (docs/conformance.md).
+    while the recovered gradient differs (docs/conformance.md); where rfrs-ref's attack
+    camouflages some coordinate, the attack under test must change at least one of
+    those (an attack that changes nothing would hold every other clause).
 
     ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
     apply). θ is compared with the tolerance the attack promises:
     (THETA_TOLERANCE + 2)·u·(|θ̄| + |ηₜu(g)|), u of the example's dtype.
     """
-    from rfrs_ref.attack.camouflage import THETA_TOLERANCE
+    from rfrs_ref.attack.camouflage import THETA_TOLERANCE, camouflage_gradient
 
     law = "camouflage_same_theta"
     opt, st, g, t = case.optimizer, case.state, case.g, case.t
     gt = _real(law, camouflage(st, g, t, opt), g.shape, "camouflage", "the camouflaged gradient")
     where = gt != g
+    # where rfrs-ref's attack camouflages (Eq. 6 has a solution that keeps θ), an attack
+    # that changes no coordinate there is no camouflage: without this a no-op held the law
+    ref_gt, ref_where = camouflage_gradient(st["m"], st["v"], st["theta"], g, beta1=_h(opt, "beta1"),
+                                    beta2=_h(opt, "beta2"), lr_t=adam_lr_t(opt, t), eps=_h(opt, "eps"))
+    if ref_where.any() and not (where & ref_where).any():
+        k = int(np.flatnonzero(ref_where)[0])
+        raise LawViolation(law, f"camouflage applies at {int(ref_where.sum())} coordinate(s) (first: "
+                           f"{k}, g = {_r(g[k])}, rfrs-ref's g̃ = {_r(ref_gt[k])}) but the attack "
+                           "changed none of them", coordinate=k)
     if not where.any():
         return
     A, B = _up(opt, st, g, t, law), _up(opt, st, gt, t, law)
