@@ -375,9 +375,9 @@ def _tamperings(opt, state, upload, t, rng) -> dict[str, tuple[str, dict]]:
 
 
 #: the coordinates of an optimiser case with ε where the second moment is of the order of
-#: ε² (√v and √r between 0.8ε and 1.8ε) and the gradient of the order of ε (first round:
+#: ε² (√v and √r at 0.8ε and 1.2ε) and the gradient of the order of ε (first round:
 #: ε/√(1 − β₂)), and the factors that set them: ε changes θ there by half of the step
-#: or more, so an ε inside the square root (or left out) misses θ by thousands of times
+#: or more, so an ε inside the square root (or left out) misses θ by over a hundred times
 #: the float32 tolerance, and every quantity there is a sum of positive terms (no
 #: cancellation: the value does not depend on how a CPU rounds)
 EPS_COORDINATES = (2, 6)
