@@ -161,9 +161,16 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
 # tolerance (1e-6 of the step): another correct implementation stops elsewhere within that
 # tolerance of the spread, and its weights nᵢ/max(ν, ‖z − xᵢ‖) move with z, so RFA is
 # compared on the aggregate, within 1e-4 of the honest spread around it
+# MoNNA is compared, like its other laws, on rounds whose pivot (client 0) is honest: with a
+# NaN row at the pivot rfrs-ref's MoNNA raises (it needs a trusted pivot), and a law that
+# rfrs-ref's own rule fails says nothing of the candidate
 for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
-    _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False})
-                  if _rule == "rfa" else _REF)
+    if _rule == "rfa":
+        _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False}))
+    elif _rule == "monna":
+        _specs.append(dataclasses.replace(_REF, strategy={**_REF.strategy, "trusted": 0}))
+    else:
+        _specs.append(_REF)
 
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance
 RFA_NU = 1e-6

@@ -182,3 +182,21 @@ def test_cli_rule_option_chooses_the_reference():
     res = runner.invoke(main, ["conformance", "--optimizer", "sgd", "--callable", "rfrs_ref.optim:SGD",
                                "--rule-option", "k=1"])
     assert res.exit_code == 2 and "--rule-option applies to --rule only" in res.output
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3])
+def test_monna_reference_rounds_keep_the_pivot_honest(seed):
+    # a NaN Byzantine row at the pivot made rfrs-ref's MoNNA raise: its own rule failed the law
+    spec, = [s for s in RULE_LAWS["monna"][2] if s.name == "reference_rule"]
+    assert spec.strategy == {"ties": True, "trusted": 0}
+    r, = run_rule_conformance("monna", adapters.rfrs("monna"), max_examples=100, seed=seed,
+                              laws=["reference_rule"])
+    assert r.status == "holds", (r.message, r.counterexample)
+
+
+def test_monna_reference_rule_holds_from_the_cli():
+    from rfrs_ref.cli.main import main
+
+    res = CliRunner().invoke(main, ["conformance", "--rule", "monna", "--callable",
+                                    "rfrs_ref.aggregate:MoNNA", "--law", "reference_rule"])
+    assert res.exit_code == 0 and "FAILS" not in res.output, res.output
