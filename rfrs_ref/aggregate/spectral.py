@@ -170,7 +170,8 @@ def smallest_eigen_subset(D2: np.ndarray, k: int, backend: str = "numba",
     """The first subset of k rows (lexicographic order) of smallest top covariance
     eigenvalue. ``"numpy"``: the oracle's loop; otherwise the subsets' centred
     products are built and solved in batches (``np.linalg.eigvalsh`` on a stack),
-    the same values in the same order."""
+    in the same order; the values agree to rounding, so among subsets tied in exact
+    arithmetic the two may keep different ones."""
     if backend == "numpy" or k < 2:
         return smallest_eigen_subset_numpy(D2, k)
     best, best_l = None, math.inf
@@ -205,9 +206,11 @@ class SMEA(Rule):
     (ByzFL's ``SMEA``: plain mean, the same for equal nᵢ); eigenvalues exact
     (module docstring; ByzFL: one power iteration from a random vector, so it
     may pick another subset; the two agree where one iteration is exact, e.g.
-    D = 1, tested); ties go to the first subset in ``itertools.combinations``
-    order (ByzFL's too). The oracle loops over the subsets; the fast path
-    solves them in batches, same values, same order.
+    D = 1, tested); equal computed eigenvalues go to the first subset in
+    ``itertools.combinations`` order (ByzFL's too). The oracle loops over the
+    subsets; the fast path solves them in batches, in the same order but with
+    other rounding, so among subsets tied in exact arithmetic (copied rows)
+    the two may keep different ones, of the same objective to rounding.
 
     Hostile input: a client with a NaN or ±inf in its features or any upload
     is never in S* while at most f clients are such (the search runs over the

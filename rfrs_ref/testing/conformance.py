@@ -161,6 +161,10 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
 # tolerance (1e-6 of the step): another correct implementation stops elsewhere within that
 # tolerance of the spread, and its weights nᵢ/max(ν, ‖z − xᵢ‖) move with z, so RFA is
 # compared on the aggregate, within 1e-4 of the honest spread around it
+#: CAF's filter multiplies its weights by 1 − τᵢ/max τ at every step, a cancellation that
+#: amplifies the rounding of the distances: reference_rule compares CAF within 64·CAF_GAIN·u
+CAF_GAIN = 1024.0
+
 # MoNNA is compared, like its other laws, on rounds whose pivot (client 0) is honest: with a
 # NaN row at the pivot rfrs-ref's MoNNA raises (it needs a trusted pivot), and a law that
 # rfrs-ref's own rule fails says nothing of the candidate
@@ -169,6 +173,12 @@ for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
         _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False}))
     elif _rule == "monna":
         _specs.append(dataclasses.replace(_REF, strategy={**_REF.strategy, "trusted": 0}))
+    elif _rule == "smea":
+        # subsets of equal objective (copied rows) tie only to rounding: another of them holds
+        _specs.append(dataclasses.replace(_REF, options={"tied_subsets": True}))
+    elif _rule == "caf":
+        # with copied rows the filter's steps hinge on rounding: those rounds say nothing
+        _specs.append(dataclasses.replace(_REF, options={"skip_copies": True, "gain": CAF_GAIN}))
     else:
         _specs.append(_REF)
 

@@ -376,23 +376,42 @@ def weighted_mean(rule, case: RoundCase) -> None:
                            expected=float(expected[k]), got=float(out.vector[k]))
 
 
-def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
-                   compare_weights: bool = True) -> None:
-    """The candidate gives rfrs-ref's rule's output on the same round (``reference``, e.g.
-    ``adapters.rfrs("krum")``): the aggregate within 64u·s + spread_rtol·r per coordinate,
-    u of the features' dtype, s the largest magnitude among the reference's aggregate,
-    the honest rows and the finite rows the reference weights, r the largest distance
-    from the reference's aggregate to an honest row (an iterative rule's stopping
-    tolerance is relative to that spread); when both expose weights, every weight within
-    64u of the reference's. Every magnitude is the reference's; where the reference's
-    aggregate is not finite the law says nothing. Ties (equal values, distances,
-    scores) go as the reference breaks them, by index (docs/aggregation.md)."""
+def _top_eigenvalue(D2: np.ndarray) -> float:
+    """λ_max of the plain covariance of the rows whose squared distances are ``D2``
+    (rfrs-ref's SMEA objective, :mod:`rfrs_ref.aggregate.spectral`)."""
+    from rfrs_ref.aggregate.spectral import centred_products, top_eigen
+
+    c = np.ones(D2.shape[0])
+    return top_eigen(centred_products(D2, c), c)[0]
+
+
+def _smea_tied_subsets(case: RoundCase) -> list[np.ndarray]:
+    """The subsets of n − f finite rows whose SMEA objective is within rounding of the
+    smallest, 64·n·u·max D2 (u of the features' dtype), in ``itertools.combinations``
+    order; none where the finite rows are too few to choose among."""
+    import itertools
+
+    X = case.features.astype(np.float64)
+    fin = np.flatnonzero(np.isfinite(X).all(axis=1))
+    k = case.n - case.f
+    if fin.size <= k or k < 1:
+        return []
+    F = X[fin]
+    diff = F[:, None, :] - F[None, :, :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        D2 = np.einsum("ijk,ijk->ij", diff, diff)
+    if not np.isfinite(D2).all():
+        return []
+    subsets = [np.array(S) for S in itertools.combinations(range(fin.size), k)]
+    lams = np.array([_top_eigenvalue(D2[np.ix_(S, S)]) for S in subsets])
+    tol = 64 * case.n * _u(case.features.dtype) * float(D2.max(initial=0.0)) + TINY
+    return [fin[S] for S, lam in zip(subsets, lams) if lam <= lams.min() + tol]
+
+
+def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: float,
+                        compare_weights: bool, gain: float = 1.0) -> LawViolation | None:
     law = "reference_rule"
-    R = _outcome(reference, case.features, case.n_samples, case.f, law)
-    if not np.isfinite(R.vector).all():
-        return
-    C = _outcome(rule, case.features, case.n_samples, case.f, law)
-    u = _u(case.features.dtype)
+    u = gain * _u(case.features.dtype)
     X = case.features.astype(np.float64)
     scale = max(_honest_scale(case), float(np.abs(R.vector).max(initial=0.0)))
     if R.weights is not None:
@@ -404,18 +423,65 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
         tol = 64 * u * scale + spread_rtol * r + TINY
-        raise LawViolation(law, f"coordinate {k} is {_r(C.vector[k])}; rfrs-ref's rule gives "
-                           f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
-                           expected=float(R.vector[k]), got=float(C.vector[k]), tolerance=tol)
+        return LawViolation(law, f"coordinate {k} is {_r(C.vector[k])}; rfrs-ref's rule gives "
+                            f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
+                            expected=float(R.vector[k]), got=float(C.vector[k]), tolerance=tol)
     if compare_weights and R.weights is not None and C.weights is not None:
         ok = _vectors_close(R.weights, C.weights, 1.0, u)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            raise LawViolation(law, f"client {i} has weight {_r(C.weights[i])}; rfrs-ref's rule gives "
-                               f"{_r(R.weights[i])} (kept by rfrs-ref: "
-                               f"{np.flatnonzero(R.weights > 0).tolist()}, by the candidate: "
-                               f"{np.flatnonzero(~(C.weights <= 0)).tolist()})", client=i,
-                               expected=float(R.weights[i]), got=float(C.weights[i]))
+            return LawViolation(law, f"client {i} has weight {_r(C.weights[i])}; rfrs-ref's rule gives "
+                                f"{_r(R.weights[i])} (kept by rfrs-ref: "
+                                f"{np.flatnonzero(R.weights > 0).tolist()}, by the candidate: "
+                                f"{np.flatnonzero(~(C.weights <= 0)).tolist()})", client=i,
+                                expected=float(R.weights[i]), got=float(C.weights[i]))
+    return None
+
+
+def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
+                   compare_weights: bool = True, tied_subsets: bool = False,
+                   skip_copies: bool = False, gain: float = 1.0) -> None:
+    """The candidate gives rfrs-ref's rule's output on the same round (``reference``, e.g.
+    ``adapters.rfrs("krum")``): the aggregate within 64u·s + spread_rtol·r per coordinate,
+    u of the features' dtype, s the largest magnitude among the reference's aggregate,
+    the honest rows and the finite rows the reference weights, r the largest distance
+    from the reference's aggregate to an honest row (an iterative rule's stopping
+    tolerance is relative to that spread); when both expose weights, every weight within
+    64u of the reference's. Every magnitude is the reference's; where the reference's
+    aggregate is not finite the law says nothing. Ties (equal values, distances,
+    scores) go as the reference breaks them, by index (docs/aggregation.md).
+
+    ``tied_subsets`` (SMEA): subsets of equal objective (copied rows) tie only to
+    rounding, and which one is first depends on it, so the candidate also holds when it
+    is the nᵢ-weighted mean (and weights) of another subset of n − f finite rows whose
+    largest covariance eigenvalue is within 64·n·u·max D2 of the smallest.
+    ``skip_copies`` (CAF): with two equal finite rows the filter's steps hinge on the
+    rounding of equal τ (1 − τᵢ/max τ is 0 or a rounding-sized weight that keeps the
+    filter going one more step), so on such rounds the law says nothing."""
+    law = "reference_rule"
+    if skip_copies:
+        X = case.features
+        fin = X[np.isfinite(X).all(axis=1)]
+        if len({row.tobytes() for row in fin}) < fin.shape[0]:
+            return
+    R = _outcome(reference, case.features, case.n_samples, case.f, law)
+    if not np.isfinite(R.vector).all():
+        return
+    C = _outcome(rule, case.features, case.n_samples, case.f, law)
+    v = _reference_mismatch(R, C, case, spread_rtol, compare_weights, gain)
+    if v is None:
+        return
+    if tied_subsets:
+        ns = case.n_samples.astype(np.float64)
+        X = case.features.astype(np.float64)
+        for S in _smea_tied_subsets(case):
+            w = np.zeros(case.n)
+            w[S] = ns[S]
+            w /= w.sum()
+            alt = Outcome(w @ np.where(w[:, None] > 0, X, 0.0), w)
+            if _reference_mismatch(alt, C, case, spread_rtol, compare_weights, gain) is None:
+                return
+    raise v
 
 
 def _honest_sq_diameter(case: RoundCase) -> tuple[float, np.ndarray]:

@@ -106,11 +106,89 @@ def test_every_rule_has_the_reference_law_and_ours_holds_it(rule):
     assert r.status == "holds", (r.message, r.counterexample)
 
 
-@pytest.mark.parametrize("rule", ["krum", "median", "rfa", "mda", "monna"])
+@pytest.mark.parametrize("rule", list(RULE_LAWS))
 def test_our_rules_with_other_options_and_kernels_hold_it(rule):
     opts = {"k": 1} if rule == "krum" else {}
     fn = adapters.rfrs(rule, backend="numba", **opts)
     r, = run_rule_conformance(rule, fn, max_examples=10, laws=["reference_rule"], reference_options=opts)
+    assert r.status == "holds", (r.message, r.counterexample)
+
+
+def _case(X, ns, f, honest=None):
+    X = np.asarray(X)
+    n = X.shape[0]
+    return strategies.RoundCase(X, np.ones(n, bool) if honest is None else np.asarray(honest),
+                                f, np.asarray(ns, np.int64), np.arange(n), np.zeros(X.shape[1]))
+
+
+def _ref_options(rule):
+    spec, = [s for s in RULE_LAWS[rule][2] if s.name == "reference_rule"]
+    return spec.options
+
+
+#: copies of rows 1 and 6, and of rows 2 and 4: subsets of equal objective whose computed
+#: eigenvalues differ by rounding (the oracle keeps [0 1 2 3 5 6 7], the batched path
+#: [0 1 3 4 5 6 7])
+SMEA_TIE = _case([[.25, -.25], [.25, 0], [-.5, .25], [0, -.5], [-.5, .25], [.25, -.5], [.25, 0], [.5, 0]],
+                 [23, 5, 20, 12, 14, 16, 23, 5], 1)
+
+#: rows 1 and 2 copied (the outliers): 1 − τ/max τ of the copy is 0 or a rounding-sized
+#: weight that keeps the filter going one more step
+_CAF_ROWS = [[0.004871465265750885, 0.006366463378071785, 0.004334805067628622, 0.005351509898900986],
+             [-0.00012853466614615172, 0.001366463489830494, -0.0006651946459896863, 0.0003515100688673556],
+             [-0.00232503074221313, -0.00021879166888538748, -0.0012459110002964735, -0.0007322673336602747],
+             [-0.0005442589754238725, -0.0003163001674693078, 0.00041163054993376136, 0.0010425134096294641],
+             [-0.0007037352188490331, -0.0012654215097427368, -0.0006232744781300426, 4.1325980419060215e-05],
+             [-0.0005356693873181939, 0.0003615950408857316, 0.0013040000339969993, 0.0009470809600315988]]
+CAF_TIE = _case(np.array([[np.nan] * 4, _CAF_ROWS[0]] + _CAF_ROWS, np.float32),
+                [20, 17, 8, 10, 21, 18, 15, 10], 3, [False] * 3 + [True] * 5)
+
+
+def test_smea_subsets_tied_to_rounding_hold_and_other_subsets_fail():
+    fast, oracle = adapters.rfrs("smea", backend="numba"), adapters.rfrs("smea")
+    assert not np.array_equal(fast(SMEA_TIE.features, SMEA_TIE.n_samples, 1).weights > 0,
+                              oracle(SMEA_TIE.features, SMEA_TIE.n_samples, 1).weights > 0)
+    opts = _ref_options("smea")
+    assert opts == {"tied_subsets": True}
+    laws.reference_rule(fast, SMEA_TIE, oracle, **opts)
+    laws.reference_rule(oracle, SMEA_TIE, fast, **opts)
+    with pytest.raises(laws.LawViolation):  # without the allowance the fast path fails
+        laws.reference_rule(fast, SMEA_TIE, oracle)
+    # a subset that does not attain the smallest eigenvalue still fails
+    first = adapters.weights(lambda X, ns, f: np.r_[np.asarray(ns[:-f], float) / ns[:-f].sum(), np.zeros(f)])
+    with pytest.raises(laws.LawViolation, match="rfrs-ref's rule gives"):
+        laws.reference_rule(first, SMEA_TIE, oracle, **opts)
+    # and the nᵢ weighting of the tied subset is still checked
+    plain = adapters.vector(lambda X, ns, f: np.asarray(X, np.float64)[[0, 1, 3, 4, 5, 6, 7]].mean(0))
+    with pytest.raises(laws.LawViolation):
+        laws.reference_rule(plain, SMEA_TIE, oracle, **opts)
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3])
+def test_smea_fast_path_holds_the_reference_law(seed):
+    r, = run_rule_conformance("smea", adapters.rfrs("smea", backend="numba"), max_examples=100,
+                              seed=seed, laws=["reference_rule"])
+    assert r.status == "holds", (r.message, r.counterexample)
+
+
+def test_caf_rounds_with_copied_rows_say_nothing():
+    fast, oracle = adapters.rfrs("caf", backend="numba"), adapters.rfrs("caf")
+    opts = _ref_options("caf")
+    assert opts["skip_copies"]
+    with pytest.raises(laws.LawViolation):
+        laws.reference_rule(fast, CAF_TIE, oracle)
+    laws.reference_rule(fast, CAF_TIE, oracle, **opts)
+    # without copies CAF is still compared: the mean is not CAF
+    case = _case(np.array(_CAF_ROWS, np.float32), [20, 17, 8, 10, 21, 18], 2)
+    mean = adapters.vector(lambda X, ns, f: (np.asarray(ns, float) @ np.asarray(X, float)) / ns.sum())
+    with pytest.raises(laws.LawViolation):
+        laws.reference_rule(mean, case, oracle, **opts)
+
+
+@pytest.mark.parametrize("seed", [None, 3, 4])
+def test_caf_fast_path_holds_the_reference_law(seed):
+    r, = run_rule_conformance("caf", adapters.rfrs("caf", backend="numba"), max_examples=300,
+                              seed=seed, laws=["reference_rule"])
     assert r.status == "holds", (r.message, r.counterexample)
 
 
