@@ -416,3 +416,25 @@ def test_round_record_law_rejects_nan_weights_and_kept_fractions():
     for key, value in [("weights", [np.nan, 1.0]), ("weights", [np.inf, 0.0]), ("kept", [np.nan, 1.0])]:
         with pytest.raises(laws.LawViolation, match="round 3"):
             laws.round_record_invariants({**record, key: value})
+
+
+def test_update_rule_allows_a_subnormal_amplified_by_the_step():
+    # RMSProp in float32 with a subnormal g: g rounds by ~1.4e-45 and θ's step multiplies
+    # that by η/(√r + ε) = 64; θ = −η·g/(√r + ε) in float32 is −5.7397e-41, the rule −5.7487e-41
+    from rfrs_ref.optim import RMSProp
+    from rfrs_ref.testing import laws as L
+    from rfrs_ref.testing.strategies import PairCase
+
+    f = np.float32
+    ref = RMSProp(lr=0.5, beta4=0.0, eps=2.0**-7)
+    st = {k: np.zeros(1, f) for k in ref.arrays}
+    g = np.array([8.982323156322077e-43], f)
+
+    class F32(RMSProp):
+        def client_rule(self, state, g, t):
+            up = dict(super().client_rule(state, g, t))
+            r = f(0.0) * state["r"] + f(1.0) * g * g
+            up["theta"] = (state["theta"] - f(0.5) * g / (np.sqrt(r) + f(2.0**-7))).astype(f)
+            return up
+
+    L.update_rule(F32(lr=0.5, beta4=0.0, eps=2.0**-7), PairCase(ref, st, g, np.zeros(1, f), 1, 0.0))
