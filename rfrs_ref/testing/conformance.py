@@ -366,6 +366,27 @@ def _reference(rule: str, options: dict | None):
         raise AdapterError(f"rfrs-ref's {rule} does not take {sorted(options or {})}: {exc}") from None
 
 
+def _variant(rule: str, options: dict | None) -> str:
+    """Which of rfrs-ref's variants of ``rule`` the reference law compared with, and how to
+    choose another (one clause of the failure message)."""
+    from rfrs_ref.aggregate import RULES
+
+    cls = RULES.get(rule) if rule in RULES else None
+    given = dict(options or {})
+    hypers, helps = {}, {}
+    if cls is not None:
+        import dataclasses
+
+        hypers = {f.name: given.get(f.name, f.default) for f in dataclasses.fields(cls)
+                  if f.name != "fallback" and f.default is not dataclasses.MISSING}
+        helps = {f.name: f.metadata.get("help") for f in dataclasses.fields(cls)}
+    said = "; ".join(f"{k}={v!r}" + (f": {helps[k]}" if helps.get(k) else "")
+                     for k, v in hypers.items()) or "its defaults"
+    return (f"compared with rfrs-ref's {rule} ({said}); a rule of another variant names its "
+            "options with --rule-option KEY=VALUE (reference_options in Python), e.g. k=1 for "
+            "classic Krum (docs/conformance.md)")
+
+
 def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, int], Outcome], *,
                          max_examples: int = 50, seed: int | None = None,
                          laws: list[str] | None = None, max_n: int = 13, max_D: int = 12,
@@ -411,8 +432,16 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
             opts = {**opts, "reference": lambda case, ref=ref: ref}  # an option's callable is per example
             examples = S.tie_examples(**kw) + examples
 
-        def check(case, checker=checker, opts=opts):
-            checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
+        def check(case, checker=checker, opts=opts, name=spec.name):
+            try:
+                checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
+            except L.LawViolation as exc:
+                if name != "reference_rule":
+                    raise
+                # a correct rule of another variant (classic Krum against rfrs-ref's
+                # multi-Krum) fails here: say which variant it was held to, and how to name its own
+                raise L.LawViolation(exc.law, f"{exc.message}; {_variant(rule, reference_options)}",
+                                     example=exc.example, **exc.details) from None
 
         out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
                             max_examples, seed, examples=examples))

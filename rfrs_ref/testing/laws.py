@@ -1089,9 +1089,14 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
     gt = _real(law, camouflage(st, g, t, opt), g.shape, "camouflage", "the camouflaged gradient")
     where = gt != g
     # where rfrs-ref's attack camouflages (Eq. 6 has a solution that keeps θ), an attack
-    # that changes no coordinate there is no camouflage: without this a no-op held the law
-    ref_gt, ref_where = camouflage_gradient(st["m"], st["v"], st["theta"], g, beta1=_h(opt, "beta1"),
-                                    beta2=_h(opt, "beta2"), lr_t=adam_lr_t(opt, t), eps=_h(opt, "eps"))
+    # that changes no coordinate there is no camouflage: without this a no-op held the law.
+    # "There" is where both documented forms of the equation (with ε, and the paper's
+    # without it) have a solution, so that an attack of either form can meet the law
+    hyper = dict(beta1=_h(opt, "beta1"), beta2=_h(opt, "beta2"), lr_t=adam_lr_t(opt, t),
+                 eps=_h(opt, "eps"))
+    ref_gt, with_eps = camouflage_gradient(st["m"], st["v"], st["theta"], g, **hyper)
+    _, without_eps = camouflage_gradient(st["m"], st["v"], st["theta"], g, include_eps=False, **hyper)
+    ref_where = with_eps & without_eps
     if ref_where.any() and not (where & ref_where).any():
         k = int(np.flatnonzero(ref_where)[0])
         raise LawViolation(law, f"camouflage applies at {int(ref_where.sum())} coordinate(s) (first: "

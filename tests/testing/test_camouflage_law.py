@@ -18,3 +18,20 @@ def test_camouflage_that_never_camouflages_fails():
     r, = run_optimizer_conformance("adam", Adam, max_examples=30, laws=["camouflage_same_theta"])
     assert r.status == "holds", r.message
 
+
+
+def test_both_documented_forms_of_the_camouflage_hold():
+    """The paper's Eq. 6 without ε (``include_eps=False``) is a documented form of the
+    attack: the law asks for a change only where both forms have a solution."""
+    from rfrs_ref.attack.camouflage import camouflage_gradient
+    from rfrs_ref.testing.laws import adam_lr_t
+
+    def paper_form(state, g, t, opt):
+        gt, _ = camouflage_gradient(state["m"], state["v"], state["theta"], g, beta1=opt.beta1,
+                                    beta2=opt.beta2, lr_t=adam_lr_t(opt, t), eps=opt.eps,
+                                    include_eps=False)
+        return np.asarray(gt, dtype=np.float64)
+
+    r, = run_optimizer_conformance("adam", Adam, max_examples=100, laws=["camouflage_same_theta"],
+                                   camouflage=paper_form)
+    assert r.status == "holds", r.message

@@ -208,6 +208,9 @@ def test_classic_krum_holds_against_classic_and_fails_against_the_default_multi_
     assert r.status == "holds", r.message
     r, = run_rule_conformance("krum", fn, max_examples=5, laws=["reference_rule"])
     assert r.status == "fails" and "kept by rfrs-ref" in r.message
+    # the failure says which variant it was held to and how to name another
+    assert "compared with rfrs-ref's krum (k=0: clients kept by Krum" in r.message, r.message
+    assert "--rule-option KEY=VALUE" in r.message and "k=1 for classic Krum" in r.message
 
 
 def test_ties_are_tried_first_and_pin_the_index_tie_break():
