@@ -96,6 +96,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from rfrs_ref.experiments.spec import KEY_LENGTH, RunSpec
+from rfrs_ref.experiments.worker import foreign_run_outcome
 from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 
 OUTCOME = "outcome.json"
@@ -394,11 +395,21 @@ class Store:
         The per-round summary goes to ``ROUNDS_FILE`` beside the outcome, unless it
         carries the resilience sums (plotted from it), so that outcome.json stays a
         few kilobytes whatever the number of rounds.
+
+        A directory holding a run that is not this one (a ``config.json`` of another
+        configuration, :func:`rfrs_ref.experiments.worker.refuse_foreign_run`) is never
+        overwritten: an outcome that would write files there (returned files, a per-round
+        summary) is recorded as the run's failure, with the reason, instead.
         """
         key = spec.key
         d = self.run_dir(key)
         d.mkdir(parents=True, exist_ok=True)
         outcome = dict(outcome)
+        if outcome.get("files") or outcome.get("rounds") or outcome.get("status") != "failed":
+            refused = foreign_run_outcome(d, spec)
+            if refused is not None:
+                outcome = {**refused, **{n: outcome[n] for n in ("started", "finished", "wall_s",
+                                                                 "worker") if n in outcome}}
         for name, text in (outcome.pop("files", None) or {}).items():
             atomic_write_text(d / pathlib.Path(name).name, text)
         rounds = outcome.pop("rounds", None)

@@ -62,7 +62,7 @@ from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, 
                                           summary_label_columns, tidy_rows, unfinished_reason,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
-from rfrs_ref.experiments.worker import execute_run
+from rfrs_ref.experiments.worker import execute_run, foreign_run_outcome
 
 #: share of the available memory the default LocalCluster plans to use
 MEMORY_SHARE = 0.8
@@ -564,6 +564,13 @@ def run_sweep(
                 on_event(event, spec, outcome, report)
 
         flush()
+        # a directory holding a run the sweep did not start is never cleared nor written
+        # over, wherever the run would train: recorded as failed, with the worker's reason
+        for k in list(pending):
+            refused = foreign_run_outcome(store.run_dir(k), by_key[k])
+            if refused is not None:
+                record(by_key[k], refused)
+                pending.remove(k)
         if sources:
             for k in list(pending):
                 copied = _reused_outcome(k, sources, store.path)

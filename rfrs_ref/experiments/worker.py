@@ -25,7 +25,9 @@ ends). A directory there holding a run the sweep did not start (a ``config.json`
 of another configuration) is never cleared: the run is recorded as failed,
 saying so (:func:`refuse_foreign_run`). Otherwise the worker trains in a
 temporary directory and returns the small files (``config.json``,
-``metrics.csv``, ``final_metrics.json``) in the outcome for the driver to write.
+``metrics.csv``, ``final_metrics.json``) in the outcome for the driver to write;
+the driver makes the same check before it sends a run anywhere, and never writes
+returned files over a run of another configuration (:func:`foreign_run_outcome`).
 
 Capture runs (Fig. 1) train ``rounds`` rounds with the trainer's pieces and,
 after the last round, project the clients' uploaded θᵢ − θ̄ and the gradients
@@ -155,6 +157,22 @@ def refuse_foreign_run(run_dir: pathlib.Path, spec) -> None:
                          "config.json records another configuration, or cannot be read); a "
                          "sweep never removes a run it did not start: move the directory out "
                          "of the results directory and run the sweep again")
+
+
+def foreign_run_outcome(run_dir: pathlib.Path, spec) -> dict | None:
+    """The failed outcome of run ``spec`` whose directory ``run_dir`` holds a run that is
+    not its own (:func:`refuse_foreign_run`, its reason as the error), or None when the
+    directory is the run's. The driver records it without dispatching the run, and
+    records it in place of an outcome whose returned files would overwrite that run's."""
+    try:
+        refuse_foreign_run(run_dir, spec)
+    except ValueError as exc:
+        now = _now()
+        return {"key": spec.key, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "traceback": None, "started": now, "finished": now, "wall_s": 0.0,
+                "worker": {"host": socket.gethostname(), "pid": os.getpid()},
+                "resumed_from": None}
+    return None
 
 
 def _clear(run_dir: pathlib.Path) -> None:

@@ -610,10 +610,13 @@ def test_train_never_starts_beside_a_sweeps_record(tmp_path, refused):
     assert sorted(p.name for p in out.iterdir()) == ["outcome.json"]
 
 
-def test_a_sweep_never_clears_a_run_it_did_not_start(tmp_path, tiny_sweep):
+@pytest.mark.parametrize("shared_fs", [True, False])
+def test_a_sweep_never_clears_a_run_it_did_not_start(tmp_path, tiny_sweep, shared_fs):
     # a run of another configuration in runs/<key> (written there by `train --out` of an
     # earlier version, or copied there) beside the sweep's failed record: retrying the key
-    # once cleared the directory and trained the sweep's run in its place
+    # once cleared the directory and trained the sweep's run in its place; where the
+    # workers do not share the filesystem (--scheduler, --no-shared-fs) the driver once
+    # wrote the files they returned over that run's
     from rfrs_ref.experiments.spec import load_sweep
     from rfrs_ref.experiments.sweep import run_sweep
 
@@ -624,7 +627,7 @@ def test_a_sweep_never_clears_a_run_it_did_not_start(tmp_path, tiny_sweep):
         if p.name != LOCK_NAME:
             shutil.copy(p, run_dir / p.name)
     theirs = {n: b for n, b in files(run_dir).items() if n != "outcome.json"}
-    report = run_sweep(load_sweep(spec).runs, tmp_path / "src", workers=0)
+    report = run_sweep(load_sweep(spec).runs, tmp_path / "src", workers=0, shared_fs=shared_fs)
     assert report.failed == 1 and report.finished == 0
     error = report.failures[0][1]
     assert str(run_dir) in error and "not this sweep's run" in error
@@ -632,5 +635,33 @@ def test_a_sweep_never_clears_a_run_it_did_not_start(tmp_path, tiny_sweep):
     assert {n: b for n, b in files(run_dir).items() if n != "outcome.json"} == theirs
     # moved away, the sweep's run runs
     shutil.rmtree(run_dir)
-    report = run_sweep(load_sweep(spec).runs, tmp_path / "src", workers=0)
+    report = run_sweep(load_sweep(spec).runs, tmp_path / "src", workers=0, shared_fs=shared_fs)
     assert report.finished == 1 and report.failed == 0
+
+
+def test_a_store_never_writes_returned_files_over_a_run_it_did_not_start(tmp_path, tiny_sweep):
+    # the files a worker returns (it trained elsewhere) reaching a directory that meanwhile
+    # holds a run of another configuration: recorded as the run's failure, nothing written
+    import json
+
+    from rfrs_ref.experiments.results import Store
+    from rfrs_ref.experiments.spec import load_sweep
+
+    spec, key, run_dir = _crashed(tmp_path, tiny_sweep)
+    mine = tmp_path / "mine"
+    assert invoke("train", *SMALL, "--rounds", 2, "--out", mine).exit_code == 0
+    for p in mine.iterdir():
+        if p.name != LOCK_NAME:
+            shutil.copy(p, run_dir / p.name)
+    theirs = {n: b for n, b in files(run_dir).items() if n != "outcome.json"}
+    (run_spec,) = load_sweep(spec).runs
+    returned = {"key": key, "status": "ok", "final": {"precision@5": 0.5}, "wall_s": 1.5,
+                "rounds": [{"round": 1}], "files": {n: "returned\n" for n in
+                                                    ("config.json", "metrics.csv",
+                                                     "final_metrics.json")}}
+    record = Store(tmp_path / "src").write_outcome(run_spec, returned)
+    assert record["status"] == "failed" and "final" not in record and "rounds" not in record
+    assert str(run_dir) in record["error"] and "not this sweep's run" in record["error"]
+    assert record["wall_s"] == 1.5
+    assert json.loads((run_dir / "outcome.json").read_text())["status"] == "failed"
+    assert {n: b for n, b in files(run_dir).items() if n != "outcome.json"} == theirs
