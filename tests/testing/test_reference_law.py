@@ -175,9 +175,16 @@ def test_caf_rounds_with_copied_rows_say_nothing():
     fast, oracle = adapters.rfrs("caf", backend="numba"), adapters.rfrs("caf")
     opts = _ref_options("caf")
     assert opts["skip_copies"]
-    with pytest.raises(laws.LawViolation):
-        laws.reference_rule(fast, CAF_TIE, oracle)
+    # whether the fast path's rounding of the copies' equal τ stops the filter a step
+    # apart from the oracle's depends on the CPU (the vectorised sums' grouping): on
+    # znver4 it does, on rocketlake not; with the allowance it holds either way
     laws.reference_rule(fast, CAF_TIE, oracle, **opts)
+    # a candidate 0.1% off the reference on this round fails without the allowance and
+    # is not compared with it, whatever the CPU
+    off = adapters.vector(lambda X, ns, f: oracle(X, ns, f).vector * 1.001)
+    with pytest.raises(laws.LawViolation):
+        laws.reference_rule(off, CAF_TIE, oracle)
+    laws.reference_rule(off, CAF_TIE, oracle, **opts)
     # without copies CAF is still compared: the mean is not CAF
     case = _case(np.array(_CAF_ROWS, np.float32), [20, 17, 8, 10, 21, 18], 2)
     mean = adapters.vector(lambda X, ns, f: (np.asarray(ns, float) @ np.asarray(X, float)) / ns.sum())
