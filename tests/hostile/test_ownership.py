@@ -506,7 +506,7 @@ def test_a_reused_record_never_writes_files_into_the_run_directory(tmp_path, tin
 
 
 @pytest.mark.parametrize("edit", ["model_list", "no_popularity", "infinite_history",
-                                  "metric_out_of_range"])
+                                  "metric_out_of_range", "divergence_beyond_the_rounds"])
 def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep, edit):
     import json
 
@@ -518,6 +518,9 @@ def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep,
         del record["final"]["popularity"]
     elif edit == "metric_out_of_range":  # finite, but no precision
         record["final"]["model"]["precision@1"] = 7.5
+    elif edit == "divergence_beyond_the_rounds":  # once copied, and counted as diverged
+        record.update(status="diverged", divergence={"round": 99, "reason": "non-finite scores"})
+        del record["final"]
     else:
         record["history"][-1]["precision@1"] = float("inf")
     path.write_text(json.dumps(record))
