@@ -525,6 +525,15 @@ def run_sweep(
             pending = []
         sources = [Store(d) for d in reuse_from]
         sources = [src for src in sources if src.path.resolve() != store.path.resolve()]
+        for src in sources if pending else ():
+            link = _linked_record(src, pending)
+            if link is not None:
+                # a record read through a link is another directory's, copied with this
+                # one's name as its provenance (reused_from)
+                raise ValueError(f"{link} is a link (to {os.readlink(link)}), and rfrs-ref "
+                                 "copies a run only from the files inside a --reuse-from "
+                                 "directory, never through a link; replace the link by the "
+                                 "files (or give the directory it points to); nothing was run")
 
         rows: dict[str, list[dict]] = {}  # tidy rows per recorded run, made once
 
@@ -677,6 +686,22 @@ def _not_a_result(outcome: dict, config) -> bool:
         return unfinished_reason(outcome, config.resolved()) is not None
     except (AttributeError, KeyError, TypeError, ValueError):  # a record not of this form
         return True
+
+
+def _linked_record(src: Store, keys: Sequence[str]) -> pathlib.Path | None:
+    """The first entry of ``src`` that copying the runs ``keys`` from it would read and that
+    is a symbolic link (``runs/``, a run's directory, its outcome.json or per-round
+    summary), or None. ``src`` itself may be a link: that one the user named."""
+    from rfrs_ref.experiments.results import OUTCOME, ROUNDS_FILE
+
+    if src.runs.is_symlink():
+        return src.runs
+    for k in keys:
+        d = src.run_dir(k)
+        for path in (d, d / OUTCOME, d / ROUNDS_FILE):
+            if path.is_symlink():
+                return path
+    return None
 
 
 def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> dict | None:
