@@ -309,7 +309,8 @@ def test_a_recorded_finish_before_the_last_round_is_no_result(sweep_dir, monkeyp
     monkeypatch.chdir(sweep_dir)
     res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot",
                  "--no-retry-failed")
-    assert res.exit_code == 1 and "1 recorded as finished or diverged without a result" in res.output
+    assert res.exit_code == 1
+    assert "1 recorded as finished or diverged without a result" in res.output
     from rfrs_ref.experiments.results import read_table
 
     run = read_table(sweep_dir / "out").query("key == @key")
