@@ -26,8 +26,9 @@ def _execution_options(f):
                           "LocalCluster, no for --scheduler].")(f)
     f = click.option("--retry-failed/--no-retry-failed", default=True, show_default=True,
                      help="Run again the runs recorded as failed, and those recorded as "
-                          "finished without a result (shown as failed); never those recorded "
-                          "as diverged: a divergence is an outcome. Without it a call that "
+                          "finished or diverged without a result (shown as failed); never "
+                          "those recorded as diverged at a round of the run: a divergence is "
+                          "an outcome. Without it a call that "
                           "leaves a failed run exits with status 1 all the same.")(f)
     f = click.option("--keep-state", is_flag=True,
                      help="Keep each run's final state.npz (large for the big datasets).")(f)
@@ -180,15 +181,17 @@ def _tables(out: pathlib.Path) -> None:
 
 def _recorded(report, finished: str) -> str:
     """The runs a sweep did not run because they were recorded before, by what they are:
-    finished (or diverged), failed and not retried, or recorded as finished without a
-    result (a metric that is not a finite number, a final evaluation before the last
-    round: the tables show those as failed) and not retried."""
+    finished (or diverged), failed and not retried, or recorded as finished or diverged
+    without a result (a metric that is not a finite number, a final evaluation before the
+    last round, a divergence at no round of the run: the tables show those as failed) and
+    not retried."""
     done = report.skipped - report.kept_failed - report.no_result
     return (f"{done} {finished}, "
             + (f"{report.kept_failed} failed before (not retried), " if report.kept_failed else "")
-            + (f"{report.no_result} recorded as finished without a result (a metric that is "
-               "not a finite number in [0, 1], or a final evaluation before the last round; "
-               "shown as failed, not retried), " if report.no_result else ""))
+            + (f"{report.no_result} recorded as finished or diverged without a result (a "
+               "metric that is not a finite number in [0, 1], a final evaluation before the "
+               "last round, or a divergence at no round of the run or for no reason of the "
+               "trainer's; shown as failed, not retried), " if report.no_result else ""))
 
 
 def _failed(report) -> bool:
@@ -218,8 +221,9 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
 
 def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
     """One line per run: its key, its status in ``out`` (to run, ok, failed, diverged; a
-    record of a finished run without a result is failed, as the tables show it), its
-    dataset, labels, seed and estimated memory (``--dry-run``: nothing is written)."""
+    record of a finished or diverged run without a result is failed, as the tables show
+    it), its dataset, labels, seed and estimated memory (``--dry-run``: nothing is
+    written)."""
     from rfrs_ref.experiments.results import Store, unfinished_reason
     from rfrs_ref.experiments.sweep import estimate_run_memory
 
@@ -228,7 +232,8 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
         for i, r in enumerate(runs):
             o = store.read_outcome(r.key) if out.exists() else None
             status = o.get("status") if isinstance(o, dict) else "to run"
-            if status == "ok" and unfinished_reason(o, r.config.resolved()) is not None:
+            if (status in ("ok", "diverged")
+                    and unfinished_reason(o, r.config.resolved()) is not None):
                 status = "failed"
             c = r.config
             alpha = f" α={c.byzantine_fraction:g}" if c.byzantine_fraction else ""

@@ -215,13 +215,41 @@ def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> flo
 
 
 def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> set:
-    """The seeds on which ``series`` diverged, in one cell (dataset, α)."""
+    """The seeds on which ``series`` diverged, in one cell (dataset, α).
+
+    A row of status ``diverged`` whose ``diverged_round`` is not a round of the run (an
+    integer from 1 to its ``rounds``; both columns present) is refused with
+    :class:`TableError`: a run stops at the round whose state or scores are not finite,
+    and a divergence at no round of it (an edited table) would count against its series.
+    An empty ``diverged_round`` passes (a divergence recorded by an early version, whose
+    round is unknown)."""
     t = table
     sel = ((t["status"] == "diverged") & (t[series_col].astype(str) == series)
            & (t["dataset"] == dataset))
     if alpha is not None:
         sel &= np.isclose(t["alpha"].astype(float), float(alpha))
+    if "diverged_round" in t.columns and "rounds" in t.columns:
+        for i, seed, at, rounds in zip(t.index[sel], t.loc[sel, "seed"],
+                                       t.loc[sel, "diverged_round"], t.loc[sel, "rounds"]):
+            _check_diverged_round(at, rounds, f"{_line(t, i)}series {series!r}, seed {seed!r}")
     return {_seed(t, i, seed, series) for i, seed in zip(t.index[sel], t.loc[sel, "seed"])}
+
+
+def _check_diverged_round(at, rounds, where: str) -> None:
+    """Refuse a diverged row whose ``diverged_round`` ``at`` is not an integer in
+    1..``rounds`` (empty ``at`` or ``rounds``: nothing to check)."""
+    import pandas as pd
+
+    if pd.isna(at) or pd.isna(rounds):
+        return
+    try:
+        t, last = float(at), float(rounds)
+    except (TypeError, ValueError):
+        t = last = math.nan
+    if not (t.is_integer() and 1.0 <= t <= last):
+        raise TableError(f"{where}: a diverged run (status diverged) whose diverged_round "
+                         f"{at!r} is not a round of the run (1 to {rounds!r}): a run diverges "
+                         "at a round it trained; run the sweep again (it runs such a run again)")
 
 
 def _values(table, series: str, *, dataset: str, alpha, metric: str, k: int,

@@ -508,8 +508,7 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
                                for x in runs.get("label_series", runs["method"])]).sort_values("_o")
         panels = []
         for _, r in runs.iterrows():
-            outcome = run_path(base, r["run_dir"]) / "outcome.json"
-            capture = json.loads(outcome.read_text())["capture"]
+            capture = _capture(run_path(base, r["run_dir"]) / "outcome.json")
             label = r["label_series"] if "label_series" in runs.columns else r["model"]
             panels.append((f"{plots.DATASET_NAMES.get(r['dataset'], r['dataset'])}, {label}",
                            capture))
@@ -528,6 +527,54 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
                                        panels=panels, series_order=fig.series,
                                        title=f"{fig.title}: resilience sums", notes=notes)
     return paths
+
+
+def _capture(path: pathlib.Path) -> dict:
+    """The ``capture`` record of a finished capture run's outcome.json at ``path``, checked
+    for what Fig. 1 draws: ``byzantine``, one boolean per captured client; ``theta_pca`` and
+    ``gradient_pca``, one pair of finite coordinates per client (matplotlib leaves a NaN
+    or ±inf point out without a word); ``theta_explained`` and ``gradient_explained``,
+    two finite shares of variance; and the separations ``theta`` and ``gradient``, finite
+    numbers where recorded (verdict --claim pca refuses the same run).
+
+    Raises:
+        ValueError: naming the file and the first field that is not of this form.
+    """
+    try:
+        o = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        reason = str(exc).split("\n")[0]
+        raise ValueError(f"{path}: not a readable run record ({reason})") from None
+    capture = o.get("capture") if isinstance(o, dict) else None
+    if not isinstance(capture, dict):
+        raise ValueError(f"{path}: a finished capture run without its capture record")
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    byz = capture.get("byzantine")
+    if not isinstance(byz, list) or not byz or not all(isinstance(b, bool) for b in byz):
+        raise ValueError(f"{path}: capture.byzantine is not a list of booleans, one per client")
+    for key in ("theta_pca", "gradient_pca"):
+        xy = capture.get(key)
+        if not (isinstance(xy, list) and len(xy) == len(byz)
+                and all(isinstance(p, list) and len(p) == 2 and all(map(number, p))
+                        for p in xy)):
+            raise ValueError(f"{path}: capture.{key} is not {len(byz)} pairs of finite "
+                             "coordinates (one per client of capture.byzantine)")
+    for key in ("theta_explained", "gradient_explained"):
+        ev = capture.get(key)
+        if not (isinstance(ev, list) and len(ev) == 2 and all(map(number, ev))):
+            raise ValueError(f"{path}: capture.{key} is {ev!r}, not two finite shares of "
+                             "variance")
+    sep = capture.get("separation") or {}
+    if not isinstance(sep, dict):
+        raise ValueError(f"{path}: capture.separation is not an object")
+    for key in ("theta", "gradient"):
+        if sep.get(key) is not None and not number(sep[key]):
+            raise ValueError(f"{path}: capture.separation.{key} = {sep[key]!r} is not a "
+                             "finite number (a finished capture run records it as one)")
+    return capture
 
 
 def left_out_notes(left: Sequence[tuple[RunSpec, Exception]]) -> list[str]:

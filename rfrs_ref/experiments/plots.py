@@ -348,11 +348,14 @@ def _points(path: pathlib.Path, history: list[dict], name: str) -> dict[int, flo
     """round -> value of the metric ``name`` (``precision@5``) in a finished run's history.
 
     A row without the metric (a run recorded before the metric existed) has no
-    point. A value that is not a finite number is an error naming the file and
-    round: a finished run's metrics are finite by construction (a non-finite
-    score makes the run diverge, and a diverged run is not drawn), so such a
+    point. A value that is not a finite number in [0, 1] (every metric is a fraction;
+    NDCG's ratio may round a hair above 1: ``results.METRIC_MAX``) is an error naming the
+    file and round: a finished run's metrics are such numbers by construction (a
+    non-finite score makes the run diverge, and a diverged run is not drawn), so such a
     value is a damaged record, and averaging around it would draw a curve over
-    fewer runs than the table holds."""
+    fewer runs than the table holds, or through a 7.5."""
+    from rfrs_ref.experiments.results import METRIC_MAX
+
     pts = {}
     for i, row in enumerate(history):
         v = row.get(name)
@@ -366,6 +369,10 @@ def _points(path: pathlib.Path, history: list[dict], name: str) -> dict[int, flo
             raise ValueError(f"{path}: round {int(t)}: {name} = {v!r} is not a finite number; "
                              "the run is recorded as finished (status ok), whose metrics are "
                              "finite numbers")
+        if not 0.0 <= v <= METRIC_MAX:
+            raise ValueError(f"{path}: round {int(t)}: {name} = {v!r} is not a metric in "
+                             "[0, 1]; the run is recorded as finished (status ok), whose "
+                             "metrics are fractions")
         pts[int(t)] = float(v)
     return pts
 

@@ -631,13 +631,17 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
         "excluded_honest": sel.get("excluded_honest"),
         "evaluated_clients": (final.get("model") or {}).get("n_users"),
     })
-    if outcome.get("status") == "ok":
+    if outcome.get("status") in ("ok", "diverged"):
         reason = unfinished_reason(outcome, config)
         if reason is not None:
             # an edited or damaged outcome.json: no row may read like a normal number, and no
             # mean, verdict or ranking may count it (nor silently leave it out: it is failed)
             base["status"] = "failed"
-            base["error"] = f"outcome.json {reason}; the run's metrics are left out of the tables"
+            base["error"] = f"outcome.json {reason}; " + (
+                "the run's metrics are left out of the tables" if outcome.get("status") == "ok"
+                else "the run is not counted as diverged")
+            base.pop("diverged_round", None)
+            base.pop("diverged_reason", None)
             return [{**base, "k": None, "metric": None, "value": None}]
     if outcome.get("status") != "ok":
         return [{**base, "k": None, "metric": None, "value": None}]
@@ -687,8 +691,8 @@ def non_finite_metric(final: Mapping, ks) -> tuple[str, object] | None:
 
 
 def unfinished_reason(outcome: Mapping, config) -> str | None:
-    """Why ``outcome``, a record with status ``ok``, is not a finished run's result, or None
-    when it is one (and for a record of any other status).
+    """Why ``outcome``, a record with status ``ok`` or ``diverged``, is not a finished (or
+    diverged) run's result, or None when it is one (and for a record of any other status).
 
     A finished run's record holds its final evaluation (``final``), made after the last of
     the ``config.rounds`` rounds (``final.round`` is that number), without a status of its
@@ -697,6 +701,10 @@ def unfinished_reason(outcome: Mapping, config) -> str | None:
     that says ``ok`` but is not of this form (edited, damaged, or copied from a run that
     stopped early) is no result: the tables show it as failed and a sweep runs it again.
 
+    A diverged run's record says where and why (``divergence``, :func:`divergence_reason`):
+    a record of status ``diverged`` that does not is no result either, and counts as no
+    divergence (the verdict's worse series is the one that diverged on more seeds).
+
     Args:
         outcome: the record as read (untrusted: any JSON).
         config: the run's resolved configuration (``rounds`` and ``ks`` are read).
@@ -704,6 +712,8 @@ def unfinished_reason(outcome: Mapping, config) -> str | None:
         The reason, worded to follow "outcome.json" (e.g. "records precision@1 = nan, not a
         finite number in [0, 1]"), or None.
     """
+    if outcome.get("status") == "diverged":
+        return divergence_reason(outcome.get("divergence"), getattr(config, "rounds", None))
     if outcome.get("status") != "ok":
         return None
     final = outcome.get("final")
@@ -724,6 +734,28 @@ def unfinished_reason(outcome: Mapping, config) -> str | None:
         # a finished run's metrics are finite numbers by construction (a non-finite score
         # makes the run diverge)
         return f"records {bad[0]} = {bad[1]!r}, not a finite number in [0, 1]"
+    return None
+
+
+def divergence_reason(divergence, rounds) -> str | None:
+    """Why ``divergence``, the ``divergence`` of a record of status ``diverged``, is not a
+    run's divergence, or None when it is one: an object whose ``round`` is an integer in
+    1..``rounds`` (the trainer stops a run at the round t ≥ 1 whose state or scores are not
+    finite; round 0 is a configuration error, never a divergence) and whose ``reason`` is
+    one of the trainer's two (``DIVERGED_STATE``, ``DIVERGED_SCORES``). Worded, like
+    :func:`unfinished_reason`'s reasons, to follow "outcome.json"."""
+    from rfrs_ref.federated.trainer import DIVERGED_SCORES, DIVERGED_STATE
+
+    if not isinstance(divergence, dict):
+        return "records status 'diverged' without its divergence (the round and the reason)"
+    t, reason = divergence.get("round"), divergence.get("reason")
+    if isinstance(t, bool) or not isinstance(t, int) or not (
+            1 <= t <= (rounds if isinstance(rounds, int) else t)):
+        return (f"records a divergence at round {t!r}, not a round of the run (1 to "
+                f"{rounds!r})")
+    if reason not in (DIVERGED_STATE, DIVERGED_SCORES):
+        return (f"records a divergence for the reason {reason!r}, not one of the trainer's "
+                f"({DIVERGED_STATE!r}, {DIVERGED_SCORES!r})")
     return None
 
 

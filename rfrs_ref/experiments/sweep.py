@@ -88,10 +88,11 @@ class SweepReport:
         total: runs in the sweep; skipped: not run by this call because recorded before it
             (finished or diverged, and ``kept_failed`` and ``no_result`` of them);
         kept_failed: skipped runs whose earlier failure is kept (``retry_failed`` False);
-        no_result: skipped runs (``retry_failed`` False) recorded as finished whose record
-            holds no result (a metric that is not a finite number in [0, 1], a final
-            evaluation before the last round...: ``results.unfinished_reason``; a damaged or
-            edited outcome.json): the tables show them as failed, and like ``kept_failed``
+        no_result: skipped runs (``retry_failed`` False) recorded as finished or diverged
+            whose record holds no result (a metric that is not a finite number in [0, 1], a
+            final evaluation before the last round, a divergence at no round of the run...:
+            ``results.unfinished_reason``; a damaged or edited outcome.json): the tables
+            show them as failed, and like ``kept_failed``
             they are failures the call leaves in place;
         reused: copied by this call from another directory's record (``reuse_from``);
         finished, diverged, failed: runs of this call that finished, diverged or failed.
@@ -423,7 +424,7 @@ def run_sweep(
         shared_fs: whether the workers see ``out`` (None: True for a LocalCluster
             and in process, False for a remote scheduler or a given client).
         retry_failed: run again the runs whose recorded outcome is a failure, and those
-            recorded as finished whose record holds no result (shown as failed).
+            recorded as finished or diverged whose record holds no result (shown as failed).
         keep_state: keep each run's final ``state.npz``.
         low_memory: robust runs hold their uploads a batch of clients at a time
             (``Trainer(low_memory=True)``): the same results, in less memory.
@@ -495,8 +496,8 @@ def run_sweep(
         if compacted:
             # outcomes written before provenance.json existed: say what they tell of their runs
             record_reconstructed(store.path, list(outcomes.values()))
-        # a record that says "ok" but holds no result is a failure: shown as one in the
-        # tables, run again like one, and never counted as done
+        # a record that says "ok" or "diverged" but holds no result is a failure: shown as
+        # one in the tables, run again like one, and never counted as done
         no_result = {k for k in keys if k in outcomes
                      and _not_a_result(outcomes[k], by_key[k].config)}
         done = {k for k in keys if k in outcomes and k not in no_result
@@ -524,6 +525,15 @@ def run_sweep(
             pending = []
         sources = [Store(d) for d in reuse_from]
         sources = [src for src in sources if src.path.resolve() != store.path.resolve()]
+        for src in sources if pending else ():
+            link = _linked_record(src, pending)
+            if link is not None:
+                # a record read through a link is another directory's, copied with this
+                # one's name as its provenance (reused_from)
+                raise ValueError(f"{link} is a link (to {os.readlink(link)}), and rfrs-ref "
+                                 "copies a run only from the files inside a --reuse-from "
+                                 "directory, never through a link; replace the link by the "
+                                 "files (or give the directory it points to); nothing was run")
 
         rows: dict[str, list[dict]] = {}  # tidy rows per recorded run, made once
 
@@ -665,16 +675,33 @@ def _runs_concerned(which: Sequence[str]) -> str:
 
 
 def _not_a_result(outcome: dict, config) -> bool:
-    """Whether ``outcome`` is recorded as finished (``ok``) but holds no result the tables
-    count (:func:`~rfrs_ref.experiments.results.unfinished_reason`: no final evaluation, one
-    before the configuration's last round, a metric that is not a finite number in [0, 1]:
-    a damaged or edited record); ``config`` is the run's configuration."""
-    if outcome.get("status") != "ok":
+    """Whether ``outcome`` is recorded as finished (``ok``) or diverged but holds no result
+    the tables count (:func:`~rfrs_ref.experiments.results.unfinished_reason`: no final
+    evaluation, one before the configuration's last round, a metric that is not a finite
+    number in [0, 1], a divergence without a round of the run or the trainer's reason: a
+    damaged or edited record); ``config`` is the run's configuration."""
+    if outcome.get("status") not in ("ok", "diverged"):
         return False
     try:
         return unfinished_reason(outcome, config.resolved()) is not None
     except (AttributeError, KeyError, TypeError, ValueError):  # a record not of this form
         return True
+
+
+def _linked_record(src: Store, keys: Sequence[str]) -> pathlib.Path | None:
+    """The first entry of ``src`` that copying the runs ``keys`` from it would read and that
+    is a symbolic link (``runs/``, a run's directory, its outcome.json or per-round
+    summary), or None. ``src`` itself may be a link: that one the user named."""
+    from rfrs_ref.experiments.results import OUTCOME, ROUNDS_FILE
+
+    if src.runs.is_symlink():
+        return src.runs
+    for k in keys:
+        d = src.run_dir(k)
+        for path in (d, d / OUTCOME, d / ROUNDS_FILE):
+            if path.is_symlink():
+                return path
+    return None
 
 
 def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> dict | None:
@@ -684,8 +711,8 @@ def _reused_outcome(key: str, sources: Sequence[Store], out: pathlib.Path) -> di
     An outcome counts only if the configuration it records hashes to ``key`` (a record
     of another run, or one edited by hand, is not taken for this one), and only when
     finished or diverged: a failure says nothing about the run's result, nor does a
-    record of a finished run that holds no result (:func:`_not_a_result`), nor one whose
-    per-round summary cannot be read.
+    record of a finished or diverged run that holds no result (:func:`_not_a_result`),
+    nor one whose per-round summary cannot be read.
     """
     for src in sources:
         o = src.read_outcome(key)

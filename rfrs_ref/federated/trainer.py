@@ -171,6 +171,33 @@ class Diverged(NonFiniteState):
                 "checkpoint": self.checkpoint}
 
 
+def _private_problems(trainer: "Trainer", private: dict, t: int) -> list[str]:
+    """What keeps ``private``, a checkpoint's private client state at round ``t``, from being
+    the one :meth:`Trainer.initial_state` starts and the rounds update: each of the
+    optimiser's arrays, one row of the model's dimension per user in the run's dtype (a
+    float64 row in a float32 run would be trained in another precision, an int64 one
+    rounded at every step), and ``steps``, the int64 count of rounds each client took
+    part in (0 to ``t``: its bias corrections follow it)."""
+    n, dim = trainer.data.n_users, int(trainer.model.dim)
+    template = trainer.optimizer.init(np.zeros(dim, dtype=trainer.dtype))
+    want = {k: (np.dtype(v.dtype), (n, dim)) for k, v in template.items()}
+    want["steps"] = (np.dtype(np.int64), (n,))
+    problems = []
+    if set(private) != set(want):
+        problems.append(f"private arrays {sorted(private)}, expected {sorted(want)}")
+    for k, (dt, shape) in want.items():
+        v = private.get(k)
+        if v is not None and (v.dtype != dt or v.shape != shape):
+            problems.append(f"private {k!r} is {v.dtype}{list(v.shape)}, expected "
+                            f"{dt}{list(shape)}")
+    steps = private.get("steps")
+    if (steps is not None and steps.dtype == np.int64 and steps.size
+            and not (0 <= int(steps.min()) and int(steps.max()) <= t)):
+        problems.append(f"private 'steps' runs from {int(steps.min())} to {int(steps.max())}, "
+                        f"outside 0..{t} (a client takes part in a round at most once)")
+    return problems
+
+
 def first_non_finite(arrays: Mapping[str, np.ndarray],
                      norms: Mapping[str, float] | None = None) -> tuple[str, int, int] | None:
     """(name, number of non-finite values, size) of the first floating-point array of
@@ -884,10 +911,8 @@ class RunDirectory:
                 problems.append(f"state {k!r} is {v.dtype}{list(v.shape)}, expected {dt}[{D}]")
         if (private is not None) != trainer.model.has_private:
             problems.append("private client state " + ("missing" if private is None else "unexpected"))
-        for k, v in (private or {}).items():
-            if v.ndim < 1 or v.shape[0] != trainer.data.n_users:
-                problems.append(f"private {k!r} has shape {list(v.shape)}, expected "
-                                f"{trainer.data.n_users} rows")
+        elif private is not None:
+            problems += _private_problems(trainer, private, t)
         old = {k: v for k, v in (acc.resilience.items() if isinstance(acc.resilience, dict) else ())
                if isinstance(v, float) and not math.isfinite(v)}
         if old:

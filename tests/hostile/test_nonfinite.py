@@ -252,7 +252,7 @@ def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, 
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     # once: the final line counted it among the runs "skipped (already finished)"
     assert "1 skipped (already finished)" in res.output, res.output
-    assert "1 recorded as finished without a result" in res.output
+    assert "1 recorded as finished or diverged without a result" in res.output
     from rfrs_ref.experiments.results import read_table
 
     table = read_table(sweep_dir / "out")
@@ -309,7 +309,8 @@ def test_a_recorded_finish_before_the_last_round_is_no_result(sweep_dir, monkeyp
     monkeypatch.chdir(sweep_dir)
     res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot",
                  "--no-retry-failed")
-    assert res.exit_code == 1 and "1 recorded as finished without a result" in res.output
+    assert res.exit_code == 1
+    assert "1 recorded as finished or diverged without a result" in res.output
     from rfrs_ref.experiments.results import read_table
 
     run = read_table(sweep_dir / "out").query("key == @key")
@@ -327,6 +328,60 @@ def test_a_recorded_finish_before_the_last_round_is_no_result(sweep_dir, monkeyp
     stale = pd.concat([ok.assign(label_series="S"), ok.assign(label_series="T", final_round=1)])
     with pytest.raises(TableError, match="series 'T'.*not of its last round"):
         paired_difference(stale, "S", "T", dataset="synthetic", metric="precision", k=1)
+
+
+@pytest.mark.parametrize("divergence, said", [
+    ({"round": 99, "reason": "non-finite scores"}, "divergence at round 99"),
+    ({"round": 0, "reason": "non-finite server state"}, "divergence at round 0"),
+    ({"round": 1, "reason": "because"}, "for the reason 'because'"),
+    (None, "without its divergence"),
+])
+def test_a_recorded_divergence_at_no_round_of_the_run_is_no_result(sweep_dir, monkeypatch,
+                                                                   divergence, said):
+    # a run of 2 rounds recorded "diverged" at round 99 for a reason of no trainer's was
+    # skipped as diverged (exit 0), shown as diverged in the tables and counted against its
+    # series by the verdict
+    def change(o):
+        o["status"] = "diverged"
+        o.pop("final", None)
+        o["divergence"] = divergence
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot",
+                 "--no-retry-failed")
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "1 recorded as finished or diverged without a result" in res.output, res.output
+    from rfrs_ref.experiments.results import read_table
+
+    run = read_table(sweep_dir / "out").query("key == @key")
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    assert said in run["error"].iloc[0] and "not counted as diverged" in run["error"].iloc[0]
+    again = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot")
+    assert again.exit_code == 0 and "1 skipped (already finished), 1 finished" in again.output
+    assert key in set(_ok_rows(sweep_dir)["key"])
+
+
+@pytest.mark.parametrize("at", [99, 0, 1.5, "x"])
+def test_verdict_refuses_a_diverged_row_at_no_round_of_the_run(sweep_dir, at):
+    # a table edited to say that series T diverged at round 99 of 2 once made T the worse
+    # series ("diverged 0/2 vs 1/2") without a word
+    from rfrs_ref.experiments.claims import TableError, paired_difference
+
+    ok = _ok_rows(sweep_dir)
+    seed = ok["seed"].iloc[0]
+    gone = ok[ok["seed"] == seed].iloc[[0]].assign(
+        status="diverged", metric=None, k=None, value=None, diverged_round=at)
+    good = pd.concat([ok.assign(label_series="S"), ok.assign(label_series="T")])
+    edited = pd.concat([good[(good["label_series"] == "S") | (good["seed"] != seed)],
+                        gone.assign(label_series="T")], ignore_index=True)
+    with pytest.raises(TableError, match=f"series 'T', seed {seed}: .*diverged_round "
+                                         r"\S+ is not a round of the run \(1 to 2\)"):
+        paired_difference(edited, "S", "T", dataset="synthetic", metric="precision", k=1)
+    sound = edited.assign(diverged_round=edited["diverged_round"].where(
+        edited["status"] != "diverged", 2))
+    p = paired_difference(sound, "S", "T", dataset="synthetic", metric="precision", k=1)
+    assert (p.diverged_a, p.diverged_b) == (0, 1)
 
 
 @pytest.mark.parametrize("value,said", [("inf", "value inf is not a metric in [0, 1]"),

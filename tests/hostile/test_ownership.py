@@ -506,7 +506,7 @@ def test_a_reused_record_never_writes_files_into_the_run_directory(tmp_path, tin
 
 
 @pytest.mark.parametrize("edit", ["model_list", "no_popularity", "infinite_history",
-                                  "metric_out_of_range"])
+                                  "metric_out_of_range", "divergence_beyond_the_rounds"])
 def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep, edit):
     import json
 
@@ -518,6 +518,9 @@ def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep,
         del record["final"]["popularity"]
     elif edit == "metric_out_of_range":  # finite, but no precision
         record["final"]["model"]["precision@1"] = 7.5
+    elif edit == "divergence_beyond_the_rounds":  # once copied, and counted as diverged
+        record.update(status="diverged", divergence={"round": 99, "reason": "non-finite scores"})
+        del record["final"]
     else:
         record["history"][-1]["precision@1"] = float("inf")
     path.write_text(json.dumps(record))
@@ -525,6 +528,37 @@ def test_a_malformed_reused_record_is_run_again_not_copied(tmp_path, tiny_sweep,
                  "--reuse-from", tmp_path / "src")
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     assert "reused_from" not in json.loads((tmp_path / "d" / "runs" / key / "outcome.json").read_text())
+
+
+@pytest.mark.parametrize("linked", ["runs", "run", "outcome", "rounds"])
+def test_a_reused_record_is_never_read_through_a_link(tmp_path, tiny_sweep, linked, refused):
+    # --reuse-from src, whose runs/<key> (or runs/, outcome.json, round_summary.json) was a
+    # link to another results directory's, copied that directory's record with "../src" as
+    # its provenance (reused_from) and exited 0
+    import shutil
+
+    spec, key, path = _source(tmp_path, tiny_sweep)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(tmp_path / "src", elsewhere)
+    run = tmp_path / "src" / "runs" / key
+    run.parent.mkdir(parents=True)
+    if linked == "runs":
+        run.parent.rmdir()
+        link, target = run.parent, elsewhere / "runs"
+    elif linked == "run":
+        link, target = run, elsewhere / "runs" / key
+    else:
+        run.mkdir()
+        name = "outcome.json" if linked == "outcome" else "round_summary.json"
+        for f in ("outcome.json", "round_summary.json"):
+            if f != name:
+                shutil.copy(elsewhere / "runs" / key / f, run / f)
+        link, target = run / name, elsewhere / "runs" / key / name
+    link.symlink_to(target)
+    res = invoke("sweep", spec, "--out", tmp_path / "d", "--workers", 0, "--no-plot",
+                 "--reuse-from", tmp_path / "src")
+    refused(res, str(link), "is a link", "--reuse-from", "nothing was run")
+    assert not (tmp_path / "d" / "runs").exists()
 
 
 def test_a_malformed_record_in_the_output_is_one_line_naming_it(tmp_path, tiny_sweep, refused):

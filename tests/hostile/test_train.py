@@ -532,6 +532,45 @@ def test_resume_from_a_checkpoint_of_another_run(run_copy, tamper):
     assert snapshot(run_copy) == before
 
 
+@pytest.fixture
+def fmf_copy(train_finished, tmp_path):
+    """A copy of a finished 4-round FMF run (private client vectors), afresh per test."""
+    import shutil
+
+    d = tmp_path / "fmf"
+    shutil.copytree(train_finished(*SMALL, "--backend", "numpy", "--model", "fmf"), d)
+    return d
+
+
+@pytest.mark.parametrize("tamper, needle", [
+    (lambda z: z.update(private_theta=z["private_theta"].astype(np.float64)),
+     "private 'theta' is float64[100, 64], expected float32[100, 64]"),
+    (lambda z: z.update(private_theta=np.zeros(z["private_theta"].shape, np.int64)),
+     "private 'theta' is int64[100, 64]"),
+    (lambda z: z.update(private_v=z["private_v"][:, :1]), "private 'v' is float32[100, 1]"),
+    (lambda z: z.pop("private_m"), "expected ['m', 'steps', 'theta', 'v']"),
+    (lambda z: z.update(private_steps=z["private_steps"] + 10), "outside 0..4"),
+    (lambda z: z.update(private_steps=z["private_steps"].astype(np.float64)),
+     "private 'steps' is float64[100], expected int64[100]"),
+])
+def test_resume_refuses_private_client_state_of_another_form(fmf_copy, tamper, needle):
+    # only the private arrays' first dimension was checked: with private_theta in float64 or
+    # as int64 zeros, private_m left out or the step counts 10 rounds ahead, --resume exited
+    # 0 and wrote them into the final state.npz (a resume from round 2 ended on "Error: m")
+    z = read_npz(fmf_copy / "checkpoint.npz")
+    tamper(z)
+    np.savez(fmf_copy / "checkpoint.npz", **z)
+    before = snapshot(fmf_copy)
+    assert_refused(invoke("train", "--resume", fmf_copy), "checkpoint.npz", "does not belong",
+                   needle)
+    assert snapshot(fmf_copy) == before
+
+
+def test_resume_keeps_a_sound_private_client_state(fmf_copy):
+    res = invoke("train", "--resume", fmf_copy)
+    assert res.exit_code == 0, res.output
+
+
 @pytest.mark.parametrize("text", ["", "{not json", "[1, 2]", '{"config": {"rounds": "many"}}',
                                   '{"config": {"colour": 1}}', "\x00\xff\xfe"])
 def test_resume_with_a_garbage_config(run_copy, text):
