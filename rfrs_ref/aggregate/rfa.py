@@ -9,7 +9,7 @@ import numpy as np
 
 from rfrs_ref.aggregate.base import AggregationResult, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.combine import finite_clients
-from rfrs_ref.kernels.weiszfeld import geometric_median
+from rfrs_ref.kernels.weiszfeld import geometric_median_weights
 from rfrs_ref.params import hyper
 
 
@@ -72,8 +72,8 @@ class RFA(Rule):
         if not ok.any():
             raise ValueError("rfa: every client holds NaN or ±inf in its features or uploads; "
                              "there is nothing finite to aggregate")
-        gm = geometric_median(X, np.where(ok, n_samples, 0.0), nu=self.nu, tol=self.tol,
-                              max_iter=self.max_iter, backend=backend, finite=ok)
+        gm = geometric_median_weights(X, np.where(ok, n_samples, 0.0), nu=self.nu, tol=self.tol,
+                                      max_iter=self.max_iter, backend=backend, finite=ok)
         w = gm["alpha"] / gm["alpha"].sum()
         out = combine(arrays, w, backend)
         diag = {"iterations": gm["iterations"], "converged": gm["converged"],

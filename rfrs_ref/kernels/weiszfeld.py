@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit, prange
 
 from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
-from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
+from rfrs_ref.kernels.distances import as_float_matrix, n_chunks, pairwise_sq_dists64, sq_dists64_error
 
 BLOCK = 512
 
@@ -195,6 +195,7 @@ def geometric_median(
     max_iter: int = 100,
     backend: str = "numba",
     finite: np.ndarray | None = None,
+    method: str = "auto",
 ) -> dict:
     """Smoothed Weiszfeld from the weighted mean of the finite rows.
 
@@ -218,15 +219,73 @@ def geometric_median(
     Huge but finite rows keep a positive weight: distances whose sum of squares
     overflows are measured in scaled form (module docstring).
 
+    Two ways to take the steps (``method``), the same iteration:
+
+    - ``"passes"``: each step is one pass over X (:func:`weiszfeld_pass`), which
+      computes z and every distance to it.
+    - ``"distances"``: every iterate is z = Σⱼ aⱼxⱼ with aⱼ = αⱼ/Σα, so with the
+      matrix Dⱼₖ = ‖xⱼ − xₖ‖² of the finite rows (one pass,
+      :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists64`)
+
+          ‖z − xᵢ‖² = Σⱼ aⱼDⱼᵢ − ½ Σⱼₖ aⱼaₖDⱼₖ,   ‖z − z′‖² = −½ Σⱼₖ cⱼcₖDⱼₖ (c = a − a′),
+
+      and a step costs O(n²) instead of a pass over n × D values. The identity
+      subtracts, so each value is checked against its rounding bound: with
+      ε = ε_D + (2n + 6)u (ε_D the matrix's bound, u = 2⁻⁵³), the computed
+      ‖z − xᵢ‖² errs by at most Bᵢ = ε · (Σⱼ aⱼDⱼᵢ + ½ aᵀDa). A step whose every
+      Bᵢ ≤ ρ · max(‖z − xᵢ‖², ν²), ρ = 2⁻³⁰ (each distance, and so each weight
+      αᵢ, within about 5e-10 of its exact value at that iterate), is taken on the
+      matrix; otherwise (z at a data point, or a row so far out that its pull
+      cancels the others' digits) the iteration goes on in passes from that
+      step, computing z itself once. The stopping test is decided on the matrix
+      only when ‖z − z′‖² ± its bound ε · ½ |c|ᵀD|c| falls on one side of the
+      threshold; otherwise z and z′ are computed and the test is taken on them.
+      The z returned is computed once at the end (``want_z``). Rows with inf
+      distances in the matrix (float64 rows beyond about 1e154) take the passes
+      throughout.
+
+    ``"auto"`` (the default) takes the distances on the numba backend when
+    2 ≤ n_finite ≤ 100 (the matrix costs about (n − 1)/11 passes, and RFA's rounds
+    take about 9–20 steps), the passes otherwise (the NumPy oracle and CUDA always
+    pass). With ``tol = 0`` the iteration stops only where the weights did not move
+    at all (the passes stop where z did not, which rounding can reach a step sooner).
+    The two differ in the last bits of the distances (both within about 1e-13 of
+    exact arithmetic, the matrix's by the bound above), so their weights agree to
+    about ρ, and where a stopping test falls within rounding of its threshold
+    they may stop one step apart, as two backends may.
+
     Returns a dict: ``z`` (float64 (D,)), ``dist`` (float64 (n,) distances to z),
     ``alpha`` (the final Weiszfeld weights wᵢ / max(ν, ‖z − xᵢ‖), 0 for
     infinitely far rows, not normalised), ``iterations``, ``converged``,
     ``objective`` (history, one value per iterate), ``last_step`` (‖z_t − z_{t−1}‖),
-    ``start``.
+    ``start``, ``method`` (``"passes"``, ``"distances"``, or
+    ``"distances, then passes from step k"``).
 
     ``finite`` (optional, (n,) bool) marks the rows allowed to take part, when
     the caller already knows it; rows with weight 0 never take part either.
+    ``want_z=False`` (a keyword of :func:`geometric_median_weights`) skips the
+    final z on the distances path.
     """
+    return _geometric_median(X, weights, nu=nu, tol=tol, max_iter=max_iter, backend=backend,
+                             finite=finite, method=method, want_z=True)
+
+
+def geometric_median_weights(X, weights, **kw) -> dict:
+    """:func:`geometric_median` for a caller that needs the weights only: on the
+    distances path the final z is not computed (``z`` is None)."""
+    return _geometric_median(X, weights, want_z=False, **kw)
+
+
+#: Largest number of finite rows for which ``method="auto"`` steps on the matrix.
+GRAM_MAX_ROWS = 100
+#: Relative accuracy a squared distance from the identity must be certain of.
+GRAM_RHO = 2.0 ** -30
+
+
+def _geometric_median(X, weights, *, nu=1e-6, tol=1e-6, max_iter=100, backend="numba",
+                      finite=None, method="auto", want_z=True) -> dict:
+    if method not in ("auto", "passes", "distances"):
+        raise ValueError(f"unknown method {method!r}; choose one of: auto, passes, distances")
     X = np.asarray(X)
     w = np.asarray(weights, dtype=np.float64)
     if finite is None:
@@ -236,21 +295,42 @@ def geometric_median(
     finite = finite & (w > 0)
     if not finite.any():
         raise ValueError("the geometric median needs at least one finite row; every row holds NaN or ±inf")
-    alpha = np.where(finite, w, 0.0)
-    z, dist = weiszfeld_pass(X, alpha, backend=backend)
-    start = "mean"
-    if not (dist[finite] <= SQRT_DBL_MAX).any():
-        # Weiszfeld from that far out approaches the majority by a constant factor
-        # per step: hundreds of steps from 1e200
-        start = "median"
-        z = np.median(np.asarray(X, dtype=np.float64)[finite], axis=0)
-        dist = distances_to_numpy(X, z)
-    dist = np.where(finite, dist, np.inf)
-    use = np.isfinite(dist) & finite
-    objective = [float(np.dot(w[use], dist[use]))]
+    nf = int(finite.sum())
+    if method == "distances" and backend != "numba":
+        raise ValueError(f"method='distances' runs on the numba backend, not {backend!r}")
+    if method == "distances" or (method == "auto" and backend == "numba" and 2 <= nf <= GRAM_MAX_ROWS):
+        res = _geometric_median_distances(X, w, finite, nu=nu, tol=tol, max_iter=max_iter,
+                                          want_z=want_z)
+        if res is not None:
+            return res
+    return _geometric_median_passes(X, w, finite, nu=nu, tol=tol, max_iter=max_iter, backend=backend)
+
+
+def _geometric_median_passes(X, w, finite, *, nu, tol, max_iter, backend, resume=None) -> dict:
+    """The iteration in passes over X; ``resume`` = (z, dist, iterations, objective,
+    step) continues one that the distances path started."""
+    if resume is None:
+        alpha = np.where(finite, w, 0.0)
+        z, dist = weiszfeld_pass(X, alpha, backend=backend)
+        start = "mean"
+        if not (dist[finite] <= SQRT_DBL_MAX).any():
+            # Weiszfeld from that far out approaches the majority by a constant factor
+            # per step: hundreds of steps from 1e200
+            start = "median"
+            z = np.median(np.asarray(X, dtype=np.float64)[finite], axis=0)
+            dist = distances_to_numpy(X, z)
+        dist = np.where(finite, dist, np.inf)
+        use = np.isfinite(dist) & finite
+        objective = [float(np.dot(w[use], dist[use]))]
+        it = 0
+        step = np.inf
+        method = "passes"
+    else:
+        z, dist, it, objective, step = resume
+        use = np.isfinite(dist) & finite
+        start = "mean"
+        method = f"distances, then passes from step {it + 1}"
     converged = False
-    it = 0
-    step = np.inf
     while it < max_iter and use.any():
         alpha = np.where(use, w / np.maximum(nu, dist), 0.0)
         z_prev = z
@@ -267,7 +347,100 @@ def geometric_median(
         # every distance overflowed: the data's own spread exceeds float64
         alpha = np.where(finite, w, 0.0)
     return {"z": z, "dist": dist, "alpha": alpha, "iterations": it, "converged": converged,
-            "objective": objective, "last_step": step, "start": start}
+            "objective": objective, "last_step": step, "start": start, "method": method}
+
+
+def _gram_distances(Dm, a, eps, nu):
+    """Squared distances of every row to z = Σ aⱼxⱼ (Σ a = 1) from the matrix, and
+    whether every one is certain to relative ``GRAM_RHO`` (docstring of
+    :func:`geometric_median`)."""
+    s = Dm @ a
+    c = 0.5 * float(a @ s)
+    d2 = s - c
+    bound = eps * (s + c)
+    ok = bool((bound <= GRAM_RHO * np.maximum(d2, nu * nu)).all())
+    return np.maximum(d2, 0.0), ok
+
+
+def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
+    """The iteration on the matrix of the finite rows' distances; None when the matrix
+    itself is out of float64's range (the passes then handle the huge rows)."""
+    rows = np.flatnonzero(finite)
+    Xc = as_float_matrix(X, "X")
+    Dm = pairwise_sq_dists64(Xc, rows)
+    if not np.isfinite(Dm).all():
+        return None
+    n, m = Xc.shape[0], rows.size
+    eps = sq_dists64_error(Xc.shape[1]) + (2 * m + 6) * 2.0 ** -53
+    wf = w[rows]
+
+    def full(dist_f):
+        out = np.full(n, np.inf)
+        out[rows] = dist_f
+        return out
+
+    def z_of(a_f):
+        alpha = np.zeros(n)
+        alpha[rows] = a_f
+        return weiszfeld_pass(Xc, alpha, backend="numba")
+
+    a = wf / wf.sum()
+    d2, ok = _gram_distances(Dm, a, eps, nu)
+    if not ok:
+        return None
+    dist_f = np.sqrt(d2)
+    objective = [float(np.dot(wf, dist_f))]
+    it = 0
+    step = np.inf
+    converged = False
+    while it < max_iter:
+        alpha_f = wf / np.maximum(nu, dist_f)
+        a_new = alpha_f / alpha_f.sum()
+        d2_new, ok = _gram_distances(Dm, a_new, eps, nu)
+        if not ok:
+            # continue in passes from this step: z_t (the current iterate) once
+            z, dist = z_of(a)
+            dist = np.where(finite, dist, np.inf)
+            return _geometric_median_passes(
+                Xc, w, finite, nu=nu, tol=tol, max_iter=max_iter, backend="numba",
+                resume=(z, dist, it, objective, step))
+        it += 1
+        c = a_new - a
+        q = Dm @ c
+        step2 = -0.5 * float(c @ q)
+        step_bound = eps * 0.5 * float(np.abs(c) @ (Dm @ np.abs(c)))
+        a, d2 = a_new, d2_new
+        dist_f = np.sqrt(d2)
+        objective.append(float(np.dot(wf, dist_f)))
+        threshold = tol * max(nu, weighted_median(dist_f, wf))
+        if threshold == 0.0:
+            # tol = 0 stops only on a step of exactly zero: the weights did not move
+            step = float(np.sqrt(max(step2, 0.0)))
+            if not c.any():
+                converged = True
+                break
+            continue
+        if step2 + step_bound <= threshold * threshold:
+            step = float(np.sqrt(max(step2, 0.0)))
+            converged = True
+            break
+        if step2 - step_bound > threshold * threshold:
+            step = float(np.sqrt(step2))
+            continue
+        # within rounding of the threshold: decide on z and z′ themselves
+        z_prev, _ = z_of(a - c)
+        z_now, _ = z_of(a)
+        step = float(np.linalg.norm(z_now - z_prev))
+        if step <= threshold:
+            converged = True
+            break
+    alpha_f = wf / np.maximum(nu, dist_f)
+    alpha = np.zeros(n)
+    alpha[rows] = alpha_f
+    z = z_of(a)[0] if want_z else None
+    return {"z": z, "dist": full(dist_f), "alpha": alpha, "iterations": it,
+            "converged": converged, "objective": objective, "last_step": step, "start": "mean",
+            "method": "distances"}
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

@@ -14,6 +14,12 @@ checkout of the earlier commit, installed), or again when a change of results is
 intended and documented:
 
     RFRS_DATA_DIR=... python tests/federated/round_equivalence.py tests/federated/data/round_digests_ml100k-CPU.json
+
+A recording may also list, under ``changed``, configurations whose results a documented
+change altered after it was made (with the reason): the test skips them on that CPU until
+they are recorded there again. RFA's steps on the distance matrix changed two of them
+(the ALIE attack in gradient space with Adam and RMSProp); rocketlake's digests of those
+were recorded again, znver4's are listed as changed.
 """
 
 from __future__ import annotations

@@ -61,9 +61,13 @@ def test_the_recordings_are_of_these_configurations(host):
     rec = RECORDINGS[host]
     assert rec["rounds"] == eq.ROUNDS and rec["dim"] == eq.DIM
     every = sorted("/".join(c) for c in eq.configurations())
-    assert set(rec["digests"]) <= set(every)
+    changed = rec.get("changed", {})
+    assert set(rec["digests"]) <= set(every) and not set(rec["digests"]) & set(changed)
+    assert all(reason.strip() for reason in changed.values())
     if host in ("znver4", "rocketlake"):
-        assert sorted(rec["digests"]) == every
+        # a configuration whose results a documented change altered after the recording
+        # is listed with the change, until it is recorded again on that CPU
+        assert sorted({*rec["digests"], *changed}) == every
 
 
 def test_the_recordings_agree_wherever_the_cpus_round_alike():
@@ -84,6 +88,9 @@ def test_server_state_after_50_rounds_is_unchanged(config, ml100k):
         pytest.skip(f"no digests recorded on this CPU ({_host_cpu()}; recorded: "
                     f"{', '.join(sorted(RECORDINGS))}); see round_equivalence.py to record them "
                     "from the code before a change")
+    if config in RECORDED.get("changed", {}):
+        pytest.skip(f"{config}: changed since it was recorded on this CPU: "
+                    f"{RECORDED['changed'][config]}")
     if config not in RECORDED["digests"]:
         pytest.skip(f"{config} was not recorded on this CPU ({_host_cpu()})")
     assert eq.run(ml100k, *config.split("/")) == RECORDED["digests"][config], config

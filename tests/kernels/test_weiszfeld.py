@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
@@ -93,3 +93,155 @@ def test_start_from_the_median_when_the_mean_overflows():
 def test_every_row_nonfinite_is_an_error():
     with pytest.raises(ValueError, match="at least one finite row"):
         geometric_median(np.full((3, 2), np.nan), np.ones(3))
+
+
+# --- the steps on the distance matrix ------------------------------------------------
+
+from rfrs_ref.kernels import weiszfeld as W  # noqa: E402
+from rfrs_ref.kernels.distances import pairwise_sq_dists64, sq_dists64_error  # noqa: E402
+
+
+def _rows(draw_seed, dtype, n, D, spread, far):
+    """Rows around a common offset (parameter-space-like: close relative to their norm),
+    with an optional far row and an exact duplicate."""
+    rng = np.random.default_rng(draw_seed)
+    X = rng.normal(size=D) * 3.0 + rng.normal(size=(n, D)) * spread
+    if far and n > 2:
+        X[-1] = rng.normal(size=D) * far
+    if n > 3:
+        X[1] = X[0]
+    return X.astype(dtype)
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
+       st.integers(1, 11), st.integers(1, 3000), st.sampled_from([1e-6, 1e-3, 1.0]))
+def test_float64_distance_matrix_is_within_its_bound(seed, dtype, n, D, spread):
+    X = _rows(seed, dtype, n, D, spread, 0)
+    before = X.copy()
+    got = pairwise_sq_dists64(X)
+    XL = X.astype(np.longdouble)
+    ref = ((XL[:, None, :] - XL[None, :, :]) ** 2).sum(axis=2)
+    bound = sq_dists64_error(D) * ref + np.finfo(np.float64).tiny
+    assert (np.abs(got.astype(np.longdouble) - ref) <= bound).all()
+    np.testing.assert_array_equal(got, got.T)
+    np.testing.assert_array_equal(np.diag(got), 0.0)
+    np.testing.assert_array_equal(X, before)
+    rows = np.arange(n)[::-2]
+    # a subset is tiled differently (pairs in other sweeps): equal within the bound
+    np.testing.assert_allclose(pairwise_sq_dists64(X, rows), got[np.ix_(rows, rows)],
+                               rtol=2 * sq_dists64_error(D), atol=0)
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
+       st.integers(2, 12), st.integers(1, 400), st.sampled_from([1e-6, 1e-3, 1.0]),
+       st.sampled_from([0, 10.0, 1e4, 1e8]), st.sampled_from([0, 1, 2]),
+       st.sampled_from([1e-3, 1e-6, 1e-9, 1e-12]))
+@example(5, np.float64, 8, 300, 1e-3, 1e8, 2, 1e-9)  # the identity errs by 3e-6 here
+@example(5, np.float64, 8, 300, 1e-3, 1e8, 2, 1e-12)
+@example(5, np.float32, 8, 300, 1e-3, 1e8, 2, 1e-9)
+def test_accepted_distances_from_the_matrix_are_within_rho(seed, dtype, n, D, spread, far, at,
+                                                           pull):
+    """The law of the identity's check: whenever ``_gram_distances`` accepts, every
+    squared distance to z = Σ aⱼxⱼ is within ρ · max(d², ν²) of its exact value (here
+    in 80-bit arithmetic), wherever z is: at the mean, near a far row's pull, or on a
+    data point (``at``)."""
+    X = _rows(seed, dtype, n, D, spread, far)
+    rng = np.random.default_rng(seed + 1)
+    a = rng.uniform(0.01, 1.0, size=n)
+    if at == 1:
+        a[:] = 1e-12
+        a[0] = 1.0  # z almost on row 0 (and its duplicate row 1)
+    elif at == 2 and far:
+        a[-1] *= pull  # a far row with a tiny weight: its pull cancels digits
+    a /= a.sum()
+    nu = 1e-6
+    Dm = pairwise_sq_dists64(X)
+    eps = sq_dists64_error(D) + (2 * n + 6) * 2.0 ** -53
+    d2, ok = W._gram_distances(Dm, a, eps, nu)
+    XL = X.astype(np.longdouble)
+    aL = a.astype(np.longdouble)
+    z = (aL[:, None] * XL).sum(axis=0) / aL.sum()
+    ref = ((XL - z) ** 2).sum(axis=1)
+    err = np.abs(d2.astype(np.longdouble) - ref)
+    # the 80-bit reference's own error: z's coordinates err by about u₈₀ Σⱼ aⱼ|xⱼₖ|, and
+    # each squared difference by twice that times |zₖ − xᵢₖ|, plus the sum's rounding
+    u80 = float(np.finfo(np.longdouble).eps)
+    scale = (aL[:, None] * np.abs(XL)).sum(axis=0) + np.abs(XL)
+    ref_err = 8 * u80 * (np.abs(XL - z) * scale).sum(axis=1) + D * u80 * ref
+    if ok:
+        assert (err <= W.GRAM_RHO * np.maximum(ref, nu * nu) * 1.01 + ref_err).all()
+
+
+def test_a_far_row_with_a_tiny_weight_is_refused_by_the_check():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 500))
+    X[5] *= 1e9
+    a = np.full(6, 1.0)
+    a[5] = 1e-12  # a pull of 1e-3 a coordinate, against distances² of 1e3
+    a /= a.sum()
+    Dm = pairwise_sq_dists64(X)
+    _, ok = W._gram_distances(Dm, a, sq_dists64_error(500) + 18 * 2.0 ** -53, 1e-6)
+    assert not ok
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
+       st.integers(2, 12), st.integers(2, 2000), st.sampled_from([1e-3, 1.0]))
+def test_steps_on_the_matrix_agree_with_the_passes(seed, dtype, n, D, spread):
+    rng = np.random.default_rng(seed)
+    X = _rows(seed, dtype, n, D, spread, 0)
+    X[: n // 3] *= -1  # an attacked minority on the other side
+    w = rng.integers(1, 40, size=n).astype(float)
+    before = X.copy()
+    a = geometric_median(X, w, method="passes")
+    b = geometric_median(X, w, method="distances")
+    np.testing.assert_array_equal(X, before)
+    assert b["method"].startswith("distances") and a["method"] == "passes"
+    wa, wb = a["alpha"] / a["alpha"].sum(), b["alpha"] / b["alpha"].sum()
+    if a["iterations"] == b["iterations"]:
+        np.testing.assert_allclose(wb, wa, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(b["dist"], a["dist"], rtol=1e-7, atol=1e-9 * a["dist"].max())
+        np.testing.assert_allclose(b["objective"], a["objective"], rtol=1e-9)
+        assert a["converged"] == b["converged"]
+    else:  # a stopping test within rounding of its threshold
+        assert abs(a["iterations"] - b["iterations"]) == 1
+        np.testing.assert_allclose(wb, wa, rtol=1e-3, atol=1e-9)
+    np.testing.assert_allclose(b["z"], a["z"], rtol=1e-6, atol=1e-6 * np.abs(a["z"]).max() + 1e-12)
+
+
+def test_the_matrix_hands_over_to_passes_where_it_cannot_be_sure():
+    """z converging onto a data point (its distance falls below the identity's rounding)
+    and a huge row (its pull cancels the others' digits) continue in passes: the same
+    results as the passes throughout."""
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    kw = dict(nu=1e-10, tol=1e-12, max_iter=1000)
+    a = geometric_median(X, np.ones(5), method="passes", **kw)
+    b = geometric_median(X, np.ones(5), method="distances", **kw)
+    assert "then passes" in b["method"] and b["converged"]
+    np.testing.assert_allclose(b["z"], a["z"], atol=1e-10)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(9, 30)).astype(np.float32)
+    X[4] = 1e38
+    b = geometric_median(X, np.ones(9), method="distances")
+    a = geometric_median(X, np.ones(9), method="passes")
+    assert "then passes" in b["method"] and b["converged"]
+    assert b["alpha"][4] < 1e-30
+    np.testing.assert_allclose(b["alpha"], a["alpha"], rtol=1e-6)
+
+
+def test_method_choice():
+    X = np.random.default_rng(0).normal(size=(5, 40))
+    assert geometric_median(X, np.ones(5))["method"] == "distances"
+    assert geometric_median(X, np.ones(5), backend="numpy")["method"] == "passes"
+    big = np.random.default_rng(0).normal(size=(W.GRAM_MAX_ROWS + 1, 4))
+    assert geometric_median(big, np.ones(len(big)))["method"] == "passes"
+    # float64 rows whose squared distances overflow: passes throughout
+    X2 = np.array([[0.0, 0.0], [1.0, 0.0], [1e160, 0.0]])
+    assert geometric_median(X2, np.ones(3), method="distances")["method"] == "passes"
+    with pytest.raises(ValueError, match="numba backend"):
+        geometric_median(X, np.ones(5), backend="numpy", method="distances")
+    with pytest.raises(ValueError, match="unknown method"):
+        geometric_median(X, np.ones(5), method="gram")
+    r = W.geometric_median_weights(X, np.ones(5))
+    assert r["z"] is None and r["alpha"].shape == (5,)
