@@ -42,18 +42,20 @@ def recommend(run_dir, user, k, data_dir, include_seen):
 
     from rfrs_ref.federated.config import TrainConfig
     from rfrs_ref.kernels.topk import topk_numpy
+    from rfrs_ref.untrusted import parse_json
 
     run = pathlib.Path(run_dir)
     try:
-        record = json.loads((run / "config.json").read_text())
+        record = parse_json((run / "config.json").read_bytes(), "config.json")
         config = TrainConfig.from_json(record["config"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise click.ClickException(f"{run / 'config.json'}: not a run's configuration ({exc})")
+        raise click.ClickException(f"{run / 'config.json'}: not a run's configuration "
+                                   f"({_one_line(exc)})")
     _check_data_files(run / "config.json", record.get("data_files"))
     state_path = run / "state.npz"
     if not state_path.is_file():
         try:
-            final = json.loads((run / "final_metrics.json").read_text())
+            final = parse_json((run / "final_metrics.json").read_bytes(), "final_metrics.json")
         except (OSError, ValueError):
             final = None
         if isinstance(final, dict) and final.get("status") == "diverged":

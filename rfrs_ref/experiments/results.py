@@ -365,13 +365,16 @@ class Store:
         return self.run_dir(key) / OUTCOME
 
     def read_outcome(self, key: str) -> dict | None:
-        """The recorded outcome of run ``key``, or None (absent, unreadable, or not a regular
-        file: a FIFO or a device there would block the read or never end)."""
+        """The recorded outcome of run ``key``, or None (absent, unreadable, not JSON, JSON
+        with one key twice in an object, or not a regular file: a FIFO or a device there
+        would block the read or never end)."""
+        from rfrs_ref.untrusted import parse_json
+
         path = self.outcome_path(key)
         try:
             if not stat.S_ISREG(path.stat().st_mode):
                 return None
-            return json.loads(path.read_text())
+            return parse_json(path.read_bytes(), str(path))
         except (OSError, ValueError):
             return None
 
@@ -503,11 +506,14 @@ def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
 
 
 def _json_file(path: pathlib.Path):
-    """The JSON value in ``path``; a file that cannot be read as JSON is a ValueError naming it."""
+    """The JSON value in ``path``; a file that cannot be read as JSON (or has one key twice
+    in an object) is a ValueError naming it."""
+    from rfrs_ref.untrusted import parse_json
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
-        reason = str(exc).split("\n")[0]
+        return parse_json(path.read_bytes(), str(path))
+    except (OSError, ValueError) as exc:  # UntrustedFileError included
+        reason = str(exc).split("\n")[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not readable as JSON ({reason})") from None
 
 
