@@ -84,7 +84,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         _check_state_headers(state_path, trainer)
         with np.load(state_path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
-        theta, final_round = arrays["theta"], int(arrays["round"])
+        theta, final_round = arrays["theta"], _final_round(arrays["round"])
         private = arrays.get("private_theta")
         # every array, not only this user's scores: a state holding NaN or ±inf anywhere (an
         # optimiser moment, another user's private vector) is no finished run's model
@@ -115,6 +115,19 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         mark = "  [test item]" if j in test else ""
         click.echo(f"{rank:>3}  {scores[0, j]: .4f}  item {int(items[j])}"
                    + (f"  {name}" if name else "") + mark)
+
+
+def _final_round(a) -> int:
+    """The round of ``state.npz`` (``round``, one integer ≥ 0, as the trainer writes it), or a
+    ValueError saying what it is instead: a round of 2.7 is no round to round down."""
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.size != 1 or int(a.reshape(-1)[0]) < 0:
+        shown = a.reshape(-1)[0].item() if a.size == 1 else f"{a.size} values"
+        raise ValueError(f"'round' is {a.dtype}{list(a.shape)} ({shown!r}), not the one "
+                         "integer ≥ 0 the trainer writes (the round the state is after)")
+    return int(a.reshape(-1)[0])
 
 
 def _recorded_data_dir(recorded):

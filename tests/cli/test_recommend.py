@@ -246,6 +246,18 @@ def test_state_with_an_extra_array_is_refused_before_it_is_read(small_run, tmp_p
     assert theta.size * 4 not in sizes
 
 
+@pytest.mark.parametrize("value", [np.array(3.7), np.array(4.0), np.array(True),
+                                   np.array(-1)])
+def test_a_round_that_is_no_integer_is_refused_not_rounded(small_run, tmp_path, value):
+    # round 3.7 printed "top 10 of the model after round 3" and exited 0
+    bad = _copy_run(small_run, tmp_path)
+    arrays = dict(np.load(bad / "state.npz"))
+    np.savez(bad / "state.npz", **{**arrays, "round": value})
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output, res.output
+    assert "'round' is " in res.output and "not the one integer ≥ 0" in res.output
+
+
 @pytest.mark.parametrize("name", ["config.json", "final_metrics.json"])
 def test_a_json_file_with_a_key_twice_is_refused(small_run, tmp_path, name):
     # the last value won: config.json could show one configuration to a reader and another
