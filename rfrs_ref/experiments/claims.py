@@ -474,6 +474,15 @@ def _has_table(d: pathlib.Path) -> bool:
 NEEDED = ("status", "dataset", "alpha", "seed", "metric", "k", "value")
 
 
+def _whole(x) -> int | None:
+    """``x`` (a table cell) as an int when it is a whole number, else None."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if math.isfinite(f) and f.is_integer() else None
+
+
 def _table(d: pathlib.Path):
     from rfrs_ref.experiments.results import read_table
 
@@ -483,8 +492,11 @@ def _table(d: pathlib.Path):
         from rfrs_ref.experiments.results import run_status
 
         # tables written before divergence was an outcome: their diverged runs say "failed"
-        table["status"] = [run_status({"status": st, "error": er if isinstance(er, str) else None})
-                           for st, er in zip(table["status"], table["error"])]
+        # (at a round of the run: 1 to its rounds, where the table says them)
+        rounds = table["rounds"] if "rounds" in table.columns else [None] * len(table)
+        table["status"] = [run_status({"status": st, "error": er if isinstance(er, str) else None},
+                                      _whole(n))
+                           for st, er, n in zip(table["status"], table["error"], rounds)]
     missing = [c for c in NEEDED if c not in table.columns]
     if missing or ("label_series" not in table.columns and "method" not in table.columns):
         raise ValueError(f"{path}: not a results table of rfrs-ref (missing column(s) "
