@@ -42,18 +42,20 @@ def recommend(run_dir, user, k, data_dir, include_seen):
 
     from rfrs_ref.federated.config import TrainConfig
     from rfrs_ref.kernels.topk import topk_numpy
+    from rfrs_ref.untrusted import parse_json
 
     run = pathlib.Path(run_dir)
     try:
-        record = json.loads((run / "config.json").read_text())
+        record = parse_json((run / "config.json").read_bytes(), "config.json")
         config = TrainConfig.from_json(record["config"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise click.ClickException(f"{run / 'config.json'}: not a run's configuration ({exc})")
+        raise click.ClickException(f"{run / 'config.json'}: not a run's configuration "
+                                   f"({_one_line(exc)})")
     _check_data_files(run / "config.json", record.get("data_files"))
     state_path = run / "state.npz"
     if not state_path.is_file():
         try:
-            final = json.loads((run / "final_metrics.json").read_text())
+            final = parse_json((run / "final_metrics.json").read_bytes(), "final_metrics.json")
         except (OSError, ValueError):
             final = None
         if isinstance(final, dict) and final.get("status") == "diverged":
@@ -82,7 +84,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         _check_state_headers(state_path, trainer)
         with np.load(state_path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
-        theta, final_round = arrays["theta"], int(arrays["round"])
+        theta, final_round = arrays["theta"], _final_round(arrays["round"])
         private = arrays.get("private_theta")
         # every array, not only this user's scores: a state holding NaN or ±inf anywhere (an
         # optimiser moment, another user's private vector) is no finished run's model
@@ -113,6 +115,19 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         mark = "  [test item]" if j in test else ""
         click.echo(f"{rank:>3}  {scores[0, j]: .4f}  item {int(items[j])}"
                    + (f"  {name}" if name else "") + mark)
+
+
+def _final_round(a) -> int:
+    """The round of ``state.npz`` (``round``, one integer ≥ 0, as the trainer writes it), or a
+    ValueError saying what it is instead: a round of 2.7 is no round to round down."""
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.size != 1 or int(a.reshape(-1)[0]) < 0:
+        shown = a.reshape(-1)[0].item() if a.size == 1 else f"{a.size} values"
+        raise ValueError(f"'round' is {a.dtype}{list(a.shape)} ({shown!r}), not the one "
+                         "integer ≥ 0 the trainer writes (the round the state is after)")
+    return int(a.reshape(-1)[0])
 
 
 def _recorded_data_dir(recorded):

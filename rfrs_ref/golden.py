@@ -1516,6 +1516,11 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
         return Mismatch(name, None, None, None, None,
                         message=f"expected an array of {e.dtype.kind!r} kind, got one of {g.dtype.kind!r} kind"
                         if e.dtype.kind != g.dtype.kind else "the values differ")
+    if (e.dtype.kind == "b") != (g.dtype.kind == "b") and e.size:
+        # a flag is a flag: [true, false] is not [1, 0] (an empty JSON list has no dtype)
+        return Mismatch(name, None, None, None, None,
+                        message=f"expected an array of {e.dtype}, got one of {g.dtype}: a "
+                        "boolean output is compared with booleans only")
     tol = None
     if e.dtype.kind in "iub" and g.dtype.kind in "iub":
         bad = e != g  # integers beyond 2**53 would collide in float64

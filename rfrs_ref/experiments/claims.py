@@ -58,6 +58,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from rfrs_ref.experiments.results import METRIC_MAX
+
 HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
 CONFIDENCE = 0.95
 #: the metrics of every verdict: (metric, K)
@@ -195,7 +197,8 @@ def _seed(table, i, seed, series: str) -> int:
 def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> float:
     """A finished run's recorded metric ``v`` as a float in [0, 1], or :class:`TableError`
     naming ``where`` (the line, series and metric): a value that is not a number, ±inf, or
-    outside [0, 1] (every metric here is a fraction). An empty or NaN value (a metric the run
+    outside [0, 1] (every metric here is a fraction; NDCG's ratio may round a hair above 1:
+    ``results.METRIC_MAX``, the bound the tables check too). An empty or NaN value (a metric the run
     did not record) is refused too, unless ``unrecorded``: it is then returned as NaN, for a
     caller that says which runs lack it."""
     try:
@@ -209,7 +212,7 @@ def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> flo
                          "a finished run records its metrics as numbers in [0, 1] (a "
                          f"run made before {metric} was recorded has none: judge a "
                          "metric every run recorded, or run it again)")
-    if not 0.0 <= f <= 1.0:
+    if not 0.0 <= f <= METRIC_MAX:
         raise TableError(f"{where}: value {f!r} is not a metric in [0, 1]")
     return f
 
@@ -474,6 +477,15 @@ def _has_table(d: pathlib.Path) -> bool:
 NEEDED = ("status", "dataset", "alpha", "seed", "metric", "k", "value")
 
 
+def _whole(x) -> int | None:
+    """``x`` (a table cell) as an int when it is a whole number, else None."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if math.isfinite(f) and f.is_integer() else None
+
+
 def _table(d: pathlib.Path):
     from rfrs_ref.experiments.results import read_table
 
@@ -483,8 +495,11 @@ def _table(d: pathlib.Path):
         from rfrs_ref.experiments.results import run_status
 
         # tables written before divergence was an outcome: their diverged runs say "failed"
-        table["status"] = [run_status({"status": st, "error": er if isinstance(er, str) else None})
-                           for st, er in zip(table["status"], table["error"])]
+        # (at a round of the run: 1 to its rounds, where the table says them)
+        rounds = table["rounds"] if "rounds" in table.columns else [None] * len(table)
+        table["status"] = [run_status({"status": st, "error": er if isinstance(er, str) else None},
+                                      _whole(n))
+                           for st, er, n in zip(table["status"], table["error"], rounds)]
     missing = [c for c in NEEDED if c not in table.columns]
     if missing or ("label_series" not in table.columns and "method" not in table.columns):
         raise ValueError(f"{path}: not a results table of rfrs-ref (missing column(s) "

@@ -540,10 +540,12 @@ def _capture(path: pathlib.Path) -> dict:
     Raises:
         ValueError: naming the file and the first field that is not of this form.
     """
+    from rfrs_ref.untrusted import parse_json
+
     try:
-        o = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
-        reason = str(exc).split("\n")[0]
+        o = parse_json(path.read_bytes(), str(path))
+    except (OSError, ValueError) as exc:  # not JSON, or one key twice in an object
+        reason = str(exc).split("\n")[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a readable run record ({reason})") from None
     capture = o.get("capture") if isinstance(o, dict) else None
     if not isinstance(capture, dict):

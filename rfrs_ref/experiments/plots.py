@@ -14,7 +14,6 @@ blue dots and Byzantine clients orange triangles.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import pathlib
@@ -326,15 +325,16 @@ def _history(run_dir: pathlib.Path) -> list[dict]:
     or unreadable outcome.json, or one without a list of evaluation rows, is an
     error naming the file (never a run silently left out of its curve)."""
     from rfrs_ref.experiments.results import OUTCOME
+    from rfrs_ref.untrusted import parse_json
 
     path = run_dir / OUTCOME
     try:
-        o = json.loads(path.read_text())
+        o = parse_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         raise ValueError(f"{path}: missing; the table lists this run as finished (status "
                          "ok), and its training curve is read from this file") from None
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
-        reason = str(exc).split("\n")[0]
+    except (OSError, ValueError) as exc:  # not JSON, or one key twice in an object
+        reason = str(exc).split("\n")[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a readable run record ({reason}); the table lists "
                          "this run as finished, and its training curve is read from it") from None
     history = o.get("history") if isinstance(o, dict) else None

@@ -365,13 +365,16 @@ class Store:
         return self.run_dir(key) / OUTCOME
 
     def read_outcome(self, key: str) -> dict | None:
-        """The recorded outcome of run ``key``, or None (absent, unreadable, or not a regular
-        file: a FIFO or a device there would block the read or never end)."""
+        """The recorded outcome of run ``key``, or None (absent, unreadable, not JSON, JSON
+        with one key twice in an object, or not a regular file: a FIFO or a device there
+        would block the read or never end)."""
+        from rfrs_ref.untrusted import parse_json
+
         path = self.outcome_path(key)
         try:
             if not stat.S_ISREG(path.stat().st_mode):
                 return None
-            return json.loads(path.read_text())
+            return parse_json(path.read_bytes(), str(path))
         except (OSError, ValueError):
             return None
 
@@ -503,11 +506,14 @@ def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
 
 
 def _json_file(path: pathlib.Path):
-    """The JSON value in ``path``; a file that cannot be read as JSON is a ValueError naming it."""
+    """The JSON value in ``path``; a file that cannot be read as JSON (or has one key twice
+    in an object) is a ValueError naming it."""
+    from rfrs_ref.untrusted import parse_json
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
-        reason = str(exc).split("\n")[0]
+        return parse_json(path.read_bytes(), str(path))
+    except (OSError, ValueError) as exc:  # UntrustedFileError included
+        reason = str(exc).split("\n")[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not readable as JSON ({reason})") from None
 
 
@@ -545,15 +551,17 @@ _LEGACY_STATE = re.compile(r"NonFiniteState: round (\d+): the aggregated server 
                            r"(\d+); training stopped before evaluating it")
 
 
-def divergence_of(outcome: Mapping) -> dict | None:
+def divergence_of(outcome: Mapping, rounds: int | None = None) -> dict | None:
     """How the run of ``outcome`` diverged (``round``, ``reason``, ``what``), or None.
 
     A ``diverged`` outcome carries it (``divergence``). A ``failed`` outcome
     recorded by an earlier version is read as diverged when its error is one of
     that version's two divergence errors, matched whole: the ``ValueError`` of
     non-finite scores (round unknown: None) or the ``NonFiniteState`` of a
-    round ≥ 1 (its round and array); ``legacy`` is then True. Any other
-    failure, the non-finite *initial* state included, stays a failure.
+    round of the run, 1 to ``rounds`` (its round and array; any round ≥ 1 when
+    ``rounds`` is None); ``legacy`` is then True. Any other failure, the
+    non-finite *initial* state and an error naming round 0 or a round past the
+    run's last included, stays a failure.
     """
     status = outcome.get("status")
     if status == "diverged":
@@ -571,16 +579,21 @@ def divergence_of(outcome: Mapping) -> dict | None:
         return {"round": None, "reason": DIVERGED_SCORES, "what": f"the scores of user {user}",
                 "legacy": True}
     m = _LEGACY_STATE.match(error)
-    if m:
+    if m and 1 <= int(m.group(1)) <= (rounds if _is_int(rounds) else int(m.group(1))):
         return {"round": int(m.group(1)), "reason": DIVERGED_STATE,
                 "what": f"'{m.group(2)}': {m.group(3)} of {m.group(4)} values", "legacy": True}
     return None
 
 
-def run_status(outcome: Mapping) -> str | None:
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def run_status(outcome: Mapping, rounds: int | None = None) -> str | None:
     """The status the tables give a recorded outcome: ``diverged`` for a legacy failure that
-    was a divergence (:func:`divergence_of`), else the recorded one."""
-    if outcome.get("status") == "failed" and divergence_of(outcome) is not None:
+    was a divergence of a run of ``rounds`` rounds (:func:`divergence_of`), else the
+    recorded one."""
+    if outcome.get("status") == "failed" and divergence_of(outcome, rounds) is not None:
         return "diverged"
     return outcome.get("status")
 
@@ -607,7 +620,8 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
     base = {
         "key": key, "kind": spec.kind, "method": method_name(config), "trial": spec.trial,
         "seed": config.seed, **_config_columns(config),
-        "status": run_status(outcome), "error": outcome.get("error"),
+        "status": run_status(outcome, getattr(config, "rounds", None)),
+        "error": outcome.get("error"),
         "traceback": outcome.get("traceback"), "wall_s": outcome.get("wall_s"),
         "started": outcome.get("started"), "finished": outcome.get("finished"),
         "worker": _worker(outcome.get("worker")), "resumed_from": outcome.get("resumed_from"),
@@ -616,7 +630,7 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
     }
     for name, label in spec.labels.items():
         base[f"label_{name}"] = label
-    divergence = divergence_of(outcome)
+    divergence = divergence_of(outcome, getattr(config, "rounds", None))
     if divergence is not None:
         base["diverged_round"] = divergence["round"]
         base["diverged_reason"] = divergence["reason"]

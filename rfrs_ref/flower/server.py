@@ -136,11 +136,14 @@ class FlowerTrainer(Trainer):
                         continue
                     node = int(reply.metadata.src_node_id)
                     asked.add(node)
-                    users = reply.content.config_records[USERS]["users"]
-                    for u in users:
-                        u = int(u)
-                        if 0 <= u < n_users and u not in node_of:
-                            node_of[u] = node
+                    for u in _read_users(reply, node):
+                        if not 0 <= u < n_users:
+                            continue
+                        if node_of.setdefault(u, node) != node:
+                            raise ValueError(
+                                f"nodes {node_of[u]} and {node} both say they hold user {u}: "
+                                "each user's data is on one node (node config users); give "
+                                "the nodes disjoint users and start the run again")
             if len(node_of) == n_users or time.monotonic() >= deadline:
                 break
             time.sleep(0.5)
@@ -189,7 +192,7 @@ class FlowerTrainer(Trainer):
         dropped, malformed = [], []
         rows, n_samples, losses, byz, diags = [], [], [], [], {}
         bytes_up = 0
-        for c in rd.clients.tolist():
+        for i, c in enumerate(rd.clients.tolist()):
             r = by_client.get(c)
             if r is None:
                 dropped.append({"client": c, "reason": "unreachable" if c in unreachable
@@ -203,7 +206,8 @@ class FlowerTrainer(Trainer):
             row = len(rows)
             rows.append(c)
             own = int(self.federation.n_samples[c])
-            upload, n, loss, role, diag, problem = _read_reply(r, names, D, dtype, own)
+            upload, n, loss, role, diag, problem = _read_reply(r, names, D, dtype, own,
+                                                               bool(rd.byz[i]))
             for k in names:
                 buf.uploads[k][row] = upload[k] if upload is not None else np.nan
             if problem:
@@ -222,6 +226,11 @@ class FlowerTrainer(Trainer):
         new_state, record = server_round(fed, state, answered, U, buf,
                                          losses=np.asarray(losses, dtype=np.float64),
                                          attack_diag={"per_client": diags} if diags else {})
+        if malformed:
+            # a malformed reply's loss is no loss: the round's is the mean of the others'
+            bad = {m["client"] for m in malformed}
+            kept = [x for c, x, b in zip(rows, losses, byz) if c not in bad and not b]
+            record["loss"] = float(np.mean(kept)) if kept else None
         if fallback:
             record["dropout_fallback"] = fallback
         record["sampled"] = rd.clients.tolist()
@@ -255,17 +264,38 @@ class FlowerTrainer(Trainer):
         return narrowed, {"answered": m, "f": f, "fallback": "reduce-f", "because": reason}
 
 
-def _read_reply(reply, names, D: int, dtype, own: int) -> tuple:
+def _read_users(reply, node: int) -> list[int]:
+    """The user ids of ``node``'s reply to the ``query`` message: a list of integers in
+    the ConfigRecord ``users``; any other reply is a ValueError naming the node (the
+    server cannot tell which users such a node holds, and runs nothing on a guess)."""
+    try:
+        users = reply.content.config_records[USERS]["users"]
+    except Exception as exc:  # noqa: BLE001 - a hostile reply is input, not a crash
+        users = exc
+    if not isinstance(users, list) or not all(
+            isinstance(u, (int, np.integer)) and not isinstance(u, bool) for u in users):
+        what = (f"{type(users).__name__}: {users}" if isinstance(users, Exception)
+                else f"{users!r}"[:200])
+        raise ValueError(f"node {node} answered the query of the users it holds with a "
+                         f"malformed reply ({what}), not a list of user ids in the config "
+                         f"record {USERS!r}: run rfrs-ref's ClientApp of the same version "
+                         "on every node")
+    return [int(u) for u in users]
+
+
+def _read_reply(reply, names, D: int, dtype, own: int, configured: bool = False) -> tuple:
     """(upload or None, n_samples, loss, role, diagnostics, problem) of one reply; a reply
-    that is not an upload of ``D`` values of ``dtype`` per array, or whose ``n_samples`` is
-    not ``own`` (the user's training-set size in the server's copy of the data), is
-    malformed (``problem`` says why; the upload is then None and enters the round as NaN).
+    that is not an upload of ``D`` values of ``dtype`` per array, whose ``n_samples`` is
+    not ``own`` (the user's training-set size in the server's copy of the data), whose
+    ``loss`` is not a finite number or whose ``byzantine`` is not 0 or 1, is malformed
+    (``problem`` says why; the upload is then None and enters the round as NaN, the loss
+    is NaN and the role is ``configured``, the user's in the run's Byzantine set).
     The n_samples returned is ``own`` whatever the node reports: the rule's weights never
     take a node's word for its size."""
     content = reply.content
     problem = ""
     upload = None
-    n, loss, role, diag = own, math.nan, False, {}
+    n, loss, role, diag = own, math.nan, bool(configured), {}
     try:
         ar = content.array_records[UPLOAD]
         arrays = {}
@@ -288,8 +318,13 @@ def _read_reply(reply, names, D: int, dtype, own: int) -> tuple:
         if int(n_raw) != own:
             raise ValueError(f"n_samples {int(n_raw)} is not the user's {own} training "
                              "interactions")
-        loss = float(mr["loss"])
-        role = bool(mr["byzantine"])
+        loss_raw, role_raw = mr["loss"], mr["byzantine"]
+        if not (isinstance(loss_raw, (int, float, np.integer, np.floating))
+                and not isinstance(loss_raw, bool) and math.isfinite(loss_raw)):
+            raise ValueError(f"loss {loss_raw!r} is not a finite number")
+        if not (isinstance(role_raw, (int, np.integer)) and role_raw in (0, 1)):
+            raise ValueError(f"byzantine {role_raw!r} is not 0 or 1")
+        loss, role = float(loss_raw), bool(role_raw)
     except Exception as exc:  # noqa: BLE001
         problem = (problem + "; " if problem else "") + f"metrics: {exc}"
         upload = None

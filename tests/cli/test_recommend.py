@@ -244,3 +244,35 @@ def test_state_with_an_extra_array_is_refused_before_it_is_read(small_run, tmp_p
     assert res.exit_code == 1 and "not the final state of this run" in res.output
     assert f"more than the {theta.size} value(s)" in res.output
     assert theta.size * 4 not in sizes
+
+
+@pytest.mark.parametrize("value", [np.array(3.7), np.array(4.0), np.array(True),
+                                   np.array(-1)])
+def test_a_round_that_is_no_integer_is_refused_not_rounded(small_run, tmp_path, value):
+    # round 3.7 printed "top 10 of the model after round 3" and exited 0
+    bad = _copy_run(small_run, tmp_path)
+    arrays = dict(np.load(bad / "state.npz"))
+    np.savez(bad / "state.npz", **{**arrays, "round": value})
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "not the final state of this run" in res.output, res.output
+    assert "'round' is " in res.output and "not the one integer ≥ 0" in res.output
+
+
+@pytest.mark.parametrize("name", ["config.json", "final_metrics.json"])
+def test_a_json_file_with_a_key_twice_is_refused(small_run, tmp_path, name):
+    # the last value won: config.json could show one configuration to a reader and another
+    # to recommend
+    bad = _copy_run(small_run, tmp_path)
+    text = (bad / name).read_text()
+    if name == "final_metrics.json":
+        (bad / "state.npz").unlink()  # read only for a run without a final state
+        text = json.dumps({"status": "diverged", "round": 2, "reason": "r", "what": "w"})
+    key = "config" if name == "config.json" else "status"
+    (bad / name).write_text('{"' + key + '": null, ' + text.lstrip()[1:])
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1, res.output
+    if name == "config.json":
+        assert f"{bad / name}: not a run's configuration (config.json: duplicate key " \
+               "'config'" in res.output
+    else:  # the run's own words were ignored: it said diverged, but said it twice
+        assert "the run diverged" not in res.output and "has no final state" in res.output

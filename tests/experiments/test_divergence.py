@@ -172,6 +172,31 @@ def test_legacy_failures_that_were_divergences_are_read_as_diverged():
     assert run_status({"status": "ok", "error": LEGACY_SCORES}) == "ok"
 
 
+@pytest.mark.parametrize("t", [0, 5, 10 ** 30])
+def test_a_legacy_divergence_at_no_round_of_the_run_stays_a_failure(tmp_path, t):
+    """An earlier version's NonFiniteState names a round of the run, 1 to its rounds: one
+    naming round 0 or a round past the last (an edited record or table) was counted as a
+    divergence, against its series in verdicts and rankings."""
+    from rfrs_ref.experiments.claims import _table
+    from rfrs_ref.experiments.spec import make_config
+
+    error = LEGACY_STATE.replace("round 7:", f"round {t}:")
+    legacy = {"status": "failed", "error": error}
+    spec = RunSpec(make_config({"dataset": "synthetic", "rounds": 4}), trial=0,
+                   labels={"series": "A"})
+    (row,) = tidy_rows(spec, legacy)
+    assert row["status"] == "failed" and "diverged_round" not in row
+    # a table written before divergence was an outcome says "failed" with the error
+    rows = [{"status": "failed", "error": error, "label_series": "A", "dataset": "ml100k",
+             "alpha": 0.2, "seed": 0, "metric": None, "k": None, "value": None, "rounds": 4}]
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    assert list(_table(tmp_path)["status"]) == ["failed"]
+    assert divergence_of(legacy, 4) is None and run_status(legacy, 4) == "failed"
+    assert divergence_of({**legacy, "error": LEGACY_STATE.replace("round 7:", "round 4:")},
+                         4)["round"] == 4
+    assert (divergence_of(legacy) is None) == (t == 0)  # rounds unknown: any round ≥ 1
+
+
 def test_a_legacy_failure_is_tabulated_as_diverged_and_run_once_more(ex, tmp_path):
     _, bad = _specs(ex, seeds=(0,))
     spec = bad[0]

@@ -54,6 +54,22 @@ def test_an_unreadable_record_of_a_finished_run_is_an_error_naming_it(tmp_path, 
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+def _twice(text: str, key: str, value) -> str:
+    """``text`` (a JSON object) with ``key`` written a second time, before the first."""
+    return "{" + json.dumps(key) + ": " + json.dumps(value) + ", " + text.lstrip()[1:]
+
+
+def test_a_record_with_a_key_twice_is_an_error_naming_it(tmp_path):
+    # the last value won: a history written twice drew the second curve, exit 0
+    d = _copy("adam-sgd", tmp_path)
+    path = _outcomes(d)[3]
+    path.write_text(_twice(path.read_text(), "history", []))
+    res = _plot(d, "10", tmp_path)
+    assert res.exit_code == 1, res.output
+    assert f"{path}: not a readable run record (duplicate key 'history'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
 def test_a_missing_record_of_a_finished_run_is_an_error_naming_it(tmp_path):
     d = _copy("adam-sgd", tmp_path)
     gone = _outcomes(d)[0]
@@ -126,7 +142,8 @@ def test_read_rounds_refuses_a_damaged_file_and_allows_none(tmp_path):
     assert read_rounds(run) == []
     (run / ROUNDS_FILE).write_text(json.dumps([{"round": 1}]))
     assert read_rounds(run) == [{"round": 1}]
-    for text, what in (("not json {", "not readable as JSON"), ('{"a": 1}', "not a list")):
+    for text, what in (("not json {", "not readable as JSON"), ('{"a": 1}', "not a list"),
+                       ('[{"round": 1, "round": 2}]', r"not readable as JSON \(duplicate key")):
         (run / ROUNDS_FILE).write_text(text)
         with pytest.raises(ValueError, match=f"{ROUNDS_FILE}: .*{what}"):
             read_rounds(run)
@@ -149,6 +166,15 @@ def _fewer_flags(c):
 
 def _no_explained(c):
     c["theta_explained"] = None
+
+
+def test_fig1_refuses_a_capture_with_a_key_twice(tmp_path):
+    d = _copy("pca", tmp_path)
+    path = next(p for p in _outcomes(d) if "capture" in json.loads(p.read_text()))
+    path.write_text(_twice(path.read_text(), "capture", {}))
+    res = _plot(d, "1", tmp_path)
+    assert res.exit_code == 1 and "Traceback" not in res.stderr, res.output + res.stderr
+    assert f"{path}: not a readable run record (duplicate key 'capture'" in res.stderr
 
 
 @pytest.mark.parametrize("tamper, said", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -199,6 +200,74 @@ def test_a_reply_whose_n_samples_is_not_the_users_own_is_malformed(direct_grid, 
         assert r["n_samples"] == [int(own[c]) for c in r["clients"]]
         assert r["dropped"] == []
     assert all(np.isfinite(v).all() for v in res.state.values())
+
+
+def test_a_reply_whose_loss_or_role_is_no_such_value_is_malformed(direct_grid, tmp_path):
+    """A node's loss of NaN or ±inf, or a role other than 0 or 1, is malformed: listed,
+    excluded, and left out of the round's loss, which stays a number (never null)."""
+    cfg = TrainConfig(**BASE, defense="mean", detect="gradient", model_params={"dim": 4})
+    lies = {1: ("loss", math.nan), 2: ("loss", -math.inf), 4: ("byzantine", 0.5)}
+
+    def tamper(msg, reply):
+        if msg.metadata.message_type != "train" or reply.has_error():
+            return reply
+        rc = msg.content.config_records["round"]
+        t = int(rc["round"])
+        if t in lies and int(rc["user"]) % 7 == 0:
+            reply.content.metric_records["metrics"][lies[t][0]] = lies[t][1]
+        return reply
+
+    _, res = _flower_run(direct_grid, cfg, tmp_path / "run", tamper=tamper)
+    recs = {r["round"]: r for r in _records(tmp_path / "run")}
+    for t, (field, value) in lies.items():
+        r = recs[t]
+        liars = [c for c in r["clients"] if c % 7 == 0]
+        assert liars  # the seed samples some
+        assert [m["client"] for m in r["malformed"]] == liars
+        what = "is not a finite number" if field == "loss" else "is not 0 or 1"
+        assert all(f"metrics: {field} {value!r} {what}" in m["reason"] for m in r["malformed"])
+        assert [e["client"] for e in r["excluded"]] == liars
+        assert not any(r["byzantine"])  # a malformed reply's role is the run's: honest here
+        assert isinstance(r["loss"], float) and math.isfinite(r["loss"])
+    assert all(np.isfinite(v).all() for v in res.state.values())
+
+
+@pytest.mark.parametrize("users,match", [
+    (None, "KeyError: .users."), (["3"], r"\['3'\]"), ([True], r"\[True\]"), (7, "7"),
+])
+def test_a_malformed_answer_to_the_users_query_is_an_error_naming_the_node(
+        direct_grid, users, match):
+    from flwr.app import ConfigRecord
+
+    from rfrs_ref.flower.client import client_app
+    from rfrs_ref.flower.server import FlowerTrainer
+
+    cfg = TrainConfig(**BASE, model_params={"dim": 4})
+
+    def tamper(msg, reply):
+        if msg.metadata.message_type == "query" and msg.metadata.dst_node_id == 1001:
+            del reply.content.config_records["users"]
+            if users is not None:
+                reply.content.config_records["users"] = ConfigRecord({"users": users})
+        return reply
+
+    grid = direct_grid(client_app(cfg), _nodes(600, 4), tamper=tamper)
+    with pytest.raises(ValueError, match="node 1001 answered the query of the users it holds "
+                                         "with a malformed reply") as exc:
+        FlowerTrainer(cfg, grid, connect_timeout=5).discover()
+    assert re.search(match, str(exc.value))
+
+
+def test_two_nodes_saying_they_hold_one_user_is_an_error(direct_grid):
+    """Which node's uploads stand for a user is never decided by which answers first."""
+    from rfrs_ref.flower.client import client_app
+    from rfrs_ref.flower.server import FlowerTrainer
+
+    cfg = TrainConfig(**BASE, model_params={"dim": 4})
+    nodes = {999: [5], **_nodes(600, 4)}  # 1001 holds 5 too
+    grid = direct_grid(client_app(cfg), nodes)
+    with pytest.raises(ValueError, match="nodes 999 and 1001 both say they hold user 5"):
+        FlowerTrainer(cfg, grid, connect_timeout=5).discover()
 
 
 def test_server_app_writes_the_run_directory_and_the_node_map(direct_grid, tmp_path, flwr):

@@ -674,3 +674,35 @@ def test_a_wrong_value_and_a_looser_tolerance_are_both_reported(vectors):
     _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"]["upload_theta"].update(rtol=0.5))
     line = _case_fails(vectors, "'upload_theta'", "rtol 0.5", "looser than", "expected", "|Δ| > tol")
     assert "inputs differ" not in line, line
+
+
+def test_a_boolean_output_is_compared_with_booleans_only():
+    # [true, false] compared equal to [1, 0]: a flag stated as a count passed
+    spec = {"compare": "exact"}
+    assert golden.compare_output("x", spec, np.array([True, False]), np.array([True, False])) is None
+    for expected, got in (([1, 0], np.array([True, False])), (np.array([True, False]), [1, 0]),
+                          (np.array([1.0, 0.0]), np.array([True, False]))):
+        m = golden.compare_output("x", spec, expected, got)
+        assert m is not None and "a boolean output is compared with booleans only" in str(m)
+    assert golden.compare_output("x", spec, [], np.zeros(0, bool)) is None  # JSON's [] has no dtype
+
+
+@pytest.mark.parametrize("how", ["npy", "json"])
+def test_a_case_stating_a_boolean_output_as_integers_fails(tmp_path, how):
+    case = "federated/adam-krum-gradient-ascent-f64"
+    root = tmp_path / "vectors"
+    golden.export(root, only=[case])
+    path = root / case / "case.json"
+    doc = json.loads(path.read_text())
+    entry = doc["outputs"]["r1_verified"]
+    flags = np.load(root / case / entry["file"])
+    assert flags.dtype == bool and flags.any()
+    if how == "npy":
+        np.save(root / case / entry["file"], flags.astype(np.int64))
+        entry["dtype"] = "int64"
+    else:
+        for k in ("file", "dtype", "shape"):
+            entry.pop(k)
+        entry["value"] = flags.astype(int).tolist()
+    path.write_text(json.dumps(doc))
+    _case_fails(root, "r1_verified", "booleans only", name=case)

@@ -73,3 +73,18 @@ def test_the_untampered_tables_still_plot(store, tmp_path):
     assert res.exit_code == 0, res.output
     assert (tmp_path / "fig" / "fig10_curves.png").exists()
     assert run_path(store, "runs/abc") == store / "runs" / "abc"
+
+
+def test_an_outcome_with_a_key_twice_is_no_outcome(tmp_path):
+    """JSON readers disagree on which of two values of one key wins: a record saying
+    "status": "failed" and then "ok" is no record of either (the sweep runs it again)."""
+    from rfrs_ref.experiments.results import Store
+
+    store = Store(tmp_path)
+    path = store.outcome_path("k")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"status": "ok"}')
+    assert store.read_outcome("k") == {"status": "ok"}
+    path.write_text('{"status": "failed", "status": "ok"}')
+    assert store.read_outcome("k") is None
+    assert store.outcomes() == {}

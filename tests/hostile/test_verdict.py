@@ -72,6 +72,24 @@ def test_a_value_that_is_no_metric_is_refused(tmp_path, value, fragment, refused
              "seed 2", fragment)
 
 
+def test_a_metric_the_tables_take_is_one_the_verdict_takes(tmp_path):
+    """One bound for a metric (results.METRIC_MAX): an NDCG that rounds 5e-10 above 1, which
+    the tables count as a finished run's, was refused by the verdict as no metric."""
+    from rfrs_ref.experiments.claims import metric_value
+    from rfrs_ref.experiments.results import METRIC_MAX, non_finite_metric
+
+    hair = 1.0 + 5e-10
+    assert non_finite_metric({"model": {"ndcg@5": hair}}, [5]) is None
+    assert metric_value(hair, "w", "ndcg@5") == hair
+    beyond = METRIC_MAX * (1 + 1e-9)
+    assert non_finite_metric({"model": {"ndcg@5": beyond}}, [5]) is not None
+    with pytest.raises(TableError, match="not a metric in"):
+        metric_value(beyond, "w", "ndcg@5")
+    rows = _rows({**GOOD, ("Adam", 0): hair})
+    res = _verdict(_store(tmp_path, rows))
+    assert res.exit_code == 0 and "| Adam vs SGD |" in res.output, res.output
+
+
 def test_a_seed_recorded_twice_is_refused(tmp_path, refused):
     """Two finished runs of Adam with seed 0 (a concatenated table): which one pairs with SGD's?"""
     rows = _rows(GOOD) + _rows({("Adam", 0): 0.9})
