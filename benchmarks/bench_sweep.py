@@ -18,6 +18,7 @@ relative to it.
     python benchmarks/bench_sweep.py                    # all four datasets
     python benchmarks/bench_sweep.py --datasets ml100k --rounds 5
     python benchmarks/bench_sweep.py --figures ranking --datasets ml100k,lastfm --rounds 3
+    python benchmarks/bench_sweep.py --figures 4 --datasets citeulike-a,citeulike-t --rfa-passes
 
 A kind of run is (model, optimiser, rule, detection space, attack, pre-aggregators);
 the α of a run changes its cost little (the same rule on the same number of rows)
@@ -70,6 +71,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="workers of the estimated full sweep")
     ap.add_argument("--figures", default=None,
                     help="comma-separated figures/experiments to estimate (default: all but Fig. 1)")
+    ap.add_argument("--rfa-passes", action="store_true",
+                    help="also time each RFA kind with its Weiszfeld steps in passes over the "
+                         "features (as before the steps ran on the distance matrix), in a row "
+                         "of its own that the figure totals leave out")
     args = ap.parse_args()
     datasets = args.datasets.split(",")
     wanted = None if args.figures is None else set(args.figures.split(","))
@@ -105,6 +110,19 @@ def main() -> None:
             print(f"{d:12s} {key[1]:5s} {key[2]:8s} {key[3]:7s} {key[4]:9s} "
                   f"{key[5]:10s} {key[6]:5s} {per_round:8.3f} {per_eval:7.2f} "
                   f"{est / 60:8.1f} m {est / base:7.2f}", flush=True)
+            if args.rfa_passes and key[3] == "rfa":
+                import rfrs_ref.kernels.weiszfeld as W
+
+                limit, W.GRAM_MAX_ROWS = W.GRAM_MAX_ROWS, 0
+                try:
+                    per_round_p, _ = measure(c, args.rounds)
+                finally:
+                    W.GRAM_MAX_ROWS = limit
+                est_p = c.rounds * per_round_p + evaluations * per_eval
+                print(f"{d:12s} {key[1]:5s} {key[2]:8s} {'rfa*':7s} {key[4]:9s} "
+                      f"{key[5]:10s} {key[6]:5s} {per_round_p:8.3f} {per_eval:7.2f} "
+                      f"{est_p / 60:8.1f} m {est_p / base:7.2f}   (* in passes, as before)",
+                      flush=True)
 
     print()
     wall = f"wall hours ({args.workers} workers)"
