@@ -299,7 +299,35 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
         for i in np.flatnonzero(np.isinf(off).all(axis=1)):
             if not np.isfinite(Xc[i]).all():
                 out[i, i] = np.inf
+        _copies_share_distances_inplace(Xc, out)
     return out
+
+
+def _copies_share_distances_inplace(X: np.ndarray, out: np.ndarray) -> None:
+    """Give every copy of a row (equal values, finite) the distances of its first
+    occurrence, in place on the symmetric ``out``.
+
+    The kernel sums a pair in a 2 × 4 tile or on its own, and the two round
+    differently (the vectorised sums group their terms by the loop's shape), so two
+    identical uploads (ALIE, IPM, mimic) had different distances to a third row in most
+    rounds, and which copy Krum, Bulyan or MDA preferred depended on rounding, not on
+    the smaller index that the rules' tie convention promises. Copies are found among
+    the pairs whose computed distance is exactly 0 (a copy's always is; a pair of
+    different rows whose differences underflow is compared and left alone), so a round
+    without copies costs one scan of the n × n matrix.
+    """
+    zi, zj = np.nonzero(np.triu(out == 0.0, 1))
+    if zi.size == 0:
+        return
+    first = np.arange(out.shape[0])
+    for i, j in zip(zi.tolist(), zj.tolist()):
+        r = first[i]
+        if first[j] == j and j != r and np.array_equal(X[r], X[j]):
+            first[j] = r
+    for j in np.flatnonzero(first != np.arange(out.shape[0])):
+        r = first[j]
+        out[j, :] = out[r, :]
+        out[:, j] = out[:, r]
 
 
 # ---------------------------------------------------------------------------
