@@ -281,7 +281,10 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
     if backend == "cuda":
         from rfrs_ref.kernels import cuda as _cuda
 
-        return _cuda.pairwise_sq_dists_cuda(Xc, Yc)
+        out = _cuda.pairwise_sq_dists_cuda(Xc, Yc)
+        if Yc is None:
+            _copies_share_distances_inplace(Xc, out)
+        return out
     if backend != "numba":
         raise ValueError(f"unknown backend {backend!r}; choose one of: numpy, numba, cuda")
     symmetric = Yc is None

@@ -167,3 +167,14 @@ def test_cuda_backend_without_a_gpu_says_so():
     if proc.stdout.startswith("available"):
         pytest.skip("a CUDA GPU is present")
     assert "backend='cuda' needs an NVIDIA GPU" in proc.stdout and "backend='numba'" in proc.stdout
+
+
+def test_pairwise_copies_of_a_row_have_the_same_distances():
+    """As on the numba backend: a copy takes its first occurrence's distances."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(9, 300)).astype(np.float32)
+    X[[4, 7]] = X[1]
+    d = pairwise_sq_dists(X, backend="cuda")
+    for i in (4, 7):
+        np.testing.assert_array_equal(d[i, [0, 2, 3, 5, 6, 8]], d[1, [0, 2, 3, 5, 6, 8]])
+    assert d[1, 4] == d[4, 7] == 0.0
