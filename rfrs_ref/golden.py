@@ -507,7 +507,8 @@ _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fa
 
 #: the rules with golden vectors (every registered rule)
 GOLDEN_RULES = tuple(_RULE_HYPER)
-#: the pre-aggregators with golden vectors, each in front of ``mean`` (and NNM in front of Krum)
+#: the pre-aggregators with golden vectors, each in front of ``mean`` (and NNM in front of Krum,
+#: bucketing in front of the trimmed mean)
 GOLDEN_PRE = ("nnm", "bucketing", "clip", "arc")
 #: the attacks with golden vectors (a-ra has none: docs/golden-vectors.md says why)
 GOLDEN_ATTACKS = ("none", "ascent", "noise", "camouflage", "alie", "ipm", "inf", "mimic",
@@ -716,6 +717,10 @@ def aggregate_cases() -> list[Case]:
         plan.append(("mean", pre, "gradient", "float64", [np.nan, np.inf], False, n, f))
         plan.append(("mean", pre, "gradient", "float64", [1e38, -np.inf], False, n, f))
     plan.append(("krum", "nnm", "gradient", "float64", None, False, n, f))
+    # bucketing then the mean is the mean whatever the buckets (n′_b = Σ nᵢ): a rule that is
+    # not linear in its rows sees the buckets, their shuffle and their size
+    for dtype in ("float64", "float32"):
+        plan.append(("trmean", "bucketing", "gradient", dtype, None, False, n, f))
     for rule, pre, detect, dtype, hostile, ties, n_, f_ in plan:
         tag = detect
         if hostile is not None:

@@ -63,6 +63,7 @@ def test_every_family_entry_has_cases_in_both_precisions(exported):
         assert f"aggregate/pre-{pre}-mean-gradient-nonfinite-f64" in names
         assert f"aggregate/pre-{pre}-mean-gradient-huge-f64" in names
     assert "aggregate/pre-nnm-krum-gradient-f64" in names
+    assert {"aggregate/pre-bucketing-trmean-gradient-f64", "aggregate/pre-bucketing-trmean-gradient-f32"} <= names
     for opt in OPTIMIZERS:
         assert {f"optim/{opt}-f32", f"optim/{opt}-f64"} <= names
     for attack in golden.GOLDEN_ATTACKS:
@@ -226,6 +227,50 @@ def test_bucketing_then_mean_is_the_mean_and_its_shuffle_is_an_input(exported, t
     np.save(folder / meta["inputs"]["permutation"]["file"], np.zeros_like(inp["permutation"]))
     res = _check_one(root, "aggregate/pre-bucketing-mean-gradient-f64")
     assert not res.ok and "permutation" in res.error
+
+
+def test_bucketing_in_front_of_the_trimmed_mean_sees_the_buckets(exported, tmp_path, monkeypatch):
+    """Bucketing then the mean is the mean whatever the buckets, so its mean cases pass a
+    bucketing that ignores the shuffle or cuts buckets of the wrong size; in front of the
+    trimmed mean both fail, and the trimming keeps clear margins at every coordinate."""
+    from rfrs_ref.aggregate import pre
+
+    for sfx in ("f64", "f32"):
+        name = f"aggregate/pre-bucketing-trmean-gradient-{sfx}"
+        meta, inp, out = golden.load_case(exported / name)
+        assert meta["params"]["pre"] == ["bucketing"] and meta["params"]["rule"] == "trmean"
+        perm, ns, X = inp["permutation"], inp["n_samples"], inp["features"].astype(np.float64)
+        assert not np.array_equal(perm, np.arange(perm.size))
+        buckets = [perm[b:b + 2] for b in range(0, perm.size, 2)]
+        assert [len(b) for b in buckets] == [2] * 5 + [1]  # the last bucket holds the rest
+        Xb = np.array([ns[b] @ X[b] / ns[b].sum() for b in buckets])
+        f = meta["params"]["f"]
+        srt = np.sort(Xb, axis=0)
+        # the kept ranks f..n′−f−1 are decided with a margin no rounding of the bucket means
+        # can cross: the kept fractions are compared to 4u
+        gaps = np.minimum(srt[f] - srt[f - 1], srt[-f] - srt[-f - 1])
+        assert (gaps > 1e-4 * np.abs(X).max()).all(), name
+    ours = pre.Bucketing.mixing
+
+    class _Unshuffled:
+        def permutation(self, n):
+            return np.arange(n)
+
+    wrong = {
+        "unshuffled": lambda self, X, ns, f, ok, rng, backend: ours(self, X, ns, f, ok, _Unshuffled(),
+                                                                    backend),
+        "buckets of 3": lambda self, X, ns, f, ok, rng, backend: ours(
+            pre.Bucketing(bucket_size=3), X, ns, f, ok, rng, backend),
+    }
+    for label, mixing in wrong.items():
+        monkeypatch.setattr(pre.Bucketing, "mixing", mixing)
+        for sfx in ("f64", "f32"):
+            assert not _check_one(exported, f"aggregate/pre-bucketing-trmean-gradient-{sfx}").ok, label
+            # the mean's cases cannot tell
+            assert _check_one(exported, f"aggregate/pre-bucketing-mean-gradient-{sfx}").ok, label
+    monkeypatch.setattr(pre.Bucketing, "mixing", ours)
+    for sfx in ("f64", "f32"):
+        assert _check_one(exported, f"aggregate/pre-bucketing-trmean-gradient-{sfx}").ok
 
 
 def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
