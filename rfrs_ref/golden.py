@@ -892,6 +892,7 @@ def compute_attack(inp, params, backend):
         out["camouflaged_fraction"] = diag["camouflaged_fraction"]
     elif params["attack"] in ("opt-ipm", "opt-alie"):
         out["opt_tau"] = float(diag["tau"])
+        out["opt_objective"] = float(diag["objective"])
         out["opt_evals"] = int(diag["evals"])
     elif params["attack"] == "mimic":
         out["mimic_client"] = diag["client"]
@@ -989,6 +990,13 @@ def attack_cases() -> list[Case]:
                 outs["opt_tau"] = _close(out["opt_tau"], "float64", C_ELEMENTWISE,
                                          note="the attack factor the line search chose: a sum of its "
                                               "steps, decided by comparisons of the simulated aggregates")
+                # J = ‖θ̄_rule(τ) − Σ_honest nᵢθᵢ/Σ_honest nᵢ‖: each of its D coordinates is a
+                # difference of two aggregates of θ, each within the rounding of an aggregate
+                theta_scale = _scale(out["upload_theta"]) + _scale(state["theta"])
+                outs["opt_objective"] = _close(
+                    out["opt_objective"], dtype, C_REDUCTION, np.sqrt(D) * theta_scale,
+                    note="J at the chosen τ: the distance of the simulated aggregate θ from the honest "
+                         "clients' nᵢ-weighted mean θ, the quantity the search maximises")
                 outs["opt_evals"] = _exact(out["opt_evals"], role="informational")
             elif attack_name == "mimic":
                 outs["mimic_client"] = _exact(out["mimic_client"], note="the id of the client copied")

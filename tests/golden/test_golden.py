@@ -287,6 +287,44 @@ def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
 
 
 
+def test_optimal_attacks_state_the_objective_they_maximise(exported, monkeypatch):
+    """An optimal attack that moves away from the honest clients' plain mean θ (ByzFL's, without
+    nᵢ), or that simulates opt-alie's parameter-space trimmed mean on recovered gradients, makes
+    the same comparisons on these cases: same τ, same uploads. The objective at the chosen τ,
+    opt_objective, tells both apart."""
+    import inspect
+    import sys
+    import types
+
+    from rfrs_ref.attack import optimal
+
+    src = inspect.getsource(optimal)
+    wrong = {
+        "unweighted reference": ("ref = (w / w.sum()) @ theta[honest].astype(np.float64)",
+                                 "ref = theta[honest].astype(np.float64).mean(axis=0)",
+                                 ("opt-ipm", "opt-alie")),
+        "gradient space": ('gradient_space = ctx.detect == "gradient" and uses_features',
+                           "gradient_space = uses_features", ("opt-alie",)),
+    }
+    for label, (old, new, attacks) in wrong.items():
+        assert src.count(old) == 1, label
+        mod = types.ModuleType("wrong_optimal")
+        monkeypatch.setitem(sys.modules, "wrong_optimal", mod)
+        exec(compile(src.replace(old, new), optimal.__file__, "exec"), mod.__dict__)
+        monkeypatch.setattr(optimal._Optimal, "apply_inplace", mod._Optimal.apply_inplace)
+        for attack in attacks:
+            for sfx in ("f64", "f32"):
+                meta, inp, expected = golden.load_case(exported / f"attack/{attack}-adam-{sfx}")
+                got = golden.compute_attack(inp, meta["params"], "numpy")
+                differ = {k for k, spec in meta["outputs"].items()
+                          if golden.compare_output(k, spec, expected[k], got[k]) is not None}
+                assert differ == {"opt_objective"}, (label, attack, sfx, differ)
+        monkeypatch.undo()
+    for attack in ("opt-ipm", "opt-alie"):
+        for sfx in ("f64", "f32"):
+            assert _check_one(exported, f"attack/{attack}-adam-{sfx}").ok
+
+
 def test_attack_cases_do_not_hang_on_ties_that_rounding_decides(exported):
     """An attack case's outputs must not depend on the last bits of another implementation's
     sums: identical Byzantine uploads tie in a rule's scores (equal nᵢ makes the tie harmless),
