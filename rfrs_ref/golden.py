@@ -930,9 +930,15 @@ def attack_cases() -> list[Case]:
     #: the server every optimal attack simulates: (rule, its hyperparameters, detection space)
     servers = {"opt-ipm": ("krum", dict(_RULE_HYPER["krum"]), "gradient"),
                "opt-alie": ("trmean", dict(_RULE_HYPER["trmean"]), "parameter")}
-    for attack_name in (a for a in ATTACKS if a in GOLDEN_ATTACKS):
+    # (attack, name tag, hyperparameters other than its defaults); mimic also copies honest client
+    # number 1 of the round: the honest rows are 0, 2, 3, 6, so row 1 (Byzantine) is not it
+    plan = [(a, "", {}) for a in ATTACKS if a in GOLDEN_ATTACKS] + [("mimic", "-index-1", {"index": 1})]
+    descriptions["mimic-index-1"] = (
+        "every Byzantine client uploads a copy of the upload of the round's honest client number 1 "
+        "(from 0, among the honest rows in ascending client id: row 2, not row 1, which is Byzantine)")
+    for attack_name, tag, extra in plan:
         for dtype in ("float64", "float32"):
-            name = f"attack/{attack_name}-adam-{_suffix(dtype)}"
+            name = f"attack/{attack_name}{tag}-adam-{_suffix(dtype)}"
             rng = _rng(name)
             opt = Adam(lr=0.01)
             params = {"optimizer": "adam", "hyperparameters": {"lr": 0.01, "beta1": 0.9, "beta2": 0.999,
@@ -940,7 +946,7 @@ def attack_cases() -> list[Case]:
                       "attack": attack_name, "attack_hyperparameters": {}, "t": t, "f": 2, "seed": SEED}
             from rfrs_ref.params import values
 
-            params["attack_hyperparameters"] = values(ATTACKS.get(attack_name)())
+            params["attack_hyperparameters"] = values(ATTACKS.get(attack_name)(**extra))
             if attack_name in servers:
                 params["rule"], params["rule_hyperparameters"], params["detect"] = servers[attack_name]
                 # a shorter search from a smaller first step: every comparison it makes differs
@@ -1006,8 +1012,8 @@ def attack_cases() -> list[Case]:
                     note="coordinates at the edge of the test on the step may fall either way in "
                          "another implementation's rounding")
             cases.append(Case(
-                name, "attack", descriptions[attack_name] + f"; Adam, round {t}, Byzantine rows 1, 4, 5",
-                descriptions[attack_name], "The attack rewrites only the Byzantine rows; gradient-space "
+                name, "attack", descriptions[attack_name + tag] + f"; Adam, round {t}, Byzantine rows 1, 4, 5",
+                descriptions[attack_name + tag], "The attack rewrites only the Byzantine rows; gradient-space "
                 "attacks push their gradient through the optimiser's rule (docs/attacks.md). Inputs 'honest_*' "
                 "are the honest uploads before the attack.", "docs/attacks.md", dtype, params, inp, outs,
                 f"uploads: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·(max|upload| + max|state|)"))

@@ -68,6 +68,7 @@ def test_every_family_entry_has_cases_in_both_precisions(exported):
         assert {f"optim/{opt}-f32", f"optim/{opt}-f64"} <= names
     for attack in golden.GOLDEN_ATTACKS:
         assert {f"attack/{attack}-adam-f32", f"attack/{attack}-adam-f64"} <= names
+    assert {"attack/mimic-index-1-adam-f32", "attack/mimic-index-1-adam-f64"} <= names
     for model in ("fism", "fmf"):
         for mode in ("exact", "sampled"):
             assert f"model/{model}-bpr-{mode}-f64" in names
@@ -285,6 +286,29 @@ def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
     meta, _, out = golden.load_case(exported / "attack/opt-ipm-adam-f64")
     assert meta["params"]["rule"] == "krum" and out["opt_tau"] > 0
 
+
+
+def test_mimic_counts_its_index_among_the_honest_rows(exported, monkeypatch):
+    """A mimic that copies row ``index`` of the round, not honest row number ``index``, is
+    right whenever the round's first rows are honest, as in attack/mimic-adam-*; with index 1
+    and row 1 Byzantine it copies the wrong client."""
+    from rfrs_ref.attack.nonfinite import Mimic
+
+    for sfx in ("f64", "f32"):
+        meta, inp, out = golden.load_case(exported / f"attack/mimic-index-1-adam-{sfx}")
+        assert meta["params"]["attack_hyperparameters"] == {"index": 1} and inp["byzantine"][1]
+        assert out["mimic_client"] == inp["clients"][np.flatnonzero(~inp["byzantine"])[1]]
+
+    def by_row(self, ctx):
+        rows = ctx.byzantine_rows()
+        for U in ctx.uploads.values():
+            U[rows] = U[self.index]
+        return {"index_used": self.index, "client": int(ctx.clients[self.index])}
+
+    monkeypatch.setattr(Mimic, "apply_inplace", by_row)
+    for sfx in ("f64", "f32"):
+        assert _check_one(exported, f"attack/mimic-adam-{sfx}").ok
+        assert not _check_one(exported, f"attack/mimic-index-1-adam-{sfx}").ok
 
 
 def test_optimal_attacks_state_the_objective_they_maximise(exported, monkeypatch):
