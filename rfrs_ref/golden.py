@@ -507,7 +507,8 @@ _RULE_HYPER = {"mean": {}, "krum": {"k": 0, "fallback": "error"}, "median": {"fa
 
 #: the rules with golden vectors (every registered rule)
 GOLDEN_RULES = tuple(_RULE_HYPER)
-#: the pre-aggregators with golden vectors, each in front of ``mean`` (and NNM in front of Krum)
+#: the pre-aggregators with golden vectors, each in front of ``mean`` (and NNM in front of Krum,
+#: bucketing in front of the trimmed mean)
 GOLDEN_PRE = ("nnm", "bucketing", "clip", "arc")
 #: the attacks with golden vectors (a-ra has none: docs/golden-vectors.md says why)
 GOLDEN_ATTACKS = ("none", "ascent", "noise", "camouflage", "alie", "ipm", "inf", "mimic",
@@ -716,6 +717,10 @@ def aggregate_cases() -> list[Case]:
         plan.append(("mean", pre, "gradient", "float64", [np.nan, np.inf], False, n, f))
         plan.append(("mean", pre, "gradient", "float64", [1e38, -np.inf], False, n, f))
     plan.append(("krum", "nnm", "gradient", "float64", None, False, n, f))
+    # bucketing then the mean is the mean whatever the buckets (n′_b = Σ nᵢ): a rule that is
+    # not linear in its rows sees the buckets, their shuffle and their size
+    for dtype in ("float64", "float32"):
+        plan.append(("trmean", "bucketing", "gradient", dtype, None, False, n, f))
     for rule, pre, detect, dtype, hostile, ties, n_, f_ in plan:
         tag = detect
         if hostile is not None:
@@ -887,6 +892,7 @@ def compute_attack(inp, params, backend):
         out["camouflaged_fraction"] = diag["camouflaged_fraction"]
     elif params["attack"] in ("opt-ipm", "opt-alie"):
         out["opt_tau"] = float(diag["tau"])
+        out["opt_objective"] = float(diag["objective"])
         out["opt_evals"] = int(diag["evals"])
     elif params["attack"] == "mimic":
         out["mimic_client"] = diag["client"]
@@ -924,9 +930,15 @@ def attack_cases() -> list[Case]:
     #: the server every optimal attack simulates: (rule, its hyperparameters, detection space)
     servers = {"opt-ipm": ("krum", dict(_RULE_HYPER["krum"]), "gradient"),
                "opt-alie": ("trmean", dict(_RULE_HYPER["trmean"]), "parameter")}
-    for attack_name in (a for a in ATTACKS if a in GOLDEN_ATTACKS):
+    # (attack, name tag, hyperparameters other than its defaults); mimic also copies honest client
+    # number 1 of the round: the honest rows are 0, 2, 3, 6, so row 1 (Byzantine) is not it
+    plan = [(a, "", {}) for a in ATTACKS if a in GOLDEN_ATTACKS] + [("mimic", "-index-1", {"index": 1})]
+    descriptions["mimic-index-1"] = (
+        "every Byzantine client uploads a copy of the upload of the round's honest client number 1 "
+        "(from 0, among the honest rows in ascending client id: row 2, not row 1, which is Byzantine)")
+    for attack_name, tag, extra in plan:
         for dtype in ("float64", "float32"):
-            name = f"attack/{attack_name}-adam-{_suffix(dtype)}"
+            name = f"attack/{attack_name}{tag}-adam-{_suffix(dtype)}"
             rng = _rng(name)
             opt = Adam(lr=0.01)
             params = {"optimizer": "adam", "hyperparameters": {"lr": 0.01, "beta1": 0.9, "beta2": 0.999,
@@ -934,7 +946,7 @@ def attack_cases() -> list[Case]:
                       "attack": attack_name, "attack_hyperparameters": {}, "t": t, "f": 2, "seed": SEED}
             from rfrs_ref.params import values
 
-            params["attack_hyperparameters"] = values(ATTACKS.get(attack_name)())
+            params["attack_hyperparameters"] = values(ATTACKS.get(attack_name)(**extra))
             if attack_name in servers:
                 params["rule"], params["rule_hyperparameters"], params["detect"] = servers[attack_name]
                 # a shorter search from a smaller first step: every comparison it makes differs
@@ -984,6 +996,13 @@ def attack_cases() -> list[Case]:
                 outs["opt_tau"] = _close(out["opt_tau"], "float64", C_ELEMENTWISE,
                                          note="the attack factor the line search chose: a sum of its "
                                               "steps, decided by comparisons of the simulated aggregates")
+                # J = ‖θ̄_rule(τ) − Σ_honest nᵢθᵢ/Σ_honest nᵢ‖: each of its D coordinates is a
+                # difference of two aggregates of θ, each within the rounding of an aggregate
+                theta_scale = _scale(out["upload_theta"]) + _scale(state["theta"])
+                outs["opt_objective"] = _close(
+                    out["opt_objective"], dtype, C_REDUCTION, np.sqrt(D) * theta_scale,
+                    note="J at the chosen τ: the distance of the simulated aggregate θ from the honest "
+                         "clients' nᵢ-weighted mean θ, the quantity the search maximises")
                 outs["opt_evals"] = _exact(out["opt_evals"], role="informational")
             elif attack_name == "mimic":
                 outs["mimic_client"] = _exact(out["mimic_client"], note="the id of the client copied")
@@ -993,8 +1012,8 @@ def attack_cases() -> list[Case]:
                     note="coordinates at the edge of the test on the step may fall either way in "
                          "another implementation's rounding")
             cases.append(Case(
-                name, "attack", descriptions[attack_name] + f"; Adam, round {t}, Byzantine rows 1, 4, 5",
-                descriptions[attack_name], "The attack rewrites only the Byzantine rows; gradient-space "
+                name, "attack", descriptions[attack_name + tag] + f"; Adam, round {t}, Byzantine rows 1, 4, 5",
+                descriptions[attack_name + tag], "The attack rewrites only the Byzantine rows; gradient-space "
                 "attacks push their gradient through the optimiser's rule (docs/attacks.md). Inputs 'honest_*' "
                 "are the honest uploads before the attack.", "docs/attacks.md", dtype, params, inp, outs,
                 f"uploads: rtol = {C_ELEMENTWISE}u, atol = {C_ELEMENTWISE}u·(max|upload| + max|state|)"))

@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 
 from rfrs_ref import agreement
-from rfrs_ref.testing.adapters import Outcome, OutputError, real_array
+from rfrs_ref.testing.adapters import Outcome, OutputError, real_array, weighted_vector
 from rfrs_ref.testing.strategies import GradientSequence, PairCase, RoundCase, unanimous
 
 U64 = 2.0**-53
@@ -426,6 +426,21 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
         return LawViolation(law, f"coordinate {k} is {_r(C.vector[k])}; rfrs-ref's rule gives "
                             f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
                             expected=float(R.vector[k]), got=float(C.vector[k]), tolerance=tol)
+    if not compare_weights and C.weights is not None:
+        # weights not compared one by one (RFA's move with where its iteration stops) still
+        # combine the uploads: the aggregate they give, Σ wᵢxᵢ over wᵢ ≠ 0, is held to the
+        # aggregate's tolerance (a geometric median reported with the mean's weights would
+        # hand the round the mean of the uploads)
+        implied = weighted_vector(X, C.weights)
+        ok = _vectors_close(R.vector, implied, scale, u, atol=spread_rtol * r)
+        if not ok.all():
+            k = int(np.flatnonzero(~ok)[0])
+            tol = 64 * u * scale + spread_rtol * r + TINY
+            return LawViolation(law, f"the candidate's weights give Σ wᵢxᵢ = {_r(implied[k])} at "
+                                f"coordinate {k}, where its aggregate is {_r(C.vector[k])} and rfrs-ref's "
+                                f"rule gives {_r(R.vector[k])} (tolerance {_r(tol)}): the weights combine "
+                                "every uploaded array, so they must give the aggregate", coordinate=k,
+                                expected=float(R.vector[k]), got=float(implied[k]), tolerance=tol)
     if compare_weights and R.weights is not None and C.weights is not None:
         ok = _vectors_close(R.weights, C.weights, 1.0, u)
         if not ok.all():

@@ -63,10 +63,12 @@ def test_every_family_entry_has_cases_in_both_precisions(exported):
         assert f"aggregate/pre-{pre}-mean-gradient-nonfinite-f64" in names
         assert f"aggregate/pre-{pre}-mean-gradient-huge-f64" in names
     assert "aggregate/pre-nnm-krum-gradient-f64" in names
+    assert {"aggregate/pre-bucketing-trmean-gradient-f64", "aggregate/pre-bucketing-trmean-gradient-f32"} <= names
     for opt in OPTIMIZERS:
         assert {f"optim/{opt}-f32", f"optim/{opt}-f64"} <= names
     for attack in golden.GOLDEN_ATTACKS:
         assert {f"attack/{attack}-adam-f32", f"attack/{attack}-adam-f64"} <= names
+    assert {"attack/mimic-index-1-adam-f32", "attack/mimic-index-1-adam-f64"} <= names
     for model in ("fism", "fmf"):
         for mode in ("exact", "sampled"):
             assert f"model/{model}-bpr-{mode}-f64" in names
@@ -228,6 +230,50 @@ def test_bucketing_then_mean_is_the_mean_and_its_shuffle_is_an_input(exported, t
     assert not res.ok and "permutation" in res.error
 
 
+def test_bucketing_in_front_of_the_trimmed_mean_sees_the_buckets(exported, tmp_path, monkeypatch):
+    """Bucketing then the mean is the mean whatever the buckets, so its mean cases pass a
+    bucketing that ignores the shuffle or cuts buckets of the wrong size; in front of the
+    trimmed mean both fail, and the trimming keeps clear margins at every coordinate."""
+    from rfrs_ref.aggregate import pre
+
+    for sfx in ("f64", "f32"):
+        name = f"aggregate/pre-bucketing-trmean-gradient-{sfx}"
+        meta, inp, out = golden.load_case(exported / name)
+        assert meta["params"]["pre"] == ["bucketing"] and meta["params"]["rule"] == "trmean"
+        perm, ns, X = inp["permutation"], inp["n_samples"], inp["features"].astype(np.float64)
+        assert not np.array_equal(perm, np.arange(perm.size))
+        buckets = [perm[b:b + 2] for b in range(0, perm.size, 2)]
+        assert [len(b) for b in buckets] == [2] * 5 + [1]  # the last bucket holds the rest
+        Xb = np.array([ns[b] @ X[b] / ns[b].sum() for b in buckets])
+        f = meta["params"]["f"]
+        srt = np.sort(Xb, axis=0)
+        # the kept ranks f..n′−f−1 are decided with a margin no rounding of the bucket means
+        # can cross: the kept fractions are compared to 4u
+        gaps = np.minimum(srt[f] - srt[f - 1], srt[-f] - srt[-f - 1])
+        assert (gaps > 1e-4 * np.abs(X).max()).all(), name
+    ours = pre.Bucketing.mixing
+
+    class _Unshuffled:
+        def permutation(self, n):
+            return np.arange(n)
+
+    wrong = {
+        "unshuffled": lambda self, X, ns, f, ok, rng, backend: ours(self, X, ns, f, ok, _Unshuffled(),
+                                                                    backend),
+        "buckets of 3": lambda self, X, ns, f, ok, rng, backend: ours(
+            pre.Bucketing(bucket_size=3), X, ns, f, ok, rng, backend),
+    }
+    for label, mixing in wrong.items():
+        monkeypatch.setattr(pre.Bucketing, "mixing", mixing)
+        for sfx in ("f64", "f32"):
+            assert not _check_one(exported, f"aggregate/pre-bucketing-trmean-gradient-{sfx}").ok, label
+            # the mean's cases cannot tell
+            assert _check_one(exported, f"aggregate/pre-bucketing-mean-gradient-{sfx}").ok, label
+    monkeypatch.setattr(pre.Bucketing, "mixing", ours)
+    for sfx in ("f64", "f32"):
+        assert _check_one(exported, f"aggregate/pre-bucketing-trmean-gradient-{sfx}").ok
+
+
 def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
     for attack in ("opt-ipm", "opt-alie", "mimic"):
         meta, inp, out = golden.load_case(exported / f"attack/{attack}-adam-f64")
@@ -240,6 +286,67 @@ def test_optimal_attacks_copy_one_upload_to_every_byzantine_row(exported):
     meta, _, out = golden.load_case(exported / "attack/opt-ipm-adam-f64")
     assert meta["params"]["rule"] == "krum" and out["opt_tau"] > 0
 
+
+
+def test_mimic_counts_its_index_among_the_honest_rows(exported, monkeypatch):
+    """A mimic that copies row ``index`` of the round, not honest row number ``index``, is
+    right whenever the round's first rows are honest, as in attack/mimic-adam-*; with index 1
+    and row 1 Byzantine it copies the wrong client."""
+    from rfrs_ref.attack.nonfinite import Mimic
+
+    for sfx in ("f64", "f32"):
+        meta, inp, out = golden.load_case(exported / f"attack/mimic-index-1-adam-{sfx}")
+        assert meta["params"]["attack_hyperparameters"] == {"index": 1} and inp["byzantine"][1]
+        assert out["mimic_client"] == inp["clients"][np.flatnonzero(~inp["byzantine"])[1]]
+
+    def by_row(self, ctx):
+        rows = ctx.byzantine_rows()
+        for U in ctx.uploads.values():
+            U[rows] = U[self.index]
+        return {"index_used": self.index, "client": int(ctx.clients[self.index])}
+
+    monkeypatch.setattr(Mimic, "apply_inplace", by_row)
+    for sfx in ("f64", "f32"):
+        assert _check_one(exported, f"attack/mimic-adam-{sfx}").ok
+        assert not _check_one(exported, f"attack/mimic-index-1-adam-{sfx}").ok
+
+
+def test_optimal_attacks_state_the_objective_they_maximise(exported, monkeypatch):
+    """An optimal attack that moves away from the honest clients' plain mean θ (ByzFL's, without
+    nᵢ), or that simulates opt-alie's parameter-space trimmed mean on recovered gradients, makes
+    the same comparisons on these cases: same τ, same uploads. The objective at the chosen τ,
+    opt_objective, tells both apart."""
+    import inspect
+    import sys
+    import types
+
+    from rfrs_ref.attack import optimal
+
+    src = inspect.getsource(optimal)
+    wrong = {
+        "unweighted reference": ("ref = (w / w.sum()) @ theta[honest].astype(np.float64)",
+                                 "ref = theta[honest].astype(np.float64).mean(axis=0)",
+                                 ("opt-ipm", "opt-alie")),
+        "gradient space": ('gradient_space = ctx.detect == "gradient" and uses_features',
+                           "gradient_space = uses_features", ("opt-alie",)),
+    }
+    for label, (old, new, attacks) in wrong.items():
+        assert src.count(old) == 1, label
+        mod = types.ModuleType("wrong_optimal")
+        monkeypatch.setitem(sys.modules, "wrong_optimal", mod)
+        exec(compile(src.replace(old, new), optimal.__file__, "exec"), mod.__dict__)
+        monkeypatch.setattr(optimal._Optimal, "apply_inplace", mod._Optimal.apply_inplace)
+        for attack in attacks:
+            for sfx in ("f64", "f32"):
+                meta, inp, expected = golden.load_case(exported / f"attack/{attack}-adam-{sfx}")
+                got = golden.compute_attack(inp, meta["params"], "numpy")
+                differ = {k for k, spec in meta["outputs"].items()
+                          if golden.compare_output(k, spec, expected[k], got[k]) is not None}
+                assert differ == {"opt_objective"}, (label, attack, sfx, differ)
+        monkeypatch.undo()
+    for attack in ("opt-ipm", "opt-alie"):
+        for sfx in ("f64", "f32"):
+            assert _check_one(exported, f"attack/{attack}-adam-{sfx}").ok
 
 
 def test_attack_cases_do_not_hang_on_ties_that_rounding_decides(exported):

@@ -73,6 +73,14 @@ def _median_mean_for_small_n(X, ns, f):
     return _median(X)
 
 
+def _rfa_with_the_mean_weights(X, ns, f):
+    """The geometric median as the aggregate, with the weights of the nᵢ-weighted mean (its
+    first iterate): the round combines the uploads with the weights, i.e. takes their mean."""
+    ok = np.isfinite(np.asarray(X, np.float64)).all(axis=1)
+    w = np.where(ok, np.asarray(ns, np.float64), 0.0)
+    return {"vector": _ref("rfa", X, ns, f).arrays["x"], "weights": w / w.sum()}
+
+
 #: (rule, adapter, rfrs-ref rule options of the claim, wrong rule): each passed every other law
 MUTANTS = {
     "krum_n_minus_f_minus_1_neighbours": ("krum", "weights", {"k": 1},
@@ -96,6 +104,7 @@ MUTANTS = {
     "rfa_ignoring_n_samples": ("rfa", "vector", None,
                                lambda X, ns, f: _ref("rfa", X, np.ones(X.shape[0], np.int64),
                                                      f).arrays["x"]),
+    "rfa_with_the_mean_weights": ("rfa", "result", None, _rfa_with_the_mean_weights),
 }
 
 
@@ -206,6 +215,27 @@ def test_the_reference_law_fails_rules_every_other_law_passes(name):
                               laws=["reference_rule"], reference_options=ref_opts)
     assert r.status == "fails", name
     assert "rfrs-ref's rule gives" in r.message
+
+
+def test_rfa_weights_are_held_through_the_aggregate_they_give():
+    """RFA's weights are not compared one by one (they move with where Weiszfeld stops), but
+    they combine every upload: a geometric median reported with the mean's weights passed every
+    law; an RFA that computes elsewhere (the Numba path's Weiszfeld steps on the distance
+    matrix), with the weights of its own stopping point, holds."""
+    fn = adapters.result(_rfa_with_the_mean_weights)
+    others = [s.name for s in RULE_LAWS["rfa"][2] if s.name != "reference_rule"]
+    assert all(r.status == "holds" for r in run_rule_conformance("rfa", fn, max_examples=EXAMPLES,
+                                                                 laws=others))
+    r, = run_rule_conformance("rfa", fn, max_examples=EXAMPLES, laws=["reference_rule"])
+    assert r.status == "fails" and "the candidate's weights give" in r.message
+
+    def numba(X, ns, f):
+        res = RULES.get("rfa")().aggregate(X, {"x": X}, ns, f, backend="numba")
+        return {"vector": res.arrays["x"], "weights": res.weights}
+
+    r, = run_rule_conformance("rfa", adapters.result(numba), max_examples=EXAMPLES,
+                              laws=["reference_rule"])
+    assert r.status == "holds", (r.message, r.counterexample)
 
 
 def test_classic_krum_holds_against_classic_and_fails_against_the_default_multi_krum():
