@@ -215,3 +215,18 @@ def test_the_committed_results_regenerate_their_tables_byte_for_byte(name, fig, 
                                     f"HEAD:results/{name}/figures/ranking.md"],
                                    capture_output=True, check=True).stdout
         assert drawn.read_bytes() == committed, f"results/{name}/figures/ranking.md"
+
+
+def test_the_documented_figures_are_the_committed_ones():
+    """docs/reproduction.md shows docs/figures/*.png: each must be, byte for byte, a figure
+    that a committed results directory draws (a stale copy showed Fig. 4 with an empty
+    Last.fm panel and Fig. 11 without Last.fm after both were committed)."""
+    committed = {}
+    for png in (REPO / "results").glob("*/figures/*.png"):
+        committed.setdefault(png.name, set()).add(png.read_bytes())
+    documented = sorted((REPO / "docs" / "figures").glob("*.png"))
+    if not documented or not committed:
+        pytest.skip("no documented or committed figures in this checkout")
+    stale = [p.name for p in documented if p.read_bytes() not in committed.get(p.name, set())]
+    assert not stale, (f"docs/figures/{', '.join(stale)} differ from every committed "
+                       "results/*/figures/ file of that name: copy the committed figure")
