@@ -337,6 +337,23 @@ def _jsonable(x):
     return x
 
 
+def _monna_specs(specs, min_n, pivot):
+    """MoNNA's laws for the pivot named by ``--rule-option pivot=P``: every round has
+    n > P and keeps row P honest (the guarantee needs a trusted pivot), and the pivot
+    law measures from row P. With the default pivot 0 the laws are unchanged."""
+    if isinstance(pivot, bool) or not isinstance(pivot, (int, np.integer)) or pivot < 0:
+        raise ValueError(f"monna's pivot must be a row position ≥ 0, got {pivot!r}")
+    pivot = int(pivot)
+    if pivot == 0:
+        return specs, min_n
+    out = []
+    for spec in specs:
+        strategy = {**spec.strategy, "trusted": pivot} if "trusted" in spec.strategy else spec.strategy
+        options = {**spec.options, "pivot": pivot} if spec.name == "monna_pivot_bound" else spec.options
+        out.append(dataclasses.replace(spec, strategy=strategy, options=options))
+    return out, max(min_n, pivot + 1)
+
+
 def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
     """Whether the callable returns weights, probed on a small honest round.
 
@@ -413,6 +430,8 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
         raise ValueError(f"no laws are defined for rule {rule!r}; choose one of: {', '.join(RULE_LAWS)}")
     f_bound, min_n, specs = RULE_LAWS[rule]
     _check_law_names(laws, specs, f"rule {rule!r}")
+    if rule == "monna":
+        specs, min_n = _monna_specs(specs, min_n, (reference_options or {}).get("pivot", 0))
     has_weights = _exposes_weights(rule_fn, f_bound, min_n)
     out = []
     for spec in specs:

@@ -318,3 +318,22 @@ def test_monna_reference_rule_holds_from_the_cli():
     res = CliRunner().invoke(main, ["conformance", "--rule", "monna", "--callable",
                                     "rfrs_ref.aggregate:MoNNA", "--law", "reference_rule"])
     assert res.exit_code == 0 and "FAILS" not in res.output, res.output
+
+
+def test_monna_with_another_pivot_holds_when_the_pivot_is_named():
+    """rfrs-ref's own MoNNA with pivot 2 failed every law (the rounds went down to n = 1,
+    below its precondition pivot < n, and kept row 0 honest, not row 2): naming the pivot
+    (--rule-option pivot=2) draws rounds with n > 2 and row 2 honest, and measures the pivot
+    law from row 2."""
+    pivot2 = adapters.rfrs("monna", backend="numba", pivot=2)
+    results = run_rule_conformance("monna", pivot2, max_examples=EXAMPLES,
+                                   reference_options={"pivot": 2})
+    assert all(r.status == "holds" for r in results), [(r.law, r.message) for r in results
+                                                        if r.status != "holds"]
+    # a MoNNA that measures from row 0 while the round's trusted pivot is row 2 still fails
+    r, = run_rule_conformance("monna", adapters.rfrs("monna", backend="numba"),
+                              max_examples=EXAMPLES, laws=["reference_rule"],
+                              reference_options={"pivot": 2})
+    assert r.status == "fails"
+    with pytest.raises(ValueError, match="pivot must be a row position"):
+        run_rule_conformance("monna", pivot2, max_examples=1, reference_options={"pivot": -1})
