@@ -170,7 +170,8 @@ CAF_GAIN = 1024.0
 # rfrs-ref's own rule fails says nothing of the candidate
 for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
     if _rule == "rfa":
-        _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False}))
+        _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False,
+                                                         "nearer_median": True}))
     elif _rule == "monna":
         _specs.append(dataclasses.replace(_REF, strategy={**_REF.strategy, "trusted": 0}))
     elif _rule == "smea":

@@ -453,9 +453,34 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
     return None
 
 
+def _gm_objective(z: np.ndarray, case: RoundCase) -> float:
+    """Σᵢ nᵢ‖z − xᵢ‖ over the finite rows (RFA's objective; float64)."""
+    X = case.features.astype(np.float64)
+    fin = np.isfinite(X).all(axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.sqrt(np.sum((X[fin] - z) ** 2, axis=1))
+    return float(np.dot(case.n_samples[fin].astype(np.float64), d))
+
+
+def _at_least_as_near_the_median(R: Outcome, C: Outcome, case: RoundCase) -> bool:
+    """Whether the candidate's aggregate, and the one its weights give, are at least as
+    near the nᵢ-weighted geometric median as rfrs-ref's in objective, to rounding: RFA
+    stops its Weiszfeld steps at a tolerance, and near a data point they converge so
+    slowly that a correct implementation run further stops farther than the spread
+    allowance from rfrs-ref's iterate, but always with a smaller objective."""
+    ref = _gm_objective(R.vector, case)
+    if not np.isfinite(ref):
+        return False
+    slack = 64 * _u(case.features.dtype) * ref + TINY
+    outs = [C.vector] + ([] if C.weights is None else
+                         [weighted_vector(case.features.astype(np.float64), C.weights)])
+    return all(np.isfinite(v).all() and _gm_objective(v, case) <= ref + slack for v in outs)
+
+
 def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
                    compare_weights: bool = True, tied_subsets: bool = False,
-                   skip_copies: bool = False, gain: float = 1.0) -> None:
+                   skip_copies: bool = False, gain: float = 1.0,
+                   nearer_median: bool = False) -> None:
     """The candidate gives rfrs-ref's rule's output on the same round (``reference``, e.g.
     ``adapters.rfrs("krum")``): the aggregate within 64u·s + spread_rtol·r per coordinate,
     u of the features' dtype, s the largest magnitude among the reference's aggregate,
@@ -472,7 +497,10 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
     largest covariance eigenvalue is within 64·n·u·max D2 of the smallest.
     ``skip_copies`` (CAF): with two equal finite rows the filter's steps hinge on the
     rounding of equal τ (1 − τᵢ/max τ is 0 or a rounding-sized weight that keeps the
-    filter going one more step), so on such rounds the law says nothing."""
+    filter going one more step), so on such rounds the law says nothing.
+    ``nearer_median`` (RFA): an aggregate outside the allowance still holds when it, and
+    the aggregate its weights give, are at least as near the geometric median in
+    objective, Σᵢ nᵢ‖z − xᵢ‖ over the finite rows, as the reference's (to 64u of it)."""
     law = "reference_rule"
     if skip_copies:
         X = case.features
@@ -485,6 +513,8 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
     C = _outcome(rule, case.features, case.n_samples, case.f, law)
     v = _reference_mismatch(R, C, case, spread_rtol, compare_weights, gain)
     if v is None:
+        return
+    if nearer_median and _at_least_as_near_the_median(R, C, case):
         return
     if tied_subsets:
         ns = case.n_samples.astype(np.float64)

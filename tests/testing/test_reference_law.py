@@ -337,3 +337,20 @@ def test_monna_with_another_pivot_holds_when_the_pivot_is_named():
     assert r.status == "fails"
     with pytest.raises(ValueError, match="pivot must be a row position"):
         run_rule_conformance("monna", pivot2, max_examples=1, reference_options={"pivot": -1})
+
+
+def test_an_rfa_run_further_than_rfrs_refs_holds():
+    """A correct RFA with a tighter stopping tolerance failed reference_rule: near a data
+    point Weiszfeld converges so slowly that rfrs-ref's iterate (tol 1e-6) stops beyond
+    the 10⁻⁴ spread allowance from the one run to tol 1e-9 (n = 3, f = 0, float32:
+    −0.4999995 against −0.4987840, tolerance 9.2e-5); an aggregate at least as near the
+    geometric median in objective now holds, and the wrong RFAs still fail."""
+    from rfrs_ref.aggregate import RFA
+
+    further = adapters.rfrs(RFA(tol=1e-9, max_iter=1000), backend="numba")
+    r, = run_rule_conformance("rfa", further, max_examples=100, laws=["reference_rule"])
+    assert r.status == "holds", r.message
+    # a few steps from the mean lie farther from the median than rfrs-ref's stop
+    early = adapters.rfrs(RFA(tol=0.0, max_iter=2), backend="numba")
+    r, = run_rule_conformance("rfa", early, max_examples=100, laws=["reference_rule"])
+    assert r.status == "fails"
