@@ -217,6 +217,10 @@ def _report(report, started: float, progress: _Progress, after: str = "tables") 
     for spec, error in report.failures:
         click.echo(f"  failed: {spec.key} {dict(spec.labels)} seed {spec.config.seed}: {error}",
                    err=True)
+    for path, why, again in getattr(report, "damaged", ()):
+        click.echo(f"  note: {path} does not read as a run's record ({why}): "
+                   + ("run again" if again else "counted as failed, not retried (--no-retry-failed)"),
+                   err=True)
 
 
 def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:

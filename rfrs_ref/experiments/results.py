@@ -374,9 +374,27 @@ class Store:
         try:
             if not stat.S_ISREG(path.stat().st_mode):
                 return None
-            return parse_json(path.read_bytes(), str(path))
+            value = parse_json(path.read_bytes(), str(path))
         except (OSError, ValueError):
             return None
+        return value if isinstance(value, dict) else None
+
+    def outcome_problem(self, key: str) -> str | None:
+        """Why run ``key``'s outcome.json cannot be read, or None when there is none or it
+        reads (what :meth:`read_outcome` takes as no record: a damaged or edited file is
+        not a run's result, and a sweep says so before it runs the run again)."""
+        from rfrs_ref.untrusted import parse_json
+
+        path = self.outcome_path(key)
+        try:
+            if not (path.exists() or path.is_symlink()):
+                return None
+            if not stat.S_ISREG(path.stat().st_mode):
+                return "not a regular file"
+            value = parse_json(path.read_bytes(), str(path))
+        except (OSError, ValueError) as exc:
+            return str(exc) or type(exc).__name__
+        return None if isinstance(value, dict) else "not a JSON object"
 
     def outcomes(self) -> dict[str, dict]:
         """Every readable outcome in the store, by key."""

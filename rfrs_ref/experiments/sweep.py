@@ -88,6 +88,9 @@ class SweepReport:
         total: runs in the sweep; skipped: not run by this call because recorded before it
             (finished or diverged, and ``kept_failed`` and ``no_result`` of them);
         kept_failed: skipped runs whose earlier failure is kept (``retry_failed`` False);
+        damaged: (path, reason, run again) of each outcome.json of the sweep's runs that
+            does not read (a damaged or edited record is no result: a failure, run again
+            unless ``retry_failed`` is False, when it counts in ``kept_failed``);
         no_result: skipped runs (``retry_failed`` False) recorded as finished or diverged
             whose record holds no result (a metric that is not a finite number in [0, 1], a
             final evaluation before the last round, a divergence at no round of the run...:
@@ -120,6 +123,7 @@ class SweepReport:
     kept_failed: int = 0
     no_result: int = 0
     label_columns: tuple = ()
+    damaged: list = dataclasses.field(default_factory=list)
 
     @property
     def pending(self) -> int:
@@ -502,7 +506,11 @@ def run_sweep(
                      and _not_a_result(outcomes[k], by_key[k].config)}
         done = {k for k in keys if k in outcomes and k not in no_result
                 and outcomes[k].get("status") in ("ok", "diverged")}
-        failed_before = {k for k in keys if k in no_result
+        # an outcome.json there that does not read (damaged, edited, not JSON) is no
+        # record: a failure like any other, run again unless failures are kept, and said
+        damaged = {k: why for k in keys if k not in outcomes
+                   and (why := store.outcome_problem(k)) is not None}
+        failed_before = {k for k in keys if k in no_result or k in damaged
                          or (k in outcomes and outcomes[k].get("status") == "failed")}
         pending = [k for k in keys if k not in done
                    and (retry_failed or k not in failed_before)]
@@ -516,10 +524,11 @@ def run_sweep(
         report = SweepReport(out=store.path, total=len(runs), skipped=len(keys) - len(pending),
                              label_columns=tuple(label_columns))
         waiting = set(pending)
+        report.damaged = [(store.outcome_path(k), why, k in waiting) for k, why in damaged.items()]
         for k in (k for k in keys if k not in waiting):  # recorded before this call
             if k in no_result:
                 report.no_result += 1
-            elif outcomes[k].get("status") == "failed":
+            elif k in damaged or outcomes[k].get("status") == "failed":
                 report.kept_failed += 1
         if not run:
             pending = []

@@ -88,3 +88,31 @@ def test_an_outcome_with_a_key_twice_is_no_outcome(tmp_path):
     path.write_text('{"status": "failed", "status": "ok"}')
     assert store.read_outcome("k") is None
     assert store.outcomes() == {}
+
+
+@pytest.mark.parametrize("damage", [b'{"status": "ok",', b'{"status": "failed", "status": "ok"}',
+                                    b'[1, 2]', b'\xff\xfe'])
+def test_a_damaged_record_is_a_failure_that_the_sweep_names(tmp_path, damage):
+    """An outcome.json that does not read (cut short, a key twice, not an object, not
+    UTF-8) was taken as no record at all: the sweep ran the run again without a word, and
+    with --no-retry-failed too, clearing the directory. It is now a failure like any
+    other: run again by default with a note naming the file and why, and kept (exit 1)
+    with --no-retry-failed."""
+    from rfrs_ref.experiments.results import Store
+
+    out = tmp_path / "res"
+    runs = [RunSpec(make_config({**TINY, "seed": 0}), trial=0, labels={"series": "Adam"})]
+    run_sweep(runs, out, workers=0, threads=1)
+    key = runs[0].key
+    store = Store(out)
+    assert store.outcome_problem(key) is None
+    store.outcome_path(key).write_bytes(damage)
+    why = store.outcome_problem(key)
+    assert why and store.read_outcome(key) is None
+    kept = run_sweep(runs, out, workers=0, threads=1, retry_failed=False)
+    assert (kept.finished, kept.kept_failed) == (0, 1)
+    assert [(p.name, again) for p, _, again in kept.damaged] == [("outcome.json", False)]
+    assert store.outcome_path(key).read_bytes() == damage  # left as it was
+    again = run_sweep(runs, out, workers=0, threads=1)
+    assert again.finished == 1 and again.damaged[0][2] is True
+    assert store.read_outcome(key)["status"] == "ok"
