@@ -105,15 +105,32 @@ def sum_weights(D: int) -> np.ndarray:
     return (np.arange(D, dtype=np.int64) % SUM_PERIOD + 1).astype(np.float64)
 
 
+#: statistics that a trace may lack (written before they existed): compared where A has them
+OPTIONAL_SUM_STATS = ("phase_sum",)
+#: φ = (√5 − 1)/2 as a float64: the weights of ``phase_sum`` are 1 + frac(k·φ)
+PHASE = 0.6180339887498949
+
+
+def phase_weights(D: int) -> np.ndarray:
+    """w_k = 1 + (k·φ − ⌊k·φ⌋), k = 0..D−1, the product k·φ rounded once in float64 (as
+    any IEEE-754 language computes it), so 1 ≤ w_k < 2 and no two k < D share a weight:
+    unlike (k mod 7) + 1, no permutation of the coordinates keeps every weight (a matrix
+    stored transposed keeps k mod 7 when both its sides are ≡ 1 mod 7, as d = 64 is)."""
+    t = np.arange(D, dtype=np.float64) * PHASE
+    return 1.0 + (t - np.floor(t))
+
+
 def state_sums(state) -> dict:
-    """{name: {"sum": Σ x_k, "weighted_sum": Σ w_k x_k, "abs_sum": Σ |x_k|}}, float64,
-    w_k = (k mod 7) + 1 over the flattened array (C order); non-finite values as null."""
+    """{name: {"sum": Σ x_k, "weighted_sum": Σ w_k x_k, "abs_sum": Σ |x_k|,
+    "phase_sum": Σ p_k x_k}}, float64, w_k = (k mod 7) + 1 and p_k = 1 + frac(k·φ)
+    (:func:`phase_weights`) over the flattened array (C order); non-finite values as null."""
     out = {}
     for k, v in state.items():
         x = np.asarray(v, dtype=np.float64).ravel()
         with np.errstate(all="ignore"):
             out[k] = {"sum": float(x.sum()), "weighted_sum": float(sum_weights(x.size) @ x),
-                      "abs_sum": float(np.abs(x).sum())}
+                      "abs_sum": float(np.abs(x).sum()),
+                      "phase_sum": float(phase_weights(x.size) @ x)}
     return jsonable(out)
 
 
@@ -392,14 +409,16 @@ def _check_state_summary(obj: dict, where: str) -> None:
             raise TraceFormatError(f"{where}: state_checksums must map array names to hex strings")
     sums = obj.get("state_sums")
     if sums is not None:
+        def number(v):
+            return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
         ok = isinstance(sums, dict) and all(
-            isinstance(x, dict) and all(s in x and (x[s] is None or (isinstance(x[s], (int, float))
-                                                                   and not isinstance(x[s], bool)))
-                                        for s in SUM_STATS)
+            isinstance(x, dict) and all(s in x and number(x[s]) for s in SUM_STATS)
+            and all(number(x[s]) for s in OPTIONAL_SUM_STATS if s in x)
             for x in sums.values())
         if not ok:
             raise TraceFormatError(f"{where}: state_sums must map array names to objects with the "
-                                   f"numbers {', '.join(SUM_STATS)}")
+                                   f"numbers {', '.join(SUM_STATS)} (and {', '.join(OPTIONAL_SUM_STATS)})")
 
 
 def _check_header(obj: dict, where: str) -> None:
@@ -672,9 +691,24 @@ class _Comparer:
             if not isinstance(xa, dict) or not isinstance(xb, dict):
                 self.fail(t, f"{path}.{k}", xa, xb, "different kinds of value")
             scale = xa.get("abs_sum")
-            for stat in SUM_STATS:
+            for stat in SUM_STATS + OPTIONAL_SUM_STATS:
                 where = f"{path}.{k}.{stat}"
                 if self.ignored(where):
+                    continue
+                if stat in OPTIONAL_SUM_STATS and stat not in xa:
+                    self.note(f"state_sums: trace A records no {stat} (written before it was): "
+                              "the state's coordinates were compared by the sums that a "
+                              "permutation keeping k mod 7 leaves unchanged")
+                    continue
+                if stat in OPTIONAL_SUM_STATS and stat not in xb:
+                    if not self.checksums:
+                        self.fail(t, where, xa[stat], None,
+                                  "missing in B, and checksums are not compared: the other "
+                                  "sums cannot tell a permutation of the coordinates that keeps "
+                                  "k mod 7 (a matrix stored transposed whose sides are ≡ 1 mod 7) "
+                                  "from the reference's state; record it (docs/traces.md)")
+                    self.note(f"state_sums: trace B records no {stat} (written before it was): "
+                              "its state was compared by the other sums and checksums")
                     continue
                 va, vb = xa.get(stat), xb.get(stat)
                 self.values_seen += 1
@@ -685,7 +719,7 @@ class _Comparer:
                     self.fail(t, where, va, vb, "one value is missing or not finite")
                 fa, fb = agreement.as_float(va), agreement.as_float(vb)
                 s = agreement.as_float(scale) if scale is not None else math.inf
-                s = (SUM_PERIOD if stat == "weighted_sum" else 1.0) * s
+                s = {"weighted_sum": SUM_PERIOD, "phase_sum": 2.0}.get(stat, 1.0) * s
                 if not math.isfinite(s):
                     s = abs(fa)  # Σ|x| overflowed: relative to the value itself
                 if math.isfinite(s) and s != 0.0 and (self.largest is None or s > self.largest[0]):
@@ -694,7 +728,7 @@ class _Comparer:
                 if not agreement.agrees(fa, fb, 0.0, tol):
                     why = agreement.describe(fa, fb, tol, "A")
                     if math.isfinite(fa) and math.isfinite(fb):
-                        bar = ("7·" if stat == "weighted_sum" else "") + "Σ|x| of A"
+                        bar = {"weighted_sum": "7·", "phase_sum": "2·"}.get(stat, "") + "Σ|x| of A"
                         why = f"|Δ| = {abs(fb - fa):.3g} > atol + rtol·{bar} = {tol:.3g}"
                     self.fail(t, where, va, vb, why)
 

@@ -345,7 +345,10 @@ def test_state_sums_follow_the_documented_formula():
     w = np.array([1, 2, 3, 4, 5, 6, 7, 1], dtype=np.float64)  # w_k = (k mod 7) + 1
     assert np.array_equal(T.sum_weights(8), w)
     s = T.state_sums({"theta": x})["theta"]
-    assert s == {"sum": float(flat.sum()), "weighted_sum": float(w @ flat), "abs_sum": float(np.abs(flat).sum())}
+    phase = 1.0 + np.array([(k * 0.6180339887498949) % 1.0 for k in range(8)])
+    assert np.array_equal(T.phase_weights(8), phase)
+    assert s == {"sum": float(flat.sum()), "weighted_sum": float(w @ flat), "abs_sum": float(np.abs(flat).sum()),
+                 "phase_sum": float(phase @ flat)}
     # a sign flip changes the sum, a permutation the weighted sum; the norm sees neither
     neg, perm = T.state_sums({"t": -x})["t"], T.state_sums({"t": x.ravel()[::-1].copy()})["t"]
     assert neg["sum"] == -s["sum"] and perm["sum"] == s["sum"] and perm["weighted_sum"] != s["weighted_sum"]
@@ -359,8 +362,9 @@ def test_trace_lines_record_state_sums(traces):
         assert set(obj["state_sums"]) == {"m", "v", "theta"}
         for k, s in obj["state_sums"].items():
             norm = obj["state_norms"][k]
-            assert set(s) == {"sum", "weighted_sum", "abs_sum"}
+            assert set(s) == {"sum", "weighted_sum", "abs_sum", "phase_sum"}
             assert abs(s["sum"]) <= s["abs_sum"] * (1 + 1e-12) and abs(s["weighted_sum"]) <= 7 * s["abs_sum"] * (1 + 1e-12)
+            assert abs(s["phase_sum"]) <= 2 * s["abs_sum"] * (1 + 1e-12)
             assert norm * (1 - 1e-9) <= s["abs_sum"] <= norm * np.sqrt(D) * (1 + 1e-9) + 1e-300
 
 
@@ -448,3 +452,43 @@ def test_malformed_state_sums_are_refused(traces, tmp_path, bad):
     _rewrite(tmp_path / "b.jsonl", lines)
     with pytest.raises(T.TraceFormatError, match="state_sums must map"):
         T.read_trace(tmp_path / "b.jsonl")
+
+
+def test_a_transposed_matrix_changes_the_phase_sum():
+    """A matrix stored transposed keeps every k mod 7 when both its sides are ≡ 1 mod 7
+    (d = 64 embeddings of 1,737 items: i·64 + j ≡ i + j ≡ j·1,737 + i): sum, weighted_sum,
+    abs_sum and the norm all stay, and only the phase weights, which no permutation keeps,
+    tell it from the reference."""
+    x = np.random.default_rng(0).normal(size=(1737, 64)).astype(np.float32)
+    a, b = T.state_sums({"P": x})["P"], T.state_sums({"P": x.T.copy()})["P"]
+    assert a["sum"] == pytest.approx(b["sum"], rel=1e-12, abs=1e-9)
+    assert a["weighted_sum"] == pytest.approx(b["weighted_sum"], rel=1e-12, abs=1e-9)
+    assert a["abs_sum"] == pytest.approx(b["abs_sum"], rel=1e-12)
+    assert abs(a["phase_sum"] - b["phase_sum"]) > 1e-5 * a["abs_sum"]  # the default rtol: 1e-6
+
+
+def test_a_trace_of_a_transposed_state_diverges_without_checksums(traces, tmp_path):
+    """B's state_sums are those of its state stored transposed (an 8 × 8 array here, both
+    sides ≡ 1 mod 7): without checksums the other sums agreed; the phase sum diverges, and
+    a B that leaves the phase sum out diverges where A has it (with checksums compared it
+    agrees, with a note)."""
+    x = np.random.default_rng(1).normal(size=(8, 8))
+    lines_a, lines_b = _lines(traces["a"]), _lines(traces["a"])
+    for obj in [lines_a[0]["initial"]] + lines_a[1:]:
+        obj["state_sums"]["theta"] = T.state_sums({"t": x})["t"]
+    for obj in [lines_b[0]["initial"]] + lines_b[1:]:
+        obj["state_sums"]["theta"] = T.state_sums({"t": x.T.copy()})["t"]
+    _rewrite(tmp_path / "a.jsonl", lines_a)
+    _rewrite(tmp_path / "b.jsonl", lines_b)
+    res = T.compare(tmp_path / "a.jsonl", tmp_path / "b.jsonl", checksums=False)
+    assert not res.agree and res.divergence.field == "initial.state_sums.theta.phase_sum", res.divergence
+    for obj in [lines_b[0]["initial"]] + lines_b[1:]:
+        for v in obj["state_sums"].values():
+            v.pop("phase_sum")
+    _rewrite(tmp_path / "old-b.jsonl", lines_b)
+    res = T.compare(tmp_path / "a.jsonl", tmp_path / "old-b.jsonl", checksums=False)
+    assert not res.agree and "phase_sum" in res.divergence.field
+    assert "checksums are not compared" in res.divergence.reason
+    # a reference written before the phase sum compares on the other sums, with a note
+    res = T.compare(tmp_path / "old-b.jsonl", tmp_path / "old-b.jsonl", checksums=False)
+    assert res.agree and any("records no phase_sum" in n for n in res.notes)
