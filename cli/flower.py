@@ -105,6 +105,26 @@ def _config(ctx: click.Context, p: dict):
     return config
 
 
+#: what a Flower run writes into its run directory besides rfrs-ref train's files
+FLOWER_FILES = ("flower.json", "flower-logs")
+
+
+def _refuse_out(out: str) -> None:
+    """``--out`` as ``rfrs-ref train --out`` takes it: neither a sweep's run directory nor
+    a directory inside a run's; nor a directory holding ``flower.json`` or ``flower-logs``
+    of its own, which the run replaces when it ends (the trainer refuses another run's
+    files). Refused before anything runs or is written."""
+    from rfrs_ref.cli.train import _refuse_out_in_a_run_directory
+
+    run_dir = pathlib.Path(out)
+    _refuse_out_in_a_run_directory(run_dir)
+    present = [n for n in FLOWER_FILES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
+    if present:
+        raise click.UsageError(f"--out {out} already holds {' and '.join(present)}, which a "
+                               "Flower run writes when it ends (replacing what is there); "
+                               "choose another run directory")
+
+
 def _refuse_if_diverged(run_dir) -> None:
     """A run that diverged on the federation is never reported as finished: the trainer's
     ``final_metrics.json`` says ``"status": "diverged"`` (docs/training.md, "Failure
@@ -154,6 +174,7 @@ def simulate(cpus, **p) -> None:
     from rfrs_ref.flower import FlowerUnavailable
 
     config = _config(click.get_current_context(), p)
+    _refuse_out(p["out"])
     try:
         from rfrs_ref.flower.run import simulate as run
 
@@ -193,6 +214,7 @@ def deploy(nodes, timeout, round_timeout, kill_node, **p) -> None:
     config = _config(click.get_current_context(), p)
     if kill_node is not None and kill_node[0] >= nodes:
         raise click.UsageError(f"--kill-node {kill_node[0]}: nodes are numbered 0..{nodes - 1}")
+    _refuse_out(p["out"])
     try:
         from rfrs_ref.flower.deploy import DeploymentError
         from rfrs_ref.flower.deploy import deploy as run

@@ -53,6 +53,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import zlib
 from collections.abc import Callable, Iterable
@@ -1350,6 +1351,7 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     where = f"{root} (export)"
     confined(root, "index.json", where, what="the index")
     cases = all_cases(only)
+    _refuse_foreign(root, where, cases)
     root.mkdir(parents=True, exist_ok=True)
     # one export at a time: two exports merging into one index would each read it before
     # the other wrote it, and one's cases would vanish from the index (never checked)
@@ -1359,6 +1361,49 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
         return _export_locked(root, where, cases, only)
     finally:
         lock.release()
+
+
+#: the files write_case puts in a case folder (an export cut short leaves some of them)
+_CASE_FILE = re.compile(r"case\.json|(in|out)\.[^/]+\.npy")
+
+
+def _refuse_foreign(root: pathlib.Path, where: str, cases) -> None:
+    """Refuse, before anything is written, a directory the export would take from its
+    owner: a run's directory (a sweep clears it when the run starts again), an
+    ``index.json`` that is not an index of golden vectors (the export replaces it), or,
+    where no such index is, a case folder holding files an export does not write (the
+    export removes and rewrites case folders)."""
+    from rfrs_ref.experiments.results import run_directory_above
+
+    owner = run_directory_above(root)
+    if owner is not None:
+        where = ("is a run's directory" if owner == root.resolve()
+                 else f"lies in the directory of a run, {owner}")
+        raise GoldenFormatError(f"{root} {where}, which is that run's alone (a sweep clears "
+                                "it when the run starts again); export into another directory")
+    index = root / "index.json"
+    if index.exists() or index.is_symlink():
+        try:
+            doc = read_json(index, "index of golden vectors")
+        except UntrustedFileError as exc:
+            raise GoldenFormatError(f"{exc}; the export would replace it: move it away or "
+                                    "export into another directory") from None
+        if not (isinstance(doc, dict) and doc.get("format") == FORMAT):
+            raise GoldenFormatError(f"{index} is not an index of golden vectors (no \"format\": "
+                                    f"\"{FORMAT}\"); the export would replace it: it is left as it "
+                                    "is, move it away or export into another directory")
+        return
+    for case in cases:
+        confined(root, case.name, where, what="case folder")  # a link leading out: refused
+        folder = root / case.name
+        if folder.is_symlink() or not folder.is_dir():
+            continue  # a link inside the vectors is replaced, its target kept
+        foreign = sorted(e.name for e in folder.iterdir() if not _CASE_FILE.fullmatch(e.name))
+        if foreign:
+            raise GoldenFormatError(f"{folder} holds {foreign[0]!r}, which no export writes, and "
+                                    f"{root} has no index of golden vectors: the export would "
+                                    "remove the folder; move it away or export into another "
+                                    "directory")
 
 
 def _export_locked(root: pathlib.Path, where: str, cases, only) -> list[str]:

@@ -782,6 +782,17 @@ def _vacuous_atol(cmp: _Comparer) -> str:
             f"at {where}, field {path}); --atol must be below (1 − rtol)·max|A| = {bound:.6g}")
 
 
+def _same(x, y) -> bool:
+    """Equal JSON values, a boolean equal to a boolean only (Python's ``True == 1``)."""
+    if isinstance(x, bool) or isinstance(y, bool):
+        return type(x) is type(y) and x == y
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(_same(u, v) for u, v in zip(x, y))
+    return x == y
+
+
 def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol: float = 1e-6,
             atol: float = 1e-9, checksums: bool = True, ignore: Iterable[str] = ()) -> TraceComparison:
     """Find the first round and field where trace ``b`` (the candidate) diverges from
@@ -841,11 +852,13 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                 if ha.get(k) != hb.get(k)]
         notes.append("checksums not compared: the traces differ in " + ", ".join(diff))
     cmp = _Comparer(rtol, atol, ignore, use_checksums, notes)
-    run_a, run_b = ha.get("run", {}), hb.get("run", {})
-    differing = [k for k in run_a if k in run_b and run_a[k] != run_b[k]]
-    if differing:
-        notes.append("the run configurations differ in " + ", ".join(
-            f"{k} ({run_a[k]!r} vs {run_b[k]!r})" for k in differing))
+    for field, what in (("run", "the run configurations"), ("dataset", "the datasets")):
+        side_a, side_b = ha.get(field), hb.get(field)
+        side_a, side_b = (x if isinstance(x, dict) else {} for x in (side_a, side_b))
+        differing = [k for k in side_a if k in side_b and not _same(side_a[k], side_b[k])]
+        if differing:
+            notes.append(f"{what} differ in " + ", ".join(
+                f"{k} ({side_a[k]!r} vs {side_b[k]!r})" for k in differing))
     done = 0
     metrics_one_side = 0
     try:

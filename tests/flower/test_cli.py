@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from rfrs_ref.cli.main import main
@@ -75,3 +76,59 @@ def test_the_synthetic_datasets_options_as_in_train(tmp_path, monkeypatch):
     cfg.write_text(json.dumps({"dataset": "synthetic"}))
     res = _run("deploy", "--config", str(cfg), "--synthetic-users", "40", "--out", str(tmp_path / "r"))
     assert res.exit_code == 2 and "drop --synthetic-users" in res.output
+
+
+def _fake_runs(monkeypatch) -> list:
+    """The federation replaced by a stand-in that records that it was started."""
+    import rfrs_ref.flower.deploy as deploy_mod
+    import rfrs_ref.flower.run as run_mod
+
+    started = []
+
+    def fake(config, out, **kw):
+        started.append(out)
+        raise RuntimeError("stopped before the federation")
+
+    monkeypatch.setattr(run_mod, "simulate", fake, raising=False)
+    monkeypatch.setattr(deploy_mod, "deploy", fake, raising=False)
+    return started
+
+
+@pytest.mark.parametrize("command", ["simulate", "deploy"])
+@pytest.mark.parametrize("where", ["sweep", "inside", "flower.json", "flower-logs"])
+def test_out_is_refused_where_train_refuses_it_or_flower_files_are(tmp_path, monkeypatch,
+                                                                   command, where):
+    """--out RESULTS/runs/<key> (a sweep's run directory, which the sweep clears when that
+    run starts again) or a folder inside a run's directory started the federation there,
+    where `train --out` refuses both; a flower.json or flower-logs/ of the user's in --out
+    was replaced when the run ended."""
+    started = _fake_runs(monkeypatch)
+    if where == "sweep":
+        (tmp_path / "results.csv").write_text("key\n")
+        out = tmp_path / "runs" / "0123456789abcdef"
+        out.mkdir(parents=True)
+    elif where == "inside":
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "config.json").write_text("{}")
+        (run / "metrics.csv").write_text("round\n")
+        out = run / "flower"
+    else:
+        out = tmp_path / "mine"
+        out.mkdir()
+        if where == "flower.json":
+            (out / where).write_text('{"mine": true}')
+        else:
+            (out / where).mkdir()
+            (out / where / "notes.txt").write_text("mine")
+    res = _run(command, "--out", str(out))
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and "--out" in res.output, res.output
+    assert started == []
+    assert not (where == "inside" and out.exists())
+    # a directory of the user's own files, none of them a run's, is taken as train takes it
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "notes.txt").write_text("mine")
+    res = _run(command, "--out", str(fresh))
+    assert started == [str(fresh)], res.output

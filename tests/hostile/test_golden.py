@@ -706,3 +706,51 @@ def test_a_case_stating_a_boolean_output_as_integers_fails(tmp_path, how):
         entry["value"] = flags.astype(int).tolist()
     path.write_text(json.dumps(doc))
     _case_fails(root, "r1_verified", "booleans only", name=case)
+
+
+# -- export never takes a directory from its owner -------------------------------------------------------
+
+@pytest.mark.parametrize("only", [(), ("--only", "optim/sgd-*")])
+def test_export_never_replaces_an_index_that_is_not_golden_vectors(tmp_path, only):
+    """`golden export site` over a folder with its own index.json replaced that file with
+    the vectors' index (exit 0) when the whole set was exported; only --only refused it."""
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "index.json").write_text('{"my": "site index"}\n')
+    _refused(_cli("export", root, *only), "index.json", "not an index of golden vectors",
+             "left as it is")
+    assert sorted(os.listdir(root)) == ["index.json"]
+    assert (root / "index.json").read_text() == '{"my": "site index"}\n'
+
+
+def test_export_never_removes_a_folder_it_did_not_write(tmp_path):
+    root = tmp_path / "v"
+    (root / "optim" / "sgd-f64").mkdir(parents=True)
+    (root / "optim" / "sgd-f64" / "notes.md").write_text("mine")
+    _refused(_cli("export", root, "--only", "optim/sgd-*"), "notes.md", "no export writes")
+    assert os.listdir(root / "optim" / "sgd-f64") == ["notes.md"]
+    # what an export cut short leaves (arrays, no case.json, no index) is exported again
+    shutil.rmtree(root / "optim")
+    (root / "optim" / "sgd-f64").mkdir(parents=True)
+    (root / "optim" / "sgd-f64" / "in.g.npy").write_bytes(b"half")
+    assert _cli("export", root, "--only", "optim/sgd-*").exit_code == 0
+    assert _cli("export", root, "--only", "optim/sgd-*").exit_code == 0  # and over itself
+    assert _cli("check", root).exit_code == 0
+
+
+@pytest.mark.parametrize("where", ["run", "inside", "sweep"])
+def test_export_never_writes_into_a_runs_directory(tmp_path, where):
+    """A run's directory (train's, or a sweep's runs/<key>, which the sweep clears when
+    that run starts again) took the vectors without a word."""
+    run = tmp_path / "run"
+    if where == "sweep":
+        (tmp_path / "results.csv").write_text("key\n")
+        run = tmp_path / "runs" / ("0123456789abcdef")
+    run.mkdir(parents=True)
+    if where != "sweep":
+        (run / "config.json").write_text("{}")
+        (run / "metrics.csv").write_text("round\n")
+    out = run / "vectors" if where == "inside" else run
+    before = sorted(os.listdir(run))
+    _refused(_cli("export", out, "--only", "optim/sgd-*"), "run", "another directory")
+    assert sorted(os.listdir(run)) == before

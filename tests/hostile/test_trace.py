@@ -658,3 +658,16 @@ def test_a_nonfinite_value_on_one_side_only_diverges(ref, tmp_path, side, where)
     pb.write_text(pb.read_text().replace("Infinity", "2.5"))
     res = _cli(pa, pb, "--no-checksums")
     assert res.exit_code == 0 and "note:" in res.output, res.output
+
+
+def test_a_trace_of_another_dataset_is_noted_as_another_run_is(ref, tmp_path):
+    """A B whose header says ml100k with 943 users, and seed true where A says 1, agreed
+    without a note: the dataset was never looked at, and True == 1 in Python."""
+    lines = _lines()
+    lines[0]["dataset"] = {"name": "ml100k", "users": 943}
+    lines[0]["run"]["seed"] = True
+    res = _cli(ref, _write(tmp_path / "b.jsonl", lines))
+    assert res.exit_code == 0 and "the traces agree" in res.output, res.output
+    assert "the datasets differ in name ('tiny' vs 'ml100k')" in res.output, res.output
+    assert "the run configurations differ in seed (1 vs True)" in res.output, res.output
+    assert "users" not in res.output  # a key of one header only is no difference
