@@ -105,7 +105,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     excl = np.zeros(0, np.int64) if include_seen else seen.astype(np.int64)
     k = min(k, trainer.data.n_items - excl.size)
     top = topk_numpy(scores, np.array([0, excl.size]), excl, k)[0]
-    names = _names(config)
+    names = _names(trainer.config)  # the folder the data was found in (the run's, if need be)
     click.echo(f"{config.dataset} user {user}: {seen.size} training items, "
                f"{trainer.split.test.counts()[u]} test items; top {k} of the model after round "
                f"{final_round}" + ("" if include_seen else " (training items left out)"))

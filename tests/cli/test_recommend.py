@@ -173,6 +173,15 @@ def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch, d
     assert res.exit_code == 0, res.output
     assert f"the folder the run read it from: {data}" in res.output
     assert len(re.findall(r"^\s*\d+\s+\S+\s+item \d+", res.output, re.M)) == 3
+    # the items are named from that folder too (u.item), as with RFRS_DATA_DIR set
+    from rfrs_ref.data.datasets import load_item_names
+
+    names = load_item_names("ml100k", str(data))
+    rows = re.findall(r"^\s*\d+\s+\S+\s+item (\d+)  (.*?)(  \[test item\])?$", res.output, re.M)
+    item_ids = np.load(out / "ids.npz")["item_ids"].tolist()
+    assert len(rows) == 3
+    for source_id, name, _ in rows:
+        assert name and names[item_ids.index(int(source_id))] == name
     # once the folder is gone, the loader's own message, in one line
     shutil.rmtree(data)
     res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])
