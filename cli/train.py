@@ -248,10 +248,14 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
     except (FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(_one_line(exc)) from None
     except OSError as exc:  # a download that failed (no network, checksum), an unreadable file
+        msg = _one_line(exc)
+        if f"rfrs-ref data fetch {config.dataset}" in msg:
+            # the loader's message names the dataset, where it looked and what to do
+            raise click.ClickException(msg) from None
         # a resumed run keeps the --data-dir it recorded: only the variable can move it
         where = "RFRS_DATA_DIR" if resume else "--data-dir or RFRS_DATA_DIR"
         raise click.ClickException(
-            f"dataset {config.dataset!r}: {_one_line(exc)}; fetch it where there is a network "
+            f"dataset {config.dataset!r}: {msg}; fetch it where there is a network "
             f"(rfrs-ref data fetch {config.dataset}) and point {where} at it") from None
     done = _checkpoint_round(run_dir) if resume else 0
     c = trainer.config

@@ -107,3 +107,24 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "2", "--out", str(out)])
     assert res.exit_code == 130, res.output
     assert f"rfrs-ref train --resume {out}" in res.output and "Traceback" not in res.output
+
+
+def test_a_dataset_missing_without_network_is_said_once(tmp_path, monkeypatch):
+    """The README's first command without the data and without network: one line naming the
+    dataset, where it was looked for and what to do, each said once."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    monkeypatch.setenv("RFRS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RFRS_DATA_MIRROR", f"http://127.0.0.1:{port}")
+    res = CliRunner().invoke(main, ["train", "--dataset", "ml100k", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    line = " ".join(res.output.split())
+    assert line.startswith("Error: dataset 'ml100k'"), line
+    assert line.count("dataset 'ml100k'") == 1 and line.count("rfrs-ref data fetch ml100k") == 1
+    assert "RFRS_DATA_DIR" in line and ".;" not in line
+    assert not (tmp_path / "r").exists()
