@@ -45,6 +45,10 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     from rfrs_ref.untrusted import parse_json
 
     run = pathlib.Path(run_dir)
+    if not (run / "config.json").exists():
+        raise click.ClickException(
+            f"{run}: no run here (no config.json); give the directory `rfrs-ref train` wrote "
+            "(its --out, e.g. runs/ml100k, or the runs/<time>-<dataset> it printed)")
     try:
         record = parse_json((run / "config.json").read_bytes(), "config.json")
         config = TrainConfig.from_json(record["config"])

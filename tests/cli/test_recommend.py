@@ -67,6 +67,14 @@ def test_run_without_final_state_is_one_line(small_run, tmp_path):
     assert "has no final state" in res.output and "--resume" in res.output
 
 
+def test_a_folder_that_holds_no_run_says_what_to_give(tmp_path):
+    res = CliRunner().invoke(main, ["recommend", str(tmp_path), "--user", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    line = " ".join(res.output.split())
+    assert f"{tmp_path}: no run here (no config.json)" in line
+    assert "`rfrs-ref train` wrote" in line and "Errno" not in line
+
+
 def test_a_diverged_run_says_so(tmp_path):
     out = tmp_path / "run"
     res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "8", "--eval-every", "1",
