@@ -20,8 +20,8 @@ from rfrs_ref.cli.train import _one_line
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="How many items.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Directory holding the dataset [default: the run's, else RFRS_DATA_DIR, "
-                   "the cache].")
+              help="Directory holding the dataset's folder, e.g. DIR for DIR/ml-100k/ "
+                   "[default: the run's, else RFRS_DATA_DIR, the cache].")
 @click.option("--include-seen", is_flag=True,
               help="Also rank the user's training items (excluded by default, as in evaluation).")
 def recommend(run_dir, user, k, data_dir, include_seen):

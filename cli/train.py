@@ -39,7 +39,8 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
 @click.option("--dataset", type=click.Choice(DATASETS.names()), default="synthetic", show_default=True,
               help="Dataset (see `rfrs-ref data list`).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Directory holding the dataset (else RFRS_DATA_DIR, the cache, a download).")
+              help="Directory holding the dataset's folder, e.g. DIR for DIR/ml-100k/ "
+                   "(else RFRS_DATA_DIR, the cache, a download).")
 @click.option("--model", type=click.Choice(MODELS.names()), default="fism", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default="adam", show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=None,
