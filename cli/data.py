@@ -82,7 +82,7 @@ def list_(data_dir, cache_dir) -> None:
     """Every dataset with its size and where it is found.
 
     A copy found is shown by its folder only when the sha256 of each of its required
-    files is the published one; otherwise the row says ``damaged:`` and which file
+    files is the published one; otherwise the row says "damaged:" and which file
     differs (a run would refuse that copy)."""
     from rfrs_ref.data import (
         DATASETS,
