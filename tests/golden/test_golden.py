@@ -509,6 +509,10 @@ def test_cli_export_and_check(tmp_path):
     assert "1 FAIL" in res.output
     res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "nothing/*"])
     assert res.exit_code != 0 and "no case matches" in res.output
+    # a bare rule name matches nothing: the message shows what a pattern looks like
+    res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "krum"])
+    assert res.exit_code != 0 and "no case matches krum" in res.output
+    assert "'aggregate/krum-*'" in res.output
 
 
 # -- the agreement rule as a law: one corrupted value always fails, on either side -----------------------------
