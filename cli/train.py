@@ -250,6 +250,8 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
         raise click.ClickException(_one_line(exc)) from None
     except OSError as exc:  # a download that failed (no network, checksum), an unreadable file
         msg = _one_line(exc)
+        if resume:
+            msg += _recorded_folder_hint(run_dir)
         if f"rfrs-ref data fetch {config.dataset}" in msg:
             # the loader's message names the dataset, where it looked and what to do
             raise click.ClickException(msg) from None
@@ -467,6 +469,26 @@ def _refuse_conflicts_with_preset(ctx: click.Context, preset: str, **explicit) -
         if _given(ctx, name) and value != sets[name]:
             raise click.UsageError(f"--preset {preset} sets {_flag(ctx, name)} {sets[name]}, which "
                                    f"conflicts with {_flag(ctx, name)} {value}; give one of them")
+
+
+def _recorded_folder_hint(run_dir: pathlib.Path) -> str:
+    """For a resumed run whose dataset the loader did not find (another shell, without
+    RFRS_DATA_DIR): the folder the run read it from, as its config.json records it, when
+    the files are still there, and the command that resumes with it; else nothing."""
+    import shlex
+
+    from rfrs_ref.cli.recommend import _recorded_data_dir
+    from rfrs_ref.untrusted import parse_json
+
+    try:
+        record = parse_json((run_dir / "config.json").read_bytes(), "config.json")
+        here = _recorded_data_dir(record.get("data_files"))
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if here is None:
+        return ""
+    return (f" The run read it from {here}: resume with RFRS_DATA_DIR={shlex.quote(str(here))} "
+            f"rfrs-ref train --resume {shlex.quote(str(run_dir))}")
 
 
 def _one_line(exc: BaseException) -> str:
