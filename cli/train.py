@@ -250,10 +250,11 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
         raise click.ClickException(_one_line(exc)) from None
     except OSError as exc:  # a download that failed (no network, checksum), an unreadable file
         msg = _one_line(exc)
-        if resume:
-            msg += _recorded_folder_hint(run_dir)
         if f"rfrs-ref data fetch {config.dataset}" in msg:
-            # the loader's message names the dataset, where it looked and what to do
+            # the loader's message names the dataset, where it looked and what to do; a
+            # resumed run keeps the --data-dir it recorded, a new one may be given one
+            msg = (msg + _recorded_folder_hint(run_dir) if resume
+                   else msg.rstrip(".") + ", or give that directory with --data-dir")
             raise click.ClickException(msg) from None
         # a resumed run keeps the --data-dir it recorded: only the variable can move it
         where = "RFRS_DATA_DIR" if resume else "--data-dir or RFRS_DATA_DIR"

@@ -126,7 +126,7 @@ def test_a_dataset_missing_without_network_is_said_once(tmp_path, monkeypatch):
     line = " ".join(res.output.split())
     assert line.startswith("Error: dataset 'ml100k'"), line
     assert line.count("dataset 'ml100k'") == 1 and line.count("rfrs-ref data fetch ml100k") == 1
-    assert "RFRS_DATA_DIR" in line and ".;" not in line
+    assert "RFRS_DATA_DIR" in line and "--data-dir" in line and ".;" not in line
     assert not (tmp_path / "r").exists()
 
 
