@@ -35,6 +35,32 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
     return pathlib.Path("runs") / f"{stamp}-{dataset}"
 
 
+def _reserve_default_run_dir(dataset: str) -> tuple[pathlib.Path, list[pathlib.Path]]:
+    """A new ``runs/<time>-<dataset>``, made here, or ``...-2``, ``-3``... when a run started
+    in the same second has that name (``mkdir`` is atomic, so runs started together, e.g. by
+    a loop over seeds, get one directory each instead of refusing each other). Returns it
+    and the directories made for it, removed again if still empty at the end."""
+    base = _default_run_dir(dataset)
+    made = [] if base.parent.exists() else [base.parent]
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(1, 10_000):
+        candidate = base if i == 1 else base.with_name(f"{base.name}-{i}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate, [candidate, *made]
+    raise click.ClickException(f"{base}: no free run directory name; give one with --out")
+
+
+def _remove_if_empty(dirs) -> None:
+    for p in dirs:
+        try:
+            p.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 @click.command("train")
 @click.option("--dataset", type=click.Choice(DATASETS.names()), default="synthetic", show_default=True,
               help="Dataset (see `rfrs-ref data list`).")
@@ -93,7 +119,8 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
                    "twice: the same results, bit for bit, in about half the memory, "
                    "somewhat slower (docs/performance.md).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Run directory [default: runs/<time>-<dataset>]; one that already holds a run "
+              help="Run directory [default: runs/<time>-<dataset>, -2, -3... for runs started in "
+                   "the same second]; one that already holds a run "
                    "is refused (continue it with --resume), and so is a sweep's run directory "
                    "(RESULTS/runs/<key>), which the sweep clears when that run starts again.")
 @click.option("--resume", "resume", type=click.Path(file_okay=False, exists=True), default=None,
@@ -120,6 +147,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
     from rfrs_ref.federated.trainer import RunDirectory, Trainer, load_config
 
     ctx = click.get_current_context()
+    made: list[pathlib.Path] = []  # directories made for a default run directory
     if resume:
         _refuse_options_with_resume(ctx)
         run_dir = pathlib.Path(resume)
@@ -156,12 +184,18 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         _refuse_too_large(config)
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
         _refuse_out_in_a_run_directory(run_dir)
+        if not out:
+            run_dir, made = _reserve_default_run_dir(dataset)
 
     if trace_path:
-        _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
+        try:
+            _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
+        except click.ClickException:
+            _remove_if_empty(made)
+            raise
     # the directory is this process's from here on: a second `train` or `--resume` on it
     # is refused, with nothing written, until this one exits
-    with _own(run_dir):
+    with _own(run_dir, made):
         if resume:
             try:
                 config = load_config(resume)
@@ -386,11 +420,11 @@ def _parse_ks(text: str) -> tuple[int, ...]:
 
 
 @contextlib.contextmanager
-def _own(run_dir: pathlib.Path):
-    """Hold ``run_dir``'s lock for the block. Directories this creates for it are
-    removed again if they are still empty at the end (a run refused before writing
-    anything leaves nothing behind)."""
-    created = []
+def _own(run_dir: pathlib.Path, made=()):
+    """Hold ``run_dir``'s lock for the block. Directories this creates for it, and those
+    ``made`` for it before (innermost first), are removed again if they are still empty
+    at the end (a run refused before writing anything leaves nothing behind)."""
+    created = list(made)
     for p in (run_dir, *run_dir.parents):
         if p.exists():
             break
@@ -406,11 +440,7 @@ def _own(run_dir: pathlib.Path):
         yield
     finally:
         lock.release()
-        for p in created:
-            try:
-                p.rmdir()  # only when empty
-            except OSError:
-                break
+        _remove_if_empty(created)
 
 
 #: parameters of `train` that make up the run's configuration (not --out, --resume, --trace)

@@ -156,3 +156,26 @@ def test_a_resume_in_a_shell_without_the_data_names_the_runs_folder(tmp_path, mo
     monkeypatch.setenv("RFRS_DATA_DIR", str(data))
     res = CliRunner().invoke(main, ["train", "--resume", str(out)])
     assert res.exit_code == 0 and "nothing to resume" in res.output, res.output
+
+
+def test_runs_started_in_the_same_second_get_a_directory_each(tmp_path, monkeypatch):
+    """Without --out the run directory is runs/<time>-<dataset>, to the second: a second run
+    started within it (a loop over seeds) was refused as 'in use' or 'already holds a run';
+    it now gets runs/<time>-<dataset>-2. A run refused before it starts leaves no folder."""
+    import pathlib
+
+    from rfrs_ref.cli import train as train_cli
+
+    monkeypatch.chdir(tmp_path)
+    fixed = pathlib.Path("runs") / "20260101-120000-synthetic"
+    monkeypatch.setattr(train_cli, "_default_run_dir", lambda dataset: fixed)
+    for seed, name in ((0, fixed.name), (1, f"{fixed.name}-2")):
+        res = run("train", *SMALL, "--rounds", "1", "--seed", str(seed))
+        assert res.exit_code == 0, res.output
+        assert f"results: runs/{name}" in res.output
+        assert (tmp_path / "runs" / name / "final_metrics.json").is_file()
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "1", "--trace",
+                                    str(fixed / "t.jsonl")])
+    assert res.exit_code != 0 and "lies in the directory of another run" in res.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [fixed.name,
+                                                                     f"{fixed.name}-2"]
