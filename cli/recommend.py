@@ -66,6 +66,11 @@ def recommend(run_dir, user, k, data_dir, include_seen):
             raise click.ClickException(
                 f"{run}: the run diverged at round {final.get('round')} ({final.get('reason')}: "
                 f"{final.get('what')}); it has no final model, so there is nothing to recommend")
+        holder = _training_now(run)
+        if holder is not None:  # resuming it now would be refused as "in use"
+            raise click.ClickException(
+                f"{state_path}: the run has no final state yet: it is still training "
+                f"({holder}); ask again once it has finished")
         raise click.ClickException(f"{state_path}: the run has no final state (it has not "
                                    f"finished); finish it with `rfrs-ref train --resume {run}`")
     if data_dir is not None:
@@ -119,6 +124,30 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         mark = "  [test item]" if j in test else ""
         click.echo(f"{rank:>3}  {scores[0, j]: .4f}  item {int(items[j])}"
                    + (f"  {name}" if name else "") + mark)
+
+
+def _training_now(run: pathlib.Path) -> str | None:
+    """Who holds ``run``'s lock (``process 123 on host``) while a process trains it, else
+    None. Read only: the lock file is opened, never made, and a shared ``flock`` tried on
+    it, which a live run's exclusive lock refuses."""
+    import fcntl
+    import os
+
+    from rfrs_ref.files import LOCK_NAME, DirectoryLock
+
+    try:
+        fd = os.open(run / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return DirectoryLock(run)._holder()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock, if it was taken
+    return None
 
 
 def _final_round(a) -> int:

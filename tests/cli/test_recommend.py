@@ -65,6 +65,14 @@ def test_run_without_final_state_is_one_line(small_run, tmp_path):
     res = CliRunner().invoke(main, ["recommend", str(unfinished), "--user", "1"])
     assert res.exit_code == 1
     assert "has no final state" in res.output and "--resume" in res.output
+    # while a process trains it, resuming would be refused as "in use": it says to wait
+    from rfrs_ref.files import DirectoryLock
+
+    with DirectoryLock(unfinished):
+        res = CliRunner().invoke(main, ["recommend", str(unfinished), "--user", "1"])
+    assert res.exit_code == 1 and "still training (process " in res.output, res.output
+    assert "--resume" not in res.output
+    assert not (unfinished / ".lock").exists()
 
 
 def test_a_folder_that_holds_no_run_says_what_to_give(tmp_path):
