@@ -1350,6 +1350,8 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     where = f"{root} (export)"
     confined(root, "index.json", where, what="the index")
     cases = all_cases(only)
+    if not cases:  # patterns that match no case: nothing to write, not even an empty index
+        return []
     root.mkdir(parents=True, exist_ok=True)
     # one export at a time: two exports merging into one index would each read it before
     # the other wrote it, and one's cases would vanish from the index (never checked)

@@ -519,6 +519,8 @@ def test_cli_export_and_check(tmp_path):
     res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "krum"])
     assert res.exit_code != 0 and "no case matches krum" in res.output
     assert "'aggregate/krum-*'" in res.output
+    # and leaves no folder with an empty index behind ("no case to check" next)
+    assert not (tmp_path / "w").exists()
 
 
 # -- the agreement rule as a law: one corrupted value always fails, on either side -----------------------------
