@@ -82,7 +82,7 @@ def list_(data_dir, cache_dir) -> None:
     """Every dataset with its size and where it is found.
 
     A copy found is shown by its folder only when the sha256 of each of its required
-    files is the published one; otherwise the row says ``damaged:`` and which file
+    files is the published one; otherwise the row says "damaged:" and which file
     differs (a run would refuse that copy)."""
     from rfrs_ref.data import (
         DATASETS,
@@ -172,7 +172,13 @@ def fetch(name, data_dir, cache_dir, mirror, force, timeout) -> None:
                                force=force, progress=bars, timeout=timeout)
     except DownloadError as e:
         bars.close(ok=False)
-        raise click.ClickException(str(e)) from None
+        msg = str(e)
+        if e.expected is None:  # the transfer failed (no network, a mirror that refuses)
+            folder = manifests()[name].folder
+            msg += (f"; where this machine has no network access, run `rfrs-ref data fetch "
+                    f"{name}` on one that has, copy its {folder}/ folder here and point "
+                    f"--data-dir or RFRS_DATA_DIR at the directory holding it")
+        raise click.ClickException(msg) from None
     except KeyboardInterrupt:
         bars.close(ok=False)
         click.echo(f"\ninterrupted: nothing of {name} was installed; run the same command "

@@ -446,19 +446,42 @@ def _table_error(exc: BaseException, results: pathlib.Path) -> str:
     return msg if where in msg else f"{where}: {msg}"
 
 
-def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None) -> list[pathlib.Path]:
-    """The sweep's Precision@K panels into ``figures`` (default out/figures/sweep.*)."""
+# the columns every table of `reproduce` and `sweep` has (read_table joins results.csv and
+# runs.csv): a CSV without them is some other file, not a results table
+_TABLE_COLUMNS = ("key", "status", "k", "metric", "value")
+
+
+def _results_table(path: pathlib.Path):
+    """The results table at ``path`` (a results directory, its results.csv or .parquet),
+    refused in one line saying what to give when the file is some other table (a run's
+    metrics.csv), instead of failing later on a column it lacks."""
+    from rfrs_ref.experiments.results import read_table, table_source
+
+    table = read_table(path)
+    missing = [c for c in _TABLE_COLUMNS if c not in table.columns]
+    if missing:
+        source = table_source(path)
+        raise ValueError(f"{source}: not a results table of rfrs-ref (without the column(s) "
+                         f"{', '.join(missing)}); give a results directory that `rfrs-ref "
+                         "reproduce` or `rfrs-ref sweep` wrote, or its results.csv")
+    return table
+
+
+def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
+                source: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """The sweep's Precision@K panels into ``figures`` (default out/figures/sweep.*), from
+    the table at ``source`` (default: the results directory ``out``)."""
     from rfrs_ref.experiments.plots import plot_sweep
-    from rfrs_ref.experiments.results import read_table
 
     figures = figures or out / "figures"
+    source = out if source is None else source
     notes: list[str] = []
     try:
-        table = read_table(out)
+        table = _results_table(source)
         figures.mkdir(parents=True, exist_ok=True)
         paths = plot_sweep(table, figures / "sweep", notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise click.ClickException(_table_error(exc, out)) from exc
+        raise click.ClickException(_table_error(exc, source)) from exc
     for n in notes:  # a line drawn over fewer runs than the table holds is said
         click.echo(f"note: {n}", err=True)
     return paths
@@ -484,12 +507,12 @@ def plot(results, figure_name, out):
     table holds is named in its panel's title and in a "note:" line.
     """
     from rfrs_ref.experiments.figures import figure, plot_figure
-    from rfrs_ref.experiments.results import read_table
 
     if figure_name is None:
         path = pathlib.Path(results)
         base = path if path.is_dir() else path.parent
-        for p in _plot_sweep(base, pathlib.Path(out) if out else None):
+        # the table named (a results.csv of another name included), drawn beside it
+        for p in _plot_sweep(base, pathlib.Path(out) if out else None, source=path):
             click.echo(f"figure: {p}")
         return
     try:
@@ -500,7 +523,7 @@ def plot(results, figure_name, out):
     path = pathlib.Path(results)
     base = path if path.is_dir() else path.parent
     try:
-        table = read_table(path)
+        table = _results_table(path)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     _check_series(fig, table, path)

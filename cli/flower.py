@@ -31,7 +31,8 @@ def _config_options(f):
         click.option("--dataset", type=click.Choice(DATASETS.names()), default="synthetic",
                      show_default=True),
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-                     help="Dataset directory [default: RFRS_DATA_DIR, cache, download]."),
+                     help="Directory holding the dataset's folder, e.g. DIR for "
+                          "DIR/ml-100k/ [default: RFRS_DATA_DIR, cache, download]."),
         click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default="adam",
                      show_default=True),
         click.option("--rounds", type=click.IntRange(min=1), default=None,

@@ -40,7 +40,10 @@ def export_cmd(directory, only):
     except DirectoryLocked as exc:  # another export (or any rfrs-ref writer) holds the folder
         raise click.ClickException(str(exc)) from None
     if not names:
-        raise click.ClickException(f"no case matches {', '.join(only)}")
+        raise click.ClickException(
+            f"no case matches {', '.join(only)}: a pattern is a glob over the case names, "
+            "family/what-dtype (e.g. 'aggregate/krum-*'), or a family folder (model, optim, "
+            "aggregate, attack, federated)")
     families = {}
     for n in names:
         families[n.split("/")[0]] = families.get(n.split("/")[0], 0) + 1

@@ -20,8 +20,8 @@ from rfrs_ref.cli.train import _one_line
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="How many items.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Directory holding the dataset [default: the run's, else RFRS_DATA_DIR, "
-                   "the cache].")
+              help="Directory holding the dataset's folder, e.g. DIR for DIR/ml-100k/ "
+                   "[default: the run's, else RFRS_DATA_DIR, the cache].")
 @click.option("--include-seen", is_flag=True,
               help="Also rank the user's training items (excluded by default, as in evaluation).")
 def recommend(run_dir, user, k, data_dir, include_seen):
@@ -45,6 +45,10 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     from rfrs_ref.untrusted import parse_json
 
     run = pathlib.Path(run_dir)
+    if not (run / "config.json").exists():
+        raise click.ClickException(
+            f"{run}: no run here (no config.json); give the directory `rfrs-ref train` wrote "
+            "(its --out, e.g. runs/ml100k, or the runs/<time>-<dataset> it printed)")
     try:
         record = parse_json((run / "config.json").read_bytes(), "config.json")
         config = TrainConfig.from_json(record["config"])
@@ -62,6 +66,11 @@ def recommend(run_dir, user, k, data_dir, include_seen):
             raise click.ClickException(
                 f"{run}: the run diverged at round {final.get('round')} ({final.get('reason')}: "
                 f"{final.get('what')}); it has no final model, so there is nothing to recommend")
+        holder = _training_now(run)
+        if holder is not None:  # resuming it now would be refused as "in use"
+            raise click.ClickException(
+                f"{state_path}: the run has no final state yet: it is still training "
+                f"({holder}); ask again once it has finished")
         raise click.ClickException(f"{state_path}: the run has no final state (it has not "
                                    f"finished); finish it with `rfrs-ref train --resume {run}`")
     if data_dir is not None:
@@ -105,7 +114,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     excl = np.zeros(0, np.int64) if include_seen else seen.astype(np.int64)
     k = min(k, trainer.data.n_items - excl.size)
     top = topk_numpy(scores, np.array([0, excl.size]), excl, k)[0]
-    names = _names(config)
+    names = _names(trainer.config)  # the folder the data was found in (the run's, if need be)
     click.echo(f"{config.dataset} user {user}: {seen.size} training items, "
                f"{trainer.split.test.counts()[u]} test items; top {k} of the model after round "
                f"{final_round}" + ("" if include_seen else " (training items left out)"))
@@ -115,6 +124,30 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         mark = "  [test item]" if j in test else ""
         click.echo(f"{rank:>3}  {scores[0, j]: .4f}  item {int(items[j])}"
                    + (f"  {name}" if name else "") + mark)
+
+
+def _training_now(run: pathlib.Path) -> str | None:
+    """Who holds ``run``'s lock (``process 123 on host``) while a process trains it, else
+    None. Read only: the lock file is opened, never made, and a shared ``flock`` tried on
+    it, which a live run's exclusive lock refuses."""
+    import fcntl
+    import os
+
+    from rfrs_ref.files import LOCK_NAME, DirectoryLock
+
+    try:
+        fd = os.open(run / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return DirectoryLock(run)._holder()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock, if it was taken
+    return None
 
 
 def _final_round(a) -> int:

@@ -35,11 +35,38 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
     return pathlib.Path("runs") / f"{stamp}-{dataset}"
 
 
+def _reserve_default_run_dir(dataset: str) -> tuple[pathlib.Path, list[pathlib.Path]]:
+    """A new ``runs/<time>-<dataset>``, made here, or ``...-2``, ``-3``... when a run started
+    in the same second has that name (``mkdir`` is atomic, so runs started together, e.g. by
+    a loop over seeds, get one directory each instead of refusing each other). Returns it
+    and the directories made for it, removed again if still empty at the end."""
+    base = _default_run_dir(dataset)
+    made = [] if base.parent.exists() else [base.parent]
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(1, 10_000):
+        candidate = base if i == 1 else base.with_name(f"{base.name}-{i}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate, [candidate, *made]
+    raise click.ClickException(f"{base}: no free run directory name; give one with --out")
+
+
+def _remove_if_empty(dirs) -> None:
+    for p in dirs:
+        try:
+            p.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 @click.command("train")
 @click.option("--dataset", type=click.Choice(DATASETS.names()), default="synthetic", show_default=True,
               help="Dataset (see `rfrs-ref data list`).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Directory holding the dataset (else RFRS_DATA_DIR, the cache, a download).")
+              help="Directory holding the dataset's folder, e.g. DIR for DIR/ml-100k/ "
+                   "(else RFRS_DATA_DIR, the cache, a download).")
 @click.option("--model", type=click.Choice(MODELS.names()), default="fism", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default="adam", show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=None,
@@ -92,7 +119,8 @@ def _default_run_dir(dataset: str) -> pathlib.Path:
                    "twice: the same results, bit for bit, in about half the memory, "
                    "somewhat slower (docs/performance.md).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Run directory [default: runs/<time>-<dataset>]; one that already holds a run "
+              help="Run directory [default: runs/<time>-<dataset>, -2, -3... for runs started in "
+                   "the same second]; one that already holds a run "
                    "is refused (continue it with --resume), and so is a sweep's run directory "
                    "(RESULTS/runs/<key>), which the sweep clears when that run starts again.")
 @click.option("--resume", "resume", type=click.Path(file_okay=False, exists=True), default=None,
@@ -119,6 +147,7 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
     from rfrs_ref.federated.trainer import RunDirectory, Trainer, load_config
 
     ctx = click.get_current_context()
+    made: list[pathlib.Path] = []  # directories made for a default run directory
     if resume:
         _refuse_options_with_resume(ctx)
         run_dir = pathlib.Path(resume)
@@ -155,12 +184,18 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         _refuse_too_large(config)
         run_dir = pathlib.Path(out) if out else _default_run_dir(dataset)
         _refuse_out_in_a_run_directory(run_dir)
+        if not out:
+            run_dir, made = _reserve_default_run_dir(dataset)
 
     if trace_path:
-        _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
+        try:
+            _refuse_trace_among_run_files(pathlib.Path(trace_path), run_dir)
+        except click.ClickException:
+            _remove_if_empty(made)
+            raise
     # the directory is this process's from here on: a second `train` or `--resume` on it
     # is refused, with nothing written, until this one exits
-    with _own(run_dir):
+    with _own(run_dir, made):
         if resume:
             try:
                 config = load_config(resume)
@@ -248,10 +283,17 @@ def _train(config, run_dir: pathlib.Path, resume, trace_path, low_memory=False) 
     except (FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(_one_line(exc)) from None
     except OSError as exc:  # a download that failed (no network, checksum), an unreadable file
+        msg = _one_line(exc)
+        if f"rfrs-ref data fetch {config.dataset}" in msg:
+            # the loader's message names the dataset, where it looked and what to do; a
+            # resumed run keeps the --data-dir it recorded, a new one may be given one
+            msg = (msg + _recorded_folder_hint(run_dir) if resume
+                   else msg.rstrip(".") + ", or give that directory with --data-dir")
+            raise click.ClickException(msg) from None
         # a resumed run keeps the --data-dir it recorded: only the variable can move it
         where = "RFRS_DATA_DIR" if resume else "--data-dir or RFRS_DATA_DIR"
         raise click.ClickException(
-            f"dataset {config.dataset!r}: {_one_line(exc)}; fetch it where there is a network "
+            f"dataset {config.dataset!r}: {msg}; fetch it where there is a network "
             f"(rfrs-ref data fetch {config.dataset}) and point {where} at it") from None
     done = _checkpoint_round(run_dir) if resume else 0
     c = trainer.config
@@ -378,11 +420,11 @@ def _parse_ks(text: str) -> tuple[int, ...]:
 
 
 @contextlib.contextmanager
-def _own(run_dir: pathlib.Path):
-    """Hold ``run_dir``'s lock for the block. Directories this creates for it are
-    removed again if they are still empty at the end (a run refused before writing
-    anything leaves nothing behind)."""
-    created = []
+def _own(run_dir: pathlib.Path, made=()):
+    """Hold ``run_dir``'s lock for the block. Directories this creates for it, and those
+    ``made`` for it before (innermost first), are removed again if they are still empty
+    at the end (a run refused before writing anything leaves nothing behind)."""
+    created = list(made)
     for p in (run_dir, *run_dir.parents):
         if p.exists():
             break
@@ -398,11 +440,7 @@ def _own(run_dir: pathlib.Path):
         yield
     finally:
         lock.release()
-        for p in created:
-            try:
-                p.rmdir()  # only when empty
-            except OSError:
-                break
+        _remove_if_empty(created)
 
 
 #: parameters of `train` that make up the run's configuration (not --out, --resume, --trace)
@@ -462,6 +500,26 @@ def _refuse_conflicts_with_preset(ctx: click.Context, preset: str, **explicit) -
         if _given(ctx, name) and value != sets[name]:
             raise click.UsageError(f"--preset {preset} sets {_flag(ctx, name)} {sets[name]}, which "
                                    f"conflicts with {_flag(ctx, name)} {value}; give one of them")
+
+
+def _recorded_folder_hint(run_dir: pathlib.Path) -> str:
+    """For a resumed run whose dataset the loader did not find (another shell, without
+    RFRS_DATA_DIR): the folder the run read it from, as its config.json records it, when
+    the files are still there, and the command that resumes with it; else nothing."""
+    import shlex
+
+    from rfrs_ref.cli.recommend import _recorded_data_dir
+    from rfrs_ref.untrusted import parse_json
+
+    try:
+        record = parse_json((run_dir / "config.json").read_bytes(), "config.json")
+        here = _recorded_data_dir(record.get("data_files"))
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if here is None:
+        return ""
+    return (f" The run read it from {here}: resume with RFRS_DATA_DIR={shlex.quote(str(here))} "
+            f"rfrs-ref train --resume {shlex.quote(str(run_dir))}")
 
 
 def _one_line(exc: BaseException) -> str:

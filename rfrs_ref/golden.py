@@ -1351,6 +1351,8 @@ def export(directory, only: Iterable[str] | None = None) -> list[str]:
     where = f"{root} (export)"
     confined(root, "index.json", where, what="the index")
     cases = all_cases(only)
+    if not cases:  # patterns that match no case: nothing to write, not even an empty index
+        return []
     _refuse_foreign(root, where, cases)
     root.mkdir(parents=True, exist_ok=True)
     # one export at a time: two exports merging into one index would each read it before
@@ -1874,6 +1876,21 @@ def read_index(directory) -> list[dict]:
     root = pathlib.Path(directory)
     index_path = root / "index.json"
     if not index_path.exists():
+        # a case's folder, or a family's, given instead of the folder export wrote
+        def golden_index(a: pathlib.Path) -> bool:
+            try:
+                return json.loads((a / "index.json").read_text()).get("format") == FORMAT
+            except (OSError, ValueError, AttributeError):
+                return False
+
+        top = next((a for a in (root.parent, root.parent.parent)
+                    if a != root and golden_index(a)), None)
+        if top is not None:
+            name = root.relative_to(top).as_posix()
+            only = name if (root / "case.json").is_file() else f"{name}/*"
+            raise FileNotFoundError(
+                f"{index_path}: no index of golden vectors: {root} is part of the vectors in "
+                f"{top}; check it with `rfrs-ref golden check {top} --only '{only}'`")
         raise FileNotFoundError(f"{index_path}: no index of golden vectors (run `rfrs-ref golden export`)")
     index = read_json(index_path, "index of golden vectors")
     # the index itself may be a link, but not one leading out of the vectors (its paths

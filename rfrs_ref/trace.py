@@ -423,8 +423,13 @@ def _check_state_summary(obj: dict, where: str) -> None:
 
 def _check_header(obj: dict, where: str) -> None:
     if obj.get("format") != FORMAT:
+        # a run directory's rounds.jsonl starts with a round record: not a trace
+        what = ("; it starts with a round record, as a run's rounds.jsonl does, which is "
+                "not a trace" if "round" in obj and "format" not in obj else "")
         raise TraceFormatError(f"{where}: the first line must be a header with "
-                               f"\"format\": \"{FORMAT}\", got format {obj.get('format')!r}")
+                               f"\"format\": \"{FORMAT}\", got format {obj.get('format')!r}"
+                               f"{what}; write a trace with `rfrs-ref train ... --trace FILE` "
+                               "(docs/traces.md)")
     v = obj.get("version")
     if not (_is_int(v) and v == VERSION):
         raise TraceFormatError(f"{where}: trace format version {v!r} is not supported "

@@ -166,6 +166,10 @@ def _searched(name: str, data_dir, cache_dir) -> str:
         state = "no " + ", ".join(missing) if missing else "present"
         if not (root / m.folder).exists():
             state = "not found"
+            if all((root / f.name).is_file() for f in m.required_files):
+                # --data-dir ml-100k instead of the directory holding ml-100k/
+                state += (f"; {root} is the dataset's folder itself: give the directory "
+                          f"holding it, {root.parent}")
         parts.append(f"{root / m.folder} ({label}: {state})")
     return "; ".join(parts)
 

@@ -146,7 +146,15 @@ def plot_sweep(table, stem, *, metric: str = "precision", title: str | None = No
     if labels:
         df["label_series"] = [", ".join(str(v) for v in row if v == v and v is not None)
                               for row in df[labels].itertuples(index=False)]
-    return plot_k_panels(df, stem, metric=metric, rows=None, cols="dataset",
+    # a line is one label combination on one dataset; where such a line would hold runs of
+    # several Byzantine fractions (a figure's table, whose α is no label), it would average
+    # them into one: one row of panels per fraction instead
+    rows = None
+    scol = series_column(df)
+    if "alpha" in df.columns and "dataset" in df.columns and scol in df.columns \
+            and df.groupby(["dataset", scol])["alpha"].nunique().max() > 1:
+        rows = "alpha"
+    return plot_k_panels(df, stem, metric=metric, rows=rows, cols="dataset",
                          title=title or f"{METRIC_NAMES.get(metric, metric)}@K of the sweep's runs",
                          notes=notes)
 

@@ -913,7 +913,8 @@ def read_table(path: str | os.PathLike):
 
     path = table_source(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no results table (results.parquet or results.csv)")
+        raise FileNotFoundError(f"{path}: no results table (results.parquet or results.csv); "
+                                + _what_to_give(path.parent))
     if path.suffix == ".parquet":
         if not parquet_available():
             raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install "
@@ -925,6 +926,17 @@ def read_table(path: str | os.PathLike):
     if "status" in df.columns or "metric" not in df.columns:
         return df  # the whole tidy table in one file (or not a tidy table: the caller says)
     return _joined(df, path)
+
+
+def _what_to_give(folder: pathlib.Path) -> str:
+    """What to name instead of ``folder``, which holds no results table: a run directory of
+    ``rfrs-ref train`` is said to be one (its evaluations are its metrics.csv)."""
+    give = ("give a results directory that `rfrs-ref reproduce` or `rfrs-ref sweep` wrote "
+            "(e.g. results/defenses-quick), or its results.csv")
+    if (folder / "config.json").is_file() and (folder / "metrics.csv").is_file():
+        return (f"{folder} is the directory of one `rfrs-ref train` run, whose evaluations "
+                f"are its metrics.csv; {give}")
+    return give
 
 
 def table_source(path: str | os.PathLike) -> pathlib.Path:

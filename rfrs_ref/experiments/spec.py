@@ -207,6 +207,34 @@ def _suggest(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _field_hint(name: str, axis: bool = False, override: bool = False) -> str:
+    """What to write instead of ``name``, which is no configuration field: the ``*_params``
+    table when it is a hyperparameter of some entry (``lr`` of the optimisers; ``axis``: as
+    an axis of such tables; ``override``: as ``--set`` takes it), else the closest field
+    name, if any."""
+    from rfrs_ref.aggregate import PRE, RULES
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.data import DATASETS
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+    from rfrs_ref.params import hyperparameters
+
+    for field, registry in (("optimizer_params", OPTIMIZERS), ("model_params", MODELS),
+                            ("defense_params", RULES), ("attack_params", ATTACKS),
+                            ("pre_params", PRE), ("dataset_params", DATASETS)):
+        owners = [n for n in registry.names()
+                  if any(h.name == name for h in hyperparameters(registry.get(n)))]
+        if owners:
+            table = f"{{ {name} = ... }}"
+            example = f"[{table}, {table}]" if axis else table
+            if override:  # --set FIELD=VALUE, the value in JSON
+                return (f" ({name!r} is a hyperparameter of {', '.join(owners)}: set it in "
+                        f"{field}, e.g. --set '{field}={{\"{name}\": ...}}')")
+            return (f" ({name!r} is a hyperparameter of {', '.join(owners)}: set it in "
+                    f"{field}, e.g. {field} = {example})")
+    return _suggest(name, ("preset", *CONFIG_FIELDS))
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
@@ -475,7 +503,8 @@ def apply_fields(base: Mapping[str, Any], fields: Mapping[str, Any], where: str 
             continue
         if name not in CONFIG_FIELDS:
             raise ValueError(f"{label} is not a configuration field"
-                             f"{_suggest(name, ('preset', *CONFIG_FIELDS))}; fields are: "
+                             f"{_field_hint(name, override=where == 'override: ')}; "
+                             "fields are: "
                              f"preset, {', '.join(CONFIG_FIELDS)}")
         check_field(name, value, label=label)
         if name in PARAM_FIELDS:
@@ -538,7 +567,7 @@ class Axis:
             else:
                 raise ValueError(
                     f"axes.{self.name} is not a configuration field"
-                    f"{_suggest(self.name, ('preset', *CONFIG_FIELDS))}, so its values must "
+                    f"{_field_hint(self.name, axis=True)}, so its values must "
                     f"be tables of fields; got {_show(v)} at {here}")
             # the label is what tells the runs of this axis apart in the tables and figures:
             # two values with one label would be drawn and summarised as one series

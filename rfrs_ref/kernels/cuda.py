@@ -44,8 +44,10 @@ def require_cuda() -> None:
     if not cuda.is_available():
         raise RuntimeError(
             "backend='cuda' needs an NVIDIA GPU visible to Numba (numba.cuda.is_available() is "
-            "False: no device, no driver, or no NVVM). Use backend='numba' on a CPU, or set "
-            "NUMBA_ENABLE_CUDASIM=1 to run the CUDA kernels in Numba's simulator (slow)."
+            "False: no device, no driver, or no NVVM; on a machine with an NVIDIA GPU, install "
+            "the gpu extra, pip install 'rfrs-ref[gpu]', which brings NVVM). Use "
+            "backend='numba' on a CPU, or set NUMBA_ENABLE_CUDASIM=1 to run the CUDA kernels "
+            "in Numba's simulator (slow)."
         )
 
 

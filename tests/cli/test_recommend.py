@@ -65,6 +65,22 @@ def test_run_without_final_state_is_one_line(small_run, tmp_path):
     res = CliRunner().invoke(main, ["recommend", str(unfinished), "--user", "1"])
     assert res.exit_code == 1
     assert "has no final state" in res.output and "--resume" in res.output
+    # while a process trains it, resuming would be refused as "in use": it says to wait
+    from rfrs_ref.files import DirectoryLock
+
+    with DirectoryLock(unfinished):
+        res = CliRunner().invoke(main, ["recommend", str(unfinished), "--user", "1"])
+    assert res.exit_code == 1 and "still training (process " in res.output, res.output
+    assert "--resume" not in res.output
+    assert not (unfinished / ".lock").exists()
+
+
+def test_a_folder_that_holds_no_run_says_what_to_give(tmp_path):
+    res = CliRunner().invoke(main, ["recommend", str(tmp_path), "--user", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    line = " ".join(res.output.split())
+    assert f"{tmp_path}: no run here (no config.json)" in line
+    assert "`rfrs-ref train` wrote" in line and "Errno" not in line
 
 
 def test_a_diverged_run_says_so(tmp_path):
@@ -173,6 +189,15 @@ def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch, d
     assert res.exit_code == 0, res.output
     assert f"the folder the run read it from: {data}" in res.output
     assert len(re.findall(r"^\s*\d+\s+\S+\s+item \d+", res.output, re.M)) == 3
+    # the items are named from that folder too (u.item), as with RFRS_DATA_DIR set
+    from rfrs_ref.data.datasets import load_item_names
+
+    names = load_item_names("ml100k", str(data))
+    rows = re.findall(r"^\s*\d+\s+\S+\s+item (\d+)  (.*?)(  \[test item\])?$", res.output, re.M)
+    item_ids = np.load(out / "ids.npz")["item_ids"].tolist()
+    assert len(rows) == 3
+    for source_id, name, _ in rows:
+        assert name and names[item_ids.index(int(source_id))] == name
     # once the folder is gone, the loader's own message, in one line
     shutil.rmtree(data)
     res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])

@@ -107,3 +107,75 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "2", "--out", str(out)])
     assert res.exit_code == 130, res.output
     assert f"rfrs-ref train --resume {out}" in res.output and "Traceback" not in res.output
+
+
+def test_a_dataset_missing_without_network_is_said_once(tmp_path, monkeypatch):
+    """The README's first command without the data and without network: one line naming the
+    dataset, where it was looked for and what to do, each said once."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    monkeypatch.setenv("RFRS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RFRS_DATA_MIRROR", f"http://127.0.0.1:{port}")
+    res = CliRunner().invoke(main, ["train", "--dataset", "ml100k", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    line = " ".join(res.output.split())
+    assert line.startswith("Error: dataset 'ml100k'"), line
+    assert line.count("dataset 'ml100k'") == 1 and line.count("rfrs-ref data fetch ml100k") == 1
+    assert "RFRS_DATA_DIR" in line and "--data-dir" in line and ".;" not in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_resume_in_a_shell_without_the_data_names_the_runs_folder(tmp_path, monkeypatch,
+                                                                   data_dir):
+    """`train --resume` in a new shell, without the RFRS_DATA_DIR the run was started with:
+    the folder the run read its data from is named, with the command that resumes."""
+    import os
+    import shutil
+
+    src = os.path.join(str(data_dir), "ml-100k")
+    if not os.path.isdir(src):
+        pytest.skip("ml100k not available")
+    data = tmp_path / "data"
+    shutil.copytree(src, data / "ml-100k")
+    monkeypatch.setenv("RFRS_DATA_DIR", str(data))
+    out = tmp_path / "run"
+    assert run("train", "--dataset", "ml100k", "--rounds", "2", "--out", str(out)).exit_code == 0
+    monkeypatch.delenv("RFRS_DATA_DIR")
+    monkeypatch.setenv("RFRS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RFRS_DATA_MIRROR", "http://127.0.0.1:9")
+    res = CliRunner().invoke(main, ["train", "--resume", str(out)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    line = " ".join(res.output.split())
+    assert f"The run read it from {data}: resume with RFRS_DATA_DIR={data} rfrs-ref train " \
+           f"--resume {out}" in line, line
+    monkeypatch.setenv("RFRS_DATA_DIR", str(data))
+    res = CliRunner().invoke(main, ["train", "--resume", str(out)])
+    assert res.exit_code == 0 and "nothing to resume" in res.output, res.output
+
+
+def test_runs_started_in_the_same_second_get_a_directory_each(tmp_path, monkeypatch):
+    """Without --out the run directory is runs/<time>-<dataset>, to the second: a second run
+    started within it (a loop over seeds) was refused as 'in use' or 'already holds a run';
+    it now gets runs/<time>-<dataset>-2. A run refused before it starts leaves no folder."""
+    import pathlib
+
+    from rfrs_ref.cli import train as train_cli
+
+    monkeypatch.chdir(tmp_path)
+    fixed = pathlib.Path("runs") / "20260101-120000-synthetic"
+    monkeypatch.setattr(train_cli, "_default_run_dir", lambda dataset: fixed)
+    for seed, name in ((0, fixed.name), (1, f"{fixed.name}-2")):
+        res = run("train", *SMALL, "--rounds", "1", "--seed", str(seed))
+        assert res.exit_code == 0, res.output
+        assert f"results: runs/{name}" in res.output
+        assert (tmp_path / "runs" / name / "final_metrics.json").is_file()
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "1", "--trace",
+                                    str(fixed / "t.jsonl")])
+    assert res.exit_code != 0 and "lies in the directory of another run" in res.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [fixed.name,
+                                                                     f"{fixed.name}-2"]

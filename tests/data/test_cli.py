@@ -98,6 +98,28 @@ def test_fetch_bad_checksum(run, real, serve_mirror, tmp_path, monkeypatch):
     assert not (tmp_path / "d").exists()
 
 
+def _closed_port_url() -> str:
+    """A port nothing listens on: the connection is refused, as without network."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def test_fetch_without_network_says_what_to_do(run, tmp_path, monkeypatch):
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    r = run("fetch", "ml100k", "--cache-dir", str(tmp_path / "cache"), "--mirror",
+            _closed_port_url())
+    assert r.exit_code == 1
+    line = " ".join(r.output.split())
+    assert "failed after 0 bytes" in line
+    assert "copy its ml-100k/ folder" in line and "RFRS_DATA_DIR" in line, line
+    assert not (tmp_path / "cache" / "ml-100k").exists()
+
+
 def test_fetch_generated_and_unknown(run):
     r = run("fetch", "synthetic")
     assert r.exit_code == 0 and "nothing to fetch" in r.output

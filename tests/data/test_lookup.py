@@ -89,3 +89,16 @@ def test_unknown_parameter():
         load_dataset("ml100k", n_users=3)
     with pytest.raises(TypeError, match="does not take parameter.*colour.*it takes: n_users"):
         load_dataset("synthetic", colour="red")
+
+
+def test_the_datasets_own_folder_given_as_data_dir_is_named(tmp_path, monkeypatch, make_dataset):
+    """--data-dir data/ml-100k instead of data/: the message says to give its parent."""
+    from rfrs_ref.data import DatasetNotFoundError
+
+    monkeypatch.delenv("RFRS_DATA_DIR", raising=False)
+    path = make_dataset(tmp_path / "data", "ml100k", "1\t1\t5\t0\n")
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("ml100k", path.parent, download=False, cache_dir=tmp_path / "cache")
+    msg = str(info.value)
+    assert f"{path.parent} is the dataset's folder itself: give the directory holding it, " \
+           f"{tmp_path / 'data'}" in msg, msg

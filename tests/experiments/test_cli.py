@@ -154,3 +154,41 @@ def test_a_dry_run_piped_into_head_ends_quietly(tmp_path):
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Error" not in err and "Traceback" not in err, err
+
+
+def test_plot_of_what_is_no_results_table_says_what_to_give(ex, tmp_path):
+    """A newcomer's first `plot`: a run directory of `rfrs-ref train`, its metrics.csv (with
+    and without --figure), and a sweep's table saved under another name."""
+    from rfrs_ref.cli.experiments import plot
+
+    run_dir = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train", "--dataset", "synthetic", "--synthetic-users", "60",
+                                    "--synthetic-items", "80", "--client-fraction", "0.1",
+                                    "--rounds", "2", "--out", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(plot, [str(run_dir)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "is the directory of one `rfrs-ref train` run" in res.output
+    assert "`rfrs-ref reproduce` or `rfrs-ref sweep`" in res.output
+    for extra in ([], ["--figure", "4"]):
+        res = CliRunner().invoke(plot, [str(run_dir / "metrics.csv"), *extra])
+        assert res.exit_code == 1, res.output
+        line = " ".join(res.output.split())
+        # the file named, not the results.csv beside it, nor a bare "Error: 'status'"
+        assert f"{run_dir / 'metrics.csv'}: not a results table of rfrs-ref" in line, line
+        assert "`rfrs-ref reproduce` or `rfrs-ref sweep`" in line
+    assert not (run_dir / "figures").exists()
+
+    # a sweep's table kept under another name is the table drawn, not the folder's
+    spec = _tiny_sweep(tmp_path, 'defense = ["median", "trmean"]')
+    out = tmp_path / "o"
+    res = CliRunner().invoke(sweep, [str(spec), "--out", str(out), "--workers", "0",
+                                     "--no-plot"])
+    assert res.exit_code == 0, res.output
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "mine.csv").write_bytes((out / "results.csv").read_bytes())
+    (kept / "mine_runs.csv").write_bytes((out / "runs.csv").read_bytes())
+    res = CliRunner().invoke(plot, [str(kept / "mine.csv"), "--out", str(tmp_path / "f")])
+    assert res.exit_code == 0, res.output
+    ex.assert_image_not_blank(tmp_path / "f" / "sweep.png")

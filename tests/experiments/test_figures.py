@@ -280,3 +280,25 @@ def test_a_reduced_reproduction_gets_a_directory_of_its_own():
 
 
 
+
+
+def test_sweep_panels_never_average_several_byzantine_fractions_into_one_line(monkeypatch,
+                                                                              tmp_path):
+    """`rfrs-ref plot results/defenses` without --figure drew one line per series over the
+    runs of α = 0.2, 0.3 and 0.4 together; such a table gets a row of panels per fraction,
+    while a sweep whose labels tell its fractions apart keeps one row."""
+    import pandas as pd
+
+    from rfrs_ref.experiments import plots
+
+    seen = {}
+    monkeypatch.setattr(plots, "plot_k_panels", lambda df, stem, **kw: seen.update(kw) or [])
+    figure_table = pd.DataFrame({"dataset": ["ml100k"] * 4, "alpha": [0.2, 0.4, 0.2, 0.4],
+                                 "label_series": ["Krum", "Krum", "RFA", "RFA"]})
+    plots.plot_sweep(figure_table, tmp_path / "s")
+    assert seen["rows"] == "alpha" and seen["cols"] == "dataset"
+    sweep_table = pd.DataFrame({"dataset": ["ml100k"] * 4, "alpha": [0.2, 0.4, 0.2, 0.4],
+                                "label_byzantine_fraction": ["0.2", "0.4", "0.2", "0.4"],
+                                "label_preset": ["krum", "krum", "rfa", "rfa"]})
+    plots.plot_sweep(sweep_table, tmp_path / "s")
+    assert seen["rows"] is None

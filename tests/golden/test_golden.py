@@ -509,6 +509,18 @@ def test_cli_export_and_check(tmp_path):
     assert "1 FAIL" in res.output
     res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "nothing/*"])
     assert res.exit_code != 0 and "no case matches" in res.output
+    # a case's folder, or a family's, named instead of the vectors' folder: the --only that
+    # checks it is shown
+    for part, only in (("optim/sgd-f64", "optim/sgd-f64"), ("optim", "optim/*")):
+        res = runner.invoke(main, ["golden", "check", str(tmp_path / "v" / part)])
+        assert res.exit_code == 1 and "Traceback" not in res.output
+        assert f"rfrs-ref golden check {tmp_path / 'v'} --only '{only}'" in res.output, res.output
+    # a bare rule name matches nothing: the message shows what a pattern looks like
+    res = runner.invoke(main, ["golden", "export", str(tmp_path / "w"), "--only", "krum"])
+    assert res.exit_code != 0 and "no case matches krum" in res.output
+    assert "'aggregate/krum-*'" in res.output
+    # and leaves no folder with an empty index behind ("no case to check" next)
+    assert not (tmp_path / "w").exists()
 
 
 # -- the agreement rule as a law: one corrupted value always fails, on either side -----------------------------

@@ -140,6 +140,13 @@ def test_relative_data_dir_is_resolved_against_the_sweep_folder(tmp_path):
     ('[base]\ndetect = "params"', "base.detect must be one of gradient, parameter"),
     ('[base]\npreset = "krumm"', "did you mean 'krum'?"),
     ("[base]\nroundz = 3", "base.roundz is not a configuration field (did you mean 'rounds'?)"),
+    # a hyperparameter where a field goes: the table it belongs in is named
+    ("[base]\nlr = 0.01", "base.lr is not a configuration field ('lr' is a hyperparameter of "
+     "sgd, momentum, adam, adagrad, rmsprop: set it in optimizer_params, e.g. "
+     "optimizer_params = { lr = ... })"),
+    ("[axes]\nlr = [0.1, 0.01]", "axes.lr is not a configuration field ('lr' is a "
+     "hyperparameter of sgd, momentum, adam, adagrad, rmsprop: set it in optimizer_params, "
+     "e.g. optimizer_params = [{ lr = ... }, { lr = ... }])"),
     ("[base]\noptimizer_params = 3", "base.optimizer_params must be a table"),
     ('[base]\noptimizer_params = { lr = "big" }', "base.optimizer_params.lr must be a finite"),
     ("[base]\noptimizer_params = { lr = inf }", "base.optimizer_params.lr must be a finite"),
@@ -222,6 +229,15 @@ def test_reproduce_overrides_are_checked_before_anything_is_written(workdir):
     assert "Traceback" not in res.output
     assert res.output.strip().splitlines()[-1] == \
         'Error: override: rounds must be a positive integer, got "ten"'
+    assert not (workdir / "o").exists()
+    # a hyperparameter given as a field: the --set that sets it is shown
+    res = CliRunner().invoke(main, ["reproduce", "10", "--quick", "--set", "lr=0.01",
+                                    "--workers", "0", "--no-plot", "--out", "o"],
+                             catch_exceptions=False)
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "override: lr is not a configuration field ('lr' is a hyperparameter of sgd, " \
+           "momentum, adam, adagrad, rmsprop: set it in optimizer_params, e.g. --set " \
+           """'optimizer_params={"lr": ...}')""" in res.output.strip().splitlines()[-1]
     assert not (workdir / "o").exists()
 
 

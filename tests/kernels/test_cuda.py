@@ -167,6 +167,7 @@ def test_cuda_backend_without_a_gpu_says_so():
     if proc.stdout.startswith("available"):
         pytest.skip("a CUDA GPU is present")
     assert "backend='cuda' needs an NVIDIA GPU" in proc.stdout and "backend='numba'" in proc.stdout
+    assert "pip install 'rfrs-ref[gpu]'" in proc.stdout  # the extra that brings NVVM
 
 
 def test_pairwise_copies_of_a_row_have_the_same_distances():

@@ -189,6 +189,9 @@ def test_null_matches_only_null(traces, tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("", "empty trace"),
     ('{"format": "other"}\n', "first line must be a header"),
+    # a run directory's rounds.jsonl, taken for a trace
+    ('{"round": 1, "clients": [3, 5]}\n', "a round record, as a run's rounds.jsonl does, which is "
+                                         "not a trace; write a trace with `rfrs-ref train"),
     ('{"format": "rfrs-trace", "version": 9}\n', "version 9"),
     ('{"format": "rfrs-trace", "version": 1}\n{"round": 1,\n', ":2: not valid JSON"),
     ('{"format": "rfrs-trace", "version": 1}\n{"round": 1}\n', ":2: round line lacks clients"),
