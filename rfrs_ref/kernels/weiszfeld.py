@@ -374,11 +374,6 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
     eps = sq_dists64_error(Xc.shape[1]) + (2 * m + 6) * 2.0 ** -53
     wf = w[rows]
 
-    def full(dist_f):
-        out = np.full(n, np.inf)
-        out[rows] = dist_f
-        return out
-
     def z_of(a_f):
         alpha = np.zeros(n)
         alpha[rows] = a_f
@@ -437,8 +432,10 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
     alpha_f = wf / np.maximum(nu, dist_f)
     alpha = np.zeros(n)
     alpha[rows] = alpha_f
+    dist = np.full(n, np.inf)
+    dist[rows] = dist_f
     z = z_of(a)[0] if want_z else None
-    return {"z": z, "dist": full(dist_f), "alpha": alpha, "iterations": it,
+    return {"z": z, "dist": dist, "alpha": alpha, "iterations": it,
             "converged": converged, "objective": objective, "last_step": step, "start": "mean",
             "method": "distances"}
 

@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -165,21 +166,11 @@ def test_damaged_files_are_one_line(small_run, tmp_path):
     assert res.exit_code == 1 and "not a run's configuration" in res.output
 
 
-def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch, data_dir):
+def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch,
+                                                        ml100k_run_on_copied_data):
     """A run trained with RFRS_DATA_DIR set, recommended from a shell without it: the
     folder config.json records is used (the sha256 check proves the data the same)."""
-    import shutil
-
-    src = os.path.join(str(data_dir), "ml-100k")
-    if not os.path.isdir(src):
-        pytest.skip("ml100k not available")
-    data = tmp_path / "data"
-    shutil.copytree(src, data / "ml-100k")
-    monkeypatch.setenv("RFRS_DATA_DIR", str(data))
-    out = tmp_path / "run"
-    res = CliRunner().invoke(main, ["train", "--dataset", "ml100k", "--rounds", "2",
-                                    "--out", str(out)])
-    assert res.exit_code == 0, res.output
+    data, out = ml100k_run_on_copied_data
     # another shell: no RFRS_DATA_DIR, an empty cache, no network
     monkeypatch.delenv("RFRS_DATA_DIR")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

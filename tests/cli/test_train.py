@@ -131,20 +131,10 @@ def test_a_dataset_missing_without_network_is_said_once(tmp_path, monkeypatch):
 
 
 def test_a_resume_in_a_shell_without_the_data_names_the_runs_folder(tmp_path, monkeypatch,
-                                                                   data_dir):
+                                                                   ml100k_run_on_copied_data):
     """`train --resume` in a new shell, without the RFRS_DATA_DIR the run was started with:
     the folder the run read its data from is named, with the command that resumes."""
-    import os
-    import shutil
-
-    src = os.path.join(str(data_dir), "ml-100k")
-    if not os.path.isdir(src):
-        pytest.skip("ml100k not available")
-    data = tmp_path / "data"
-    shutil.copytree(src, data / "ml-100k")
-    monkeypatch.setenv("RFRS_DATA_DIR", str(data))
-    out = tmp_path / "run"
-    assert run("train", "--dataset", "ml100k", "--rounds", "2", "--out", str(out)).exit_code == 0
+    data, out = ml100k_run_on_copied_data
     monkeypatch.delenv("RFRS_DATA_DIR")
     monkeypatch.setenv("RFRS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("RFRS_DATA_MIRROR", "http://127.0.0.1:9")
