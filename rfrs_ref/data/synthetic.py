@@ -84,11 +84,14 @@ def synthetic(
         (n_items >= min_items, f"n_items must be >= min_items = {min_items}, got {n_items}"),
         (1 <= n_clusters <= n_items,
          f"n_clusters must be in 1..n_items = 1..{n_items}, got {n_clusters}"),
-        (mean_items > 0, f"mean_items must be > 0, got {mean_items}"),
-        (popularity_exponent >= 0, f"popularity_exponent must be >= 0, got {popularity_exponent}"),
-        (concentration > 0, f"concentration must be > 0, got {concentration}"),
+        (0 < mean_items < math.inf, f"mean_items must be a finite number > 0, got {mean_items}"),
+        (0 <= popularity_exponent < math.inf,
+         f"popularity_exponent must be a finite number >= 0, got {popularity_exponent}"),
+        (0 < concentration < math.inf,
+         f"concentration must be a finite number > 0, got {concentration}"),
         (0 <= noise <= 1, f"noise must be in [0, 1], got {noise}"),
-        (activity_spread >= 0, f"activity_spread must be >= 0, got {activity_spread}"),
+        (0 <= activity_spread < math.inf,
+         f"activity_spread must be a finite number >= 0, got {activity_spread}"),
         (seed >= 0, f"seed must be a non-negative integer, got {seed}"),
     ]
     for ok, message in checks:

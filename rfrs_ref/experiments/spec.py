@@ -293,8 +293,26 @@ def _non_negative_number(v: Any) -> str | None:
     return None if ok else "a finite non-negative number"
 
 
+def _non_finite_at(v: Any, path: str = "") -> str | None:
+    """The key path of the first NaN or ±inf in ``v`` (nested tables and lists), or None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return path or "the value"
+    items = (v.items() if isinstance(v, Mapping)
+             else enumerate(v) if isinstance(v, (list, tuple)) else ())
+    for k, x in items:
+        bad = _non_finite_at(x, f"{path}.{k}" if path else str(k))
+        if bad is not None:
+            return bad
+    return None
+
+
 def _table(v: Any) -> str | None:
-    return None if isinstance(v, Mapping) else "a table of hyperparameters (e.g. { lr = 0.01 })"
+    if not isinstance(v, Mapping):
+        return "a table of hyperparameters (e.g. { lr = 0.01 })"
+    # a run's key and record are strict JSON, which has no NaN or infinity: such a value
+    # (TOML's nan and inf, JSON's NaN and 1e400 from --set) can configure no run
+    bad = _non_finite_at(v)
+    return None if bad is None else f"a table of finite values ({bad} is not finite)"
 
 
 def _ks(v: Any) -> str | None:

@@ -130,10 +130,16 @@ def test_without_clusters_cooccurrence_gains_little():
         (dict(n_items=1), "n_items must be >= min_items = 2, got 1"),
         (dict(n_clusters=0), "n_clusters must be in 1..n_items"),
         (dict(n_clusters=2000), "n_clusters must be in 1..n_items = 1..1000, got 2000"),
-        (dict(mean_items=0), "mean_items must be > 0"),
+        (dict(mean_items=0), "mean_items must be a finite number > 0"),
         (dict(noise=1.5), "noise must be in [0, 1], got 1.5"),
-        (dict(concentration=0), "concentration must be > 0"),
+        (dict(concentration=0), "concentration must be a finite number > 0"),
         (dict(seed=-1), "seed must be a non-negative integer"),
+        # a non-finite parameter is refused by name, not passed on to the generator
+        (dict(popularity_exponent=float("inf")), "popularity_exponent must be a finite number"),
+        (dict(popularity_exponent=float("nan")), "popularity_exponent must be a finite number"),
+        (dict(mean_items=float("inf")), "mean_items must be a finite number > 0"),
+        (dict(concentration=float("inf")), "concentration must be a finite number > 0"),
+        (dict(activity_spread=float("nan")), "activity_spread must be a finite number"),
     ],
 )
 def test_bad_parameters(kwargs, message):

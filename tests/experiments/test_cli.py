@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from rfrs_ref.cli.experiments import reproduce, sweep
@@ -62,6 +63,20 @@ def test_reproduce_no_run_tabulates_what_is_recorded_and_runs_nothing(ex, tmp_pa
 def test_reproduce_bad_override():
     res = CliRunner().invoke(reproduce, ["3", "--set", "nothing", "--workers", "0"])
     assert res.exit_code != 0 and "FIELD=VALUE" in res.output
+
+
+@pytest.mark.parametrize("value, where", [('{"n_users": NaN}', "n_users"),
+                                          ('{"n_users": 50, "noise": 1e400}', "noise")])
+def test_reproduce_non_finite_override_is_named(tmp_path, value, where):
+    # JSON's NaN and an overflowing 1e400 parse; they used to reach the run keys and end
+    # in "Out of range float values are not JSON compliant", naming nothing
+    res = CliRunner().invoke(reproduce, ["4", "--datasets", "synthetic", "--trials", "1",
+                                         "--out", str(tmp_path / "r"), "--dry-run",
+                                         "--set", f"dataset_params={value}"])
+    assert res.exit_code != 0
+    assert (f"override: dataset_params must be a table of finite values ({where} is not "
+            f"finite)") in res.output, res.output
+    assert not (tmp_path / "r").exists()
 
 
 def _tiny_sweep(tmp_path, axis: str):
