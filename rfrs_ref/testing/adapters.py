@@ -49,6 +49,13 @@ contain. A boolean array is no number either (a mask where weights belong is a
 different convention). A mismatch raises :class:`OutputError`, which fails the
 law being checked, with the example as its counterexample.
 
+Pre-aggregators and attacks have adapters of their own (:data:`PRE_ADAPTERS`,
+:data:`ATTACK_ADAPTERS`: ``vector``, ``rfrs``, ``byzfl``): a pre-aggregator is
+called as ``pre(features, n_samples, f) -> (n′, D)`` mixed rows, an attack as
+``attack(vectors) -> (D,)``, ByzFL's convention (the (k, D) gradients it reads,
+the one Byzantine vector it returns); :func:`rfrs_attack` runs rfrs-ref's
+attacks, which write a round's uploads, on a round built from the vectors.
+
 ByzFL 0.0.11 imports its training framework, and with it torchvision, from
 the package's ``__init__``; :func:`load_byzfl_aggregators` imports the
 aggregators module without running that ``__init__``, so a CPU-only torch
@@ -605,6 +612,9 @@ def rfrs_attack(attack, **options) -> AttackFn:
     if attack.needs_model or attack.name in ("opt-ipm", "opt-alie"):
         raise AdapterError(f"rfrs-ref's {attack.name} reads the server's rule or the model, "
                            "which an attack on vectors does not have")
+    if attack.optimizers is not None and "sgd" not in attack.optimizers:
+        raise AdapterError(f"rfrs-ref's {attack.name} runs with {', '.join(attack.optimizers)} only, "
+                           "not on vectors (camouflage: rfrs-ref conformance --optimizer adam)")
     opt = SGD(lr=1.0)
 
     def call(vectors):

@@ -36,6 +36,15 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 - ``monna_pivot_bound``: with an honest pivot, the kept rows and the aggregate are within
   the farthest honest row's distance of the pivot.
 
+Pre-aggregator checkers take ``pre(features, n_samples, f) -> (n′, D)``, a
+:class:`RoundCase` and ``reference``, rfrs-ref's pre-aggregator instance:
+``reference_pre`` (the rows rfrs-ref's gives; bucketing: the means of a partition
+into buckets), ``nnm_honest_bound``, ``clip_norm_bound``, ``arc_clipping``,
+``pre_permutation_equivariance``. Attack checkers take ``attack(vectors) -> (D,)``
+and a :class:`RoundCase` whose features are the vectors: ``reference_attack``,
+``ipm_direction`` (−ϵ·μ), ``alie_form`` (μ − z·σ), ``mimic_copy``, ``inf_nonfinite``,
+``attack_permutation_invariance``.
+
 Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
 and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
 docs/optimizers.md (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
@@ -1372,7 +1381,6 @@ def _scaled_copy(law: str, x: np.ndarray, c: np.ndarray, u: float, i: int) -> fl
     otherwise (the row grew, turned, or was not scaled uniformly)."""
     m = float(np.abs(x).max(initial=0.0))
     if m == 0.0:
-        lam = 0.0
         if np.abs(c).max(initial=0.0) > TINY:
             raise LawViolation(law, f"row {i} is zero and becomes {c.tolist()}", row=i)
         return 1.0

@@ -88,6 +88,8 @@ def test_alie_needs_its_z():
         run_attack_conformance("alie", adapters.rfrs_attack("alie", z=1.0))
     with pytest.raises(adapters.AdapterError, match="reads the server's rule"):
         adapters.rfrs_attack("opt-ipm")
+    with pytest.raises(adapters.AdapterError, match="--optimizer adam"):
+        adapters.rfrs_attack("camouflage")
 
 
 # -- each law catches a wrong implementation ------------------------------------------------------
