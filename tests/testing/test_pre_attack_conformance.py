@@ -350,3 +350,18 @@ def test_cli_conformance_pre_and_attack():
     assert res.exit_code == 2 and "does not take" in res.output
     res = runner.invoke(main, ["conformance", "--help"])
     assert "--pre" in res.output and "--attack" in res.output and "--reference-option" in res.output
+
+
+def test_an_attack_that_ends_the_process_fails_the_check(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    path = tmp_path / "exiting.py"
+    path.write_text("import os, sys\n\n"
+                    "def quits(V):\n    sys.exit(0)\n\n"
+                    "def ends(V):\n    os._exit(0)\n")
+    res = CliRunner().invoke(main, ["conformance", "--attack", "inf", "--callable", f"{path}:quits",
+                                    "--max-examples", "1"])
+    assert res.exit_code == 1 and "exit(0)" in res.output
+    res = CliRunner().invoke(main, ["conformance", "--attack", "inf", "--callable", f"{path}:ends",
+                                    "--max-examples", "1"])
+    assert res.exit_code == 1 and "before the suite reported" in res.output
