@@ -1,4 +1,5 @@
-"""``rfrs-ref conformance``: run the laws of docs/conformance.md on third-party code."""
+"""``rfrs-ref conformance``: run the laws of docs/conformance.md on third-party rules,
+optimisers, pre-aggregators and attacks."""
 
 from __future__ import annotations
 
@@ -20,8 +21,36 @@ _CHILD_MAIN = ("import json, os, sys; sys.path[:] = json.loads(os.environ.pop(%r
                "main(['conformance', *json.loads(sys.stdin.read())], prog_name='rfrs-ref')"
                % _CHILD_PATH)
 
-RULES = ["mean", "krum", "median", "trmean", "rfa", "bulyan", "mda", "meamed", "monna", "cc", "caf", "smea"]
-OPTIMIZERS = ["sgd", "momentum", "adam", "adagrad", "rmsprop"]
+
+
+def _with_laws(names: list[str], table: str) -> list[str]:
+    """The registry's ``names`` that the suite has laws for (``table``, a mapping of
+    :mod:`rfrs_ref.testing.conformance`), in registry order; every name when the suite
+    cannot be imported (Hypothesis missing: the command then says so when it runs)."""
+    try:
+        from rfrs_ref.testing import conformance as C
+    except ModuleNotFoundError:
+        return list(names)
+    laws = getattr(C, table)
+    return [n for n in names if n in laws]
+
+
+def _choices():
+    from rfrs_ref.aggregate import RULES as rule_registry
+    from rfrs_ref.aggregate.pre import PRE
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.optim import OPTIMIZERS as optimizer_registry
+
+    return (_with_laws(rule_registry.names(), "RULE_LAWS"),
+            _with_laws(optimizer_registry.names(), "OPTIMIZER_LAWS"),
+            _with_laws(PRE.names(), "PRE_LAWS"), _with_laws(ATTACKS.names(), "ATTACK_LAWS"))
+
+
+#: the choices of --rule, --optimizer, --pre and --attack: the registries' entries that
+#: have laws (a registered attack without laws, e.g. ascent, is not offered)
+RULES, OPTIMIZERS, PRES, ATTACK_CHOICES = _choices()
+#: the adapters of pre-aggregators and attacks (rules have more: weights, result, flower)
+FAMILY_ADAPTERS = ("vector", "rfrs", "byzfl")
 
 
 def _parse_options(items, hint: str = "--option") -> dict:
@@ -74,30 +103,40 @@ def _resolve(target: str, A):
               help="The aggregation rule the callable implements (chooses the laws).")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
               help="The optimiser the callable implements (client_rule/recover, docs/optimizers.md).")
+@click.option("--pre", type=click.Choice(PRES), default=None,
+              help="The pre-aggregator the callable implements: pre(features, n_samples, f) -> "
+                   "(n', D) mixed rows (docs/conformance.md).")
+@click.option("--attack", type=click.Choice(ATTACK_CHOICES), default=None,
+              help="The attack the callable implements: attack(vectors) -> (D,) Byzantine vector, "
+                   "as ByzFL's attacks (docs/conformance.md).")
 @click.option("--callable", "target", required=True, metavar="MODULE:NAME",
               help="The code under test: an importable module (the current directory is "
                    "searched first), e.g. flwr.server.strategy.aggregate:aggregate_krum, or a "
                    "file, e.g. examples/wrong_krum.py:krum.")
 @click.option("--adapter", type=click.Choice(["vector", "weights", "result", "rfrs", "flower", "byzfl"]),
               default=None, help="How the callable is called [default: from its module: flwr → "
-                                 "flower, byzfl → byzfl, rfrs_ref → rfrs, else vector].")
+                                 "flower, byzfl → byzfl, rfrs_ref → rfrs, else vector]; "
+                                 "--pre and --attack take vector, rfrs or byzfl.")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="Adapter option, e.g. to_keep=n-f for Flower's Krum, nu=1e-6 for ByzFL (repeatable).")
-@click.option("--rule-option", "rule_options", multiple=True, metavar="KEY=VALUE",
-              help="Hyperparameter of rfrs-ref's rule that the reference_rule law compares with, "
-                   "e.g. k=1 for classic Krum [default: rfrs-ref's defaults; with --adapter rfrs, "
-                   "the --option values] (repeatable).")
+              help="Adapter option, e.g. to_keep=n-f for Flower's Krum, nu=1e-6 for ByzFL, c=1.0 "
+                   "for ByzFL's Clipping, tau=0.1 for its attacks (repeatable).")
+@click.option("--rule-option", "--reference-option", "rule_options", multiple=True, metavar="KEY=VALUE",
+              help="Hyperparameter of rfrs-ref's rule, pre-aggregator or attack that the laws "
+                   "compare with, e.g. k=1 for classic Krum, clip_norm=2.0, epsilon=2.0, z=-1.5 "
+                   "[default: rfrs-ref's defaults; with --adapter rfrs, the --option values] "
+                   "(repeatable).")
 @click.option("--max-examples", type=click.IntRange(min=1), default=50, show_default=True,
               help="Hypothesis examples per law.")
 @click.option("--seed", type=int, default=None, help="Hypothesis seed [default: derandomised].")
 @click.option("--law", "laws", multiple=True, help="Run only this law (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def conformance(rule, optimizer, target, adapter, options, rule_options, max_examples, seed, laws,
-                as_json):
-    """Check a third-party rule or optimiser against the laws of docs/conformance.md.
+def conformance(rule, optimizer, pre, attack, target, adapter, options, rule_options, max_examples,
+                seed, laws, as_json):
+    """Check a third-party rule, optimiser, pre-aggregator or attack against the laws of
+    docs/conformance.md.
 
     Prints which laws hold and, for each that fails, a minimal counterexample
-    shrunk by Hypothesis. Exit status 1 when a law fails.
+    shrunk by Hypothesis. Exit status 1 when a law fails or none was checked.
 
     The code under test runs in a process of its own: one that ends it early
     (os._exit, a crash) fails the check instead of ending it with status 0.
@@ -109,22 +148,23 @@ def conformance(rule, optimizer, target, adapter, options, rule_options, max_exa
       rfrs-ref conformance --rule trmean --callable byzfl.aggregators:TrMean
       rfrs-ref conformance --rule krum --callable rfrs_ref.aggregate:Krum
       rfrs-ref conformance --optimizer adam --callable rfrs_ref.optim:Adam
+      rfrs-ref conformance --pre nnm --callable byzfl.aggregators.preaggregators:NNM
+      rfrs-ref conformance --pre clip --callable byzfl.aggregators.preaggregators:Clipping --option c=1.0
+      rfrs-ref conformance --attack ipm --callable byzfl.attacks:InnerProductManipulation --option tau=0.1
+      rfrs-ref conformance --attack alie --callable rfrs_ref.attack:ALIE --option z=1.5
     """
     report = os.environ.get(CHILD_REPORT)
     if not report:
         # what can be refused without the code under test is refused here, at once
-        if (rule is None) == (optimizer is None):
-            raise click.UsageError("give exactly one of --rule and --optimizer")
+        _check_family(rule, optimizer, pre, attack, adapter, rule_options)
         _parse_options(options)
         _parse_options(rule_options, "--rule-option")
-        if rule_options and optimizer is not None:
-            raise click.UsageError("--rule-option applies to --rule only")
         argv = _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
-                     rule_options)
+                     rule_options, pre, attack)
         raise SystemExit(_run_isolated(argv))
     try:
         _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
-               rule_options)
+               rule_options, pre, attack)
     except click.exceptions.ClickException as exc:
         _write_report(report, exc.exit_code)
         raise
@@ -134,12 +174,26 @@ def conformance(rule, optimizer, target, adapter, options, rule_options, max_exa
     _write_report(report, 0)
 
 
+def _check_family(rule, optimizer, pre, attack, adapter, rule_options) -> None:
+    """Exactly one of --rule, --optimizer, --pre, --attack, with an adapter and options it takes."""
+    given = [flag for flag, v in (("--rule", rule), ("--optimizer", optimizer), ("--pre", pre),
+                                  ("--attack", attack)) if v is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --rule, --optimizer, --pre and --attack"
+                               + (f" (got {' and '.join(given)})" if given else ""))
+    if rule_options and optimizer is not None:
+        raise click.UsageError("--rule-option applies to --rule, --pre and --attack only")
+    if (pre is not None or attack is not None) and adapter not in (None, *FAMILY_ADAPTERS):
+        raise click.UsageError(f"--adapter {adapter} does not apply to {given[0]}; choose one of: "
+                               f"{', '.join(FAMILY_ADAPTERS)}")
+
+
 def _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
-          rule_options=()) -> list[str]:
+          rule_options=(), pre=None, attack=None) -> list[str]:
     """The command line that repeats this one in the child process."""
     argv = ["--callable", target, "--max-examples", str(max_examples)]
-    for flag, value in (("--rule", rule), ("--optimizer", optimizer), ("--adapter", adapter),
-                        ("--seed", seed)):
+    for flag, value in (("--rule", rule), ("--optimizer", optimizer), ("--pre", pre),
+                        ("--attack", attack), ("--adapter", adapter), ("--seed", seed)):
         if value is not None:
             argv += [flag, str(value)]
     for item in options:
@@ -194,22 +248,50 @@ def _write_report(path: str, code: int) -> None:
     pathlib.Path(path).write_text(json.dumps({"exit": int(code)}))
 
 
-def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json, rule_options=()):
+def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json, rule_options=(),
+           pre=None, attack=None):
     """The suite itself (in the child process)."""
     try:
         from rfrs_ref.testing import adapters as A
-        from rfrs_ref.testing.conformance import format_results, run_optimizer_conformance, run_rule_conformance
+        from rfrs_ref.testing.conformance import (
+            format_results,
+            run_attack_conformance,
+            run_optimizer_conformance,
+            run_pre_conformance,
+            run_rule_conformance,
+        )
     except ModuleNotFoundError as exc:  # Hypothesis is a test dependency
         raise click.ClickException(f"the conformance suite needs {exc.name}: pip install 'rfrs-ref[test]'") from exc
 
-    if (rule is None) == (optimizer is None):
-        raise click.UsageError("give exactly one of --rule and --optimizer")
+    _check_family(rule, optimizer, pre, attack, adapter, rule_options)
     opts = _parse_options(options)
     try:
         obj = _resolve(target, A)
     except (A.AdapterError, ModuleNotFoundError, OSError, SyntaxError) as exc:
         raise click.ClickException(str(exc)) from exc
-    if rule is not None:
+    if pre is not None or attack is not None:
+        family, name = ("pre", pre) if pre is not None else ("attack", attack)
+        how = adapter or A.guess_adapter(target, obj)
+        if how not in FAMILY_ADAPTERS:  # a guess (flwr → flower) that this family does not have
+            how = "vector"
+        try:
+            fn = A.adapt_family(obj, how, family, **opts)
+        except (A.AdapterError, TypeError, ValueError, KeyError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        ref_opts = _parse_options(rule_options, "--rule-option")
+        if not ref_opts and how == "rfrs":  # rfrs-ref's own compared with itself, same options
+            ref_opts = {k: v for k, v in opts.items() if k != "backend"}
+        run = run_pre_conformance if family == "pre" else run_attack_conformance
+        try:
+            results = run(name, fn, max_examples=max_examples, seed=seed, laws=list(laws) or None,
+                          reference_options=ref_opts)
+        except A.AdapterError as exc:  # a --rule-option rfrs-ref's class does not take
+            raise click.BadParameter(str(exc), param_hint="--rule-option") from None
+        except ValueError as exc:  # an unknown --law
+            raise click.BadParameter(str(exc), param_hint="--law") from None
+        what = "pre-aggregator" if family == "pre" else "attack"
+        title = f"{target} as {what} {name} (adapter {how}), {max_examples} examples per law"
+    elif rule is not None:
         name = adapter or A.guess_adapter(target, obj)
         try:
             fn = A.adapt(obj, name, **opts)
@@ -238,8 +320,9 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
             raise click.BadParameter(str(exc), param_hint="--law") from None
         title = f"{target} as {optimizer}, {max_examples} examples per law"
     if as_json:
-        click.echo(json.dumps({"target": target, "rule": rule, "optimizer": optimizer,
-                               "results": [r.as_dict() for r in results]}, indent=1, ensure_ascii=False))
+        click.echo(json.dumps({"target": target, "rule": rule, "optimizer": optimizer, "pre": pre,
+                               "attack": attack, "results": [r.as_dict() for r in results]},
+                              indent=1, ensure_ascii=False))
     else:
         click.echo(format_results(results, title))
     if any(r.status == "fails" for r in results):

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "golden": ("golden", "golden", "Export or check language-neutral golden test vectors."),
     "trace": ("trace", "trace", "Compare per-round traces of two implementations."),
     "recommend": ("recommend", "recommend", "A user's top-K items from a trained run, by name."),
-    "conformance": ("conformance", "conformance", "Check a third-party rule or optimiser against the paper's laws."),
+    "conformance": ("conformance", "conformance", "Check a third-party rule, optimiser, pre-aggregator or attack against the laws."),
     "flower": ("flower", "flower", "Train on a Flower federation (simulation engine or loopback)."),
 }
 

@@ -49,6 +49,13 @@ contain. A boolean array is no number either (a mask where weights belong is a
 different convention). A mismatch raises :class:`OutputError`, which fails the
 law being checked, with the example as its counterexample.
 
+Pre-aggregators and attacks have adapters of their own (:data:`PRE_ADAPTERS`,
+:data:`ATTACK_ADAPTERS`: ``vector``, ``rfrs``, ``byzfl``): a pre-aggregator is
+called as ``pre(features, n_samples, f) -> (n′, D)`` mixed rows, an attack as
+``attack(vectors) -> (D,)``, ByzFL's convention (the (k, D) gradients it reads,
+the one Byzantine vector it returns); :func:`rfrs_attack` runs rfrs-ref's
+attacks, which write a round's uploads, on a round built from the vectors.
+
 ByzFL 0.0.11 imports its training framework, and with it torchvision, from
 the package's ``__init__``; :func:`load_byzfl_aggregators` imports the
 aggregators module without running that ``__init__``, so a CPU-only torch
@@ -446,3 +453,244 @@ def adapt(obj, adapter: str, **options) -> RuleFn:
 
 def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+# -- pre-aggregators ---------------------------------------------------------------------------
+#
+# A pre-aggregator under test is called as ``pre(features, n_samples, f) -> (n′, D)``: the
+# round's (n, D) features, the clients' nᵢ (int64, ≥ 1) and the assumed f, returning the
+# mixed rows (n′ = n for nnm, clip and arc; ⌈n/s⌉ for bucketing with buckets of s). The
+# adapters return what the callable returned, as a NumPy array when it is a torch tensor;
+# the laws check its dtype and shape (:func:`real_array`) before reading a value.
+
+PreFn = Callable[[np.ndarray, np.ndarray, int], Any]
+
+
+def rfrs_pre(pre, **options) -> PreFn:
+    """An rfrs-ref pre-aggregator (instance, class or registry name) as a pre-aggregator
+    under test: its mixing matrix M on the round (finite-client mask from the features,
+    nᵢ as float64) applied to the features with the float64 oracle
+    (:func:`rfrs_ref.kernels.mixing.mix_rows_numpy`), in the features' dtype.
+
+    ``options`` are its hyperparameters when a class or name is given; ``backend``
+    (default ``"numpy"``) selects the kernels of the mixing. Bucketing draws its
+    permutation from a generator seeded 0 when the adapter is made, advanced call by call.
+    """
+    from rfrs_ref.aggregate.pre import PRE
+    from rfrs_ref.kernels.mixing import mix_rows_numpy
+
+    backend = options.pop("backend", "numpy")
+    if isinstance(pre, str):
+        pre = PRE.get(pre)
+    if isinstance(pre, type):
+        pre = pre(**options)
+    elif options:
+        raise AdapterError(f"options {sorted(options)} given for a pre-aggregator instance {pre!r}")
+    rng = np.random.default_rng(0)
+
+    def call(features, n_samples, f):
+        X = np.asarray(features)
+        n = X.shape[0]
+        cond = pre.condition(n, int(f))
+        if cond is not None:
+            raise AdapterError(f"rfrs-ref's {pre.name} needs {cond}; got n={n}, f={f}")
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(X).all(axis=1)
+        mx = pre.mixing(X, np.asarray(n_samples, dtype=np.float64), int(f), ok, rng, backend)
+        return mix_rows_numpy(mx.matrix, X)
+
+    call.__name__ = f"rfrs:{pre.name}"
+    call.pre = pre
+    return call
+
+
+def vector_pre(fn, **options) -> PreFn:
+    """``fn(features, n_samples, f, **options) -> (n′, D)`` mixed rows."""
+
+    def call(features, n_samples, f):
+        return _to_numpy(fn(features, n_samples, f, **options))
+
+    call.__name__ = _name(fn)
+    return call
+
+
+def _byzfl_factory(obj, options: dict, what: str):
+    """``make(f)``: a ByzFL object per call (a class, with ``f=f`` when its constructor
+    takes ``f``, and the options) or the instance itself."""
+    if isinstance(obj, type):
+        params = set(inspect.signature(obj.__init__).parameters)
+
+        def make(f):
+            kw = dict(options)
+            if "f" in params and f is not None:
+                kw["f"] = int(f)
+            return obj(**kw)
+
+        return make, obj.__name__
+    if options:
+        raise AdapterError(f"options {sorted(options)} given for a ByzFL {what} instance; "
+                           "pass the class")
+    return (lambda f: obj), type(obj).__name__
+
+
+def byzfl_pre(obj, **options) -> PreFn:
+    """A ByzFL pre-aggregator (``byzfl.aggregators.preaggregators``: ``NNM``,
+    ``Bucketing``, ``Clipping``, ``ARC``; class or instance) in rfrs-ref's convention.
+
+    A class is instantiated for every call, with ``f=f`` when its constructor takes
+    ``f`` (NNM, ARC), and with ``options`` (``s`` for Bucketing, ``c`` for Clipping:
+    ByzFL's defaults are s = 1 and c = 2.0, rfrs-ref's 2 and 1.0). It is called on a
+    float64 copy of the features (ByzFL's Clipping and ARC scale the rows they are given
+    in place); nᵢ is not used (ByzFL has none). Bucketing shuffles with NumPy's global
+    generator.
+    """
+    make, label = _byzfl_factory(obj, options, "pre-aggregator")
+
+    def call(features, n_samples, f):
+        with np.errstate(all="ignore"):
+            return _to_numpy(make(f)(np.array(features, dtype=np.float64, copy=True)))
+
+    call.__name__ = f"byzfl:{label}"
+    return call
+
+
+#: adapter name -> factory(callable, **options) -> pre-aggregator under test
+PRE_ADAPTERS: dict[str, Callable[..., PreFn]] = {
+    "vector": vector_pre,
+    "rfrs": rfrs_pre,
+    "byzfl": byzfl_pre,
+}
+
+
+# -- attacks -----------------------------------------------------------------------------------
+#
+# An attack under test is called as ``attack(vectors) -> (D,)``: the (k, D) gradients the
+# attack reads (ByzFL's convention: the vectors it is handed, the honest ones for Mimic and
+# the optimal attacks) and the one Byzantine vector it returns. rfrs-ref's attacks write a
+# round's uploads instead; :func:`rfrs_attack` runs them on a round built from the vectors.
+
+AttackFn = Callable[[np.ndarray], Any]
+
+#: rfrs-ref's attacks that read the round's honest clients (the vectors are honest rows,
+#: one Byzantine row is added); the others read the Byzantine clients' own gradients
+#: (every vector is a Byzantine row)
+_READS_HONEST = ("mimic",)
+
+
+def rfrs_attack(attack, **options) -> AttackFn:
+    """An rfrs-ref attack (instance, class or registry name) as an attack on vectors.
+
+    The round: SGD with η = 1 on θ̄ = 0, so that every honest upload is θᵢ = −gᵢ exactly
+    and the server recovers gᵢ = −θᵢ; nᵢ = 5 for every client (float64 gradients: the
+    vectors, read as float64). For ``alie`` and ``ipm`` every vector is a Byzantine
+    client's own gradient (what they pool); for ``mimic`` the vectors are the round's
+    honest clients (in order) and one Byzantine client follows them. The attack vector
+    is the gradient the server recovers from the first Byzantine row, or, for an attack
+    that breaks the update rule (``inf``), what it wrote there: its θ row, as ByzFL's
+    ``Inf`` returns the +inf it aggregates.
+
+    ``options`` are the attack's hyperparameters when a class or name is given.
+
+    Raises:
+        AdapterError: ALIE with z = 0 (z_max derives from the round's n and Byzantine
+            count, which an attack on vectors does not have: give z), or an attack this
+            convention cannot express (one that needs the server's rule or the model).
+    """
+    from rfrs_ref.attack import ATTACKS, AttackContext
+    from rfrs_ref.optim import SGD
+
+    if isinstance(attack, str):
+        attack = ATTACKS.get(attack)
+    if isinstance(attack, type):
+        attack = attack(**options)
+    elif options:
+        raise AdapterError(f"options {sorted(options)} given for an attack instance {attack!r}")
+    if attack.name == "alie" and float(attack.z) == 0.0:
+        raise AdapterError("rfrs-ref's alie with z=0 derives z_max from the round's n and its "
+                           "Byzantine count, which an attack on vectors does not have: give z "
+                           "(e.g. z=1.5; ByzFL's ALittleIsEnough(tau) is z = −tau)")
+    if attack.needs_model or attack.name in ("opt-ipm", "opt-alie"):
+        raise AdapterError(f"rfrs-ref's {attack.name} reads the server's rule or the model, "
+                           "which an attack on vectors does not have")
+    if attack.optimizers is not None and "sgd" not in attack.optimizers:
+        raise AdapterError(f"rfrs-ref's {attack.name} runs with {', '.join(attack.optimizers)} only, "
+                           "not on vectors (camouflage: rfrs-ref conformance --optimizer adam)")
+    opt = SGD(lr=1.0)
+
+    def call(vectors):
+        V = np.asarray(vectors, dtype=np.float64)
+        k, D = V.shape
+        if attack.name in _READS_HONEST:
+            G = np.vstack([V, np.zeros((1, D))])
+            byz = np.zeros(k + 1, dtype=bool)
+            byz[k] = True
+        else:
+            G = V.copy()
+            byz = np.ones(k, dtype=bool)
+        n = G.shape[0]
+        state = opt.init(np.zeros(D))
+        up = {name: np.empty((n, D)) for name in opt.arrays}
+        with np.errstate(all="ignore"):
+            opt.client_rule_batch(state, G, 1, up, backend="numpy")
+            ctx = AttackContext(t=1, optimizer=opt, state=state, grads=G, uploads=up,
+                                byzantine=byz, clients=np.arange(n, dtype=np.int64),
+                                n_samples=np.full(n, 5, dtype=np.int64), f=int(byz.sum()),
+                                rng=np.random.default_rng(0), backend="numpy")
+            attack.apply_inplace(ctx)
+            first = int(np.flatnonzero(byz)[0])
+            if not attack.obeys_rule:
+                return up["theta"][first].copy()
+            out = np.empty((n, D))
+            opt.recover_batch(state, up, 1, out, backend="numpy", rows=np.array([first]))
+        return out[first].copy()
+
+    call.__name__ = f"rfrs:{attack.name}"
+    call.attack = attack
+    return call
+
+
+def vector_attack(fn, **options) -> AttackFn:
+    """``fn(vectors, **options) -> (D,)`` the Byzantine vector."""
+
+    def call(vectors):
+        return _to_numpy(fn(vectors, **options))
+
+    call.__name__ = _name(fn)
+    return call
+
+
+def byzfl_attack(obj, **options) -> AttackFn:
+    """A ByzFL attack (``byzfl.attacks``: ``InnerProductManipulation``,
+    ``ALittleIsEnough``, ``Mimic``, ``Inf``...; class or instance) in rfrs-ref's
+    convention: a class is instantiated for every call with ``options`` (``tau``,
+    ``epsilon``; ByzFL checks their types: ``tau=0.1``, not ``tau=1``), then called on
+    a float64 copy of the vectors."""
+    make, label = _byzfl_factory(obj, options, "attack")
+
+    def call(vectors):
+        with np.errstate(all="ignore"):
+            return _to_numpy(make(None)(np.array(vectors, dtype=np.float64, copy=True)))
+
+    call.__name__ = f"byzfl:{label}"
+    return call
+
+
+#: adapter name -> factory(callable, **options) -> attack under test
+ATTACK_ADAPTERS: dict[str, Callable[..., AttackFn]] = {
+    "vector": vector_attack,
+    "rfrs": rfrs_attack,
+    "byzfl": byzfl_attack,
+}
+
+
+def adapt_family(obj, adapter: str, family: str, **options):
+    """``obj`` through adapter ``adapter`` of ``family`` (``pre`` or ``attack``), with a clear
+    error for an adapter that family does not have."""
+    table = {"pre": PRE_ADAPTERS, "attack": ATTACK_ADAPTERS}[family]
+    what = {"pre": "pre-aggregators", "attack": "attacks"}[family]
+    try:
+        factory = table[adapter]
+    except KeyError:
+        raise AdapterError(f"adapter {adapter!r} does not apply to {what}; choose one of: "
+                           f"{', '.join(table)}") from None
+    return factory(obj, **options)

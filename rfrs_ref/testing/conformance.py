@@ -39,6 +39,8 @@ class LawSpec:
         options: keyword arguments of the checker (tolerances); a callable value
             is called with the example to give the value for that example.
         strategy: keyword arguments of :func:`byzantine_rounds` overriding the rule's.
+        checker: the checker's name when it differs from ``name`` (a law of the same name
+            in another family, e.g. the attacks' ``permutation_invariance``).
     """
 
     name: str
@@ -47,6 +49,7 @@ class LawSpec:
     needs_weights: bool = False
     options: dict = dataclasses.field(default_factory=dict)
     strategy: dict = dataclasses.field(default_factory=dict)
+    checker: str = ""
 
 
 _WEIGHTS = LawSpec("weights_sum_to_one", "weights are ≥ 0 and sum to 1", "convention", True)
@@ -590,6 +593,225 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
     return results
 
 
+# -- pre-aggregators ----------------------------------------------------------------------------
+
+_REF_PRE = LawSpec("reference_pre", "rows = rfrs-ref's pre-aggregator's on the same round", "convention")
+#: NNM and bucketing mix with nᵢ-weighted means: reference_pre pins the mixing itself on
+#: rounds of equal nᵢ, weighted_mixing the weighting on rounds of unequal nᵢ (a library
+#: without nᵢ, as ByzFL, holds the first and fails the second: a convention, documented)
+_WEIGHTED = LawSpec("weighted_mixing", "mixed rows are nᵢ-weighted means (unequal nᵢ)", "convention",
+                    checker="reference_pre")
+_PERM_PRE = LawSpec("permutation_equivariance", "reordering the clients reorders the mixed rows",
+                    checker="pre_permutation_equivariance", strategy={"distinct": True})
+
+#: pre-aggregator -> (largest f for n, smallest n, laws). f < n/2 throughout: the guarantees
+#: (NNM's honest neighbours, ARC's finite threshold) assume an honest majority
+PRE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
+    "nnm": (lambda n: (n - 1) // 2, 1, [
+        dataclasses.replace(_REF_PRE, statement=_REF_PRE.statement + " (equal nᵢ)",
+                            strategy={"equal_weights": True}),
+        _WEIGHTED,
+        LawSpec("nnm_honest_bound", "every honest row stays finite and within the honest diameter Δ"),
+        _PERM_PRE,
+    ]),
+    "bucketing": (lambda n: (n - 1) // 2, 1, [
+        dataclasses.replace(_REF_PRE, statement="rows = means of a partition into buckets of s, the "
+                            "last holding the rest (equal nᵢ)", strategy={"equal_weights": True}),
+        _WEIGHTED,
+    ]),
+    "clip": (lambda n: (n - 1) // 2, 1, [
+        _REF_PRE,
+        LawSpec("clip_norm_bound", "finite rows scaled by λ ∈ [0, 1] to norm ≤ C; rows within C unchanged"),
+        _PERM_PRE,
+    ]),
+    "arc": (lambda n: (n - 1) // 2, 1, [
+        _REF_PRE,
+        LawSpec("arc_clipping", "at most k = ⌊2f(n − f)/n⌋ rows change, none grows, norms ≤ τ"),
+        _PERM_PRE,
+    ]),
+}
+
+
+def _rfrs_instance(registry, name: str, options: dict | None, what: str):
+    """rfrs-ref's ``name`` of ``registry`` with ``options`` (its hyperparameters)."""
+    cls = registry.get(name)
+    try:
+        return cls(**dict(options or {}))
+    except (TypeError, ValueError) as exc:
+        raise AdapterError(f"rfrs-ref's {what} {name} does not take {dict(options or {})}: "
+                           f"{exc}") from None
+
+
+def _variant_of(obj, name: str, flag: str = "--rule-option") -> str:
+    """Which of rfrs-ref's variants the reference law compared with (a clause of the
+    failure message), from the hyperparameters of ``obj`` (a frozen dataclass)."""
+    from rfrs_ref.params import hyperparameters
+
+    hs = hyperparameters(type(obj))
+    said = "; ".join(f"{h.name}={getattr(obj, h.name)!r}" + (f": {h.help}" if getattr(h, "help", "") else "")
+                     for h in hs) or "no hyperparameters"
+    return (f"compared with rfrs-ref's {name} ({said}); another variant names its options with "
+            f"{flag} KEY=VALUE (reference_options in Python; docs/conformance.md)")
+
+
+def run_pre_conformance(pre: str, pre_fn: Callable, *, max_examples: int = 50,
+                        seed: int | None = None, laws: list[str] | None = None,
+                        max_n: int = 13, max_D: int = 12, dtypes=(np.float32, np.float64),
+                        reference_options: dict | None = None) -> list[LawResult]:
+    """Run the laws of pre-aggregator ``pre`` (a key of :data:`PRE_LAWS`) on ``pre_fn``.
+
+    Args:
+        pre: which pre-aggregator the callable implements.
+        pre_fn: ``pre_fn(features, n_samples, f) -> (n′, D)`` (an adapter's output,
+            :data:`rfrs_ref.testing.adapters.PRE_ADAPTERS`).
+        reference_options: the hyperparameters of rfrs-ref's pre-aggregator the laws
+            compare with (``clip_norm`` for clip, ``bucket_size`` for bucketing), default
+            its defaults.
+        max_examples, seed, laws, max_n, max_D, dtypes: as :func:`run_rule_conformance`.
+
+    Returns:
+        One :class:`LawResult` per law, in :data:`PRE_LAWS` order.
+
+    Raises:
+        ValueError: an unknown pre-aggregator or law. AdapterError: options rfrs-ref's
+            pre-aggregator does not take.
+    """
+    from rfrs_ref.aggregate.pre import PRE
+
+    if pre not in PRE_LAWS:
+        raise ValueError(f"no laws are defined for pre-aggregator {pre!r}; choose one of: "
+                         f"{', '.join(PRE_LAWS)}")
+    f_bound, min_n, specs = PRE_LAWS[pre]
+    _check_law_names(laws, specs, f"pre-aggregator {pre!r}")
+    ref = _rfrs_instance(PRE, pre, reference_options, "pre-aggregator")
+    out = []
+    for spec in specs:
+        if laws is not None and spec.name not in laws:
+            continue
+        kw = dict(min_n=min_n, max_n=max(max_n, min_n), max_f=f_bound, max_D=max_D, dtypes=dtypes)
+        kw.update(spec.strategy)
+        checker = getattr(L, spec.checker or spec.name)
+
+        def check(case, checker=checker, name=spec.name):
+            try:
+                checker(pre_fn, case, reference=ref)
+            except L.LawViolation as exc:
+                if name not in ("reference_pre", "weighted_mixing"):
+                    raise
+                raise L.LawViolation(name, f"{exc.message}; {_variant_of(ref, pre)}",
+                                     example=exc.example, **exc.details) from None
+
+        out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
+                            max_examples, seed, examples=S.hostile_examples(**kw)))
+    return out
+
+
+# -- attacks ------------------------------------------------------------------------------------
+
+_REF_ATTACK = LawSpec("reference_attack", "vector = rfrs-ref's attack on the same vectors", "convention")
+_PERM_ATTACK = LawSpec("permutation_invariance", "the order of the vectors does not matter",
+                       checker="attack_permutation_invariance")
+
+#: attack -> laws. The vectors are k ≥ 1 gradients (the Byzantine clients' own for IPM and
+#: ALIE, the honest ones for mimic), drawn as honest rounds, after fixed rounds with one NaN,
+#: ±inf or 1e38 vector (hostile input is input) and single vectors
+ATTACK_LAWS: dict[str, list[LawSpec]] = {
+    "ipm": [_REF_ATTACK, LawSpec("ipm_direction", "vector = −ϵ·mean for one ϵ"), _PERM_ATTACK],
+    "alie": [_REF_ATTACK, LawSpec("alie_form", "vector = μ − z·σ (ddof 1) for one z; one vector: μ"),
+             _PERM_ATTACK],
+    "mimic": [_REF_ATTACK, LawSpec("mimic_copy", "vector = one of the vectors, bit for bit")],
+    "inf": [_REF_ATTACK, LawSpec("inf_nonfinite", "every coordinate non-finite")],
+}
+
+
+def _attack_gain(attack) -> float:
+    """The factor of reference_attack's tolerance: |ϵ| (IPM), 3|z| (ALIE: σ ≤ 3·max|x|)."""
+    if attack.name == "ipm":
+        return abs(float(attack.epsilon))
+    if attack.name == "alie":
+        return 3.0 * abs(float(attack.z))
+    return 0.0
+
+
+def attack_examples(max_D: int = 8, dtypes=(np.float32, np.float64)) -> list:
+    """The rounds every attack law tries first: one vector that is NaN, ±inf or 1e38 among
+    five (:func:`strategies.hostile_examples`; the vectors are every row), and a single
+    vector in each dtype (one vector has no spread: ALIE's σ = 0)."""
+    out = S.hostile_examples(min_n=5, max_n=9, max_D=max_D, dtypes=dtypes)
+    rng = np.random.default_rng(20203)
+    for dtype in dtypes:
+        X = rng.normal(size=(1, 3)).astype(dtype)
+        out.append(S.RoundCase(X, np.ones(1, dtype=bool), 0, np.ones(1, dtype=np.int64),
+                               np.zeros(1, dtype=np.int64), np.zeros(3), ()))
+    return out
+
+
+def _describe_vectors(case) -> dict:
+    return {"k": case.n, "D": case.D, "dtype": str(case.features.dtype),
+            "vectors": case.features.tolist()}
+
+
+def run_attack_conformance(attack: str, attack_fn: Callable, *, max_examples: int = 50,
+                           seed: int | None = None, laws: list[str] | None = None,
+                           max_k: int = 9, max_D: int = 8, dtypes=(np.float32, np.float64),
+                           reference_options: dict | None = None) -> list[LawResult]:
+    """Run the laws of attack ``attack`` (a key of :data:`ATTACK_LAWS`) on ``attack_fn``.
+
+    Args:
+        attack: which attack the callable implements.
+        attack_fn: ``attack_fn(vectors) -> (D,)`` (an adapter's output,
+            :data:`rfrs_ref.testing.adapters.ATTACK_ADAPTERS`).
+        reference_options: the hyperparameters of rfrs-ref's attack that
+            ``reference_attack`` compares with (``epsilon`` for IPM, ``z`` for ALIE, which
+            must be given: its default 0 derives z from a round's n, ``index`` for mimic,
+            ``value`` for inf), default its defaults.
+        max_k: the most vectors drawn. max_examples, seed, laws, max_D, dtypes: as
+            :func:`run_rule_conformance`.
+
+    Returns:
+        One :class:`LawResult` per law, in :data:`ATTACK_LAWS` order.
+
+    Raises:
+        ValueError: an unknown attack or law. AdapterError: options rfrs-ref's attack does
+            not take, or ALIE without z.
+    """
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.testing.adapters import rfrs_attack
+
+    if attack not in ATTACK_LAWS:
+        raise ValueError(f"no laws are defined for attack {attack!r}; choose one of: "
+                         f"{', '.join(ATTACK_LAWS)}")
+    specs = ATTACK_LAWS[attack]
+    _check_law_names(laws, specs, f"attack {attack!r}")
+    inst = _rfrs_instance(ATTACKS, attack, reference_options, "attack")
+    ref = rfrs_attack(inst)
+    gain = _attack_gain(inst)
+    strategy = S.byzantine_rounds(min_n=1, max_n=max_k, max_D=max_D, dtypes=dtypes, byzantine=False)
+    out = []
+    for spec in specs:
+        if laws is not None and spec.name not in laws:
+            continue
+        checker = getattr(L, spec.checker or spec.name)
+        opts: dict = {}
+        if spec.name in ("reference_attack", "permutation_invariance"):
+            opts["gain"] = gain
+        if spec.name == "reference_attack" and attack == "mimic":
+            opts["exact"] = True
+
+        def check(case, checker=checker, opts=opts, name=spec.name):
+            try:
+                checker(attack_fn, case, reference=ref, **opts)
+            except L.LawViolation as exc:
+                if name != "reference_attack":
+                    raise
+                raise L.LawViolation(name, f"{exc.message}; {_variant_of(inst, attack)}",
+                                     example=exc.example, **exc.details) from None
+
+        out.append(_run_law(spec, strategy, check, _describe_vectors, max_examples, seed,
+                            examples=attack_examples(max_D, dtypes)))
+    return out
+
+
 def format_results(results: list[LawResult], title: str) -> str:
     """A plain-text report: one line per law, and the counterexample of each failure."""
     import json
@@ -612,11 +834,16 @@ def format_results(results: list[LawResult], title: str) -> str:
 
 
 __all__ = [
+    "ATTACK_LAWS",
     "OPTIMIZER_LAWS",
+    "PRE_LAWS",
     "RULE_LAWS",
     "LawResult",
     "LawSpec",
+    "attack_examples",
     "format_results",
+    "run_attack_conformance",
     "run_optimizer_conformance",
+    "run_pre_conformance",
     "run_rule_conformance",
 ]

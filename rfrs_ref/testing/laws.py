@@ -36,6 +36,15 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 - ``monna_pivot_bound``: with an honest pivot, the kept rows and the aggregate are within
   the farthest honest row's distance of the pivot.
 
+Pre-aggregator checkers take ``pre(features, n_samples, f) -> (n′, D)``, a
+:class:`RoundCase` and ``reference``, rfrs-ref's pre-aggregator instance:
+``reference_pre`` (the rows rfrs-ref's gives; bucketing: the means of a partition
+into buckets), ``nnm_honest_bound``, ``clip_norm_bound``, ``arc_clipping``,
+``pre_permutation_equivariance``. Attack checkers take ``attack(vectors) -> (D,)``
+and a :class:`RoundCase` whose features are the vectors: ``reference_attack``,
+``ipm_direction`` (−ϵ·μ), ``alie_form`` (μ − z·σ), ``mimic_copy``, ``inf_nonfinite``,
+``attack_permutation_invariance``.
+
 Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
 and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
 docs/optimizers.md (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
@@ -64,6 +73,7 @@ checked: converting first would drop an imaginary part, parse strings, flatten
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -1167,6 +1177,461 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
                            "attack changed it", coordinate=k)
 
 
+# -- pre-aggregator laws ------------------------------------------------------------------------
+#
+# A pre-aggregator under test is ``pre(features, n_samples, f) -> (n′, D)`` (an adapter of
+# :mod:`rfrs_ref.testing.adapters`); ``reference`` is rfrs-ref's pre-aggregator instance
+# (:mod:`rfrs_ref.aggregate.pre`) with the hyperparameters the candidate claims. Every
+# tolerance is 64u of a magnitude from the reference side: for a mixed row, the largest
+# magnitude per coordinate among the rows rfrs-ref mixes into it. A row rfrs-ref leaves
+# non-finite (a hostile row's own, for the rule to treat, or a bucket with a hostile
+# member) is not compared, except in the bucketing law, where it must be non-finite too.
+
+
+def _pre_rows(law: str, pre, X: np.ndarray, case: RoundCase, rows: int) -> np.ndarray:
+    """The candidate's mixed rows on copies of X and nᵢ: a real (rows, D) array, float64."""
+    try:
+        out = pre(np.array(X, copy=True), np.array(case.n_samples, copy=True), case.f)
+    except OutputError as exc:
+        raise LawViolation(law, str(exc), **exc.details) from None
+    return _real(law, out, (rows, X.shape[1]), "the pre-aggregator", "the mixed rows")
+
+
+def _reference_mixing(reference, X: np.ndarray, case: RoundCase) -> np.ndarray:
+    """rfrs-ref's mixing matrix M (n′ × n, float64) on the round (NumPy oracle)."""
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(X).all(axis=1)
+    mx = reference.mixing(X, case.n_samples.astype(np.float64), case.f, ok,
+                          np.random.default_rng(0), "numpy")
+    return mx.matrix
+
+
+def _mixed_scale(M: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, finite): per output row and coordinate the largest |x| among the rows M
+    mixes into it, and per output row whether all those rows are finite."""
+    A = np.abs(X.astype(np.float64))
+    scale = np.zeros((M.shape[0], X.shape[1]))
+    finite = np.zeros(M.shape[0], dtype=bool)
+    for i in range(M.shape[0]):
+        S = np.flatnonzero(M[i] != 0)
+        finite[i] = bool(np.isfinite(A[S]).all())
+        if finite[i] and S.size:
+            scale[i] = A[S].max(axis=0)
+    return scale, finite
+
+
+def reference_pre(pre, case: RoundCase, reference) -> None:
+    """The candidate gives rfrs-ref's pre-aggregator's rows on the same round.
+
+    Deterministic pre-aggregators (nnm, clip, arc): every row that rfrs-ref's mixes from
+    finite rows, within 64u·s per coordinate (u of the features' dtype, s the largest
+    |x| among the rows mixed into it); rows it leaves non-finite are not compared (the
+    rule's to treat). Bucketing, whose permutation is random: the rows are a partition of
+    the clients into ⌈n/s⌉ buckets, s rows each but the last, which holds the n mod s
+    left over, each row the nᵢ-weighted mean of its bucket within 64u·s (a bucket with a
+    non-finite member non-finite wherever its mean is)."""
+    law = "reference_pre"
+    X = case.features
+    rows = int(reference.rows_out(case.n))
+    C = _pre_rows(law, pre, X, case, rows)
+    if reference.random:
+        _bucket_partition(law, C, case, int(reference.bucket_size))
+        return
+    M = _reference_mixing(reference, X, case)
+    from rfrs_ref.kernels.mixing import mix_rows_numpy
+
+    R = mix_rows_numpy(M, X).astype(np.float64)
+    scale, finite = _mixed_scale(M, X)
+    u = _u(X.dtype)
+    ties = _nnm_boundary_ties(X, case.f) if reference.name == "nnm" else {}
+    ns = case.n_samples.astype(np.float64)
+    for i in np.flatnonzero(finite):
+        tol = 64 * u * scale[i] + TINY
+        bad = np.flatnonzero(agreement.disagree(R[i], C[i], 0.0, tol))
+        if bad.size and i in ties:
+            # another neighbour set of the same distances: the rows tied at the boundary
+            # are kept by index in rfrs-ref, in no specified order in ByzFL
+            from itertools import combinations
+
+            sure, tied, need = ties[i]
+            X64 = X.astype(np.float64)
+            for T in combinations(tied, need):
+                S = np.array(sure + list(T))
+                alt = ns[S] @ X64[S] / ns[S].sum()
+                tol_alt = 64 * u * np.abs(X64[S]).max(axis=0) + TINY
+                if not agreement.disagree(alt, C[i], 0.0, tol_alt).any():
+                    bad = bad[:0]
+                    break
+        if bad.size:
+            k = int(bad[0])
+            mixed = [int(j) for j in np.flatnonzero(M[i] != 0)]
+            raise LawViolation(law, f"row {int(i)}, coordinate {k}: {_r(C[i, k])}, rfrs-ref's "
+                               f"{reference.name} gives {_r(R[i, k])} (tolerance {_r(tol[k])}; it "
+                               f"mixes rows {mixed} with weights "
+                               f"{[round(float(M[i, j]), 6) for j in mixed]})",
+                               row=int(i), coordinate=k, got=str(C[i, k]), expected=float(R[i, k]),
+                               mixed_rows=mixed)
+
+
+def _nnm_boundary_ties(X: np.ndarray, f: int) -> dict:
+    """Rows whose n − f nearest rows (NNM's neighbour set, squared float64 distances by
+    direct differences, itself first, non-finite rows last) are decided by an exact tie:
+    row -> (the rows nearer than the boundary distance, the rows at it, how many of those
+    the set takes)."""
+    from rfrs_ref.kernels.distances import pairwise_sq_dists
+
+    n = X.shape[0]
+    k = n - f
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(X).all(axis=1)
+    D2 = pairwise_sq_dists(X, backend="numpy")
+    D2[~ok, :] = np.inf
+    D2[:, ~ok] = np.inf
+    out = {}
+    for i in np.flatnonzero(ok):
+        d = D2[i].copy()
+        d[i] = -1.0
+        d[~ok] = np.inf
+        order = np.argsort(d, kind="stable")
+        if k >= n:
+            continue
+        b = d[order[k - 1]]
+        if not (np.isfinite(b) and d[order[k]] == b):
+            continue
+        sure = [int(j) for j in np.flatnonzero(d < b)]
+        tied = [int(j) for j in np.flatnonzero(d == b)]
+        out[int(i)] = (sure, tied, k - len(sure))
+    return out
+
+
+def _bucket_partition(law: str, C: np.ndarray, case: RoundCase, s: int) -> None:
+    """The rows of C are nᵢ-weighted means of a partition of the clients into buckets of
+    s (the last of n mod s when s does not divide n), in some order but with the smaller
+    bucket last. Exact cover by backtracking over the subsets that match each row."""
+    from itertools import combinations
+
+    X = case.features.astype(np.float64)
+    ns = case.n_samples.astype(np.float64)
+    n = case.n
+    sizes = [s] * (n // s) + ([n % s] if n % s else [])
+    u = _u(case.features.dtype)
+
+    def matches(b: int, S: tuple) -> bool:
+        rows = X[list(S)]
+        w = ns[list(S)]
+        with np.errstate(all="ignore"):
+            mean = (w[:, None] * rows).sum(axis=0) / w.sum()
+            scale = np.abs(rows).max(axis=0)
+        fin = np.isfinite(mean) & np.isfinite(scale)
+        if (~fin).any() and np.isfinite(C[b][~fin]).any():
+            return False  # a hostile member's coordinate must stay non-finite
+        tol = 64 * u * np.where(fin, scale, 0.0) + TINY
+        return not agreement.disagree(mean[fin], C[b][fin], 0.0, tol[fin]).any()
+
+    options = []
+    for b, size in enumerate(sizes):
+        options.append([S for S in combinations(range(n), size) if matches(b, S)])
+        if not options[-1]:
+            raise LawViolation(law, f"mixed row {b} ({C[b].tolist()[:4]}...) is the nᵢ-weighted "
+                               f"mean of no bucket of {size} rows (buckets of s = {s}, the last "
+                               f"holding the n mod s = {n % s} left over; n = {n})",
+                               row=b, bucket_size=s, sizes=sizes)
+    used = np.zeros(n, dtype=bool)
+
+    def cover(b: int) -> bool:
+        if b == len(sizes):
+            return True
+        for S in options[b]:
+            if not used[list(S)].any():
+                used[list(S)] = True
+                if cover(b + 1):
+                    return True
+                used[list(S)] = False
+        return False
+
+    if not cover(0):
+        raise LawViolation(law, f"every mixed row is the mean of some bucket, but no choice of "
+                           f"buckets of sizes {sizes} uses each of the n = {n} rows exactly once",
+                           bucket_size=s, sizes=sizes)
+
+
+def nnm_honest_bound(pre, case: RoundCase, reference=None) -> None:
+    """Every honest row's mixed row is finite and within the honest diameter Δ of it
+    (at least n − f honest rows are within Δ of an honest row, so all its n − f
+    neighbours are, and so is their weighted mean; docs/aggregation.md)."""
+    law = "nnm_honest_bound"
+    C = _pre_rows(law, pre, case.features, case, case.n)
+    d2, _ = _honest_sq_diameter(case)
+    bound = math.sqrt(d2)
+    X = case.features.astype(np.float64)
+    slack = 16 * _rounding_radius(case) + TINY
+    for i in np.flatnonzero(case.honest):
+        if not np.isfinite(C[i]).all():
+            raise LawViolation(law, f"honest row {int(i)} becomes {C[i].tolist()}, not finite, with "
+                               f"{int((~case.honest).sum())} Byzantine rows and f={case.f}", row=int(i))
+        d = nrm(C[i] - X[i])
+        if not d <= bound * (1 + 1e-9) + slack:
+            raise LawViolation(law, f"honest row {int(i)} moves by {_r(d)}, beyond the honest "
+                               f"diameter Δ = {_r(bound)} (n={case.n}, f={case.f})",
+                               row=int(i), distance=d, bound=bound)
+
+
+def _scaled_copy(law: str, x: np.ndarray, c: np.ndarray, u: float, i: int) -> float:
+    """λ with c = λx, 0 ≤ λ ≤ 1, to rounding (64u of |x| per coordinate); a violation
+    otherwise (the row grew, turned, or was not scaled uniformly)."""
+    m = float(np.abs(x).max(initial=0.0))
+    if m == 0.0:
+        if np.abs(c).max(initial=0.0) > TINY:
+            raise LawViolation(law, f"row {i} is zero and becomes {c.tolist()}", row=i)
+        return 1.0
+    xs, cs = x / m, c / m
+    lam = float(xs @ cs) / float(xs @ xs)
+    tol = 64 * u * np.abs(x) + TINY
+    bad = np.flatnonzero(np.abs(c - lam * x) > tol)
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"row {i} is not scaled uniformly: coordinate {k} is {_r(c[k])}, "
+                           f"{_r(lam)}·x gives {_r(lam * x[k])}", row=i, coordinate=k)
+    if not -64 * u <= lam <= 1 + 64 * u:
+        raise LawViolation(law, f"row {i} is scaled by {_r(lam)}, outside [0, 1] (a clipped row "
+                           "never grows nor turns)", row=i, scale=lam)
+    return lam
+
+
+def clip_norm_bound(pre, case: RoundCase, reference) -> None:
+    """Static clipping with rfrs-ref's C (``reference.clip_norm``): every finite row
+    becomes λx with 0 ≤ λ ≤ 1 and norm at most C (to 64u), a row within the ball is
+    unchanged; a non-finite row is the rule's to treat."""
+    law = "clip_norm_bound"
+    Cn = float(reference.clip_norm)
+    C = _pre_rows(law, pre, case.features, case, case.n)
+    X = case.features.astype(np.float64)
+    u = _u(case.features.dtype)
+    for i in range(case.n):
+        if not np.isfinite(X[i]).all():
+            continue
+        if not np.isfinite(C[i]).all():
+            raise LawViolation(law, f"finite row {i} becomes {C[i].tolist()}, not finite", row=i)
+        norm_in = nrm(X[i])
+        if norm_in <= Cn:
+            bad = np.flatnonzero(agreement.disagree(X[i], C[i], 0.0, 64 * u * np.abs(X[i]) + TINY))
+            if bad.size:
+                k = int(bad[0])
+                raise LawViolation(law, f"row {i} has norm {_r(norm_in)} ≤ C = {_r(Cn)} but "
+                                   f"coordinate {k} changed from {_r(X[i, k])} to {_r(C[i, k])}",
+                                   row=i, coordinate=k)
+            continue
+        _scaled_copy(law, X[i], C[i], u, i)
+        norm_out = nrm(C[i])
+        if not norm_out <= Cn * (1 + 64 * u) + TINY:
+            raise LawViolation(law, f"row {i} (norm {_r(norm_in)}) has norm {_r(norm_out)} after "
+                               f"clipping, above C = {_r(Cn)}", row=i, norm=norm_out, bound=Cn)
+
+
+def arc_clipping(pre, case: RoundCase, reference=None) -> None:
+    """ARC with k = ⌊2f(n − f)/n⌋: every finite row becomes λx, 0 ≤ λ ≤ 1 (none grows
+    or turns), of norm at most τ, the (k + 1)-th largest norm (non-finite rows ranked
+    largest), and at most k rows change (k = 0: none)."""
+    from rfrs_ref.aggregate.pre import row_norms_numpy
+
+    law = "arc_clipping"
+    n, f = case.n, case.f
+    k = (2 * f * (n - f)) // n
+    C = _pre_rows(law, pre, case.features, case, n)
+    X = case.features.astype(np.float64)
+    u = _u(case.features.dtype)
+    norms = row_norms_numpy(X)
+    key = np.where(np.isnan(norms), np.inf, norms)
+    tau = float(np.sort(key)[n - k - 1]) if k > 0 else math.inf
+    changed = []
+    for i in range(n):
+        if agreement.disagree(X[i], C[i], 0.0, 64 * u * np.where(np.isfinite(X[i]), np.abs(X[i]), 0.0)
+                              + TINY).any():
+            changed.append(i)
+        if not np.isfinite(X[i]).all():
+            continue
+        if not np.isfinite(C[i]).all():
+            raise LawViolation(law, f"finite row {i} becomes {C[i].tolist()}, not finite", row=i)
+        _scaled_copy(law, X[i], C[i], u, i)
+        out = nrm(C[i])
+        if not out <= tau * (1 + 64 * u) + TINY:
+            raise LawViolation(law, f"row {i} has norm {_r(out)} after ARC, above τ = {_r(tau)}, the "
+                               f"(k + 1)-th largest norm (k = ⌊2f(n − f)/n⌋ = {k}, n={n}, f={f})",
+                               row=i, norm=out, threshold=tau, k=k)
+    if len(changed) > k:
+        raise LawViolation(law, f"{len(changed)} rows change ({changed}); ARC clips at most "
+                           f"k = ⌊2f(n − f)/n⌋ = {k} (n={n}, f={f})", changed=changed, k=k)
+
+
+def pre_permutation_equivariance(pre, case: RoundCase, reference) -> None:
+    """pre(X[π]) = pre(X)[π]: reordering the clients reorders the mixed rows, each within
+    64u of the rows rfrs-ref mixes into it (rows rfrs-ref leaves non-finite are not
+    compared; rows in general position, ``distinct``)."""
+    law = "permutation_equivariance"
+    X, p = case.features, case.perm
+    C1 = _pre_rows(law, pre, X, case, case.n)
+    moved = dataclasses.replace(case, features=X[p], n_samples=case.n_samples[p],
+                                honest=case.honest[p])
+    C2 = _pre_rows(law, pre, X[p], moved, case.n)
+    M = _reference_mixing(reference, X, case)
+    scale, finite = _mixed_scale(M, X)
+    u = _u(X.dtype)
+    ties = _nnm_boundary_ties(X, case.f) if reference.name == "nnm" else {}
+    for j, i in enumerate(p):
+        if not finite[i] or int(i) in ties:  # a tie decided by the index moves with it
+            continue
+        tol = 64 * u * scale[i] + TINY
+        bad = np.flatnonzero(agreement.disagree(C1[i], C2[j], 0.0, tol))
+        if bad.size:
+            k = int(bad[0])
+            raise LawViolation(law, f"row {int(i)} gives {_r(C1[i, k])} at coordinate {k}, and "
+                               f"{_r(C2[j, k])} when it is row {j} of the reordered round "
+                               f"(order {p.tolist()})", row=int(i), coordinate=k)
+
+
+# -- attack laws --------------------------------------------------------------------------------
+#
+# An attack under test is ``attack(vectors) -> (D,)``: the (k, D) gradients it reads (the
+# example's features) and the Byzantine vector it returns. ``reference`` is rfrs-ref's
+# attack as such a callable (:func:`rfrs_ref.testing.adapters.rfrs_attack`).
+
+
+def _attack_vector(law: str, attack, V: np.ndarray) -> np.ndarray:
+    try:
+        out = attack(np.array(V, copy=True))
+    except OutputError as exc:
+        raise LawViolation(law, str(exc), **exc.details) from None
+    return _real(law, out, (V.shape[1],), "the attack", "the Byzantine vector")
+
+
+def _mean_std(V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """μ and the sample σ (ddof 1; σ = 0 for one vector), float64."""
+    X = V.astype(np.float64)
+    with np.errstate(all="ignore"):
+        mu = X.mean(axis=0)
+        sd = X.std(axis=0, ddof=1) if X.shape[0] > 1 else np.zeros(X.shape[1])
+    return mu, sd
+
+
+def reference_attack(attack, case: RoundCase, reference, gain: float = 0.0,
+                     exact: bool = False) -> None:
+    """The candidate's Byzantine vector is rfrs-ref's on the same vectors: within
+    64u·(|r| + (1 + gain)·max|x|) per coordinate (u of the vectors' dtype, r rfrs-ref's
+    vector, max over the vectors at that coordinate, ``gain`` the attack's factor: |ϵ|
+    for IPM, 3|z| for ALIE), bit for bit when ``exact`` (mimic: a copy). A non-finite
+    reference is matched by the same non-finite value only (:mod:`rfrs_ref.agreement`)."""
+    law = "reference_attack"
+    V = case.features
+    R = _real(law, reference(np.array(V, copy=True)), (case.D,), "rfrs-ref's attack")
+    C = _attack_vector(law, attack, V)
+    if exact:
+        tol = np.zeros(case.D)
+    else:
+        with np.errstate(all="ignore"):
+            mag = np.abs(V.astype(np.float64))
+            mag = np.where(np.isfinite(mag), mag, 0.0).max(axis=0)
+        tol = 64 * _u(V.dtype) * (np.where(np.isfinite(R), np.abs(R), 0.0) + (1 + gain) * mag) + TINY
+    bad = np.flatnonzero(agreement.disagree(R, C, 0.0, tol))
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"coordinate {k}: {_r(C[k])}, rfrs-ref's attack gives {_r(R[k])} "
+                           f"(tolerance {_r(tol[k])}; k = {case.n} vectors)", coordinate=k,
+                           got=str(C[k]), expected=str(R[k]))
+
+
+def ipm_direction(attack, case: RoundCase, reference=None) -> None:
+    """IPM for some ϵ: the vector is −ϵ·μ, one scalar ϵ for every coordinate (μ the
+    vectors' mean; coordinates where μ is not finite are not compared)."""
+    law = "ipm_direction"
+    V = case.features
+    C = _attack_vector(law, attack, V)
+    mu, _ = _mean_std(V)
+    fin = np.isfinite(mu)
+    if not fin.any():
+        return
+    j = int(np.flatnonzero(fin)[np.argmax(np.abs(mu[fin]))])
+    eps = -C[j] / mu[j] if mu[j] != 0 else 0.0
+    with np.errstate(all="ignore"):
+        mag = np.abs(V.astype(np.float64)).max(axis=0)
+        resid = np.abs(C + eps * mu)
+    tol = 128 * _u(V.dtype) * (1 + abs(eps)) * mag + TINY
+    bad = np.flatnonzero(fin & ~(resid <= tol))
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"the vector is no multiple −ϵ·μ of the mean: ϵ = {_r(eps)} from "
+                           f"coordinate {j}, but coordinate {k} is {_r(C[k])} where −ϵ·μ = "
+                           f"{_r(-eps * mu[k])}", coordinate=k, epsilon=eps)
+
+
+def alie_form(attack, case: RoundCase, reference=None) -> None:
+    """ALIE for some z: the vector is μ − z·σ, one scalar z for every coordinate (μ the
+    mean, σ the sample standard deviation, ddof 1, of the vectors; σ = 0 for a single
+    vector, which is then the vector returned); coordinates where μ or σ is not finite
+    are not compared."""
+    law = "alie_form"
+    V = case.features
+    C = _attack_vector(law, attack, V)
+    mu, sd = _mean_std(V)
+    fin = np.isfinite(mu) & np.isfinite(sd)
+    if not fin.any():
+        return
+    j = int(np.flatnonzero(fin)[np.argmax(sd[fin])])
+    z = (mu[j] - C[j]) / sd[j] if sd[j] > 0 else 0.0
+    with np.errstate(all="ignore"):
+        mag = np.abs(V.astype(np.float64)).max(axis=0)
+        resid = np.abs(C - (mu - z * sd))
+    tol = 256 * _u(V.dtype) * (1 + abs(z)) * mag + TINY
+    bad = np.flatnonzero(fin & ~(resid <= tol))
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"the vector is not μ − z·σ for one z: z = {_r(z)} from coordinate "
+                           f"{j}, but coordinate {k} is {_r(C[k])} where μ − z·σ = "
+                           f"{_r(mu[k] - z * sd[k])} (k = {case.n} vectors"
+                           + ("; one vector has no spread: σ = 0" if case.n == 1 else "") + ")",
+                           coordinate=k, z=float(z))
+
+
+def mimic_copy(attack, case: RoundCase, reference=None) -> None:
+    """Mimic: the vector is one of the vectors it was given, bit for bit."""
+    law = "mimic_copy"
+    V = case.features.astype(np.float64)
+    C = _attack_vector(law, attack, case.features)
+    for row in V:
+        if np.array_equal(row, C, equal_nan=True):
+            return
+    raise LawViolation(law, f"the vector {C.tolist()[:4]}... is none of the {case.n} vectors given")
+
+
+def inf_nonfinite(attack, case: RoundCase, reference=None) -> None:
+    """Inf: every coordinate of the vector is non-finite (+inf in ByzFL and rfrs-ref's
+    default; −inf and NaN are rfrs-ref's variants)."""
+    law = "inf_nonfinite"
+    C = _attack_vector(law, attack, case.features)
+    fin = np.flatnonzero(np.isfinite(C))
+    if fin.size:
+        k = int(fin[0])
+        raise LawViolation(law, f"coordinate {k} is finite: {_r(C[k])}", coordinate=k)
+
+
+def attack_permutation_invariance(attack, case: RoundCase, reference, gain: float = 0.0) -> None:
+    """attack(V[π]) = attack(V): the order of the vectors does not matter (their mean and
+    spread do not depend on it), within reference_attack's tolerance."""
+    law = "permutation_invariance"
+    V, p = case.features, case.perm
+    C1 = _attack_vector(law, attack, V)
+    C2 = _attack_vector(law, attack, V[p])
+    R = _real(law, reference(np.array(V, copy=True)), (case.D,), "rfrs-ref's attack")
+    with np.errstate(all="ignore"):
+        mag = np.abs(V.astype(np.float64))
+        mag = np.where(np.isfinite(mag), mag, 0.0).max(axis=0)
+    tol = 64 * _u(V.dtype) * (np.where(np.isfinite(R), np.abs(R), 0.0) + (1 + gain) * mag) + TINY
+    bad = np.flatnonzero(agreement.disagree(C1, C2, 0.0, tol))
+    if bad.size:
+        k = int(bad[0])
+        raise LawViolation(law, f"coordinate {k}: {_r(C1[k])} on the vectors, {_r(C2[k])} on the "
+                           f"same vectors in the order {p.tolist()}", coordinate=k)
+
+
 # -- federated rounds ---------------------------------------------------------------------------
 
 def round_record_invariants(record: dict) -> None:
@@ -1198,4 +1663,8 @@ __all__ = [
     "mda_output_bound", "meamed_range", "monna_pivot_bound", "nrm", "permutation_invariance",
     "recovery_exact", "reference_rule", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
     "translation_equivariance", "unanimity", "update_rule", "weighted_mean", "weights_sum_to_one",
+    # pre-aggregators and attacks
+    "alie_form", "arc_clipping", "attack_permutation_invariance", "clip_norm_bound", "inf_nonfinite",
+    "ipm_direction", "mimic_copy", "nnm_honest_bound", "pre_permutation_equivariance", "reference_attack",
+    "reference_pre",
 ]

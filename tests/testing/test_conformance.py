@@ -317,7 +317,7 @@ def test_cli_conformance():
     doc = json.loads(res.output)
     assert doc["optimizer"] == "sgd" and doc["results"][0]["status"] == "holds"
     res = runner.invoke(main, ["conformance", "--callable", "rfrs_ref.optim:SGD"])
-    assert res.exit_code == 2 and "exactly one of --rule and --optimizer" in res.output
+    assert res.exit_code == 2 and "exactly one of --rule, --optimizer, --pre and --attack" in res.output
     res = runner.invoke(main, ["conformance", "--rule", "krum", "--callable", "nowhere_xyz:f"])
     assert res.exit_code == 1 and "cannot import" in res.output
 

@@ -299,7 +299,7 @@ def test_cli_rule_option_chooses_the_reference():
     assert res.exit_code == 2 and "--rule-option" in res.output
     res = runner.invoke(main, ["conformance", "--optimizer", "sgd", "--callable", "rfrs_ref.optim:SGD",
                                "--rule-option", "k=1"])
-    assert res.exit_code == 2 and "--rule-option applies to --rule only" in res.output
+    assert res.exit_code == 2 and "--rule-option applies to --rule, --pre and --attack only" in res.output
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2, 3])
