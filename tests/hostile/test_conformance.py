@@ -81,6 +81,27 @@ MODULE = textwrap.dedent('''
         return np.nanmedian(np.asarray(X, dtype=np.float64), axis=0)
 
 
+    def median_rejecting_even_rounds(X, ns, f):
+        """rfrs-ref's median where n is odd; every round of even n, where it would be
+        wrong, is handed back to Hypothesis as one it should not have drawn."""
+        import hypothesis
+
+        from rfrs_ref.testing.adapters import rfrs
+
+        hypothesis.assume(np.shape(X)[0] % 2 == 1)
+        return rfrs("median")(X, ns, f).vector
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRejectingLateRounds(Adam):
+        def recover(self, state, upload, t):
+            import hypothesis
+
+            if t > 1:
+                hypothesis.reject()
+            return super().recover(state, upload, t)
+
+
     def median_of_infinities(X, ns, f):
         return np.full(X.shape[1], np.inf)
 
@@ -203,6 +224,21 @@ def test_an_implementation_that_exits_fails_instead_of_passing(hostile_module, a
     assert res.exit_code == 1, res.output
     _no_traceback(res)
     assert "FAILS" in res.output and "called exit(0)" in res.output
+
+
+@pytest.mark.parametrize("args", [
+    ["--rule", "median", "--callable", "hostile_impls:median_rejecting_even_rounds", "--law",
+     "reference_rule"],
+    ["--optimizer", "adam", "--callable", "hostile_impls:AdamRejectingLateRounds", "--law",
+     "recovery_exact"],
+])
+def test_an_implementation_that_discards_examples_fails(hostile_module, args):
+    """Hypothesis's assume() and reject() discard the example they are called on: a median that
+    rejected every round of even n was checked on odd n only and held every law, exit 0."""
+    res = _cli(*args, "--max-examples", "20")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    assert "FAILS" in res.output and "assume() or reject()" in res.output
 
 
 @pytest.mark.parametrize("args", [
