@@ -478,10 +478,23 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
     notes: list[str] = []
     try:
         table = _results_table(source)
-        figures.mkdir(parents=True, exist_ok=True)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise click.ClickException(_table_error(exc, source)) from exc
+    # the shared hold a figure's plot takes (see plot): without it, sweep.png and sweep.pdf
+    # went into a directory a live run or sweep owns
+    existed = figures.exists()
+    lock = shared_hold(figures)
+    try:
         paths = plot_sweep(table, figures / "sweep", notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(_table_error(exc, source)) from exc
+    finally:
+        lock.release()
+        if not existed:
+            try:
+                figures.rmdir()  # only when nothing was drawn: a failed plot leaves no folder
+            except OSError:
+                pass
     for n in notes:  # a line drawn over fewer runs than the table holds is said
         click.echo(f"note: {n}", err=True)
     return paths

@@ -206,6 +206,20 @@ def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results,
     assert not (tiny_results / "figures" / LOCK_NAME).exists()
 
 
+def test_a_sweeps_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path,
+                                                                          refused):
+    """Without --figure (a sweep's panels) the plot took no hold on --out: it wrote sweep.png
+    and sweep.pdf into a directory a live run owns, where --figure is refused."""
+    out = tmp_path / "figs"
+    out.mkdir()
+    with Holder(out) as holder:
+        refused(invoke("plot", tiny_results, "--out", out), out, f"process {holder.pid} ")
+        assert files(out) == {}
+    res = invoke("plot", tiny_results, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert (out / "sweep.png").exists() and not (out / LOCK_NAME).exists()
+
+
 def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
     from rfrs_ref.files import DirectoryLock
 
