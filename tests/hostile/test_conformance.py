@@ -241,6 +241,26 @@ def test_an_implementation_that_discards_examples_fails(hostile_module, args):
     assert "FAILS" in res.output and "assume() or reject()" in res.output
 
 
+def test_a_pass_against_another_variant_says_which():
+    """--rule-option max_iter=1 holds RFA to one Weiszfeld step, and --option k=1 calls the
+    candidate as classic Krum: a report that holds under them read exactly as one against
+    rfrs-ref's defaults. The title and the JSON now name the options of both sides."""
+    res = _cli("--rule", "krum", "--callable", "rfrs_ref.aggregate:Krum", "--option", "k=1",
+               "--law", "reference_rule", "--max-examples", "1")
+    assert res.exit_code == 0, res.output
+    title = res.output.splitlines()[0]
+    assert "(adapter rfrs, k=1)" in title and "rfrs-ref's krum with k=1 (not its defaults)" in title
+    res = _cli("--rule", "rfa", "--callable", "rfrs_ref.aggregate:RFA", "--option", "max_iter=1",
+               "--rule-option", "max_iter=1", "--law", "reference_rule", "--max-examples", "1",
+               "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["options"] == {"max_iter": 1} and report["reference_options"] == {"max_iter": 1}
+    res = _cli("--rule", "krum", "--callable", "rfrs_ref.aggregate:Krum", "--law", "reference_rule",
+               "--max-examples", "1", "--json")
+    assert json.loads(res.output)["reference_options"] == {}
+
+
 @pytest.mark.parametrize("args", [
     ["--optimizer", "adam", "--callable", "hostile_impls:AdamThatEndsTheProcess"],
     ["--rule", "median", "--callable", "hostile_impls:median_that_ends_the_process"],
