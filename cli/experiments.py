@@ -229,12 +229,14 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
     it), its dataset, labels, seed and estimated memory (``--dry-run``: nothing is
     written)."""
     from rfrs_ref.experiments.results import Store, unfinished_reason
-    from rfrs_ref.experiments.sweep import estimate_run_memory
+    from rfrs_ref.experiments.sweep import _record_of_another_run, estimate_run_memory
 
     store = Store(out)
     try:
         for i, r in enumerate(runs):
             o = store.read_outcome(r.key) if out.exists() else None
+            if isinstance(o, dict) and _record_of_another_run(o, r.key) is not None:
+                o = None  # another run's record: none of this run's (the sweep runs it again)
             status = o.get("status") if isinstance(o, dict) else "to run"
             if (status in ("ok", "diverged")
                     and unfinished_reason(o, r.config.resolved()) is not None):
