@@ -198,6 +198,22 @@ def test_a_malformed_capture_outcome_is_refused(tmp_path, edit, fragment, refuse
     refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k1/outcome.json", fragment)
 
 
+def test_two_results_directories_of_one_name_are_refused(tmp_path, refused):
+    """verdict a b, where a/adam-sgd holds and b/adam-sgd does not, judged a/adam-sgd and
+    left b's aside without a word (exit 0): a claim reads its directory by name."""
+    from rfrs_ref.cli.main import main
+
+    a = _store(tmp_path / "a", _rows(GOOD))
+    b = _store(tmp_path / "b", _rows({(s, seed): 0.5 - v for (s, seed), v in GOOD.items()}))
+    res = CliRunner().invoke(main, ["verdict", a, b, "--claim", "adam-sgd"])
+    refused(res, f"{tmp_path / 'a' / 'adam-sgd'} and {tmp_path / 'b' / 'adam-sgd'}",
+            "both results directories named 'adam-sgd'", "nothing was judged")
+    # one directory named twice is one directory
+    res = CliRunner().invoke(main, ["verdict", a, str(tmp_path / "a" / "adam-sgd"), "--claim",
+                                    "adam-sgd"])
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("-inf"), None, "missing"])
 def test_a_capture_run_without_a_finite_separation_is_refused(tmp_path, value, refused):
     """Four finished runs with separations 5, 6, NaN and 5.5: the NaN run was left out
