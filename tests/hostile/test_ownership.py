@@ -220,6 +220,20 @@ def test_a_sweeps_plot_does_not_write_into_a_directory_another_process_owns(tiny
     assert (out / "sweep.png").exists() and not (out / LOCK_NAME).exists()
 
 
+def test_plot_and_mechanism_never_write_into_a_runs_directory(tiny_results, tmp_path, refused):
+    """A finished run's directory took a plot's PNGs and mechanism's tables (nobody held its
+    lock), where train, flower, golden export and sweep refuse such an --out: a sweep clears
+    a run's directory when the run starts again."""
+    run = sorted((tiny_results / "runs").iterdir())[0]
+    before = files(run)
+    for where in (run, run / "figs"):
+        refused(invoke("plot", tiny_results, "--figure", "3", "--out", where), run,
+                "is or lies inside the run directory", "nothing was written")
+        refused(invoke("plot", tiny_results, "--out", where), run, "is or lies inside the run")
+        refused(invoke(*MECHANISM, "--out", where), run, "is or lies inside the run directory")
+    assert files(run) == before and not (run / "figs").exists()
+
+
 def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
     from rfrs_ref.files import DirectoryLock
 
