@@ -305,3 +305,20 @@ def test_a_results_directory_named_through_a_link_is_judged(tmp_path):
     os.symlink(tmp_path / "real" / "adam-sgd", tmp_path / "adam-sgd")
     res = _verdict(str(tmp_path / "adam-sgd"))
     assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
+def test_a_verdict_or_ranking_is_never_written_into_a_runs_directory(tmp_path, refused):
+    """verdict --out RESULTS/runs/<key>/verdict.md wrote the table (and its .csv) into a run's
+    directory, which a sweep clears when the run starts again; so did ranking --out."""
+    from rfrs_ref.cli.main import main
+
+    path = _store(tmp_path, _rows(GOOD))
+    run = tmp_path / "adam-sgd" / "runs" / "0123456789abcdef"
+    run.mkdir(parents=True)
+    (run / "outcome.json").write_text('{"status": "ok"}')
+    for out in (run / "verdict.md", run / "sub" / "verdict.md"):
+        res = CliRunner().invoke(main, ["verdict", path, "--claim", "adam-sgd", "--out", str(out)])
+        refused(res, str(run), "lies inside the run directory", "nothing was written")
+        res = CliRunner().invoke(main, ["ranking", str(tmp_path / "adam-sgd"), "--out", str(out)])
+        assert res.exit_code == 2 and "lies inside the run directory" in res.output, res.output
+    assert sorted(p.name for p in run.iterdir()) == ["outcome.json"]
