@@ -455,6 +455,38 @@ def test_a_figure_is_never_written_through_a_link(tiny_results, tmp_path, refuse
     assert not list(elsewhere.iterdir())
 
 
+def test_a_figure_stopped_half_way_leaves_the_previous_one_whole(tiny_results, tmp_path, monkeypatch):
+    """A figure was written in place (savefig on the path): a plot stopped half-way (a full
+    disk, a kill) left half a PNG over the previous one, and two plots of one figure into
+    one folder, which their shared hold allows, interleaved their bytes. Each file is now
+    written beside it and renamed over it."""
+    import io
+
+    import matplotlib.figure
+
+    out = tmp_path / "figs"
+    assert invoke("plot", tiny_results, "--figure", "3", "--out", out).exit_code == 0
+    before = files(out)
+    assert {"fig3.png", "fig3.pdf"} <= set(before)
+    real = matplotlib.figure.Figure.savefig
+
+    def half_then_full_disk(self, fname, **kw):
+        buf = io.BytesIO()
+        real(self, buf, **{"format": "png", **kw})
+        data = buf.getvalue()[:100]
+        if hasattr(fname, "write"):
+            fname.write(data)
+        else:
+            with open(fname, "wb") as fh:
+                fh.write(data)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_then_full_disk)
+    res = invoke("plot", tiny_results, "--figure", "3", "--out", out)
+    assert res.exit_code != 0
+    assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
 # -- a user's directory as a sweep's output ----------------------------------------------------
 @pytest.mark.parametrize("name, text", [
     ("results.csv", "precious,table\n"),
