@@ -75,8 +75,9 @@ def verdict(results, out, claim_ids):
 def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
     """``--out X.md`` writes X.md and X.csv: neither may be a results directory's own table
     (``--out results/defenses/results.md`` would replace the sweep's results.csv), a link, a
-    file in a run's directory, or a file of the user's that an earlier verdict did not write (its first line is not
-    a verdict table's). Raises a usage error before anything is written."""
+    file in a run's directory, or a file of the user's that an earlier verdict did not write
+    (its first line is not a verdict table's). Raises a usage error before anything is
+    written."""
     from rfrs_ref.experiments.results import RUNS_TABLE, SUMMARY, TABLE
 
     tables = {f"{TABLE}.csv", f"{TABLE}.parquet", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv",

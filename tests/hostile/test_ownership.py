@@ -455,7 +455,8 @@ def test_a_figure_is_never_written_through_a_link(tiny_results, tmp_path, refuse
     assert not list(elsewhere.iterdir())
 
 
-def test_a_figure_stopped_half_way_leaves_the_previous_one_whole(tiny_results, tmp_path, monkeypatch):
+def test_a_figure_stopped_half_way_leaves_the_previous_one_whole(tiny_results, tmp_path,
+                                                                  monkeypatch):
     """A figure was written in place (savefig on the path): a plot stopped half-way (a full
     disk, a kill) left half a PNG over the previous one, and two plots of one figure into
     one folder, which their shared hold allows, interleaved their bytes. Each file is now
