@@ -265,6 +265,7 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
 
     _check_family(rule, optimizer, pre, attack, adapter, rule_options)
     opts = _parse_options(options)
+    ref_opts: dict = {}  # the reference's hyperparameters, when not rfrs-ref's defaults
     try:
         obj = _resolve(target, A)
     except (A.AdapterError, ModuleNotFoundError, OSError, SyntaxError) as exc:
@@ -290,7 +291,12 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
         except ValueError as exc:  # an unknown --law
             raise click.BadParameter(str(exc), param_hint="--law") from None
         what = "pre-aggregator" if family == "pre" else "attack"
-        title = f"{target} as {what} {name} (adapter {how}), {max_examples} examples per law"
+        said = "".join(f", {k}={json.dumps(v)}" for k, v in opts.items())
+        title = f"{target} as {what} {name} (adapter {how}{said}), {max_examples} examples per law"
+        if ref_opts:
+            title += (f"; the reference is rfrs-ref's {name} with "
+                      + ", ".join(f"{k}={json.dumps(v)}" for k, v in ref_opts.items())
+                      + " (not its defaults)")
     elif rule is not None:
         name = adapter or A.guess_adapter(target, obj)
         try:
@@ -307,7 +313,15 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
             raise click.BadParameter(str(exc), param_hint="--rule-option") from None
         except ValueError as exc:  # an unknown --law
             raise click.BadParameter(str(exc), param_hint="--law") from None
-        title = f"{target} as {rule} (adapter {name}), {max_examples} examples per law"
+        # a pass under options is a pass of that variant: the report says which, so that a
+        # run with --rule-option max_iter=1 (the reference one Weiszfeld step) does not read
+        # as a pass against rfrs-ref's defaults
+        said = "".join(f", {k}={json.dumps(v)}" for k, v in opts.items())
+        title = f"{target} as {rule} (adapter {name}{said}), {max_examples} examples per law"
+        if ref_opts:
+            title += ("; reference_rule compares with rfrs-ref's " + rule + " with "
+                      + ", ".join(f"{k}={json.dumps(v)}" for k, v in ref_opts.items())
+                      + " (not its defaults)")
     else:
         if opts:
             raise click.UsageError("--option applies to aggregation adapters only")
@@ -321,7 +335,8 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
         title = f"{target} as {optimizer}, {max_examples} examples per law"
     if as_json:
         click.echo(json.dumps({"target": target, "rule": rule, "optimizer": optimizer, "pre": pre,
-                               "attack": attack, "results": [r.as_dict() for r in results]},
+                               "attack": attack, "options": opts, "reference_options": ref_opts,
+                               "results": [r.as_dict() for r in results]},
                               indent=1, ensure_ascii=False))
     else:
         click.echo(format_results(results, title))

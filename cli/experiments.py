@@ -49,10 +49,18 @@ def _execution_options(f):
 def shared_hold(out: pathlib.Path):
     """A shared hold on the output directory ``out`` (acquired; the caller releases it):
     commands that only add files (plot, mechanism) may write beside each other, but not
-    into a directory a run or a sweep owns, nor may one start there meanwhile. A refusal
-    is one line."""
+    into a directory a run or a sweep owns, nor may one start there meanwhile; nor into a
+    run's directory at all (:func:`~rfrs_ref.experiments.results.run_directory_above`),
+    finished or not. A refusal is one line."""
+    from rfrs_ref.experiments.results import run_directory_above
     from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
+    owner = run_directory_above(out)
+    if owner is not None:
+        # a run's directory is its run's, finished or not (a sweep clears it when the run
+        # starts again), as train, flower, golden export and sweep refuse it for --out
+        raise click.ClickException(f"--out {out} is or lies inside the run directory {owner}; "
+                                   "give a directory outside any run's; nothing was written")
     lock = DirectoryLock(out, shared=True)
     try:
         lock.acquire()
@@ -229,12 +237,14 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
     it), its dataset, labels, seed and estimated memory (``--dry-run``: nothing is
     written)."""
     from rfrs_ref.experiments.results import Store, unfinished_reason
-    from rfrs_ref.experiments.sweep import estimate_run_memory
+    from rfrs_ref.experiments.sweep import _record_of_another_run, estimate_run_memory
 
     store = Store(out)
     try:
         for i, r in enumerate(runs):
             o = store.read_outcome(r.key) if out.exists() else None
+            if isinstance(o, dict) and _record_of_another_run(o, r.key) is not None:
+                o = None  # another run's record: none of this run's (the sweep runs it again)
             status = o.get("status") if isinstance(o, dict) else "to run"
             if (status in ("ok", "diverged")
                     and unfinished_reason(o, r.config.resolved()) is not None):
@@ -478,10 +488,23 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
     notes: list[str] = []
     try:
         table = _results_table(source)
-        figures.mkdir(parents=True, exist_ok=True)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        raise click.ClickException(_table_error(exc, source)) from exc
+    # the shared hold a figure's plot takes (see plot): without it, sweep.png and sweep.pdf
+    # went into a directory a live run or sweep owns
+    existed = figures.exists()
+    lock = shared_hold(figures)
+    try:
         paths = plot_sweep(table, figures / "sweep", notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(_table_error(exc, source)) from exc
+    finally:
+        lock.release()
+        if not existed:
+            try:
+                figures.rmdir()  # only when nothing was drawn: a failed plot leaves no folder
+            except OSError:
+                pass
     for n in notes:  # a line drawn over fewer runs than the table holds is said
         click.echo(f"note: {n}", err=True)
     return paths

@@ -41,6 +41,7 @@ def ranking(results, out, metric, k):
                                      "Markdown would replace; write the ranking to another "
                                      "file (e.g. ranking.md)",
                                      param_hint="--out")
+        _refuse_out(pathlib.Path(out))
     try:
         refuse_linked_input(results)  # the path named may be a link, not what lies inside it
         table = read_table(pathlib.Path(results))
@@ -66,3 +67,46 @@ def ranking(results, out, metric, k):
                    f"A-RFRS) has one at {metric}@{k}")
         raise click.ClickException(f"{results}: no pair was judged: {why}; "
                                    "run rfrs-ref reproduce ranking first")
+
+
+#: how the Markdown of :func:`rfrs_ref.experiments.ranking.ranking_markdown` begins (with rows,
+#: and without): an existing --out that begins otherwise is not a ranking this command wrote
+_RANKING_HEADS = ("Rules ranked by ", "No finished run of the ranking experiment")
+
+
+def _refuse_out(path: pathlib.Path) -> None:
+    """``--out`` may replace a ranking an earlier call wrote, nothing else: not a results
+    directory's own table (``--out results/defenses/results.csv`` replaced another sweep's
+    results with Markdown, exit 0), not a link, not a file in a run's directory (which a sweep
+    clears when the run starts again), and not an existing file whose first line is not a
+    ranking's (a user's notes.md was replaced the same way), as ``rfrs-ref verdict`` refuses
+    for its table. Raises a usage error before anything is written."""
+    from rfrs_ref.experiments.results import RUNS_TABLE, SUMMARY, TABLE
+
+    tables = {f"{TABLE}.csv", f"{TABLE}.parquet", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv",
+              f"{SUMMARY}.md", "provenance.json", "outcome.json"}
+    if path.name in tables:
+        raise click.BadParameter(f"{path}: the name of a results directory's own table or "
+                                 "record, which the ranking would replace; write it to another "
+                                 "file (e.g. ranking.md); nothing was written", param_hint="--out")
+    from rfrs_ref.experiments.results import run_directory_above
+
+    owner = run_directory_above(path.parent)
+    if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
+        raise click.BadParameter(f"{path} lies inside the run directory {owner}; write the "
+                                 "ranking outside any run's directory; nothing was written",
+                                 param_hint="--out")
+    if path.is_symlink():
+        raise click.BadParameter(f"{path} is a link; the ranking is written into the folder "
+                                 "given, never through a link; nothing was written",
+                                 param_hint="--out")
+    if path.exists():
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                first = fh.readline(1 << 16)
+        except OSError:
+            first = None
+        if first is None or not first.startswith(_RANKING_HEADS):
+            raise click.BadParameter(f"{path} exists and is not a ranking rfrs-ref wrote; move it "
+                                     "away or choose another name; nothing was written",
+                                     param_hint="--out")

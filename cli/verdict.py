@@ -74,13 +74,21 @@ def verdict(results, out, claim_ids):
 
 def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
     """``--out X.md`` writes X.md and X.csv: neither may be a results directory's own table
-    (``--out results/defenses/results.md`` would replace the sweep's results.csv), a link,
-    or a file of the user's that an earlier verdict did not write (its first line is not
-    a verdict table's). Raises a usage error before anything is written."""
+    (``--out results/defenses/results.md`` would replace the sweep's results.csv), a link, a
+    file in a run's directory, or a file of the user's that an earlier verdict did not write
+    (its first line is not a verdict table's). Raises a usage error before anything is
+    written."""
     from rfrs_ref.experiments.results import RUNS_TABLE, SUMMARY, TABLE
 
     tables = {f"{TABLE}.csv", f"{TABLE}.parquet", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv",
               f"{SUMMARY}.md", "provenance.json"}
+    from rfrs_ref.experiments.results import run_directory_above
+
+    owner = run_directory_above(md.parent)
+    if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
+        raise click.BadParameter(f"{md} lies inside the run directory {owner}; write the verdict "
+                                 "outside any run's directory; nothing was written",
+                                 param_hint="--out")
     for path, head in ((md, md_head), (md.with_suffix(".csv"), csv_head)):
         if path.name in tables:
             raise click.BadParameter(f"{md} would write {path}, the name of a results "

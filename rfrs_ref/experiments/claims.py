@@ -442,7 +442,10 @@ def unread_directories(found: Mapping[str, pathlib.Path]) -> list[pathlib.Path]:
 
 def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]:
     """Results directories by name: each path is a results directory (it holds results.csv or
-    results.parquet) or a folder of them (its subdirectories that do). The first wins.
+    results.parquet) or a folder of them (its subdirectories that do). Two different
+    directories of one name (``a/defenses`` and ``b/defenses``) are refused (ValueError
+    naming both): a claim reads its experiment's directory by name, and the first used to
+    win while the other, named by the user, was left aside without a word.
 
     A path given may be a link; a link inside it is refused (ValueError naming it): a
     results directory of a folder that is a link to another folder, or a table, run
@@ -465,7 +468,12 @@ def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]
                                  "give the directory it points to by its own path; nothing was "
                                  "judged")
             refuse_linked_input(c)
-            found.setdefault(c.name, c)
+            prev = found.setdefault(c.name, c)
+            if prev.resolve() != c.resolve():
+                raise ValueError(f"{prev} and {c} are both results directories named {c.name!r}, "
+                                 "and a claim reads its experiment's directory by name: judging "
+                                 "one would leave the other aside; give one of them (or rename "
+                                 "the other, e.g. with a suffix); nothing was judged")
     return found
 
 

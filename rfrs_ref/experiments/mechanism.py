@@ -248,7 +248,10 @@ def plot_mechanism(frames: dict, stem: pathlib.Path, title: str = "") -> list[pa
     path = stem.parent / f"{stem.name}.png"  # the stem may hold dots (a0.4)
     plots.refuse_linked(fig, stem.parent, path)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    from rfrs_ref.files import atomic_write
+
+    # atomically, as plots.save: mechanism calls may write into one folder together
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
     return [path]
 

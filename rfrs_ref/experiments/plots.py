@@ -85,14 +85,21 @@ def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
 
     Raises ValueError (writing nothing) when the folder or either file is a symbolic
     link: a figure is written into the folder it is given, never through a link to a
-    file or folder elsewhere."""
+    file or folder elsewhere.
+
+    Each file is written atomically (:func:`rfrs_ref.files.atomic_write`): plots may write
+    into one folder together (their hold on it is shared), and two drawing the same figure
+    at once interleaved their bytes in one file (the PDFs differ in their creation date);
+    a plot stopped half-way left half a PNG over the previous one."""
+    from rfrs_ref.files import atomic_write
+
     plt = _pyplot()
     stem = pathlib.Path(stem)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     refuse_linked(fig, stem.parent, *paths)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    atomic_write(paths[0], lambda fh: fig.savefig(fh, format="png", dpi=dpi, bbox_inches="tight"))
+    atomic_write(paths[1], lambda fh: fig.savefig(fh, format="pdf", bbox_inches="tight"))
     plt.close(fig)
     return paths
 

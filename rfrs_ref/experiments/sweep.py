@@ -486,16 +486,19 @@ def run_sweep(
                              "another output directory; nothing was run")
         refuse_links(store.path)
         outcomes: dict[str, dict] = {}
+        misplaced: dict[str, str] = {}  # key -> why its record is another run's
         compacted = False
         for k in keys:
             o = store.read_outcome(k)
-            if o is not None:
+            if o is not None and (why := _record_of_another_run(o, k)) is not None:
+                misplaced[k] = why
+            elif o is not None:
                 outcomes[k] = store.compact(k, o)
                 compacted |= outcomes[k] is not o
         for k in table_specs:  # recorded runs of the experiment that this call does not run
             if k not in by_key:
                 o = store.read_outcome(k)
-                if o is not None:
+                if o is not None and _record_of_another_run(o, k) is None:
                     outcomes[k] = o
         if compacted:
             # outcomes written before provenance.json existed: say what they tell of their runs
@@ -509,7 +512,7 @@ def run_sweep(
         # an outcome.json there that does not read (damaged, edited, not JSON) is no
         # record: a failure like any other, run again unless failures are kept, and said
         damaged = {k: why for k in keys if k not in outcomes
-                   and (why := store.outcome_problem(k)) is not None}
+                   and (why := misplaced.get(k) or store.outcome_problem(k)) is not None}
         failed_before = {k for k in keys if k in no_result or k in damaged
                          or (k in outcomes and outcomes[k].get("status") == "failed")}
         pending = [k for k in keys if k not in done
@@ -695,6 +698,28 @@ def _not_a_result(outcome: dict, config) -> bool:
         return unfinished_reason(outcome, config.resolved()) is not None
     except (AttributeError, KeyError, TypeError, ValueError):  # a record not of this form
         return True
+
+
+def _record_of_another_run(outcome: dict, key: str) -> str | None:
+    """Why ``outcome``, read from the store's ``runs/<key>/outcome.json``, is not run ``key``'s
+    record, or None when it is. The store writes every record with its run's key and
+    configuration (``Store.write_outcome``); a record stating another key, or a configuration
+    that hashes to another key (another seed's record copied into this run's directory, or
+    either field removed), would be skipped as this run's result and tabulated under its
+    labels. Such a record is no record of this run: a failure, run again unless failures
+    are kept, as a damaged one is."""
+    stated = outcome.get("key")
+    if stated != key:
+        return (f"it states the key {stated!r}, not {key!r}: it is the record of another run "
+                "(or edited), not this run's result")
+    try:
+        spec_key = RunSpec.from_json(outcome["spec"]).key
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "it holds no readable configuration of its run ('spec'), so it cannot be this run's"
+    if spec_key != key:
+        return (f"its configuration ('spec') is that of run {spec_key}, not {key}: it is the "
+                "record of another run (or edited), not this run's result")
+    return None
 
 
 def _linked_record(src: Store, keys: Sequence[str]) -> pathlib.Path | None:

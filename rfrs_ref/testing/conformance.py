@@ -267,13 +267,22 @@ def _settings(max_examples: int, seed: int | None):
 
 def _no_exit(check: Callable[[Any], None]) -> Callable[[Any], None]:
     """``check`` with an exit from the code under test turned into a failure: ``sys.exit(0)``
-    in a callable must not end a conformance run as a success."""
+    in a callable must not end a conformance run as a success.
+
+    So is a call to Hypothesis's ``assume`` or ``reject`` (the laws make none): Hypothesis
+    takes it for an example the strategy should not have drawn and discards it, so a rule
+    that rejected every round where it is wrong (every even n) was never checked on one and
+    held every law."""
+    from hypothesis.errors import UnsatisfiedAssumption
 
     def guarded(example):
         try:
             check(example)
         except SystemExit as exc:
             raise RuntimeError(f"the code under test called exit({exc.code!r})") from None
+        except UnsatisfiedAssumption:
+            raise RuntimeError("the code under test called Hypothesis's assume() or reject(), "
+                               "which would discard the example instead of checking it") from None
 
     return guarded
 

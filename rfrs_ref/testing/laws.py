@@ -660,7 +660,10 @@ def cc_byzantine_pull(rule, case: RoundCase, tau: float = 100.0) -> None:
     ns = case.n_samples.astype(np.float64)
     bound = tau * float(ns[~case.honest].sum() / ns.sum())
     d = nrm(a.vector - b.vector)
-    slack = 2 * _rounding_radius(case) + 64 * U64 * (nrm(a.vector) + nrm(b.vector)) + TINY
+    # rounding of the two aggregates, from what a correct rule returns (a convex combination
+    # of clipped differences from the centre 0: norm ≤ τ), never from what the candidate
+    # returned: 64u·(‖a‖ + ‖b‖) let an aggregate shifted by 1e17 hide a pull of hundreds
+    slack = 2 * _rounding_radius(case) + 64 * _u(case.features.dtype) * 2 * tau + TINY
     if not d <= bound * (1 + 1e-9) + slack:
         raise LawViolation(law, f"the Byzantine rows move the aggregate by {_r(d)}; τ·Σ_B pᵢ = "
                            f"{_r(bound)} (τ = {_r(tau)})", distance=d, bound=bound)

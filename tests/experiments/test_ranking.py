@@ -270,6 +270,33 @@ def test_an_out_that_is_a_table_read_is_refused_and_the_table_kept(tmp_path, nam
         assert (tmp_path / name).read_bytes() == before
 
 
+@pytest.mark.parametrize("name", ["results.csv", "runs.csv", "outcome.json", "notes.md", "link.md"])
+def test_an_out_that_is_not_a_ranking_of_its_own_is_refused_and_kept(tmp_path, name):
+    """--out another results directory's results.csv (or a run's outcome.json, a user's file,
+    a link) was replaced by the Markdown, exit 0: only a ranking an earlier call wrote is."""
+    from rfrs_ref.cli.main import main
+
+    read, other = tmp_path / "ranking", tmp_path / "defenses"
+    for d in (read, other):
+        d.mkdir()
+        _write(_three_seeds(), d)
+    (other / "notes.md").write_text("my notes\n")
+    (tmp_path / "target.md").write_text("elsewhere\n")
+    (other / "link.md").symlink_to(tmp_path / "target.md")
+    target = other / name  # outcome.json: refused by its name (a folder holding one is a run's)
+    before = target.read_bytes() if target.exists() else None
+    res = CliRunner().invoke(main, ["ranking", str(read), "--out", str(target)])
+    assert res.exit_code == 2, res.output
+    assert "nothing was written" in res.output and "Traceback" not in res.output
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert (tmp_path / "target.md").read_text() == "elsewhere\n"
+    # a ranking written before is replaced, as it always was
+    res = CliRunner().invoke(main, ["ranking", str(read), "--out", str(other / "r.md")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["ranking", str(read), "--out", str(other / "r.md")])
+    assert res.exit_code == 0, res.output
+
+
 @pytest.mark.parametrize("value", ["nan", "", "inf"])
 def test_a_finished_run_without_a_finite_value_is_refused_naming_file_and_line(tmp_path, value):
     """A NaN of a finished run was once shown as "— / 0 seeds", unflagged; it is refused as

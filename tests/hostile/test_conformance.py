@@ -81,6 +81,27 @@ MODULE = textwrap.dedent('''
         return np.nanmedian(np.asarray(X, dtype=np.float64), axis=0)
 
 
+    def median_rejecting_even_rounds(X, ns, f):
+        """rfrs-ref's median where n is odd; every round of even n, where it would be
+        wrong, is handed back to Hypothesis as one it should not have drawn."""
+        import hypothesis
+
+        from rfrs_ref.testing.adapters import rfrs
+
+        hypothesis.assume(np.shape(X)[0] % 2 == 1)
+        return rfrs("median")(X, ns, f).vector
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRejectingLateRounds(Adam):
+        def recover(self, state, upload, t):
+            import hypothesis
+
+            if t > 1:
+                hypothesis.reject()
+            return super().recover(state, upload, t)
+
+
     def median_of_infinities(X, ns, f):
         return np.full(X.shape[1], np.inf)
 
@@ -203,6 +224,41 @@ def test_an_implementation_that_exits_fails_instead_of_passing(hostile_module, a
     assert res.exit_code == 1, res.output
     _no_traceback(res)
     assert "FAILS" in res.output and "called exit(0)" in res.output
+
+
+@pytest.mark.parametrize("args", [
+    ["--rule", "median", "--callable", "hostile_impls:median_rejecting_even_rounds", "--law",
+     "reference_rule"],
+    ["--optimizer", "adam", "--callable", "hostile_impls:AdamRejectingLateRounds", "--law",
+     "recovery_exact"],
+])
+def test_an_implementation_that_discards_examples_fails(hostile_module, args):
+    """Hypothesis's assume() and reject() discard the example they are called on: a median that
+    rejected every round of even n was checked on odd n only and held every law, exit 0."""
+    res = _cli(*args, "--max-examples", "20")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    assert "FAILS" in res.output and "assume() or reject()" in res.output
+
+
+def test_a_pass_against_another_variant_says_which():
+    """--rule-option max_iter=1 holds RFA to one Weiszfeld step, and --option k=1 calls the
+    candidate as classic Krum: a report that holds under them read exactly as one against
+    rfrs-ref's defaults. The title and the JSON now name the options of both sides."""
+    res = _cli("--rule", "krum", "--callable", "rfrs_ref.aggregate:Krum", "--option", "k=1",
+               "--law", "reference_rule", "--max-examples", "1")
+    assert res.exit_code == 0, res.output
+    title = res.output.splitlines()[0]
+    assert "(adapter rfrs, k=1)" in title and "rfrs-ref's krum with k=1 (not its defaults)" in title
+    res = _cli("--rule", "rfa", "--callable", "rfrs_ref.aggregate:RFA", "--option", "max_iter=1",
+               "--rule-option", "max_iter=1", "--law", "reference_rule", "--max-examples", "1",
+               "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["options"] == {"max_iter": 1} and report["reference_options"] == {"max_iter": 1}
+    res = _cli("--rule", "krum", "--callable", "rfrs_ref.aggregate:Krum", "--law", "reference_rule",
+               "--max-examples", "1", "--json")
+    assert json.loads(res.output)["reference_options"] == {}
 
 
 @pytest.mark.parametrize("args", [

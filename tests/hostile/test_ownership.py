@@ -206,6 +206,34 @@ def test_plot_does_not_write_into_a_directory_another_process_owns(tiny_results,
     assert not (tiny_results / "figures" / LOCK_NAME).exists()
 
 
+def test_a_sweeps_plot_does_not_write_into_a_directory_another_process_owns(tiny_results, tmp_path,
+                                                                          refused):
+    """Without --figure (a sweep's panels) the plot took no hold on --out: it wrote sweep.png
+    and sweep.pdf into a directory a live run owns, where --figure is refused."""
+    out = tmp_path / "figs"
+    out.mkdir()
+    with Holder(out) as holder:
+        refused(invoke("plot", tiny_results, "--out", out), out, f"process {holder.pid} ")
+        assert files(out) == {}
+    res = invoke("plot", tiny_results, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert (out / "sweep.png").exists() and not (out / LOCK_NAME).exists()
+
+
+def test_plot_and_mechanism_never_write_into_a_runs_directory(tiny_results, tmp_path, refused):
+    """A finished run's directory took a plot's PNGs and mechanism's tables (nobody held its
+    lock), where train, flower, golden export and sweep refuse such an --out: a sweep clears
+    a run's directory when the run starts again."""
+    run = sorted((tiny_results / "runs").iterdir())[0]
+    before = files(run)
+    for where in (run, run / "figs"):
+        refused(invoke("plot", tiny_results, "--figure", "3", "--out", where), run,
+                "is or lies inside the run directory", "nothing was written")
+        refused(invoke("plot", tiny_results, "--out", where), run, "is or lies inside the run")
+        refused(invoke(*MECHANISM, "--out", where), run, "is or lies inside the run directory")
+    assert files(run) == before and not (run / "figs").exists()
+
+
 def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
     from rfrs_ref.files import DirectoryLock
 
@@ -425,6 +453,39 @@ def test_a_figure_is_never_written_through_a_link(tiny_results, tmp_path, refuse
     (out / "sweep.png").symlink_to(elsewhere / "victim.png")
     refused(invoke("plot", tiny_results, "--out", out), "sweep.png", "is a link")
     assert not list(elsewhere.iterdir())
+
+
+def test_a_figure_stopped_half_way_leaves_the_previous_one_whole(tiny_results, tmp_path,
+                                                                  monkeypatch):
+    """A figure was written in place (savefig on the path): a plot stopped half-way (a full
+    disk, a kill) left half a PNG over the previous one, and two plots of one figure into
+    one folder, which their shared hold allows, interleaved their bytes. Each file is now
+    written beside it and renamed over it."""
+    import io
+
+    import matplotlib.figure
+
+    out = tmp_path / "figs"
+    assert invoke("plot", tiny_results, "--figure", "3", "--out", out).exit_code == 0
+    before = files(out)
+    assert {"fig3.png", "fig3.pdf"} <= set(before)
+    real = matplotlib.figure.Figure.savefig
+
+    def half_then_full_disk(self, fname, **kw):
+        buf = io.BytesIO()
+        real(self, buf, **{"format": "png", **kw})
+        data = buf.getvalue()[:100]
+        if hasattr(fname, "write"):
+            fname.write(data)
+        else:
+            with open(fname, "wb") as fh:
+                fh.write(data)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_then_full_disk)
+    res = invoke("plot", tiny_results, "--figure", "3", "--out", out)
+    assert res.exit_code != 0
+    assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 
 
 # -- a user's directory as a sweep's output ----------------------------------------------------

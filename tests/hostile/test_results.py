@@ -116,3 +116,34 @@ def test_a_damaged_record_is_a_failure_that_the_sweep_names(tmp_path, damage):
     again = run_sweep(runs, out, workers=0, threads=1)
     assert again.finished == 1 and again.damaged[0][2] is True
     assert store.read_outcome(key)["status"] == "ok"
+
+
+@pytest.mark.parametrize("swap", ["other seed", "key removed", "spec of the other seed"])
+def test_another_runs_record_in_a_runs_directory_is_no_result(tmp_path, swap):
+    """Seed 1's outcome.json copied into seed 0's run directory was skipped as seed 0's
+    finished run and tabulated under its labels (both seeds showed seed 1's metrics, exit 0):
+    a record whose key or configuration is another run's is now no result, named in a note,
+    kept and counted failed with --no-retry-failed (out of the tables), run again otherwise."""
+    import json
+
+    from rfrs_ref.experiments.results import Store
+
+    out = tmp_path / "res"
+    runs = [RunSpec(make_config({**TINY, "seed": s}), trial=s, labels={"series": "Adam"})
+            for s in (0, 1)]
+    run_sweep(runs, out, workers=0, threads=1)
+    store = Store(out)
+    k0, k1 = runs[0].key, runs[1].key
+    mine, other = (json.loads(store.outcome_path(k).read_text()) for k in (k0, k1))
+    record = {"other seed": other, "key removed": {n: v for n, v in other.items() if n != "key"},
+              "spec of the other seed": {**mine, "spec": other["spec"]}}[swap]
+    text = json.dumps(record)
+    store.outcome_path(k0).write_text(text)
+    kept = run_sweep(runs, out, workers=0, threads=1, retry_failed=False)
+    assert (kept.finished, kept.kept_failed) == (0, 1)
+    assert [(p.parent.name, again) for p, _, again in kept.damaged] == [(k0, False)]
+    assert k0 not in set(pd.read_csv(out / "results.csv")["key"])
+    assert store.outcome_path(k0).read_text() == text  # left as it was
+    again = run_sweep(runs, out, workers=0, threads=1)
+    assert again.finished == 1 and again.damaged[0][2] is True
+    assert store.read_outcome(k0)["key"] == k0

@@ -198,6 +198,22 @@ def test_a_malformed_capture_outcome_is_refused(tmp_path, edit, fragment, refuse
     refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k1/outcome.json", fragment)
 
 
+def test_two_results_directories_of_one_name_are_refused(tmp_path, refused):
+    """verdict a b, where a/adam-sgd holds and b/adam-sgd does not, judged a/adam-sgd and
+    left b's aside without a word (exit 0): a claim reads its directory by name."""
+    from rfrs_ref.cli.main import main
+
+    a = _store(tmp_path / "a", _rows(GOOD))
+    b = _store(tmp_path / "b", _rows({(s, seed): 0.5 - v for (s, seed), v in GOOD.items()}))
+    res = CliRunner().invoke(main, ["verdict", a, b, "--claim", "adam-sgd"])
+    refused(res, f"{tmp_path / 'a' / 'adam-sgd'} and {tmp_path / 'b' / 'adam-sgd'}",
+            "both results directories named 'adam-sgd'", "nothing was judged")
+    # one directory named twice is one directory
+    res = CliRunner().invoke(main, ["verdict", a, str(tmp_path / "a" / "adam-sgd"), "--claim",
+                                    "adam-sgd"])
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("-inf"), None, "missing"])
 def test_a_capture_run_without_a_finite_separation_is_refused(tmp_path, value, refused):
     """Four finished runs with separations 5, 6, NaN and 5.5: the NaN run was left out
@@ -289,3 +305,20 @@ def test_a_results_directory_named_through_a_link_is_judged(tmp_path):
     os.symlink(tmp_path / "real" / "adam-sgd", tmp_path / "adam-sgd")
     res = _verdict(str(tmp_path / "adam-sgd"))
     assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
+def test_a_verdict_or_ranking_is_never_written_into_a_runs_directory(tmp_path, refused):
+    """verdict --out RESULTS/runs/<key>/verdict.md wrote the table (and its .csv) into a run's
+    directory, which a sweep clears when the run starts again; so did ranking --out."""
+    from rfrs_ref.cli.main import main
+
+    path = _store(tmp_path, _rows(GOOD))
+    run = tmp_path / "adam-sgd" / "runs" / "0123456789abcdef"
+    run.mkdir(parents=True)
+    (run / "outcome.json").write_text('{"status": "ok"}')
+    for out in (run / "verdict.md", run / "sub" / "verdict.md"):
+        res = CliRunner().invoke(main, ["verdict", path, "--claim", "adam-sgd", "--out", str(out)])
+        refused(res, str(run), "lies inside the run directory", "nothing was written")
+        res = CliRunner().invoke(main, ["ranking", str(tmp_path / "adam-sgd"), "--out", str(out)])
+        assert res.exit_code == 2 and "lies inside the run directory" in res.output, res.output
+    assert sorted(p.name for p in run.iterdir()) == ["outcome.json"]

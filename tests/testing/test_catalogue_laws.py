@@ -104,3 +104,19 @@ def test_keeping_every_row_breaks_the_smea_law():
     st = _status(run_rule_conformance("smea", adapters.result(_mean_of_all), max_examples=200,
                                       laws=["smea_eigen_bound"]))
     assert st == {"smea_eigen_bound": "fails"}
+
+
+def test_a_far_aggregate_cannot_widen_the_centered_clipping_slack():
+    """cc_byzantine_pull's rounding slack was 64u·(‖a‖ + ‖b‖), the candidate's own aggregates:
+    a CC that clips nothing, its output shifted by 1e17 (ulp 16), hid a Byzantine pull of ~140
+    (the bound 20) in a slack of ~1400. The slack now comes from τ and the honest rows."""
+    X = np.array([[0.1, -0.2], [0.3, 0.1], [-0.2, 0.0], [0.0, 0.2], [700.0, 700.0]])
+    case = strategies.RoundCase(X, np.array([True] * 4 + [False]), 1, np.full(5, 7, np.int64),
+                                np.arange(5), np.zeros(2))
+
+    def shifted_mean(X, ns, f):
+        return Outcome(X.astype(np.float64).mean(axis=0) + 1e17, None)
+
+    with pytest.raises(laws.LawViolation, match="move the aggregate by"):
+        laws.cc_byzantine_pull(shifted_mean, case)
+    laws.cc_byzantine_pull(adapters.rfrs("cc"), case)  # the rule itself holds
