@@ -477,6 +477,13 @@ def _results_table(path: pathlib.Path):
     return table
 
 
+def _write_error(exc: OSError, where: pathlib.Path) -> str:
+    """One line for a figure that could not be written (the figures already there are whole:
+    each file is replaced in one step)."""
+    name = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"could not write the figures into {where}{name}: {exc.strerror or exc}"
+
+
 def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
                 source: pathlib.Path | None = None) -> list[pathlib.Path]:
     """The sweep's Precision@K panels into ``figures`` (default out/figures/sweep.*), from
@@ -498,6 +505,8 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
         paths = plot_sweep(table, figures / "sweep", notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(_table_error(exc, source)) from exc
+    except OSError as exc:  # a full disk, a file that cannot be replaced: said, not a traceback
+        raise click.ClickException(_write_error(exc, figures)) from exc
     finally:
         lock.release()
         if not existed:
@@ -561,6 +570,8 @@ def plot(results, figure_name, out):
         paths = plot_figure(fig, table, base, out, notes=notes)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(_table_error(exc, path)) from exc
+    except OSError as exc:
+        raise click.ClickException(_write_error(exc, out)) from exc
     finally:
         lock.release()
         if not existed:

@@ -181,7 +181,7 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool 
         df = mechanism_frame(rows, {"series": name, "dataset": dataset, "alpha": a,
                                     "seed": seed, "key": r.key})
         frames[name] = df
-        atomic_write_text(path, df.to_csv(index=False))
+        _write(lambda: atomic_write_text(path, df.to_csv(index=False)), path)
         click.echo(f"per-round table: {path}")
     lines = ["| series | honest cos | cos to honest mean: honest | honest, leaving itself out | "
              "Byzantine | Spearman(score, norm): gradient | parameter | "
@@ -207,12 +207,23 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool 
                   + ". Its means are over the rounds before the divergence."]
     text = (f"Means over the rounds: {fig.title}, {dataset}, α = {a:g}, seed {seed}\n\n"
             + "\n".join(lines) + "\n")
-    atomic_write_text(out / f"{stem}.md", text)
+    _write(lambda: atomic_write_text(out / f"{stem}.md", text), out / f"{stem}.md")
     try:
-        paths = plot_mechanism(frames, out / stem, title=f"{fig.title}: {dataset}, α = {a:g}, "
-                                                         f"seed {seed}")
+        paths = _write(lambda: plot_mechanism(frames, out / stem,
+                                              title=f"{fig.title}: {dataset}, α = {a:g}, "
+                                                    f"seed {seed}"), out)
     except ValueError as exc:  # a link where the plot goes
         raise click.ClickException(str(exc)) from None
     click.echo(text, nl=False)
     for p in paths:
         click.echo(f"figure: {p}")
+
+
+def _write(fn, where):
+    """``fn()``, with an OSError (a full disk, a file that cannot be replaced) said in one
+    line naming ``where`` instead of a traceback; what was there before stays whole (every
+    file is replaced in one step)."""
+    try:
+        return fn()
+    except OSError as exc:
+        raise click.ClickException(f"could not write {where}: {exc.strerror or exc}") from exc

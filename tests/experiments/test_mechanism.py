@@ -113,6 +113,24 @@ def test_mechanism_command(ex, tmp_path):
     assert bad.exit_code != 0 and "not a series" in bad.output
 
 
+def test_a_full_disk_is_said_in_one_line(ex, tmp_path, monkeypatch):
+    """An OSError while the tables or the plot are written (a full disk) used to escape the
+    command as a traceback; it is one line naming what could not be written."""
+    from rfrs_ref.cli.main import main
+    from rfrs_ref.experiments import results
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(results, "atomic_write_text", full_disk)
+    args = ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4", "--rounds", "2",
+            "--series", "Krum", "--set", "client_fraction=0.1", "--set",
+            f"dataset_params={json.dumps(ex.TINY_DATA)}", "--out", str(tmp_path)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
+    assert "could not write" in res.output and "No space left on device" in res.output
+
+
 def test_mechanism_reads_a_complete_series_and_measures_the_rest(ex, tmp_path):
     from rfrs_ref.cli.main import main
 

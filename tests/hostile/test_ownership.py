@@ -486,6 +486,10 @@ def test_a_figure_stopped_half_way_leaves_the_previous_one_whole(tiny_results, t
     res = invoke("plot", tiny_results, "--figure", "3", "--out", out)
     assert res.exit_code != 0
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+    # said in one line, not a traceback (the OSError used to escape the command)
+    assert isinstance(res.exception, SystemExit), res.exception
+    assert f"could not write the figures into {out}" in res.output
+    assert "No space left on device" in res.output
 
 
 # -- a user's directory as a sweep's output ----------------------------------------------------
