@@ -782,6 +782,13 @@ class RunDirectory:
 
     def start(self, trainer: Trainer) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+        # a run starting (again) at round 0 here begins every file afresh: the rows of an
+        # earlier attempt (one that diverged or stopped before its first checkpoint, perhaps
+        # with another config.json) would otherwise precede this one's, and its diverged
+        # final_metrics.json stand for this attempt until it ends (prepare() lets only such
+        # an attempt's files be here)
+        for name in (VALID_METRICS, "final_metrics.json"):
+            (self.path / name).unlink(missing_ok=True)
         c = trainer.config
         record = {
             "config": c.to_json(),
