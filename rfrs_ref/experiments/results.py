@@ -244,6 +244,22 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
     return None
 
 
+def is_store(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a results directory a sweep wrote: its ``results.csv`` or
+    ``runs.csv`` begins with the column ``key`` (:func:`foreign_file` tells a sweep's table
+    from a user's the same way), or it holds ``runs/`` beside ``provenance.json``."""
+    p = pathlib.Path(path)
+    for name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv"):
+        try:
+            with open(p / name, "rb") as fh:
+                head = fh.read(4096).decode("utf-8", "replace").split("\n")[0]
+        except OSError:
+            continue
+        if _is_store_table(name, head):
+            return True
+    return (p / "runs").is_dir() and (p / "provenance.json").is_file()
+
+
 def run_directory_above(out: str | os.PathLike) -> pathlib.Path | None:
     """The run directory that ``out`` is or lies inside, or None: a directory holding a
     run's record (``outcome.json``, or ``config.json`` beside ``metrics.csv`` or

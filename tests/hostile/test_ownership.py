@@ -687,6 +687,30 @@ def test_train_never_writes_into_a_sweeps_run_directory(tmp_path, tiny_sweep, wh
     assert which == "recorded" or not out.exists()
 
 
+def test_train_never_writes_into_a_results_directory(tmp_path, tiny_sweep, refused):
+    # `train --out RESULTS` (a sweep's results directory itself) wrote config.json,
+    # metrics.csv... beside the tables and runs/, which made the results directory a run
+    # directory: every later sweep into it stopped with "RESULTS is inside the run directory
+    # RESULTS", and the flower commands, which check --out as train does, did the same
+    spec, key, _ = _source(tmp_path, tiny_sweep)
+    store = tmp_path / "src"
+    before = files(store)
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", store), f"--out {store}",
+            "results directory")
+    assert files(store) == before
+    res = invoke("sweep", spec, "--out", store, "--workers", 0, "--no-plot")
+    assert res.exit_code == 0, res.output
+
+
+def test_train_may_write_beside_a_users_own_results_csv(tmp_path):
+    # a folder of the user's with a results.csv of its own (not a sweep's) is no results
+    # directory: a run goes there as before
+    (tmp_path / "results.csv").write_text("model,score\nmine,0.3\n")
+    res = invoke("train", *SMALL, "--rounds", 1, "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "results.csv").read_text() == "model,score\nmine,0.3\n"
+
+
 def test_a_trace_is_never_written_where_a_sweeps_run_directory_goes(tmp_path, tiny_sweep,
                                                                     refused):
     # a file named like a run key in runs/ would stand where the sweep makes that run's
