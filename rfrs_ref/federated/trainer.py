@@ -813,10 +813,12 @@ class RunDirectory:
         text = json.dumps(record, indent=2, allow_nan=False) + "\n"
         atomic_write(self.path / "config.json", lambda fh: fh.write(text.encode("utf-8")))
         _write_ids(trainer, self.path)
-        with open(self.path / "metrics.csv", "w", newline="") as fh:
-            csv.writer(fh).writerow(METRICS_FIELDS + (TARGET_FIELDS if trainer.targets is not None
-                                                      else []))
-        (self.path / "rounds.jsonl").write_text("")
+        # replaced by rename, not opened for writing: a run restarting over its own earlier
+        # attempt may find links planted at these names, and must not write through them
+        header = ",".join(METRICS_FIELDS + (TARGET_FIELDS if trainer.targets is not None
+                                            else [])) + "\r\n"  # csv.writer's line
+        atomic_write(self.path / "metrics.csv", lambda fh: fh.write(header.encode("utf-8")))
+        atomic_write(self.path / "rounds.jsonl", lambda fh: None)
 
     def append_metrics(self, t: int, m, pop, *, name: str = "metrics.csv") -> None:
         path = self.path / name

@@ -837,3 +837,28 @@ def test_a_restart_from_round_0_keeps_nothing_of_the_earlier_attempt(tmp_path, e
             assert keys(run / name) == keys(fresh / name)
         else:
             assert (run / name).read_text() == (fresh / name).read_text(), name
+
+
+@pytest.mark.parametrize("how", ["resume", "same_command"])
+def test_a_restart_from_round_0_never_writes_through_a_link(tmp_path, how):
+    # a run without a checkpoint starts again from round 0 (a diverged run resumed, or the
+    # same command over a run that stopped before its first checkpoint): metrics.csv and
+    # rounds.jsonl were begun with open("w"), which truncated and rewrote the files that
+    # links planted at those names point to, outside the run directory
+    run = tmp_path / "run"
+    res = invoke("train", *DIVERGES, "--out", run)
+    assert res.exit_code != 0 and "round 2" in res.output, res.output
+    if how == "same_command":  # as if it stopped before its first checkpoint
+        (run / "final_metrics.json").unlink()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("metrics.csv", "rounds.jsonl"):
+        (outside / name).write_text("precious\n")
+        (run / name).unlink()
+        (run / name).symlink_to(outside / name)
+    res = invoke("train", "--resume", run) if how == "resume" else \
+        invoke("train", *DIVERGES, "--out", run)
+    assert "Error: round 2" in res.output, res.output
+    assert {p.name: p.read_text() for p in outside.iterdir()} == {
+        "metrics.csv": "precious\n", "rounds.jsonl": "precious\n"}
+    assert not any((run / n).is_symlink() for n in ("metrics.csv", "rounds.jsonl"))
