@@ -493,9 +493,13 @@ class Trainer:
         for t in range(t0 + 1, c.rounds + 1):
             state, record = self.run_round(state, t, buf, private)
             evaluate = t % c.eval_every == 0 or t == c.rounds
-            # the private vectors only feed the scores: checked when they are evaluated
-            self._check_finite(t, state, private if evaluate else None, last_checkpoint, out,
-                               norms=record.get("state_norms"), history=history)
+            checkpoint = out is not None and (t % c.checkpoint_every == 0 or t == c.rounds)
+            # the private vectors only feed the scores: checked when they are evaluated, and
+            # before a checkpoint holds them (one with NaN or ±inf could not be resumed, yet
+            # a divergence after it would name it as the one kept)
+            self._check_finite(t, state, private if evaluate or checkpoint else None,
+                               last_checkpoint, out, norms=record.get("state_norms"),
+                               history=history)
             if c.trace:
                 from rfrs_ref.trace import state_sums
 
@@ -513,7 +517,7 @@ class Trainer:
                 history.append(latest)
             if out is not None:
                 out.append_round(record)
-                if t % c.checkpoint_every == 0 or t == c.rounds:
+                if checkpoint:
                     out.save_checkpoint(state, private, t, acc, config=c)
                     last_checkpoint = t
             if progress is not None:

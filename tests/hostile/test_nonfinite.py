@@ -475,3 +475,26 @@ def test_flower_deploy_never_reports_a_diverged_run_as_finished(tmp_path, monkey
     res = invoke("flower", "deploy", "--rounds", 3, "--out", out)
     refused(res, "diverged at round 3")
     assert "after round" not in res.output
+
+
+# -- a checkpoint is written only from a finite state --------------------------------------------
+def test_a_checkpoint_never_holds_a_non_finite_private_state(tmp_path):
+    """FMF's private client state (here AdaGrad's accumulator r at lr 1e18, float32) can
+    overflow while the shared state stays finite. It was checked only at evaluation rounds,
+    so checkpoints between them were written with ±inf in 'private r': the run diverged at
+    its next evaluation, "checkpoint.npz (round 3) is kept", and train --resume refused that
+    checkpoint as non-finite. A round that writes a checkpoint now checks the private state
+    too: the run diverges at that round and the checkpoint kept is the last finite one."""
+    run = tmp_path / "run"
+    res = invoke("train", "--dataset", "synthetic", "--synthetic-users", 80, "--synthetic-items", 50,
+                 "--client-fraction", 0.5, "--backend", "numpy", "--model", "fmf", "--optimizer",
+                 "adagrad", "--lr", 1e18, "--dtype", "float32", "--rounds", 4, "--eval-every", 4,
+                 "--checkpoint-every", 1, "--out", run)
+    assert res.exit_code != 0 and "'private r'" in res.output, res.output
+    final = json.loads((run / "final_metrics.json").read_text())
+    assert final["status"] == "diverged"
+    with np.load(run / "checkpoint.npz", allow_pickle=False) as z:
+        assert int(z["round"]) == final["checkpoint"] == final["round"] - 1
+        assert all(np.isfinite(z[k]).all() for k in z.files if z[k].dtype.kind == "f")
+    res = invoke("train", "--resume", run)  # continues from it, and diverges again there
+    assert f"Error: round {final['round']}:" in res.output, res.output
