@@ -385,12 +385,19 @@ def separation(X: np.ndarray, byz: np.ndarray) -> float | None:
 
 def _capture(spec, run_dir: pathlib.Path) -> dict:
     """Train ``rounds`` rounds and project the last round's uploads and recovered gradients."""
+    from rfrs_ref.files import DirectoryLock
+
+    # the run directory is this process's before anything in it is read or written, as for
+    # a training run (_train): a directory another process holds is refused, untouched
+    with DirectoryLock(run_dir):
+        return _capture_locked(spec, run_dir)
+
+
+def _capture_locked(spec, run_dir: pathlib.Path) -> dict:
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
 
-    if run_dir.exists():
-        refuse_foreign_run(run_dir, spec)  # its config.json and final_metrics.json are rewritten
-    run_dir.mkdir(parents=True, exist_ok=True)
+    refuse_foreign_run(run_dir, spec)  # its config.json and final_metrics.json are rewritten
     trainer = Trainer(spec.config)
     c = trainer.config
     started = time.perf_counter()

@@ -86,6 +86,33 @@ def test_a_sweep_never_clears_a_run_directory_another_process_holds(tmp_path, ti
     assert not (run_dir / LOCK_NAME).exists()
 
 
+def test_a_capture_run_never_writes_into_a_run_directory_another_process_holds(tmp_path):
+    # a sweep worker takes its run directory's lock before touching it, but a capture run
+    # (Fig. 1) took none: it wrote config.json, final_metrics.json, capture.json and
+    # capture.npz into a directory another process held, and was recorded as finished
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+    from rfrs_ref.experiments.worker import execute_run
+
+    spec = RunSpec(make_config({"dataset": "synthetic", "client_fraction": 0.2, "rounds": 2,
+                                "dataset_params": {"n_users": 60, "n_items": 40,
+                                                   "mean_items": 8.0},
+                                "model": "fmf", "attack": "ascent",
+                                "byzantine_fraction": 0.4, "backend": "numpy"}),
+                   kind="capture")
+    run_dir = tmp_path / "runs" / spec.key
+    run_dir.mkdir(parents=True)
+    (run_dir / "notes.txt").write_text("the holder's file\n")
+    task = {"spec": spec.to_json(), "key": spec.key, "run_dir": str(run_dir),
+            "data_dir": None, "keep_state": False}
+    with Holder(run_dir) as holder:
+        out = execute_run(task)
+        assert out["status"] == "failed" and f"process {holder.pid} " in out["error"]
+        assert files(run_dir) == {"notes.txt": b"the holder's file\n"}
+    out = execute_run(task)  # the holder gone, it runs
+    assert out["status"] == "ok", out["traceback"]
+    assert (run_dir / "capture.npz").exists() and not (run_dir / LOCK_NAME).exists()
+
+
 # -- stale locks ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("text", ["process 1 on another-host\n", "process 999999 on vm\n", ""])
 def test_a_lock_file_no_live_process_holds_is_taken_over(tmp_path, text):
