@@ -383,12 +383,13 @@ class Store:
     def read_outcome(self, key: str) -> dict | None:
         """The recorded outcome of run ``key``, or None (absent, unreadable, not JSON, JSON
         with one key twice in an object, or not a regular file: a FIFO or a device there
-        would block the read or never end)."""
+        would block the read or never end, and a link would make a record elsewhere this
+        run's)."""
         from rfrs_ref.untrusted import parse_json
 
         path = self.outcome_path(key)
         try:
-            if not stat.S_ISREG(path.stat().st_mode):
+            if not stat.S_ISREG(path.lstat().st_mode):
                 return None
             value = parse_json(path.read_bytes(), str(path))
         except (OSError, ValueError):
@@ -405,6 +406,9 @@ class Store:
         try:
             if not (path.exists() or path.is_symlink()):
                 return None
+            if path.is_symlink():
+                # verdict and ranking refuse such a link; the sweep runs the run again
+                return f"a link (to {os.readlink(path)}), not the run's own record"
             if not stat.S_ISREG(path.stat().st_mode):
                 return "not a regular file"
             value = parse_json(path.read_bytes(), str(path))

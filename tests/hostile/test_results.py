@@ -147,3 +147,27 @@ def test_another_runs_record_in_a_runs_directory_is_no_result(tmp_path, swap):
     again = run_sweep(runs, out, workers=0, threads=1)
     assert again.finished == 1 and again.damaged[0][2] is True
     assert store.read_outcome(k0)["key"] == k0
+
+
+def test_a_record_linked_in_from_elsewhere_is_not_this_runs_result(tmp_path):
+    """runs/<key>/outcome.json as a link to a record elsewhere was read through and skipped
+    as finished without a word, though rfrs-ref verdict then refused the whole results
+    directory for that link; it is now no record of the run (as a FIFO there is not): named
+    in a note, run again, the link replaced by the run's own record and its target left
+    as it was."""
+    from rfrs_ref.experiments.results import Store
+
+    out = tmp_path / "res"
+    runs = [RunSpec(make_config({**TINY, "seed": 0}), trial=0, labels={"series": "Adam"})]
+    run_sweep(runs, out, workers=0, threads=1)
+    store = Store(out)
+    path = store.outcome_path(runs[0].key)
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(path, elsewhere)
+    path.symlink_to(elsewhere)
+    before = elsewhere.read_bytes()
+    assert "link" in store.outcome_problem(runs[0].key) and store.read_outcome(runs[0].key) is None
+    again = run_sweep(runs, out, workers=0, threads=1)
+    assert again.finished == 1 and [p for p, _, _ in again.damaged] == [path]
+    assert not path.is_symlink() and store.read_outcome(runs[0].key)["status"] == "ok"
+    assert elsewhere.read_bytes() == before
