@@ -226,11 +226,11 @@ def _refuse_too_large(config) -> None:
 
 
 def _refuse_out_in_a_run_directory(run_dir: pathlib.Path) -> None:
-    """A new run's ``--out`` may be neither a sweep's results directory (``RESULTS``) nor one of
-    its run directories (``RESULTS/runs/<key>``, whether or not that run has started: the
-    sweep clears the directory when the run starts again, and would wipe this one) nor lie
-    inside any run's directory; refused before anything is written. (Continuing a sweep's run by hand, ``--resume RESULTS/runs/<key>``,
-    is that run's own.)"""
+    """A new run's ``--out`` may be neither a sweep's results directory (``RESULTS``) nor one
+    of its run directories (``RESULTS/runs/<key>``, whether or not that run has started:
+    the sweep clears the directory when the run starts again, and would wipe this one) nor
+    lie inside any run's directory; refused before anything is written. (Continuing a
+    sweep's run by hand, ``--resume RESULTS/runs/<key>``, is that run's own.)"""
     from rfrs_ref.experiments.results import (is_store, run_directory_above,
                                               store_of_run_directory)
 

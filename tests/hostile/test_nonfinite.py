@@ -486,10 +486,10 @@ def test_a_checkpoint_never_holds_a_non_finite_private_state(tmp_path):
     checkpoint as non-finite. A round that writes a checkpoint now checks the private state
     too: the run diverges at that round and the checkpoint kept is the last finite one."""
     run = tmp_path / "run"
-    res = invoke("train", "--dataset", "synthetic", "--synthetic-users", 80, "--synthetic-items", 50,
-                 "--client-fraction", 0.5, "--backend", "numpy", "--model", "fmf", "--optimizer",
-                 "adagrad", "--lr", 1e18, "--dtype", "float32", "--rounds", 4, "--eval-every", 4,
-                 "--checkpoint-every", 1, "--out", run)
+    res = invoke("train", "--dataset", "synthetic", "--synthetic-users", 80,
+                 "--synthetic-items", 50, "--client-fraction", 0.5, "--backend", "numpy",
+                 "--model", "fmf", "--optimizer", "adagrad", "--lr", 1e18, "--dtype", "float32",
+                 "--rounds", 4, "--eval-every", 4, "--checkpoint-every", 1, "--out", run)
     assert res.exit_code != 0 and "'private r'" in res.output, res.output
     final = json.loads((run / "final_metrics.json").read_text())
     assert final["status"] == "diverged"

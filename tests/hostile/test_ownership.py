@@ -817,20 +817,23 @@ def test_a_store_never_writes_returned_files_over_a_run_it_did_not_start(tmp_pat
     assert {n: b for n, b in files(run_dir).items() if n != "outcome.json"} == theirs
 
 
-# -- a run that starts again from round 0 -----------------------------------------------------------
+# -- a run that starts again from round 0 -------------------------------------------------------
 DIVERGES = [*SMALL, "--rounds", 4, "--eval-every", 1, "--checkpoint-every", 10,
             "--valid-fraction", 0.1, "--attack", "inf", "--byzantine-fraction", 0.3,
             "--no-verify"]
 
 
 @pytest.mark.parametrize("edit", [None, {"seed": 1}])
-def test_a_restart_from_round_0_keeps_nothing_of_the_earlier_attempt(tmp_path, edit):
+def test_a_restart_from_round_0_keeps_nothing_of_the_earlier_attempt(tmp_path, monkeypatch,
+                                                                       edit):
     # a run without a checkpoint starts again from round 0 (a diverged run resumed, config.json
     # edited or not): metrics.csv and rounds.jsonl were begun afresh, but valid_metrics.csv
     # kept the earlier attempt's rows and took the new ones after them (round 0 twice, or
     # rows of seed 0 above those of seed 1), and the earlier attempt's final_metrics.json
     # said "diverged" while the new attempt ran
     import json
+
+    from rfrs_ref.federated.trainer import RunDirectory
 
     run = tmp_path / "run"
     res = invoke("train", *DIVERGES, "--out", run)
@@ -840,30 +843,28 @@ def test_a_restart_from_round_0_keeps_nothing_of_the_earlier_attempt(tmp_path, e
         record = json.loads((run / "config.json").read_text())
         record["config"].update(edit)
         (run / "config.json").write_text(json.dumps(record))
-    seen = {}
+    seen = []  # whether a final_metrics.json is there as the new attempt writes its rows
+    real = RunDirectory.append_metrics
 
-    def spy(self, *args, **kwargs):  # what the new attempt finds once its first rows are in
-        seen.update({n: (run / n).exists() for n in ("final_metrics.json",)})
+    def spy(self, *args, **kwargs):
+        seen.append((run / "final_metrics.json").exists())
         return real(self, *args, **kwargs)
 
-    from rfrs_ref.federated.trainer import RunDirectory
-
-    real = RunDirectory.append_metrics
-    import unittest.mock
-
-    with unittest.mock.patch.object(RunDirectory, "append_metrics", spy):
-        res = invoke("train", "--resume", run)
+    monkeypatch.setattr(RunDirectory, "append_metrics", spy)
+    res = invoke("train", "--resume", run)
+    monkeypatch.undo()
     assert res.exit_code != 0 and "Error: round" in res.output, res.output  # diverged again
-    assert seen == {"final_metrics.json": False}
+    assert seen and not any(seen)
     fresh = tmp_path / "fresh"
     again = ["--seed", edit["seed"]] if edit else []
     assert invoke("train", *DIVERGES, *again, "--out", fresh).exit_code != 0
-    for name in ("metrics.csv", "valid_metrics.csv", "rounds.jsonl"):
-        if name == "rounds.jsonl":  # timings differ from run to run
-            keys = lambda p: [json.loads(x)["round"] for x in p.read_text().splitlines()]  # noqa: E731
-            assert keys(run / name) == keys(fresh / name)
-        else:
-            assert (run / name).read_text() == (fresh / name).read_text(), name
+
+    def rounds(p):  # timings differ from run to run: the rounds recorded
+        return [json.loads(x)["round"] for x in p.read_text().splitlines()]
+
+    assert rounds(run / "rounds.jsonl") == rounds(fresh / "rounds.jsonl")
+    for name in ("metrics.csv", "valid_metrics.csv"):
+        assert (run / name).read_text() == (fresh / name).read_text(), name
 
 
 @pytest.mark.parametrize("how", ["resume", "same_command"])
