@@ -293,10 +293,10 @@ def _non_negative_number(v: Any) -> str | None:
     return None if ok else "a finite non-negative number"
 
 
-def _non_finite_at(v: Any, path: str = "") -> str | None:
-    """The key path of the first NaN or ±inf in ``v`` (nested tables and lists), or None."""
+def _non_finite_at(v: Any, path: str = "") -> tuple[str, float] | None:
+    """(key path, value) of the first NaN or ±inf in ``v`` (nested tables and lists), or None."""
     if isinstance(v, float) and not math.isfinite(v):
-        return path or "the value"
+        return path, v
     items = (v.items() if isinstance(v, Mapping)
              else enumerate(v) if isinstance(v, (list, tuple)) else ())
     for k, x in items:
@@ -307,12 +307,7 @@ def _non_finite_at(v: Any, path: str = "") -> str | None:
 
 
 def _table(v: Any) -> str | None:
-    if not isinstance(v, Mapping):
-        return "a table of hyperparameters (e.g. { lr = 0.01 })"
-    # a run's key and record are strict JSON, which has no NaN or infinity: such a value
-    # (TOML's nan and inf, JSON's NaN and 1e400 from --set) can configure no run
-    bad = _non_finite_at(v)
-    return None if bad is None else f"a table of finite values ({bad} is not finite)"
+    return None if isinstance(v, Mapping) else "a table of hyperparameters (e.g. { lr = 0.01 })"
 
 
 def _ks(v: Any) -> str | None:
@@ -383,6 +378,13 @@ def check_field(name: str, value: Any, where: str = "", label: str | None = None
     want = check(value) if check is not None else None
     if want is not None:
         raise ValueError(f"{label} must be {want}, got {_show(value)}")
+    if name in PARAM_FIELDS:
+        # a run's key and records are strict JSON, which has no NaN or infinity: such a
+        # value (TOML's nan and inf, JSON's NaN and 1e400 from --set) configures no run,
+        # whatever the hyperparameter (one the entry does not take is named later)
+        bad = _non_finite_at(value)
+        if bad is not None:
+            raise ValueError(f"{label}.{bad[0]} must be a finite number, got {_show(bad[1])}")
 
 
 def _param_owner(field: str, fields: Mapping[str, Any]):

@@ -74,8 +74,7 @@ def test_reproduce_non_finite_override_is_named(tmp_path, value, where):
                                          "--out", str(tmp_path / "r"), "--dry-run",
                                          "--set", f"dataset_params={value}"])
     assert res.exit_code != 0
-    assert (f"override: dataset_params must be a table of finite values ({where} is not "
-            f"finite)") in res.output, res.output
+    assert f"override: dataset_params.{where} must be a finite number" in res.output, res.output
     assert not (tmp_path / "r").exists()
 
 

@@ -157,9 +157,9 @@ def test_toml_the_module_docstring_example_parses(tmp_path):
     ({"base": {"colour": 1}}, "not a configuration field"),
     # TOML's nan and inf: no run's key or record (strict JSON) can hold them
     ({"base": {"dataset_params": {"noise": float("nan")}}},
-     r"base.dataset_params must be a table of finite values \(noise is not finite\)"),
+     r"base.dataset_params.noise must be a finite number, got NaN"),
     ({"base": {"attack_params": {"scale": [1.0, float("-inf")]}}},
-     r"attack_params must be a table of finite values \(scale.1 is not finite\)"),
+     r"base.attack_params.scale.1 must be a finite number, got -Infinity"),
 ])
 def test_toml_errors_name_the_problem(doc, message):
     with pytest.raises(ValueError, match=message):
