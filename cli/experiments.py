@@ -477,11 +477,11 @@ def _results_table(path: pathlib.Path):
     return table
 
 
-def _write_error(exc: OSError, where: pathlib.Path) -> str:
-    """One line for a figure that could not be written (the figures already there are whole:
-    each file is replaced in one step)."""
+def write_error(exc: OSError, what: str) -> str:
+    """One line for files that could not be written (a full disk...), ``what`` naming them;
+    the files already there are whole: each is replaced in one step."""
     name = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-    return f"could not write the figures into {where}{name}: {exc.strerror or exc}"
+    return f"could not write {what}{name}: {exc.strerror or exc}"
 
 
 def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
@@ -506,7 +506,7 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(_table_error(exc, source)) from exc
     except OSError as exc:  # a full disk, a file that cannot be replaced: said, not a traceback
-        raise click.ClickException(_write_error(exc, figures)) from exc
+        raise click.ClickException(write_error(exc, f"the figures into {figures}")) from exc
     finally:
         lock.release()
         if not existed:
@@ -571,7 +571,7 @@ def plot(results, figure_name, out):
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise click.ClickException(_table_error(exc, path)) from exc
     except OSError as exc:
-        raise click.ClickException(_write_error(exc, out)) from exc
+        raise click.ClickException(write_error(exc, f"the figures into {out}")) from exc
     finally:
         lock.release()
         if not existed:

@@ -7,7 +7,7 @@ import re
 
 import click
 
-from rfrs_ref.cli.experiments import _parse_overrides, shared_hold
+from rfrs_ref.cli.experiments import _parse_overrides, shared_hold, write_error
 
 
 def _slug(text: str) -> str:
@@ -226,4 +226,4 @@ def _write(fn, where):
     try:
         return fn()
     except OSError as exc:
-        raise click.ClickException(f"could not write {where}: {exc.strerror or exc}") from exc
+        raise click.ClickException(write_error(exc, str(where))) from exc

@@ -81,16 +81,13 @@ def _refuse_out(path: pathlib.Path) -> None:
     clears when the run starts again), and not an existing file whose first line is not a
     ranking's (a user's notes.md was replaced the same way), as ``rfrs-ref verdict`` refuses
     for its table. Raises a usage error before anything is written."""
-    from rfrs_ref.experiments.results import RUNS_TABLE, SUMMARY, TABLE
+    from rfrs_ref.experiments.results import OUTCOME, TABLE_NAMES, run_directory_above
+    from rfrs_ref.files import first_line
 
-    tables = {f"{TABLE}.csv", f"{TABLE}.parquet", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv",
-              f"{SUMMARY}.md", "provenance.json", "outcome.json"}
-    if path.name in tables:
+    if path.name in TABLE_NAMES or path.name == OUTCOME:
         raise click.BadParameter(f"{path}: the name of a results directory's own table or "
                                  "record, which the ranking would replace; write it to another "
                                  "file (e.g. ranking.md); nothing was written", param_hint="--out")
-    from rfrs_ref.experiments.results import run_directory_above
-
     owner = run_directory_above(path.parent)
     if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
         raise click.BadParameter(f"{path} lies inside the run directory {owner}; write the "
@@ -101,11 +98,7 @@ def _refuse_out(path: pathlib.Path) -> None:
                                  "given, never through a link; nothing was written",
                                  param_hint="--out")
     if path.exists():
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                first = fh.readline(1 << 16)
-        except OSError:
-            first = None
+        first = first_line(path)
         if first is None or not first.startswith(_RANKING_HEADS):
             raise click.BadParameter(f"{path} exists and is not a ranking rfrs-ref wrote; move it "
                                      "away or choose another name; nothing was written",

@@ -78,11 +78,8 @@ def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
     file in a run's directory, or a file of the user's that an earlier verdict did not write
     (its first line is not a verdict table's). Raises a usage error before anything is
     written."""
-    from rfrs_ref.experiments.results import RUNS_TABLE, SUMMARY, TABLE
-
-    tables = {f"{TABLE}.csv", f"{TABLE}.parquet", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv",
-              f"{SUMMARY}.md", "provenance.json"}
-    from rfrs_ref.experiments.results import run_directory_above
+    from rfrs_ref.experiments.results import TABLE_NAMES, run_directory_above
+    from rfrs_ref.files import first_line
 
     owner = run_directory_above(md.parent)
     if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
@@ -90,7 +87,7 @@ def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
                                  "outside any run's directory; nothing was written",
                                  param_hint="--out")
     for path, head in ((md, md_head), (md.with_suffix(".csv"), csv_head)):
-        if path.name in tables:
+        if path.name in TABLE_NAMES:
             raise click.BadParameter(f"{md} would write {path}, the name of a results "
                                      "directory's own table; choose another name (e.g. verdict.md)",
                                      param_hint="--out")
@@ -99,11 +96,7 @@ def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
                                      "is written into the folder given, never through a link",
                                      param_hint="--out")
         if path.exists():
-            try:
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    first = fh.readline(1 << 16).rstrip("\r\n")
-            except OSError:
-                first = None
+            first = first_line(path)
             # the first two columns: a table written by another version is still ours
             sep = "|" if path.suffix == ".md" else ","
             if first is None or first.split(sep)[:3] != head.split(sep)[:3]:

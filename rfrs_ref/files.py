@@ -195,3 +195,14 @@ class DirectoryLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def first_line(path: str | os.PathLike, limit: int = 1 << 16) -> str | None:
+    """The first line of the file at ``path`` (at most ``limit`` characters, undecodable bytes
+    replaced, without its line end), or None when it cannot be read: enough to tell a file
+    a command wrote from a user's before it is replaced."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.readline(limit).rstrip("\r\n")
+    except OSError:
+        return None

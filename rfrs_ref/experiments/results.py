@@ -108,6 +108,12 @@ RESULT_ID_COLUMNS = ("dataset", "method", "alpha", "trial")
 ROUNDS_FILE = "round_summary.json"
 TABLE = "results"
 SUMMARY = "summary"
+#: the files a sweep writes beside ``runs/`` and rewrites on every call
+STORE_FILES = (f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY}.md",
+               "provenance.json")
+#: the names of a results directory's own tables (``results.parquet`` too): no other
+#: command's output may take one of them
+TABLE_NAMES = frozenset({*STORE_FILES, f"{TABLE}.parquet"})
 METRICS = ("precision", "recall", "popularity_precision", "popularity_recall",
            "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr")
 #: how the tables name each metric
@@ -229,8 +235,7 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
     out = pathlib.Path(out)
     if (out / "runs").is_dir():
         return None
-    for name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY}.md",
-                 "provenance.json"):
+    for name in STORE_FILES:
         path = out / name
         if not (path.exists() or path.is_symlink()):
             continue
@@ -307,8 +312,7 @@ def linked_entry(out: str | os.PathLike) -> pathlib.Path | None:
     given (``runs`` linked to a user's folder: the run of the same key emptied it). The
     directory ``out`` itself may be a link: that one the user named."""
     out = pathlib.Path(out)
-    names = [f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY}.md",
-             "provenance.json", "runs", "figures"]
+    names = [*STORE_FILES, "runs", "figures"]
     for name in names:
         if (out / name).is_symlink():
             return out / name

@@ -188,6 +188,18 @@ def _to_numpy(value):
 
 # -- our own rules --------------------------------------------------------------------------
 
+def _own(obj, registry, options: dict, what: str):
+    """An rfrs-ref registry entry as an instance: a name is looked up in ``registry``, a
+    class is built with ``options`` (its hyperparameters); an instance takes no options."""
+    if isinstance(obj, str):
+        obj = registry.get(obj)
+    if isinstance(obj, type):
+        return obj(**options)
+    if options:
+        raise AdapterError(f"options {sorted(options)} given for {what} instance {obj!r}")
+    return obj
+
+
 def rfrs(rule, **options) -> RuleFn:
     """An rfrs-ref rule (instance, class or registry name) as a rule under test.
 
@@ -197,12 +209,7 @@ def rfrs(rule, **options) -> RuleFn:
     from rfrs_ref.aggregate import RULES
 
     backend = options.pop("backend", "numpy")
-    if isinstance(rule, str):
-        rule = RULES.get(rule)
-    if isinstance(rule, type):
-        rule = rule(**options)
-    elif options:
-        raise AdapterError(f"options {sorted(options)} given for a rule instance {rule!r}")
+    rule = _own(rule, RULES, options, "a rule")
 
     def call(features, n_samples, f):
         res = rule.aggregate(features, {"x": features}, n_samples, f, backend=backend)
@@ -356,24 +363,7 @@ def byzfl(obj, **options) -> RuleFn:
     takes ``f``, and with ``options`` (``nu``, ``T``...). The features are
     passed as a float64 NumPy matrix; nᵢ is not used (ByzFL has none).
     """
-    if isinstance(obj, type):
-        params = set(inspect.signature(obj.__init__).parameters)
-
-        def make(f):
-            kw = dict(options)
-            if "f" in params:
-                kw["f"] = f
-            return obj(**kw)
-
-        label = obj.__name__
-    else:
-        if options:
-            raise AdapterError(f"options {sorted(options)} given for a ByzFL instance; pass the class")
-
-        def make(f):
-            return obj
-
-        label = type(obj).__name__
+    make, label = _byzfl_factory(obj, options, "aggregator")
 
     def call(features, n_samples, f):
         agg = make(f)
@@ -480,12 +470,7 @@ def rfrs_pre(pre, **options) -> PreFn:
     from rfrs_ref.kernels.mixing import mix_rows_numpy
 
     backend = options.pop("backend", "numpy")
-    if isinstance(pre, str):
-        pre = PRE.get(pre)
-    if isinstance(pre, type):
-        pre = pre(**options)
-    elif options:
-        raise AdapterError(f"options {sorted(options)} given for a pre-aggregator instance {pre!r}")
+    pre = _own(pre, PRE, options, "a pre-aggregator")
     rng = np.random.default_rng(0)
 
     def call(features, n_samples, f):
@@ -599,12 +584,7 @@ def rfrs_attack(attack, **options) -> AttackFn:
     from rfrs_ref.attack import ATTACKS, AttackContext
     from rfrs_ref.optim import SGD
 
-    if isinstance(attack, str):
-        attack = ATTACKS.get(attack)
-    if isinstance(attack, type):
-        attack = attack(**options)
-    elif options:
-        raise AdapterError(f"options {sorted(options)} given for an attack instance {attack!r}")
+    attack = _own(attack, ATTACKS, options, "an attack")
     if attack.name == "alie" and float(attack.z) == 0.0:
         raise AdapterError("rfrs-ref's alie with z=0 derives z_max from the round's n and its "
                            "Byzantine count, which an attack on vectors does not have: give z "

@@ -1527,19 +1527,22 @@ def reference_attack(attack, case: RoundCase, reference, gain: float = 0.0,
     V = case.features
     R = _real(law, reference(np.array(V, copy=True)), (case.D,), "rfrs-ref's attack")
     C = _attack_vector(law, attack, V)
-    if exact:
-        tol = np.zeros(case.D)
-    else:
-        with np.errstate(all="ignore"):
-            mag = np.abs(V.astype(np.float64))
-            mag = np.where(np.isfinite(mag), mag, 0.0).max(axis=0)
-        tol = 64 * _u(V.dtype) * (np.where(np.isfinite(R), np.abs(R), 0.0) + (1 + gain) * mag) + TINY
+    tol = np.zeros(case.D) if exact else _attack_tolerance(V, R, gain)
     bad = np.flatnonzero(agreement.disagree(R, C, 0.0, tol))
     if bad.size:
         k = int(bad[0])
         raise LawViolation(law, f"coordinate {k}: {_r(C[k])}, rfrs-ref's attack gives {_r(R[k])} "
                            f"(tolerance {_r(tol[k])}; k = {case.n} vectors)", coordinate=k,
                            got=str(C[k]), expected=str(R[k]))
+
+
+def _attack_tolerance(V, R, gain: float) -> np.ndarray:
+    """64u·(|r| + (1 + gain)·max|x|) + TINY per coordinate: u of the vectors' dtype, r
+    rfrs-ref's Byzantine vector (0 where not finite), max over the finite vectors there."""
+    with np.errstate(all="ignore"):
+        mag = np.abs(V.astype(np.float64))
+        mag = np.where(np.isfinite(mag), mag, 0.0).max(axis=0)
+    return 64 * _u(V.dtype) * (np.where(np.isfinite(R), np.abs(R), 0.0) + (1 + gain) * mag) + TINY
 
 
 def ipm_direction(attack, case: RoundCase, reference=None) -> None:
@@ -1624,10 +1627,7 @@ def attack_permutation_invariance(attack, case: RoundCase, reference, gain: floa
     C1 = _attack_vector(law, attack, V)
     C2 = _attack_vector(law, attack, V[p])
     R = _real(law, reference(np.array(V, copy=True)), (case.D,), "rfrs-ref's attack")
-    with np.errstate(all="ignore"):
-        mag = np.abs(V.astype(np.float64))
-        mag = np.where(np.isfinite(mag), mag, 0.0).max(axis=0)
-    tol = 64 * _u(V.dtype) * (np.where(np.isfinite(R), np.abs(R), 0.0) + (1 + gain) * mag) + TINY
+    tol = _attack_tolerance(V, R, gain)
     bad = np.flatnonzero(agreement.disagree(C1, C2, 0.0, tol))
     if bad.size:
         k = int(bad[0])
