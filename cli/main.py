@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("experiments", "plot", "Plot a results table like the paper's figures."),
     "mechanism": ("mechanism", "mechanism",
                   "Per-round gradient cosines, Krum score vs norm, Byzantine share kept."),
+    "compact": ("compact", "compact", "Gzip-compress the run records of results directories."),
     "verdict": ("verdict", "verdict", "Judge the paper's claims from results (paired CIs)."),
     "ranking": ("ranking", "ranking", "Rank the defences from the ranking experiment (paired CIs)."),
     "golden": ("golden", "golden", "Export or check language-neutral golden test vectors."),

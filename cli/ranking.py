@@ -81,10 +81,10 @@ def _refuse_out(path: pathlib.Path) -> None:
     clears when the run starts again), and not an existing file whose first line is not a
     ranking's (a user's notes.md was replaced the same way), as ``rfrs-ref verdict`` refuses
     for its table. Raises a usage error before anything is written."""
-    from rfrs_ref.experiments.results import OUTCOME, TABLE_NAMES, run_directory_above
+    from rfrs_ref.experiments.results import RECORD_NAMES, TABLE_NAMES, run_directory_above
     from rfrs_ref.files import first_line
 
-    if path.name in TABLE_NAMES or path.name == OUTCOME:
+    if path.name in TABLE_NAMES or path.name in RECORD_NAMES:
         raise click.BadParameter(f"{path}: the name of a results directory's own table or "
                                  "record, which the ranking would replace; write it to another "
                                  "file (e.g. ranking.md); nothing was written", param_hint="--out")

@@ -700,14 +700,14 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
     dataset or seed, or two runs of one series with one seed raise :class:`TableError`
     naming the file. A record of status ``ok`` that holds no finished run's result
     (``results.unfinished_reason``) is a failed run, as the tables show it: in no pair."""
-    from rfrs_ref.experiments.results import OUTCOME, Store, unfinished_reason
+    from rfrs_ref.experiments.results import Store, record_path, unfinished_reason
     from rfrs_ref.experiments.spec import RunSpec
 
     by_series: dict[str, dict[int, float]] = {}
     inits: dict[str, float] = {}
     dataset = None
     for key, o in Store(d).outcomes().items():
-        where = d / "runs" / key / OUTCOME
+        where = record_path(d / "runs" / key)
         if not isinstance(o, dict) or o.get("status") != "ok":
             continue
         cap = o.get("capture")

@@ -3,7 +3,8 @@
 A sweep's output directory (see :mod:`rfrs_ref.experiments.results`) holds
 two kinds of files:
 
-- **the record** (committed): every run's ``runs/<key>/outcome.json`` (a few
+- **the record** (committed): every run's ``runs/<key>/outcome.json``, or
+  ``outcome.json.gz``, the same bytes compressed by :func:`gzip_records` (a few
   kilobytes: the run, its status, wall time, final metrics, evaluation
   history; PCA capture for Fig. 1; for a diverged run its ``divergence``
   (round, reason, what was non-finite) and the history before it), the tables ``results.csv``,
@@ -40,6 +41,7 @@ import os
 import pathlib
 import platform
 import socket
+import stat
 import subprocess
 import sys
 from typing import Iterable
@@ -50,7 +52,7 @@ from rfrs_ref.jsonsafe import jsonable
 PROVENANCE = "provenance.json"
 
 #: the files of a results directory that are committed (paths relative to it)
-COMMITTED_GLOBS = ("runs/*/outcome.json", "*.csv", "*.md", "figures/*.png", PROVENANCE)
+COMMITTED_GLOBS = ("runs/*/outcome.json", "runs/*/outcome.json.gz", "*.csv", "*.md", "figures/*.png", PROVENANCE)
 
 
 def committed_files(out: str | os.PathLike) -> list[pathlib.Path]:
@@ -178,3 +180,99 @@ def record_reconstructed(out: str | os.PathLike, outcomes: list[dict]) -> dict |
     text = json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n"
     atomic_write(out / PROVENANCE, lambda fh: fh.write(text.encode("utf-8")))
     return entry
+
+
+class CompactReport:
+    """What :func:`gzip_records` did in one results directory.
+
+    Attributes:
+        compressed: runs whose outcome.json became outcome.json.gz.
+        already: runs whose record was compressed before.
+        left: (run directory, reason) of each record left as it was: a link, not a
+            regular file, not a JSON object, or two records that differ.
+        bytes_before, bytes_after: the records' sizes on disk, before and after.
+    """
+
+    def __init__(self) -> None:
+        self.compressed: list[str] = []
+        self.already: list[str] = []
+        self.left: list[tuple[pathlib.Path, str]] = []
+        self.bytes_before = 0
+        self.bytes_after = 0
+
+
+def gzip_records(out: str | os.PathLike) -> CompactReport:
+    """Replace every run's ``runs/<key>/outcome.json`` in the results directory ``out`` by
+    ``outcome.json.gz``: the same bytes, gzip-compressed (no time stamp, no file name), which
+    every reader of a run's record reads as it reads outcome.json. A record is kilobytes
+    of indented JSON with repeated metric names; compressed, about a quarter of that, which
+    keeps a committed grid of many runs small (docs/reproduction.md).
+
+    Each record is checked before it is replaced: a link, a file that is not a regular
+    file or not a JSON object, and a run holding two records that differ are left as they
+    are and reported. The compressed file is written beside the name and renamed, read back
+    and compared byte for byte with the original, and only then is outcome.json removed: an
+    interruption leaves the original, or both files with the same bytes (one record, which
+    a later call finishes). The directory's lock is held throughout, so no sweep writes there
+    meanwhile.
+
+    Raises:
+        ValueError: ``out`` is not a results directory (no ``runs/``), or ``runs/`` is a link.
+        rfrs_ref.experiments.results.StoreLocked: a sweep holds the directory.
+    """
+    from rfrs_ref.experiments.results import (OUTCOME, OUTCOME_GZ, gzip_bytes, record_bytes,
+                                              store_lock, two_records)
+    from rfrs_ref.files import atomic_write
+    from rfrs_ref.untrusted import parse_json
+
+    out = pathlib.Path(out)
+    runs = out / "runs"
+    if runs.is_symlink():
+        raise ValueError(f"{runs} is a link (to {os.readlink(runs)}); rfrs-ref compresses the "
+                         "records inside the results directory it is given, never through a "
+                         "link; nothing was changed")
+    if not runs.is_dir():
+        raise ValueError(f"{out} is not a results directory (it has no runs/ folder of run "
+                         "records); nothing was changed")
+    report = CompactReport()
+    with store_lock(out):
+        for d in sorted(runs.iterdir()):
+            if d.is_symlink() or not d.is_dir():
+                if d.is_symlink():
+                    report.left.append((d, f"a link (to {os.readlink(d)}), not a run directory"))
+                continue
+            plain, gz = d / OUTCOME, d / OUTCOME_GZ
+            problem = two_records(d)
+            if problem is not None:
+                report.left.append((d, problem))
+                continue
+            if not (plain.exists() or plain.is_symlink()):
+                if gz.exists() or gz.is_symlink():
+                    report.already.append(d.name)
+                continue
+            if plain.is_symlink() or not stat.S_ISREG(plain.lstat().st_mode):
+                why = (f"a link (to {os.readlink(plain)})" if plain.is_symlink()
+                       else "not a regular file")
+                report.left.append((d, f"{OUTCOME} is {why}, not the run's own record"))
+                continue
+            text = plain.read_bytes()
+            try:
+                value = parse_json(text, str(plain))
+            except ValueError as exc:
+                report.left.append((d, str(exc).split("\n")[0]))
+                continue
+            if not isinstance(value, dict):
+                report.left.append((d, f"{plain}: not a JSON object"))
+                continue
+            if not gz.exists():
+                data = gzip_bytes(text)
+                atomic_write(gz, lambda fh, data=data: fh.write(data))
+            if record_bytes(gz) != text:
+                # a file of the same name appeared meanwhile, or the disk returned other bytes
+                report.left.append((d, f"{gz} does not read back as {OUTCOME}'s bytes"))
+                continue
+            report.bytes_before += len(text)
+            report.bytes_after += gz.stat().st_size
+            plain.unlink()
+            report.compressed.append(d.name)
+    return report

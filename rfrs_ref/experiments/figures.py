@@ -508,7 +508,7 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
                                for x in runs.get("label_series", runs["method"])]).sort_values("_o")
         panels = []
         for _, r in runs.iterrows():
-            capture = _capture(run_path(base, r["run_dir"]) / "outcome.json")
+            capture = _capture(run_path(base, r["run_dir"]))
             label = r["label_series"] if "label_series" in runs.columns else r["model"]
             panels.append((f"{plots.DATASET_NAMES.get(r['dataset'], r['dataset'])}, {label}",
                            capture))
@@ -529,8 +529,9 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
     return paths
 
 
-def _capture(path: pathlib.Path) -> dict:
-    """The ``capture`` record of a finished capture run's outcome.json at ``path``, checked
+def _capture(run_dir: pathlib.Path) -> dict:
+    """The ``capture`` record of a finished capture run's record in ``run_dir`` (its
+    outcome.json, or outcome.json.gz), checked
     for what Fig. 1 draws: ``byzantine``, one boolean per captured client; ``theta_pca`` and
     ``gradient_pca``, one pair of finite coordinates per client (matplotlib leaves a NaN
     or ±inf point out without a word); ``theta_explained`` and ``gradient_explained``,
@@ -540,10 +541,15 @@ def _capture(path: pathlib.Path) -> dict:
     Raises:
         ValueError: naming the file and the first field that is not of this form.
     """
+    from rfrs_ref.experiments.results import record_bytes, record_path, two_records
     from rfrs_ref.untrusted import parse_json
 
+    path = record_path(run_dir)
+    both = two_records(run_dir)
+    if both is not None:
+        raise ValueError(f"{run_dir}: {both}")
     try:
-        o = parse_json(path.read_bytes(), str(path))
+        o = parse_json(record_bytes(path), str(path))
     except (OSError, ValueError) as exc:  # not JSON, or one key twice in an object
         reason = str(exc).split("\n")[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not a readable run record ({reason})") from None

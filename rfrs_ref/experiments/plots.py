@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rfrs_ref.experiments.results import run_path
+from rfrs_ref.experiments.results import record_path, run_path
 
 RED = "#d62728"
 BLUE = "#1f77b4"
@@ -339,12 +339,16 @@ def _history(run_dir: pathlib.Path) -> list[dict]:
     The table lists the run as finished, so its record must be there: a missing
     or unreadable outcome.json, or one without a list of evaluation rows, is an
     error naming the file (never a run silently left out of its curve)."""
-    from rfrs_ref.experiments.results import OUTCOME
+    from rfrs_ref.experiments.results import record_bytes, two_records
     from rfrs_ref.untrusted import parse_json
 
-    path = run_dir / OUTCOME
+    path = record_path(run_dir)
+    both = two_records(run_dir)
+    if both is not None:
+        raise ValueError(f"{run_dir}: {both}; the table lists this run as finished, and its "
+                         "training curve is read from its record")
     try:
-        o = parse_json(path.read_bytes(), str(path))
+        o = parse_json(record_bytes(path), str(path))
     except FileNotFoundError:
         raise ValueError(f"{path}: missing; the table lists this run as finished (status "
                          "ok), and its training curve is read from this file") from None
@@ -439,7 +443,7 @@ def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k
             mine = sub[sub[scol] == name]
             for _, r in mine.iterrows():
                 where = run_path(base, r["run_dir"])
-                pts = _points(where / "outcome.json", _history(where), f"{metric}@{k}")
+                pts = _points(record_path(where), _history(where), f"{metric}@{k}")
                 if pts:
                     curves.append(pts)
             if len(curves) < len(mine):

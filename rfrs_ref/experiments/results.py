@@ -23,6 +23,11 @@ The store (a sweep's output directory)
       summary.csv, summary.md   mean ± std over trials
       .lock                     held while a sweep writes here (rfrs_ref.files.DirectoryLock)
 
+A run's record may also be ``outcome.json.gz``, the same bytes gzip-compressed
+(:func:`rfrs_ref.experiments.committed.gzip_records`, ``rfrs-ref compact``): it is read
+wherever ``outcome.json`` is (:func:`record_path`, :func:`record_bytes`), and a run
+directory holding two records that differ has none (:func:`two_records`).
+
 ``outcome.json`` is the durable record: it is written atomically (a temporary
 file, fsync, rename) as soon as a run finishes, before anything else, and the
 tables are rebuilt from these files. An interruption at any moment therefore
@@ -100,6 +105,14 @@ from rfrs_ref.experiments.worker import foreign_run_outcome
 from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
 
 OUTCOME = "outcome.json"
+#: the same record gzip-compressed (:func:`gzip_records`, ``rfrs-ref compact``): read as
+#: ``outcome.json`` is, wherever a record is read; a run directory holds one or the other
+OUTCOME_GZ = "outcome.json.gz"
+#: the names a run's record may have
+RECORD_NAMES = (OUTCOME, OUTCOME_GZ)
+#: the most a compressed record may hold once decompressed: a record is kilobytes, and a
+#: file of a few kilobytes that decompresses to gigabytes would otherwise fill the memory
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 #: the one-row-per-run half of the tidy table's CSV form (see the module docstring)
 RUNS_TABLE = "runs"
 #: columns of results.csv besides key, k, metric and value: the run as a person reads it
@@ -272,7 +285,7 @@ def run_directory_above(out: str | os.PathLike) -> pathlib.Path | None:
     (:func:`store_of_run_directory`)."""
     p = pathlib.Path(out).resolve()
     for d in (p, *p.parents):
-        if (d / OUTCOME).is_file() or ((d / "config.json").is_file()
+        if any((d / n).is_file() for n in RECORD_NAMES) or ((d / "config.json").is_file()
                                        and ((d / "metrics.csv").is_file()
                                             or (d / "checkpoint.npz").is_file())):
             return d
@@ -355,8 +368,9 @@ def linked_input(path: str | os.PathLike) -> pathlib.Path | None:
         for entry in sorted(runs.iterdir()):
             if entry.is_symlink():
                 return entry
-            if (entry / OUTCOME).is_symlink():
-                return entry / OUTCOME
+            for name in RECORD_NAMES:
+                if (entry / name).is_symlink():
+                    return entry / name
     return None
 
 
@@ -368,6 +382,86 @@ def refuse_linked_input(path: str | os.PathLike) -> None:
                          "results directory only from the files inside it, never through a "
                          "link; replace the link by the file (or give the directory it points "
                          "to); nothing was judged")
+
+
+def record_path(run_dir: str | os.PathLike) -> pathlib.Path:
+    """The path of the record of the run in ``run_dir``: ``outcome.json.gz`` when that entry
+    is there (a file, a link, anything) and ``outcome.json`` is not, else ``outcome.json``
+    (which may not exist). A directory holding both is :func:`two_records`'."""
+    run_dir = pathlib.Path(run_dir)
+    gz = run_dir / OUTCOME_GZ
+    plain = run_dir / OUTCOME
+    if _entry_exists(gz) and not _entry_exists(plain):
+        return gz
+    return plain
+
+
+def two_records(run_dir: str | os.PathLike) -> str | None:
+    """Why ``run_dir``'s record is ambiguous, or None: ``outcome.json`` beside an
+    ``outcome.json.gz`` that does not hold the same bytes (or is not a regular file, or
+    cannot be read) are two records of one run that may disagree, and no tool picks one of
+    them silently (a sweep takes the run as unrecorded and runs it again). The same bytes
+    twice are one record (a compression stopped before it removed the plain file)."""
+    run_dir = pathlib.Path(run_dir)
+    plain, gz = run_dir / OUTCOME, run_dir / OUTCOME_GZ
+    if not (_entry_exists(plain) and _entry_exists(gz)):
+        return None
+    try:
+        if (stat.S_ISREG(plain.lstat().st_mode) and stat.S_ISREG(gz.lstat().st_mode)
+                and record_bytes(gz) == plain.read_bytes()):
+            return None
+    except (OSError, ValueError):
+        pass
+    return (f"two records that differ, {OUTCOME} and {OUTCOME_GZ}: keep the one that is the "
+            "run's and remove the other")
+
+
+def _entry_exists(path: pathlib.Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+def record_bytes(path: str | os.PathLike) -> bytes:
+    """The JSON text of the record at ``path``: the file's bytes, decompressed when its name
+    ends in ``.gz`` (one gzip member, at most :data:`MAX_RECORD_BYTES` once decompressed).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: naming the file: not gzip data, truncated, followed by other data, or
+            larger than the limit once decompressed.
+    """
+    import zlib
+
+    path = pathlib.Path(path)
+    data = path.read_bytes()
+    if not path.name.endswith(".gz"):
+        return data
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # the gzip container only
+    try:
+        text = d.decompress(data, MAX_RECORD_BYTES + 1)
+    except zlib.error as exc:
+        raise ValueError(f"{path}: not gzip-compressed data ({exc})") from None
+    if len(text) > MAX_RECORD_BYTES:
+        raise ValueError(f"{path}: more than {MAX_RECORD_BYTES // 2**20} MiB once decompressed; "
+                         "a run's record is a few kilobytes")
+    if not d.eof:
+        raise ValueError(f"{path}: the gzip data is truncated")
+    if d.unused_data:
+        raise ValueError(f"{path}: other data follows the gzip-compressed record")
+    return text
+
+
+def write_record(path: pathlib.Path, text: str) -> None:
+    """Write a run's record atomically at ``path``, gzip-compressed when its name ends in
+    ``.gz``."""
+    data = text.encode("utf-8")
+    atomic_write_bytes(path, gzip_bytes(data) if path.name.endswith(".gz") else data)
+
+
+def gzip_bytes(text: bytes) -> bytes:
+    """``text`` gzip-compressed, the same bytes on every call (no time stamp, no file name)."""
+    import gzip
+
+    return gzip.compress(text, compresslevel=9, mtime=0)
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -382,7 +476,9 @@ class Store:
         return self.runs / key
 
     def outcome_path(self, key: str) -> pathlib.Path:
-        return self.run_dir(key) / OUTCOME
+        """Run ``key``'s record: ``outcome.json``, or ``outcome.json.gz`` when that is the
+        one there (:func:`record_path`)."""
+        return record_path(self.run_dir(key))
 
     def read_outcome(self, key: str) -> dict | None:
         """The recorded outcome of run ``key``, or None (absent, unreadable, not JSON, JSON
@@ -392,10 +488,12 @@ class Store:
         from rfrs_ref.untrusted import parse_json
 
         path = self.outcome_path(key)
+        if two_records(self.run_dir(key)) is not None:
+            return None
         try:
             if not stat.S_ISREG(path.lstat().st_mode):
                 return None
-            value = parse_json(path.read_bytes(), str(path))
+            value = parse_json(record_bytes(path), str(path))
         except (OSError, ValueError):
             return None
         return value if isinstance(value, dict) else None
@@ -407,6 +505,9 @@ class Store:
         from rfrs_ref.untrusted import parse_json
 
         path = self.outcome_path(key)
+        both = two_records(self.run_dir(key))
+        if both is not None:
+            return both
         try:
             if not (path.exists() or path.is_symlink()):
                 return None
@@ -415,7 +516,7 @@ class Store:
                 return f"a link (to {os.readlink(path)}), not the run's own record"
             if not stat.S_ISREG(path.stat().st_mode):
                 return "not a regular file"
-            value = parse_json(path.read_bytes(), str(path))
+            value = parse_json(record_bytes(path), str(path))
         except (OSError, ValueError) as exc:
             return str(exc) or type(exc).__name__
         return None if isinstance(value, dict) else "not a JSON object"
@@ -464,7 +565,9 @@ class Store:
             atomic_write_text(d / ROUNDS_FILE, json.dumps(rounds, allow_nan=False,
                                                           default=_json_default) + "\n")
         record = {**outcome, "key": key, "spec": spec.to_json()}
-        atomic_write_text(self.outcome_path(key), _outcome_text(record))
+        atomic_write_text(d / OUTCOME, _outcome_text(record))
+        # a compressed record of an earlier attempt would make two records of one run
+        (d / OUTCOME_GZ).unlink(missing_ok=True)
         return record
 
     def compact(self, key: str, outcome: dict) -> dict:
@@ -479,7 +582,7 @@ class Store:
             atomic_write_text(d / ROUNDS_FILE, json.dumps(rounds, allow_nan=False,
                                                           default=_json_default) + "\n")
         outcome = {k: v for k, v in outcome.items() if k != "rounds"}
-        atomic_write_text(self.outcome_path(key), _outcome_text(outcome))
+        write_record(self.outcome_path(key), _outcome_text(outcome))
         return outcome
 
     def finished(self, keys: Iterable[str]) -> dict[str, dict]:
@@ -531,7 +634,10 @@ def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
     """
     run_dir = pathlib.Path(run_dir)
     rounds = None
-    path = run_dir / OUTCOME
+    path = record_path(run_dir)
+    both = two_records(run_dir)
+    if both is not None:
+        raise ValueError(f"{run_dir}: {both}")
     if path.exists():
         record = _json_file(path)
         if not isinstance(record, dict):
@@ -553,7 +659,7 @@ def _json_file(path: pathlib.Path):
     from rfrs_ref.untrusted import parse_json
 
     try:
-        return parse_json(path.read_bytes(), str(path))
+        return parse_json(record_bytes(path), str(path))
     except (OSError, ValueError) as exc:  # UntrustedFileError included
         reason = str(exc).split("\n")[0].removeprefix(f"{path}: ")
         raise ValueError(f"{path}: not readable as JSON ({reason})") from None

@@ -726,13 +726,13 @@ def _linked_record(src: Store, keys: Sequence[str]) -> pathlib.Path | None:
     """The first entry of ``src`` that copying the runs ``keys`` from it would read and that
     is a symbolic link (``runs/``, a run's directory, its outcome.json or per-round
     summary), or None. ``src`` itself may be a link: that one the user named."""
-    from rfrs_ref.experiments.results import OUTCOME, ROUNDS_FILE
+    from rfrs_ref.experiments.results import RECORD_NAMES, ROUNDS_FILE
 
     if src.runs.is_symlink():
         return src.runs
     for k in keys:
         d = src.run_dir(k)
-        for path in (d, d / OUTCOME, d / ROUNDS_FILE):
+        for path in (d, *(d / n for n in RECORD_NAMES), d / ROUNDS_FILE):
             if path.is_symlink():
                 return path
     return None

@@ -747,10 +747,12 @@ class RunDirectory:
         """
         p = self.path
         has_checkpoint = (p / "checkpoint.npz").exists()
-        if not resume and ((p / "outcome.json").exists() or (p / "outcome.json").is_symlink()):
+        record = next((n for n in ("outcome.json", "outcome.json.gz")
+                       if (p / n).exists() or (p / n).is_symlink()), None)
+        if not resume and record is not None:
             # a sweep worker clears the directory before its run starts, so only another
             # run would find the record here, and the sweep would wipe that run
-            raise RunExists(f"{p} holds outcome.json, a sweep's record of a run: it is a "
+            raise RunExists(f"{p} holds {record}, a sweep's record of a run: it is a "
                             "sweep's run directory, which the sweep clears when that run "
                             "starts again; choose another run directory (--out)")
         if resume:
