@@ -397,6 +397,19 @@ def test_a_case_that_states_no_output_fails(vectors):
     _case_fails(vectors, "states no output", "nothing to compare")
 
 
+
+def test_a_check_that_checks_no_case_raises_from_python_too(vectors):
+    """golden.check returned [] for an index listing no case (or an --only matching none),
+    and `all(r.ok for r in golden.check(d))` passed; the CLI alone refused it."""
+    with pytest.raises(ValueError, match="no case to check matches nothing/"):
+        golden.check(vectors, only=["nothing/*"])
+    for folder in (vectors / "optim").iterdir():
+        shutil.rmtree(folder)
+    _edit_json(vectors / "index.json", lambda d: d.update(cases=[]))
+    with pytest.raises(golden.GoldenFormatError, match="index.json: lists no case"):
+        golden.check(vectors)
+    _refused(_cli("check", vectors), "lists no case")
+
 def test_a_case_that_leaves_out_an_output_fails(vectors):
     """A cut-down case.json (one output deleted) would check less than its 'ok' says."""
     _edit_json(vectors / CASE / "case.json", lambda d: d["outputs"].pop("upload_theta"))
