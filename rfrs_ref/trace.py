@@ -827,8 +827,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     divergence raises ValueError when ``atol`` is at or above it, since a B of 0 would
     then have agreed with every float of A compared, as with ``rtol`` ≥ 1;
     two traces without a round raise :class:`TraceFormatError` (nothing compared), and a
-    comparison that compared no state norm and no checksum raises ValueError instead of
-    agreeing (a reference recording no state, or ``ignore`` leaving none).
+    comparison that compared no state norm, state sum or checksum in a round raises
+    ValueError instead of agreeing (a reference recording no state in its rounds, or
+    ``ignore`` leaving none; the header's initial state does not stand for a round's).
 
     Differences between the headers' ``run`` configurations are notes, not
     divergences: two runs with different settings can still compute the same
@@ -875,8 +876,12 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         cmp.state_sums(0, "initial.state_sums", ia.get("state_sums"), ib.get("state_sums"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
         cmp.values_seen, header_checksums = 0, cmp.checksums_seen  # count the rounds' only
+        # the rounds that compared no value of their state (an initial state alone says
+        # nothing of the models the rounds trained, nor one round of the others')
+        stateless: list[int] = []
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
             t = ra["round"]
+            state_before = (cmp.state_seen, cmp.checksums_seen)
             if ra["round"] != rb["round"]:
                 cmp.fail(min(ra["round"], rb["round"]), "round", ra["round"], rb["round"],
                          "the traces record different rounds")
@@ -909,6 +914,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     cmp.value(t, field, va, vb)
                 finally:
                     cmp.exact = False
+            if (cmp.state_seen, cmp.checksums_seen) == state_before:
+                stateless.append(t)
             done += 1
         if len(ta.rounds) != len(tb.rounds):
             short, long_ = ("A", "B") if len(ta.rounds) < len(tb.rounds) else ("B", "A")
@@ -921,16 +928,25 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
         raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
                          f"{done} rounds to compare")
-    if not cmp.state_seen and not cmp.checksums_seen:
-        # clients, weights and losses alike, and no state: "the traces agree" would say
-        # nothing of the runs' models (a reference recording no state compares none)
-        recorded = any(isinstance(o, dict) and o for o in
-                       [(ha.get("initial") or {}).get("state_norms")] + [r["state_norms"] for r in ta.rounds])
-        why = (f"--ignore {' '.join(cmp.ignore)} leaves none" if recorded else
-               f"trace A records no state (state_arrays {ha.get('state_arrays')!r}, no state norm in its "
-               "initial state or rounds)")
-        raise ValueError(f"trace compare: no value of the state (state norms or checksums) was compared: "
-                         f"{why}; an agreement would say nothing of the runs' models")
+    if stateless:
+        # clients, weights and losses alike, and no state of a round: "the traces agree"
+        # would say nothing of the model that round trained (a reference recording no state
+        # in its rounds compares none; its initial state alone says only where they began)
+        first = next(r for r in ta.rounds if r["round"] == stateless[0])
+        recorded = any(isinstance(first.get(k), dict) and first.get(k)
+                       for k in ("state_norms", "state_sums", "state_checksums"))
+        rounds = (f"round {stateless[0]}" if len(stateless) == 1 else
+                  f"{len(stateless)} of the {done} rounds (the first: round {stateless[0]})")
+        if recorded:
+            skipped = ([f"--ignore {' '.join(cmp.ignore)}"] if cmp.ignore else []) + (
+                [] if use_checksums else ["checksums not compared"])
+            why = f"{' and '.join(skipped) or 'the comparison'} leaves none"
+        else:
+            why = (f"trace A records no state there (state_arrays {ha.get('state_arrays')!r}, no state "
+                   "norm, sum or checksum in the round)")
+        raise ValueError(f"trace compare: no value of the state (state norms, sums or checksums) was "
+                         f"compared in {rounds}: {why}; an agreement would say nothing of the models "
+                         "the rounds trained")
     vacuous = _vacuous_atol(cmp)
     if vacuous:
         # judged on the values compared: a large value of A that B leaves null (rule

@@ -623,7 +623,37 @@ def test_a_comparison_that_compared_no_state_is_refused(tmp_path, norms, refused
 def test_ignoring_the_whole_state_is_refused(ref, refused):
     refused(_cli(ref, ref, "--ignore", "state_norms", "--ignore", "initial", "--no-checksums"),
             "no value of the state", "--ignore")
-    assert _cli(ref, ref, "--ignore", "state_norms", "--no-checksums").exit_code == 0  # the initial norms remain
+    # the initial state alone says where the runs began, not what their rounds trained
+    refused(_cli(ref, ref, "--ignore", "state_norms", "--no-checksums"), "no value of the state",
+            "compared in 3 of the 3 rounds", "--ignore state_norms and checksums not compared")
+    assert _cli(ref, ref, "--ignore", "state_norms").exit_code == 0  # the rounds' checksums remain
+
+
+def test_a_reference_recording_only_its_initial_state_is_refused(ref, tmp_path, refused):
+    """A whose rounds record no state (state_norms {}, no checksums) but whose header has
+    its initial checksums 'agreed' ("values and checksums") with a B whose every round's
+    state was anything at all: only the initial state had been compared."""
+    a = _lines()
+    a[0].pop("state_arrays")
+    for r in a[1:]:
+        r["state_norms"] = {}
+        r.pop("state_checksums")
+    b = _lines()
+    b[0].pop("state_arrays")
+    for r in b[1:]:
+        r["state_norms"] = {"m": 1e9, "theta": 5e9}
+        r["state_checksums"] = {"m": "zz", "theta": "yy"}
+    refused(_cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)),
+            "no value of the state", "compared in 3 of the 3 rounds (the first: round 1)",
+            "trace A records no state there", never="the traces agree")
+    # nor does one round's state stand for the others': A records it in round 1 only
+    a[1]["state_norms"] = {"m": 0.1, "theta": 2.5}
+    a[1]["state_checksums"] = {"m": "01", "theta": "cd"}
+    b[1]["state_norms"] = {"m": 0.1, "theta": 2.5}
+    b[1]["state_checksums"] = {"m": "01", "theta": "cd"}
+    refused(_cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)),
+            "no value of the state", "compared in 2 of the 3 rounds (the first: round 2)",
+            never="the traces agree")
 
 
 @pytest.mark.parametrize("side", ["A", "B"])
