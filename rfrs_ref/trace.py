@@ -564,9 +564,11 @@ class _Comparer:
         self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
         self.values_seen = 0  # values compared in the rounds (0: every field ignored)
         self.state_seen = 0  # state norms compared, header and rounds (0: no state compared)
-        # (|A|, round, path) of the largest finite non-zero float of A compared under the
-        # tolerance: the bound an atol must stay below to check anything (None: none)
-        self.largest: tuple[float, int, str] | None = None
+        # (bound, |A|, round, path, formula) of the finite non-zero float of A compared under
+        # the tolerance whose bound is the largest: the atol at or above which a B of 0 agrees
+        # with it ((1 − rtol)·|A|; |A| − rtol·c·Σ|x| for a state sum, whose tolerance is
+        # relative to its scale), which an atol must stay below to check anything (None: none)
+        self.largest: tuple[float, float, int, str, str] | None = None
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -581,6 +583,12 @@ class _Comparer:
         if path == "round":
             return False  # the round numbers pair the lines: always compared
         return any(path == p or path.startswith((p + ".", p + "[")) for p in self.ignore)
+
+    def bound(self, bound: float, magnitude: float, t: int, path: str, formula: str) -> None:
+        """Record a value of A compared under the tolerance, with the atol from which a B of 0
+        would agree with it (:attr:`largest` keeps the largest)."""
+        if self.largest is None or bound > self.largest[0]:
+            self.largest = (bound, magnitude, t, path, formula)
 
     def fail(self, t, path, a, b, reason):
         raise _Diverged(Divergence(t, path, a, b, reason))
@@ -628,8 +636,8 @@ class _Comparer:
             # A is the reference: its magnitude sets the tolerance, and a non-finite B
             # (a NaN or Infinity literal, or 1e999) never matches a finite A
             fa, fb = agreement.as_float(a), agreement.as_float(b)
-            if math.isfinite(fa) and fa != 0.0 and (self.largest is None or abs(fa) > self.largest[0]):
-                self.largest = (abs(fa), t, path)
+            if math.isfinite(fa) and fa != 0.0:
+                self.bound(abs(fa) * (1.0 - self.rtol), abs(fa), t, path, "(1 − rtol)·|A|")
             if not agreement.agrees(fa, fb, self.rtol, self.atol):
                 tol = float(agreement.tolerance(fa, self.rtol, self.atol))
                 self.fail(t, path, a, b, agreement.describe(fa, fb, tol, "A"))
@@ -727,13 +735,15 @@ class _Comparer:
                 s = {"weighted_sum": SUM_PERIOD, "phase_sum": 2.0}.get(stat, 1.0) * s
                 if not math.isfinite(s):
                     s = abs(fa)  # Σ|x| overflowed: relative to the value itself
-                if math.isfinite(s) and s != 0.0 and (self.largest is None or s > self.largest[0]):
-                    self.largest = (s, t, where)
+                bar = {"weighted_sum": "7·", "phase_sum": "2·"}.get(stat, "") + "Σ|x| of A"
+                if math.isfinite(fa) and fa != 0.0 and math.isfinite(s):
+                    # a B of 0 agrees with this value from atol = |A| − rtol·S on (S its scale,
+                    # not the value: a bound of 7·Σ|x| let an atol above every value compared pass)
+                    self.bound(abs(fa) - self.rtol * s, abs(fa), t, where, f"|A| − rtol·{bar}")
                 tol = self.atol + self.rtol * s
                 if not agreement.agrees(fa, fb, 0.0, tol):
                     why = agreement.describe(fa, fb, tol, "A")
                     if math.isfinite(fa) and math.isfinite(fb):
-                        bar = {"weighted_sum": "7·", "phase_sum": "2·"}.get(stat, "") + "Σ|x| of A"
                         why = f"|Δ| = {abs(fb - fa):.3g} > atol + rtol·{bar} = {tol:.3g}"
                     self.fail(t, where, va, vb, why)
 
@@ -773,18 +783,18 @@ def _nonfinite(x, path: str, nulls: bool = False):
 def _vacuous_atol(cmp: _Comparer) -> str:
     """Why ``cmp``'s atol checked nothing in the comparison it made ('' when it checked
     something): with it, a B of 0 would have agreed with every float of A that was compared
-    under the tolerance (|A|·(1 − rtol) ≤ atol for all). Values of A that were not compared
-    (a field B leaves null or lacks, an ``--ignore``'d path, integers, checksums) do not count."""
+    under the tolerance (|A|·(1 − rtol) ≤ atol for all; for a state sum, whose tolerance is
+    atol + rtol·c·Σ|x|, |A| − rtol·c·Σ|x| ≤ atol). Values of A that were not compared (a field
+    B leaves null or lacks, an ``--ignore``'d path, integers, checksums) do not count."""
     if cmp.largest is None:
         return ""
-    m, t, path = cmp.largest
-    bound = m * (1.0 - cmp.rtol)
+    bound, m, t, path, formula = cmp.largest
     if cmp.atol < bound:
         return ""
     where = "the header" if t == 0 else f"round {t}"
     return (f"trace compare: --atol {cmp.atol:g} checks nothing: with --rtol {cmp.rtol:g} a B of 0 "
-            f"agrees with every float value of trace A that was compared (the largest, |A| = {m:.6g} "
-            f"at {where}, field {path}); --atol must be below (1 − rtol)·max|A| = {bound:.6g}")
+            f"agrees with every float value of trace A that was compared (the largest bound, |A| = "
+            f"{m:.6g} at {where}, field {path}); --atol must be below {formula} = {bound:.7g}")
 
 
 def _same(x, y) -> bool:
@@ -823,7 +833,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     ``rtol`` and ``atol`` must be finite and ≥ 0, ``rtol`` < 1, and ``atol`` below
     ``(1 − rtol)·max|A|``, where max|A| is the largest finite float of A that the
     comparison actually compared under the tolerance (a value B leaves null or lacks, an
-    ignored path, integers and checksums do not count): a comparison that finds no
+    ignored path, integers and checksums do not count; a state sum counts as
+    ``|A| − rtol·c·Σ|x|``, the atol from which 0 agrees with it): a comparison that finds no
     divergence raises ValueError when ``atol`` is at or above it, since a B of 0 would
     then have agreed with every float of A compared, as with ``rtol`` ≥ 1;
     two traces without a round raise :class:`TraceFormatError` (nothing compared), and a

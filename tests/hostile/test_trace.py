@@ -553,6 +553,29 @@ def test_the_vacuous_bound_counts_only_the_values_compared(ref, tmp_path, refuse
         T.compare(ref, ref, atol=1e300)
 
 
+
+@pytest.mark.parametrize("atol", ["30", "100", "200"])
+def test_the_vacuous_bound_of_a_state_sum_is_its_value_not_its_scale(tmp_path, atol, refused):
+    """A's weighted sum of theta is 5 with Σ|x| = 30: the bound was taken from 7·Σ|x| = 210,
+    so --atol 30 to 200 (at or above every value of A compared, 30 the largest) passed the
+    check, and a trace of zeros agreed with A."""
+    sums = {"m": {"sum": 0.3, "weighted_sum": 0.9, "abs_sum": 0.4, "phase_sum": 0.5},
+            "theta": {"sum": 2.0, "weighted_sum": 5.0, "abs_sum": 30.0, "phase_sum": 4.0}}
+    lines = _lines()
+    for r in lines[1:]:
+        r["state_sums"] = copy.deepcopy(sums)
+    a = _write(tmp_path / "a.jsonl", lines)
+    zeros = [json.loads(x) for x in open(_zeros(tmp_path))]
+    for r in zeros[1:]:
+        r["state_sums"] = {k: {stat: 0.0 for stat in v} for k, v in sums.items()}
+    b = _write(tmp_path / "b.jsonl", zeros)
+    line = refused(_cli(a, b, "--atol", atol, "--no-checksums"), f"--atol {atol}", "checks nothing",
+                   "state_sums.theta.abs_sum", "|A| = 30")
+    assert "agree" not in line.replace("agrees with every", "")
+    res = _cli(a, b, "--atol", "29.99", "--no-checksums")  # below |A| − rtol·Σ|x|: compared
+    assert res.exit_code == 1 and "traces diverge at round 1, field state_sums.theta.abs_sum" in res.output, \
+        res.output
+
 def test_the_vacuous_bound_is_over_the_values_compared_not_every_value_of_a(ref, tmp_path, refused):
     """A records Krum scores of 1e7 that B leaves null (rule: null), and B's state norms,
     losses and gradient norms are 0: with --atol 10 the scores, never compared, put the
