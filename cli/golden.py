@@ -75,10 +75,8 @@ def check_cmd(directory, backend, only, quiet):
                    "minutes the first time; cached for later checks)", err=True)
     try:
         results = G.check(directory, backends, only or None)
-    except (ValueError, OSError) as exc:  # the index: missing, unreadable, or not an index
+    except (ValueError, OSError) as exc:  # the index: missing, unreadable, not an index; no case
         raise click.ClickException(str(exc)) from None
-    if not results:
-        raise click.ClickException("no case to check" + (f" matches {', '.join(only)}" if only else ""))
     failed = [r for r in results if not r.ok]
     for r in results:
         if not (quiet and r.ok):

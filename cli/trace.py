@@ -17,8 +17,8 @@ def trace() -> None:
               help="Relative tolerance of floating-point fields; must be < 1.")
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-9, show_default=True,
               help="Absolute tolerance of floating-point fields; must be below (1 − rtol)·max|A|, "
-                   "the largest float of A compared under it (at or above it 0 agrees with every value compared: "
-                   "refused after the comparison).")
+                   "the largest float of A compared under it (a state sum counts as |A| − rtol·c·Σ|x|; "
+                   "at or above it 0 agrees with every value compared: refused after the comparison).")
 @click.option("--no-checksums", is_flag=True,
               help="Do not compare state checksums (e.g. two backends that round differently).")
 @click.option("--ignore", multiple=True, metavar="FIELD",

@@ -1943,7 +1943,11 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
     a case that cannot be read is a failed case, not an exception. A case folder
     the index does not list (:func:`unlisted_cases`; with ``only``, one whose relative
     path matches) is a failed case too: it was not checked, and a check that passes
-    must not have left cases of the vectors aside."""
+    must not have left cases of the vectors aside.
+
+    A check that would check no case (an index listing none, or ``only`` patterns that
+    match none) raises ValueError (:class:`GoldenFormatError` for the index) instead of
+    returning an empty list, which ``all(r.ok for r in results)`` would call a pass."""
     entries = read_index(directory)
     pats = list(only) if only else None
     out = []
@@ -1958,6 +1962,12 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
         out.append(CaseResult(name, "index", False, [], f"{pathlib.Path(directory) / name / 'case.json'} is a "
                               "case that index.json does not list: not checked (list it in the index, "
                               "e.g. by exporting it again, or remove the folder)"))
+    if not out:
+        if pats:
+            raise ValueError(f"no case to check matches {', '.join(pats)} in "
+                             f"{pathlib.Path(directory) / 'index.json'}")
+        raise GoldenFormatError(f"{pathlib.Path(directory) / 'index.json'}: lists no case: no case "
+                                "to check")
     return out
 
 

@@ -564,9 +564,11 @@ class _Comparer:
         self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
         self.values_seen = 0  # values compared in the rounds (0: every field ignored)
         self.state_seen = 0  # state norms compared, header and rounds (0: no state compared)
-        # (|A|, round, path) of the largest finite non-zero float of A compared under the
-        # tolerance: the bound an atol must stay below to check anything (None: none)
-        self.largest: tuple[float, int, str] | None = None
+        # (bound, |A|, round, path, formula) of the finite non-zero float of A compared under
+        # the tolerance whose bound is the largest: the atol at or above which a B of 0 agrees
+        # with it ((1 − rtol)·|A|; |A| − rtol·c·Σ|x| for a state sum, whose tolerance is
+        # relative to its scale), which an atol must stay below to check anything (None: none)
+        self.largest: tuple[float, float, int, str, str] | None = None
         self.ignore = tuple(ignore)
         self.checksums = checksums
         self.notes = notes
@@ -581,6 +583,12 @@ class _Comparer:
         if path == "round":
             return False  # the round numbers pair the lines: always compared
         return any(path == p or path.startswith((p + ".", p + "[")) for p in self.ignore)
+
+    def bound(self, bound: float, magnitude: float, t: int, path: str, formula: str) -> None:
+        """Record a value of A compared under the tolerance, with the atol from which a B of 0
+        would agree with it (:attr:`largest` keeps the largest)."""
+        if self.largest is None or bound > self.largest[0]:
+            self.largest = (bound, magnitude, t, path, formula)
 
     def fail(self, t, path, a, b, reason):
         raise _Diverged(Divergence(t, path, a, b, reason))
@@ -628,8 +636,8 @@ class _Comparer:
             # A is the reference: its magnitude sets the tolerance, and a non-finite B
             # (a NaN or Infinity literal, or 1e999) never matches a finite A
             fa, fb = agreement.as_float(a), agreement.as_float(b)
-            if math.isfinite(fa) and fa != 0.0 and (self.largest is None or abs(fa) > self.largest[0]):
-                self.largest = (abs(fa), t, path)
+            if math.isfinite(fa) and fa != 0.0:
+                self.bound(abs(fa) * (1.0 - self.rtol), abs(fa), t, path, "(1 − rtol)·|A|")
             if not agreement.agrees(fa, fb, self.rtol, self.atol):
                 tol = float(agreement.tolerance(fa, self.rtol, self.atol))
                 self.fail(t, path, a, b, agreement.describe(fa, fb, tol, "A"))
@@ -727,13 +735,15 @@ class _Comparer:
                 s = {"weighted_sum": SUM_PERIOD, "phase_sum": 2.0}.get(stat, 1.0) * s
                 if not math.isfinite(s):
                     s = abs(fa)  # Σ|x| overflowed: relative to the value itself
-                if math.isfinite(s) and s != 0.0 and (self.largest is None or s > self.largest[0]):
-                    self.largest = (s, t, where)
+                bar = {"weighted_sum": "7·", "phase_sum": "2·"}.get(stat, "") + "Σ|x| of A"
+                if math.isfinite(fa) and fa != 0.0 and math.isfinite(s):
+                    # a B of 0 agrees with this value from atol = |A| − rtol·S on (S its scale,
+                    # not the value: a bound of 7·Σ|x| let an atol above every value compared pass)
+                    self.bound(abs(fa) - self.rtol * s, abs(fa), t, where, f"|A| − rtol·{bar}")
                 tol = self.atol + self.rtol * s
                 if not agreement.agrees(fa, fb, 0.0, tol):
                     why = agreement.describe(fa, fb, tol, "A")
                     if math.isfinite(fa) and math.isfinite(fb):
-                        bar = {"weighted_sum": "7·", "phase_sum": "2·"}.get(stat, "") + "Σ|x| of A"
                         why = f"|Δ| = {abs(fb - fa):.3g} > atol + rtol·{bar} = {tol:.3g}"
                     self.fail(t, where, va, vb, why)
 
@@ -773,18 +783,18 @@ def _nonfinite(x, path: str, nulls: bool = False):
 def _vacuous_atol(cmp: _Comparer) -> str:
     """Why ``cmp``'s atol checked nothing in the comparison it made ('' when it checked
     something): with it, a B of 0 would have agreed with every float of A that was compared
-    under the tolerance (|A|·(1 − rtol) ≤ atol for all). Values of A that were not compared
-    (a field B leaves null or lacks, an ``--ignore``'d path, integers, checksums) do not count."""
+    under the tolerance (|A|·(1 − rtol) ≤ atol for all; for a state sum, whose tolerance is
+    atol + rtol·c·Σ|x|, |A| − rtol·c·Σ|x| ≤ atol). Values of A that were not compared (a field
+    B leaves null or lacks, an ``--ignore``'d path, integers, checksums) do not count."""
     if cmp.largest is None:
         return ""
-    m, t, path = cmp.largest
-    bound = m * (1.0 - cmp.rtol)
+    bound, m, t, path, formula = cmp.largest
     if cmp.atol < bound:
         return ""
     where = "the header" if t == 0 else f"round {t}"
     return (f"trace compare: --atol {cmp.atol:g} checks nothing: with --rtol {cmp.rtol:g} a B of 0 "
-            f"agrees with every float value of trace A that was compared (the largest, |A| = {m:.6g} "
-            f"at {where}, field {path}); --atol must be below (1 − rtol)·max|A| = {bound:.6g}")
+            f"agrees with every float value of trace A that was compared (the largest bound, |A| = "
+            f"{m:.6g} at {where}, field {path}); --atol must be below {formula} = {bound:.7g}")
 
 
 def _same(x, y) -> bool:
@@ -823,12 +833,14 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     ``rtol`` and ``atol`` must be finite and ≥ 0, ``rtol`` < 1, and ``atol`` below
     ``(1 − rtol)·max|A|``, where max|A| is the largest finite float of A that the
     comparison actually compared under the tolerance (a value B leaves null or lacks, an
-    ignored path, integers and checksums do not count): a comparison that finds no
+    ignored path, integers and checksums do not count; a state sum counts as
+    ``|A| − rtol·c·Σ|x|``, the atol from which 0 agrees with it): a comparison that finds no
     divergence raises ValueError when ``atol`` is at or above it, since a B of 0 would
     then have agreed with every float of A compared, as with ``rtol`` ≥ 1;
     two traces without a round raise :class:`TraceFormatError` (nothing compared), and a
-    comparison that compared no state norm and no checksum raises ValueError instead of
-    agreeing (a reference recording no state, or ``ignore`` leaving none).
+    comparison that compared no state norm, state sum or checksum in a round raises
+    ValueError instead of agreeing (a reference recording no state in its rounds, or
+    ``ignore`` leaving none; the header's initial state does not stand for a round's).
 
     Differences between the headers' ``run`` configurations are notes, not
     divergences: two runs with different settings can still compute the same
@@ -875,8 +887,12 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         cmp.state_sums(0, "initial.state_sums", ia.get("state_sums"), ib.get("state_sums"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
         cmp.values_seen, header_checksums = 0, cmp.checksums_seen  # count the rounds' only
+        # the rounds that compared no value of their state (an initial state alone says
+        # nothing of the models the rounds trained, nor one round of the others')
+        stateless: list[int] = []
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
             t = ra["round"]
+            state_before = (cmp.state_seen, cmp.checksums_seen)
             if ra["round"] != rb["round"]:
                 cmp.fail(min(ra["round"], rb["round"]), "round", ra["round"], rb["round"],
                          "the traces record different rounds")
@@ -909,6 +925,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     cmp.value(t, field, va, vb)
                 finally:
                     cmp.exact = False
+            if (cmp.state_seen, cmp.checksums_seen) == state_before:
+                stateless.append(t)
             done += 1
         if len(ta.rounds) != len(tb.rounds):
             short, long_ = ("A", "B") if len(ta.rounds) < len(tb.rounds) else ("B", "A")
@@ -921,16 +939,25 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
         raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
                          f"{done} rounds to compare")
-    if not cmp.state_seen and not cmp.checksums_seen:
-        # clients, weights and losses alike, and no state: "the traces agree" would say
-        # nothing of the runs' models (a reference recording no state compares none)
-        recorded = any(isinstance(o, dict) and o for o in
-                       [(ha.get("initial") or {}).get("state_norms")] + [r["state_norms"] for r in ta.rounds])
-        why = (f"--ignore {' '.join(cmp.ignore)} leaves none" if recorded else
-               f"trace A records no state (state_arrays {ha.get('state_arrays')!r}, no state norm in its "
-               "initial state or rounds)")
-        raise ValueError(f"trace compare: no value of the state (state norms or checksums) was compared: "
-                         f"{why}; an agreement would say nothing of the runs' models")
+    if stateless:
+        # clients, weights and losses alike, and no state of a round: "the traces agree"
+        # would say nothing of the model that round trained (a reference recording no state
+        # in its rounds compares none; its initial state alone says only where they began)
+        first = next(r for r in ta.rounds if r["round"] == stateless[0])
+        recorded = any(isinstance(first.get(k), dict) and first.get(k)
+                       for k in ("state_norms", "state_sums", "state_checksums"))
+        rounds = (f"round {stateless[0]}" if len(stateless) == 1 else
+                  f"{len(stateless)} of the {done} rounds (the first: round {stateless[0]})")
+        if recorded:
+            skipped = ([f"--ignore {' '.join(cmp.ignore)}"] if cmp.ignore else []) + (
+                [] if use_checksums else ["checksums not compared"])
+            why = f"{' and '.join(skipped) or 'the comparison'} leaves none"
+        else:
+            why = (f"trace A records no state there (state_arrays {ha.get('state_arrays')!r}, no state "
+                   "norm, sum or checksum in the round)")
+        raise ValueError(f"trace compare: no value of the state (state norms, sums or checksums) was "
+                         f"compared in {rounds}: {why}; an agreement would say nothing of the models "
+                         "the rounds trained")
     vacuous = _vacuous_atol(cmp)
     if vacuous:
         # judged on the values compared: a large value of A that B leaves null (rule

@@ -121,8 +121,8 @@ def confined(folder, relative, source: str, *, what: str = "path") -> pathlib.Pa
 
     ``relative`` comes from the file ``source`` (named in the message). Refused:
     anything but a non-empty string; an absolute path (``/x``, ``C:\\x``, ``\\\\host``);
-    a ``..`` component; a NUL character; and a path that leaves ``folder``
-    once symbolic links are resolved.
+    a ``..`` component; a NUL character; a path that leaves ``folder``
+    once symbolic links are resolved; and one whose links cannot be resolved (a loop).
     """
     if not isinstance(relative, str) or not relative:
         raise UntrustedFileError(f"{source}: {what} {relative!r} is not a relative file path")
@@ -135,8 +135,12 @@ def confined(folder, relative, source: str, *, what: str = "path") -> pathlib.Pa
     if ".." in pure.parts:
         raise UntrustedFileError(f"{source}: {what} {relative!r} climbs out of its folder ('..'); "
                                  "paths in this file must stay inside it")
-    base = pathlib.Path(folder).resolve()
-    target = (base / pure).resolve()
+    try:
+        base = pathlib.Path(folder).resolve()
+        target = (base / pure).resolve()
+    except (RuntimeError, OSError) as exc:  # a link loop (RuntimeError before Python 3.13)
+        raise UntrustedFileError(f"{source}: {what} {relative!r} cannot be resolved: a symbolic "
+                                 f"link loop or an unreadable folder ({exc})") from None
     if target != base and base not in target.parents:
         raise UntrustedFileError(f"{source}: {what} {relative!r} leads outside {base} (through a "
                                  "symbolic link); paths in this file must stay inside its folder")

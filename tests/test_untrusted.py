@@ -60,6 +60,14 @@ def test_confined(tmp_path):
             confined(tmp_path, bad, "src.json")
 
 
+
+def test_confined_refuses_a_link_loop_in_one_line(tmp_path):
+    """A link to itself made pathlib raise RuntimeError ("Symlink loop"): a traceback."""
+    (tmp_path / "loop").symlink_to("loop")
+    for rel in ("loop", "loop/case.json"):
+        with pytest.raises(UntrustedFileError, match="src.json: path .* cannot be resolved: a symbolic link loop"):
+            confined(tmp_path, rel, "src.json")
+
 @pytest.mark.parametrize("a", [np.arange(6.0).reshape(2, 3), np.asfortranarray(np.arange(6.0).reshape(2, 3)),
                                np.arange(4, dtype=">i8"), np.array([True, False]), np.zeros((0, 3), np.float32),
                                np.float64(2.5)])

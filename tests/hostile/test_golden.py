@@ -118,6 +118,24 @@ def test_an_index_path_to_something_else_than_a_case_is_refused(vectors):
     _refused(_cli("check", vectors), "index.json", "does not name a case.json")
 
 
+
+def test_a_link_loop_in_the_vectors_is_one_line_not_a_traceback(vectors, tmp_path):
+    """An index path, an array file or the export's index.json through a link to itself
+    raised RuntimeError ("Symlink loop") out of golden check and export."""
+    (vectors / "optim" / "loop").symlink_to("loop")
+    _edit_json(vectors / "index.json", lambda d: d["cases"][0].update(path="optim/loop/case.json"))
+    _refused(_cli("check", vectors), "index.json", "optim/loop/case.json", "symbolic link loop")
+    fresh = tmp_path / "fresh"
+    shutil.copytree(vectors, fresh, symlinks=True)
+    _edit_json(fresh / "index.json", lambda d: d["cases"][0].update(path=f"{CASE}/case.json"))
+    (fresh / CASE / "in.g.npy").unlink()
+    (fresh / CASE / "in.g.npy").symlink_to("in.g.npy")
+    _case_fails(fresh, "cannot read the case", "'in.g.npy'", "symbolic link loop")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "index.json").symlink_to("index.json")
+    _refused(_cli("export", out, "--only", "optim/sgd-*"), "index.json", "symbolic link loop")
+
 @pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
 def test_a_case_file_leading_outside_is_refused(vectors, outside, how):
     case = vectors / CASE
@@ -378,6 +396,19 @@ def test_a_case_that_states_no_output_fails(vectors):
     _edit_json(vectors / CASE / "case.json", lambda d: d.update(outputs={}))
     _case_fails(vectors, "states no output", "nothing to compare")
 
+
+
+def test_a_check_that_checks_no_case_raises_from_python_too(vectors):
+    """golden.check returned [] for an index listing no case (or an --only matching none),
+    and `all(r.ok for r in golden.check(d))` passed; the CLI alone refused it."""
+    with pytest.raises(ValueError, match="no case to check matches nothing/"):
+        golden.check(vectors, only=["nothing/*"])
+    for folder in (vectors / "optim").iterdir():
+        shutil.rmtree(folder)
+    _edit_json(vectors / "index.json", lambda d: d.update(cases=[]))
+    with pytest.raises(golden.GoldenFormatError, match="index.json: lists no case"):
+        golden.check(vectors)
+    _refused(_cli("check", vectors), "lists no case")
 
 def test_a_case_that_leaves_out_an_output_fails(vectors):
     """A cut-down case.json (one output deleted) would check less than its 'ok' says."""

@@ -553,6 +553,29 @@ def test_the_vacuous_bound_counts_only_the_values_compared(ref, tmp_path, refuse
         T.compare(ref, ref, atol=1e300)
 
 
+
+@pytest.mark.parametrize("atol", ["30", "100", "200"])
+def test_the_vacuous_bound_of_a_state_sum_is_its_value_not_its_scale(tmp_path, atol, refused):
+    """A's weighted sum of theta is 5 with Σ|x| = 30: the bound was taken from 7·Σ|x| = 210,
+    so --atol 30 to 200 (at or above every value of A compared, 30 the largest) passed the
+    check, and a trace of zeros agreed with A."""
+    sums = {"m": {"sum": 0.3, "weighted_sum": 0.9, "abs_sum": 0.4, "phase_sum": 0.5},
+            "theta": {"sum": 2.0, "weighted_sum": 5.0, "abs_sum": 30.0, "phase_sum": 4.0}}
+    lines = _lines()
+    for r in lines[1:]:
+        r["state_sums"] = copy.deepcopy(sums)
+    a = _write(tmp_path / "a.jsonl", lines)
+    zeros = [json.loads(x) for x in open(_zeros(tmp_path))]
+    for r in zeros[1:]:
+        r["state_sums"] = {k: {stat: 0.0 for stat in v} for k, v in sums.items()}
+    b = _write(tmp_path / "b.jsonl", zeros)
+    line = refused(_cli(a, b, "--atol", atol, "--no-checksums"), f"--atol {atol}", "checks nothing",
+                   "state_sums.theta.abs_sum", "|A| = 30")
+    assert "agree" not in line.replace("agrees with every", "")
+    res = _cli(a, b, "--atol", "29.99", "--no-checksums")  # below |A| − rtol·Σ|x|: compared
+    assert res.exit_code == 1 and "traces diverge at round 1, field state_sums.theta.abs_sum" in res.output, \
+        res.output
+
 def test_the_vacuous_bound_is_over_the_values_compared_not_every_value_of_a(ref, tmp_path, refused):
     """A records Krum scores of 1e7 that B leaves null (rule: null), and B's state norms,
     losses and gradient norms are 0: with --atol 10 the scores, never compared, put the
@@ -623,7 +646,37 @@ def test_a_comparison_that_compared_no_state_is_refused(tmp_path, norms, refused
 def test_ignoring_the_whole_state_is_refused(ref, refused):
     refused(_cli(ref, ref, "--ignore", "state_norms", "--ignore", "initial", "--no-checksums"),
             "no value of the state", "--ignore")
-    assert _cli(ref, ref, "--ignore", "state_norms", "--no-checksums").exit_code == 0  # the initial norms remain
+    # the initial state alone says where the runs began, not what their rounds trained
+    refused(_cli(ref, ref, "--ignore", "state_norms", "--no-checksums"), "no value of the state",
+            "compared in 3 of the 3 rounds", "--ignore state_norms and checksums not compared")
+    assert _cli(ref, ref, "--ignore", "state_norms").exit_code == 0  # the rounds' checksums remain
+
+
+def test_a_reference_recording_only_its_initial_state_is_refused(ref, tmp_path, refused):
+    """A whose rounds record no state (state_norms {}, no checksums) but whose header has
+    its initial checksums 'agreed' ("values and checksums") with a B whose every round's
+    state was anything at all: only the initial state had been compared."""
+    a = _lines()
+    a[0].pop("state_arrays")
+    for r in a[1:]:
+        r["state_norms"] = {}
+        r.pop("state_checksums")
+    b = _lines()
+    b[0].pop("state_arrays")
+    for r in b[1:]:
+        r["state_norms"] = {"m": 1e9, "theta": 5e9}
+        r["state_checksums"] = {"m": "zz", "theta": "yy"}
+    refused(_cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)),
+            "no value of the state", "compared in 3 of the 3 rounds (the first: round 1)",
+            "trace A records no state there", never="the traces agree")
+    # nor does one round's state stand for the others': A records it in round 1 only
+    a[1]["state_norms"] = {"m": 0.1, "theta": 2.5}
+    a[1]["state_checksums"] = {"m": "01", "theta": "cd"}
+    b[1]["state_norms"] = {"m": 0.1, "theta": 2.5}
+    b[1]["state_checksums"] = {"m": "01", "theta": "cd"}
+    refused(_cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)),
+            "no value of the state", "compared in 2 of the 3 rounds (the first: round 2)",
+            never="the traces agree")
 
 
 @pytest.mark.parametrize("side", ["A", "B"])
