@@ -13,6 +13,7 @@ from rfrs_ref.aggregate.base import (
     DETECT,
     FALLBACKS,
     AggregationResult,
+    NothingFinite,
     PreconditionError,
     Rule,
     parameter_features,
@@ -46,5 +47,5 @@ PRESETS: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "AggregationResult", "BACKENDS", "Bulyan", "CAF", "CenteredClipping", "DETECT", "FALLBACKS", "Krum", "MDA", "Mean", "Meamed", "Median", "MoNNA",
-    "PRE", "PRESETS", "PreAggregated", "PreconditionError", "RFA", "RULES", "Rule", "SMEA", "TrimmedMean", "parameter_features",
+    "PRE", "PRESETS", "NothingFinite", "PreAggregated", "PreconditionError", "RFA", "RULES", "Rule", "SMEA", "TrimmedMean", "parameter_features",
 ]

@@ -60,6 +60,17 @@ class PreconditionError(ValueError):
         super().__init__(msg)
 
 
+class NothingFinite(ValueError):
+    """Every client the rule would aggregate holds NaN or ±inf in its features or uploads.
+
+    Not a configuration error but a round's input: Byzantine clients may upload
+    non-finite values, and with update-rule verification off (SGD, ``--no-verify``) a
+    round may hold nothing else (every sampled client Byzantine). A rule that drops
+    non-finite clients raises it when nothing is left; the round loop then keeps the
+    server state as it is for that round, as it does when verification excludes every
+    upload (docs/aggregation.md, "Non-finite uploads")."""
+
+
 @dataclasses.dataclass
 class AggregationResult:
     """What a rule returns.

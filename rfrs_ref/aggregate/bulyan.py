@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, fallback_field, jsonable
+from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, fallback_field, jsonable
 from rfrs_ref.aggregate.krum import client_distances, krum_scores, lowest
 from rfrs_ref.kernels.coordinatewise import coordinatewise_combine
 
@@ -70,7 +70,7 @@ class Bulyan(Rule):
         D2, ok = client_distances(X, arrays, backend)
         finite = np.flatnonzero(ok)
         if finite.size == 0:
-            raise ValueError(
+            raise NothingFinite(
                 f"bulyan: every client (n={n}) holds NaN or ±inf in its features or uploads; "
                 "there is nothing finite to aggregate"
             )

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, combine, fallback_field, jsonable
+from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.combine import finite_clients
 from rfrs_ref.kernels.distances import pairwise_sq_dists
 from rfrs_ref.params import hyper
@@ -132,7 +132,7 @@ class Krum(Rule):
         dropped = [int(i) for i in chosen if not ok[i]]
         kept_ids = np.array([i for i in chosen if ok[i]], dtype=np.int64)
         if kept_ids.size == 0:
-            raise ValueError(
+            raise NothingFinite(
                 f"krum: every client it would keep (k={k} of n={n}) holds NaN or ±inf in its "
                 "features or uploads; there is nothing finite to aggregate"
             )

@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, combine, fallback_field, jsonable
+from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.krum import client_distances
 from rfrs_ref.params import hyper
 
@@ -148,7 +148,7 @@ class MDA(Rule):
         D2, ok = client_distances(X, arrays, backend)
         finite = np.flatnonzero(ok)
         if finite.size == 0:
-            raise ValueError(
+            raise NothingFinite(
                 f"mda: every client (n={n}) holds NaN or ±inf in its features or uploads; "
                 "there is nothing finite to aggregate"
             )

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, combine, fallback_field, jsonable
+from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.combine import finite_clients
 from rfrs_ref.kernels.distances import pairwise_sq_dists
 from rfrs_ref.params import hyper
@@ -37,8 +37,13 @@ class MoNNA(Rule):
     Hostile input: a client with a NaN or ±inf in its features or any upload is
     infinitely far from the pivot and ranks after every finite client, so it
     is never kept while at most f clients are such; beyond that it is dropped
-    from N(p) (``dropped_nonfinite``). A pivot that is itself non-finite is not
-    trustworthy: the rule raises ``ValueError`` naming it.
+    from N(p) (``dropped_nonfinite``). A pivot that is itself non-finite is
+    provably not honest (an honest upload is finite) and no point to measure
+    from: the pivot moves to the first finite client after it in upload order,
+    cyclically (p + 1, …, n − 1, 0, …, p − 1), and ``pivot_moved_from`` records
+    the position given. With no finite client at all the rule raises
+    :class:`~rfrs_ref.aggregate.base.NothingFinite` (the round loop keeps the
+    state for that round).
 
     Guarantee (tested): with an honest pivot and at most f arbitrary features,
     at least n − f honest clients exist, so every kept feature is within
@@ -77,11 +82,15 @@ class MoNNA(Rule):
         n = X.shape[0]
         p = self.pivot
         ok = finite_clients(X, arrays, "numpy" if backend == "numpy" else "numba")
+        if not ok.any():
+            raise NothingFinite(f"monna: every client (n={n}) holds NaN or ±inf in its features "
+                                "or uploads; there is nothing finite to aggregate")
+        moved_from = None
         if not ok[p]:
-            raise ValueError(
-                f"monna: the pivot client (position {p}) holds NaN or ±inf in its features or "
-                "uploads; MoNNA needs a trusted pivot (set --monna-pivot to a trusted client)"
-            )
+            # an honest upload is finite, so this pivot is not the trusted one: measure from
+            # the next finite client rather than from a point that has no distances
+            moved_from = p
+            p = int(np.flatnonzero(np.roll(ok, -p))[0] + p) % n
         d2 = pairwise_sq_dists(X[p:p + 1], X, backend=backend)[0]
         d2[~ok] = np.inf
         k = n - f
@@ -96,4 +105,6 @@ class MoNNA(Rule):
         out = combine(arrays, w, backend)
         diag = {"pivot": p, "selected": jsonable(kept_ids), "distances": jsonable(np.sqrt(d2)),
                 "dropped_nonfinite": dropped, "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
+        if moved_from is not None:
+            diag["pivot_moved_from"] = moved_from
         return AggregationResult(out, w, (w > 0).astype(np.float64), diag)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, combine, fallback_field, jsonable
+from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.combine import finite_clients
 from rfrs_ref.kernels.weiszfeld import geometric_median_weights
 from rfrs_ref.params import hyper
@@ -70,7 +70,7 @@ class RFA(Rule):
     def _aggregate(self, X, arrays, n_samples, f, backend):
         ok = finite_clients(X, arrays, "numpy" if backend == "numpy" else "numba")
         if not ok.any():
-            raise ValueError("rfa: every client holds NaN or ±inf in its features or uploads; "
+            raise NothingFinite("rfa: every client holds NaN or ±inf in its features or uploads; "
                              "there is nothing finite to aggregate")
         gm = geometric_median_weights(X, np.where(ok, n_samples, 0.0), nu=self.nu, tol=self.tol,
                                       max_iter=self.max_iter, backend=backend, finite=ok)

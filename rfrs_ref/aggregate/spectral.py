@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rfrs_ref.aggregate.base import AggregationResult, Rule, combine, fallback_field, jsonable
+from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.krum import client_distances
 from rfrs_ref.params import hyper
 
@@ -107,7 +107,7 @@ class CAF(Rule):
         D2all, ok = client_distances(X, arrays, backend)
         fin = np.flatnonzero(ok)
         if fin.size == 0:
-            raise ValueError(f"caf: every client (n={n}) holds NaN or ±inf in its features or "
+            raise NothingFinite(f"caf: every client (n={n}) holds NaN or ±inf in its features or "
                              "uploads; there is nothing finite to aggregate")
         D2 = D2all[np.ix_(fin, fin)]
         c = np.ones(fin.size)
@@ -258,7 +258,7 @@ class SMEA(Rule):
         D2, ok = client_distances(X, arrays, backend)
         finite = np.flatnonzero(ok)
         if finite.size == 0:
-            raise ValueError(f"smea: every client (n={n}) holds NaN or ±inf in its features or "
+            raise NothingFinite(f"smea: every client (n={n}) holds NaN or ±inf in its features or "
                              "uploads; there is nothing finite to aggregate")
         k = n - f
         sub = D2[np.ix_(finite, finite)]

@@ -858,9 +858,7 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
     f_rule = _f_rule(rd, m)
     if m == 0:
         # nothing trustworthy arrived: the state carries over unchanged
-        new_state = {k: np.array(state[k], copy=True)
-                     for k in (*names, *getattr(fed.rule, "state_arrays", ()))}
-        return new_state, None, np.zeros(0), {"skipped": "no upload passed verification"}, f_rule
+        return _carry_over(fed, state, "no upload passed verification", f_rule, 0)
     tick = time.perf_counter()
     if sums is not None:
         # the server's one pass summed the uploads already (a rule with fixed weights)
@@ -882,12 +880,31 @@ def _aggregate(fed, state, rd: _Round, rows, Xk, Uk, sums=None):
             kw = dict(reference=state, rng=generator(fed.seed, "pre", rd.t))
         if getattr(fed.rule, "state_arrays", ()):
             kw["rule_state"] = {k: state[k] for k in fed.rule.state_arrays}
-        result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend, **kw)
+        from rfrs_ref.aggregate.base import NothingFinite
+
+        try:
+            result = fed.rule.aggregate(Xk, Uk, rd.n_samples[rows], f_rule, backend=fed.backend,
+                                        **kw)
+        except NothingFinite as exc:
+            # a round of non-finite uploads only (verification off): nothing to aggregate,
+            # as when verification excludes every upload; the rule says so, the run goes on
+            rd.timing["aggregation"] = time.perf_counter() - tick
+            return _carry_over(fed, state, f"no finite upload ({exc})", f_rule, m)
     new_state = {k: result.arrays[k] for k in names}
     if result.state:
         new_state.update(result.state)  # the rule's state for the next round
     rd.timing["aggregation"] = time.perf_counter() - tick
     return new_state, result.weights, np.asarray(result.kept, float), result.diagnostics, f_rule
+
+
+def _carry_over(fed, state, why: str, f_rule, m: int):
+    """The round's aggregate when nothing is aggregated: the state as it is (copied), no
+    weights (weight 0 and not kept for each of the ``m`` uploads given to the rule), and
+    ``skipped`` saying why."""
+    names = fed.optimizer.arrays
+    new_state = {k: np.array(state[k], copy=True)
+                 for k in (*names, *getattr(fed.rule, "state_arrays", ()))}
+    return new_state, (None if m == 0 else np.zeros(m)), np.zeros(m), {"skipped": why}, f_rule
 
 
 def _record(fed, rd: _Round, new_state, losses, excluded, rows, weights, kept_m, rule_diag,

@@ -77,8 +77,21 @@ def test_hostile_rows_and_a_hostile_pivot(backend):
     res = MoNNA().aggregate(X, {"x": X, "v": v}, np.ones(7), 1, backend=backend)
     assert res.diagnostics["selected"] == [0, 1, 3, 4] and res.diagnostics["dropped_nonfinite"] == [2, 5]
     assert np.isfinite(res.arrays["x"]).all()
-    with pytest.raises(ValueError, match=r"^monna: the pivot client \(position 2\)"):
-        MoNNA(pivot=2).aggregate(X, {"x": X}, np.ones(7), 1, backend=backend)
+    # a non-finite pivot (2) is not the trusted one: the next finite client (3) is, and the
+    # rule gives what it gives with that pivot; it once raised, ending the training run
+    moved = MoNNA(pivot=2).aggregate(X, {"x": X}, np.ones(7), 1, backend=backend)
+    at3 = MoNNA(pivot=3).aggregate(X, {"x": X}, np.ones(7), 1, backend=backend)
+    assert moved.diagnostics["pivot"] == 3 and moved.diagnostics["pivot_moved_from"] == 2
+    assert "pivot_moved_from" not in at3.diagnostics
+    np.testing.assert_array_equal(moved.arrays["x"], at3.arrays["x"])
+    assert moved.diagnostics["selected"] == at3.diagnostics["selected"]
+    # cyclically: from the last position to the first finite one
+    X6 = X.copy()
+    X6[6] = np.inf
+    X6[0] = np.nan
+    res = MoNNA(pivot=6).aggregate(X6, {"x": X6}, np.ones(7), 3, backend=backend)
+    assert (res.diagnostics["pivot"], res.diagnostics["pivot_moved_from"]) == (1, 6)
+    assert np.isfinite(res.arrays["x"]).all()
 
 
 def test_preconditions():

@@ -73,12 +73,18 @@ def test_bulyan_with_every_distance_overflowing_does_not_select_a_client_twice(b
     assert np.isfinite(res.arrays["x"]).all()
 
 
-@pytest.mark.parametrize("rule", [Bulyan(), Krum(), RFA()], ids=["bulyan", "krum", "rfa"])
-def test_no_finite_client_is_a_clear_error(rule):
+@pytest.mark.parametrize("name", ["bulyan", "krum", "rfa", "mda", "monna", "caf", "smea"])
+def test_no_finite_client_is_a_clear_error(name):
+    """NothingFinite (a ValueError) names the rule: the round loop keeps the state for such
+    a round (tests/hostile/test_nonfinite.py)."""
+    from rfrs_ref.aggregate import RULES, NothingFinite
+
+    rule = RULES.get(name)()
     X = np.full((7, 3), np.nan)
     X[2] = np.inf
-    with pytest.raises(ValueError, match=rf"^{rule.name}: every client .*nothing finite to aggregate"):
+    with pytest.raises(NothingFinite, match=rf"^{name}: every client .*nothing finite to aggregate"):
         rule.aggregate(X, {"x": X}, np.ones(7), 1)
+    assert issubclass(NothingFinite, ValueError)
 
 
 # -- Krum --------------------------------------------------------------------------------

@@ -498,3 +498,31 @@ def test_a_checkpoint_never_holds_a_non_finite_private_state(tmp_path):
         assert all(np.isfinite(z[k]).all() for k in z.files if z[k].dtype.kind == "f")
     res = invoke("train", "--resume", run)  # continues from it, and diverges again there
     assert f"Error: round {final['round']}:" in res.output, res.output
+
+
+# -- a round whose every upload is non-finite ------------------------------------------------
+@pytest.mark.parametrize("defense", ["krum", "rfa", "mda", "monna", "caf", "smea"])
+def test_a_round_of_non_finite_uploads_only_keeps_the_state_and_the_run_goes_on(tmp_path,
+                                                                                 defense):
+    """With verification off (SGD) a round may sample only Byzantine clients uploading +inf:
+    a robust rule has nothing finite to combine. The run once stopped there with "every
+    client holds NaN or ±inf ... nothing finite to aggregate" (and MoNNA whenever a
+    Byzantine client sat at its pivot position): Byzantine uploads are input, not a crash.
+    Such a round now keeps the server state, as a round whose every upload verification
+    excluded does, and says why in its record."""
+    res = invoke("train", "--dataset", "synthetic", "--synthetic-users", 100,
+                 "--synthetic-items", 60, "--synthetic-mean-items", 8, "--client-fraction", 0.1,
+                 "--rounds", 10, "--eval-every", 10, "--optimizer", "sgd", "--defense", defense,
+                 "--attack", "inf", "--byzantine-fraction", 0.9, "--assumed-byzantine", 0.2,
+                 "--out", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    skipped = [r for r in rounds if "no finite upload" in str(r["rule"].get("skipped"))]
+    assert skipped, "the test needs a round whose every sampled client is Byzantine"
+    by_round = {r["round"]: r for r in rounds}
+    for r in skipped:
+        assert all(w == 0 for w in r["weights"]) and r["n_byzantine_kept"] == 0
+        before = by_round.get(r["round"] - 1)
+        if before is not None:  # the state after the round is the state before it
+            assert r["state_norms"] == before["state_norms"]
+    assert json.loads((tmp_path / "run" / "final_metrics.json").read_text())
