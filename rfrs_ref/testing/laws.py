@@ -418,39 +418,75 @@ def _smea_tied_subsets(case: RoundCase) -> list[np.ndarray]:
     return [fin[S] for S, lam in zip(subsets, lams) if lam <= lams.min() + tol]
 
 
+def _inherited_nonfinite(reference: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per coordinate: whether ``reference`` (a row the reference computed from ``rows``,
+    the rows it combines) is non-finite there because one of those rows is (NaN or ±inf
+    at that coordinate). A non-finite reference coordinate whose rows are all finite there
+    is an overflow of the reference's own arithmetic, not inherited."""
+    R = np.asarray(reference, dtype=np.float64)
+    A = np.asarray(rows, dtype=np.float64).reshape(-1, R.shape[0])
+    return ~np.isfinite(R) & (~np.isfinite(A)).any(axis=0)
+
+
+def _first_mismatch(R: np.ndarray, got: np.ndarray, tol, inherited: np.ndarray) -> int | None:
+    """The first coordinate where ``got`` does not match the reference ``R``: where R is
+    finite, within ``tol`` (a non-finite ``got`` never matches); where R is non-finite
+    because a row it combines is (``inherited``), ``got`` must be non-finite too (NaN or
+    ±inf: which one can depend on the order of the arithmetic: a running mean turns +inf
+    then a finite row into NaN where a sum gives +inf); where R overflowed from finite rows,
+    nothing (the reference has no value there, and a more careful candidate may be finite)."""
+    fin = np.isfinite(R)
+    bad = (fin & agreement.disagree(R, got, 0.0, tol)) | (inherited & np.isfinite(got))
+    return int(np.flatnonzero(bad)[0]) if bad.any() else None
+
+
 def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: float,
                         compare_weights: bool, gain: float = 1.0) -> LawViolation | None:
     law = "reference_rule"
     u = gain * _u(case.features.dtype)
     X = case.features.astype(np.float64)
-    scale = max(_honest_scale(case), float(np.abs(R.vector).max(initial=0.0)))
+    fin_R = np.isfinite(R.vector)
+    scale = max(_honest_scale(case), float(np.abs(R.vector[fin_R]).max(initial=0.0)))
+    combined = np.ones(case.n, dtype=bool) if R.weights is None else ~(R.weights <= 0)
     if R.weights is not None:
-        rows = (R.weights > 0) & np.isfinite(X).all(axis=1)
+        rows = combined & np.isfinite(X).all(axis=1)
         scale = max(scale, float(np.abs(X[rows]).max(initial=0.0)))
-    H = X[case.honest]
-    r = float(np.sqrt(np.max(np.sum((H - R.vector) ** 2, axis=1), initial=0.0))) if H.size else 0.0
-    ok = _vectors_close(R.vector, C.vector, scale, u, atol=spread_rtol * r)
-    if not ok.all():
-        k = int(np.flatnonzero(~ok)[0])
-        tol = 64 * u * scale + spread_rtol * r + TINY
-        return LawViolation(law, f"coordinate {k} is {_r(C.vector[k])}; rfrs-ref's rule gives "
+    inherited = _inherited_nonfinite(R.vector, X[combined])
+    H = X[case.honest][:, fin_R]
+    r = (float(np.sqrt(np.max(np.sum((H - R.vector[fin_R]) ** 2, axis=1), initial=0.0)))
+         if H.size else 0.0)
+    tol = 64 * u * scale + spread_rtol * r + TINY
+
+    def mismatch(got: np.ndarray, what: str) -> LawViolation | None:
+        k = _first_mismatch(R.vector, got, tol, inherited)
+        if k is None:
+            return None
+        if inherited[k]:
+            rows_k = [int(i) for i in np.flatnonzero(combined & ~np.isfinite(X[:, k]))]
+            return LawViolation(law, f"{what}coordinate {k} is {_r(got[k])}; rfrs-ref's rule gives "
+                                f"{_r(R.vector[k])}: row(s) {rows_k} that it combines are non-finite "
+                                "there, and a finite aggregate hides them", coordinate=k,
+                                expected=str(R.vector[k]), got=str(got[k]), rows=rows_k)
+        return LawViolation(law, f"{what}coordinate {k} is {_r(got[k])}; rfrs-ref's rule gives "
                             f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
-                            expected=float(R.vector[k]), got=float(C.vector[k]), tolerance=tol)
+                            expected=float(R.vector[k]), got=float(got[k]), tolerance=tol)
+
+    v = mismatch(C.vector, "")
+    if v is not None:
+        return v
     if not compare_weights and C.weights is not None:
         # weights not compared one by one (RFA's move with where its iteration stops) still
         # combine the uploads: the aggregate they give, Σ wᵢxᵢ over wᵢ ≠ 0, is held to the
         # aggregate's tolerance (a geometric median reported with the mean's weights would
         # hand the round the mean of the uploads)
         implied = weighted_vector(X, C.weights)
-        ok = _vectors_close(R.vector, implied, scale, u, atol=spread_rtol * r)
-        if not ok.all():
-            k = int(np.flatnonzero(~ok)[0])
-            tol = 64 * u * scale + spread_rtol * r + TINY
+        v = mismatch(implied, "Σ wᵢxᵢ ")
+        if v is not None:
+            k = v.details["coordinate"]
             return LawViolation(law, f"the candidate's weights give Σ wᵢxᵢ = {_r(implied[k])} at "
                                 f"coordinate {k}, where its aggregate is {_r(C.vector[k])} and rfrs-ref's "
                                 f"rule gives {_r(R.vector[k])} (tolerance {_r(tol)}): the weights combine "
-                                "every uploaded array, so they must give the aggregate", coordinate=k,
-                                expected=float(R.vector[k]), got=float(implied[k]), tolerance=tol)
+                                "every uploaded array, so they must give the aggregate", **v.details)
     if compare_weights and R.weights is not None and C.weights is not None:
         ok = _vectors_close(R.weights, C.weights, 1.0, u)
         if not ok.all():
@@ -497,9 +533,16 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
     the honest rows and the finite rows the reference weights, r the largest distance
     from the reference's aggregate to an honest row (an iterative rule's stopping
     tolerance is relative to that spread); when both expose weights, every weight within
-    64u of the reference's. Every magnitude is the reference's; where the reference's
-    aggregate is not finite the law says nothing. Ties (equal values, distances,
-    scores) go as the reference breaks them, by index (docs/aggregation.md).
+    64u of the reference's. Every magnitude is the reference's (its finite coordinates).
+    Where the reference's aggregate is not finite at a coordinate because a row it combines
+    (wᵢ > 0; every row for a reference without weights) is NaN or ±inf there, the
+    candidate's must be non-finite there too, NaN or ±inf (which one can depend on the
+    order of the arithmetic): a finite value there hides a hostile row, as a mean that
+    drops NaN rows does. Where the reference overflowed from finite rows (float32 sums
+    near 3.4e38) it has no value to compare with and a more careful candidate may be
+    finite: that coordinate is not compared (the other laws still judge it). Ties (equal
+    values, distances, scores) go as the reference breaks them, by index
+    (docs/aggregation.md).
 
     ``tied_subsets`` (SMEA): subsets of equal objective (copied rows) tie only to
     rounding, and which one is first depends on it, so the candidate also holds when it
@@ -518,8 +561,6 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
         if len({row.tobytes() for row in fin}) < fin.shape[0]:
             return
     R = _outcome(reference, case.features, case.n_samples, case.f, law)
-    if not np.isfinite(R.vector).all():
-        return
     C = _outcome(rule, case.features, case.n_samples, case.f, law)
     v = _reference_mismatch(R, C, case, spread_rtol, compare_weights, gain)
     if v is None:
@@ -1228,8 +1269,9 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
 
     Deterministic pre-aggregators (nnm, clip, arc): every row that rfrs-ref's mixes from
     finite rows, within 64u·s per coordinate (u of the features' dtype, s the largest
-    |x| among the rows mixed into it); rows it leaves non-finite are not compared (the
-    rule's to treat). Bucketing, whose permutation is random: the rows are a partition of
+    |x| among the rows mixed into it); a row it leaves non-finite (the rule's to treat)
+    must be non-finite (NaN or ±inf) wherever rfrs-ref's is because a row it mixes is,
+    its other coordinates not compared. Bucketing, whose permutation is random: the rows are a partition of
     the clients into ⌈n/s⌉ buckets, s rows each but the last, which holds the n mod s
     left over, each row the nᵢ-weighted mean of its bucket within 64u·s (a bucket with a
     non-finite member non-finite wherever its mean is)."""
@@ -1248,6 +1290,22 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
     u = _u(X.dtype)
     ties = _nnm_boundary_ties(X, case.f) if reference.name == "nnm" else {}
     ns = case.n_samples.astype(np.float64)
+    X64 = X.astype(np.float64)
+    for i in np.flatnonzero(~finite):
+        # a row rfrs-ref leaves non-finite stays non-finite where a row it mixes is: a
+        # finite value there (a NaN row made zeros) hands the rule a Byzantine row it
+        # would count, where rfrs-ref's rule would treat it as hostile
+        S = np.flatnonzero(M[i] != 0)
+        owed = _inherited_nonfinite(R[i], X64[S])
+        bad = np.flatnonzero(owed & np.isfinite(C[i]))
+        if bad.size:
+            k = int(bad[0])
+            rows_k = [int(j) for j in S if not np.isfinite(X64[j, k])]
+            raise LawViolation(law, f"row {int(i)}, coordinate {k}: {_r(C[i, k])}, finite, where "
+                               f"rfrs-ref's {reference.name} gives {_r(R[i, k])}: row(s) {rows_k} "
+                               "that it mixes into it are non-finite there (a hostile row stays "
+                               "non-finite, for the rule to treat)", row=int(i), coordinate=k,
+                               got=str(C[i, k]), expected=str(R[i, k]), rows=rows_k)
     for i in np.flatnonzero(finite):
         tol = 64 * u * scale[i] + TINY
         bad = np.flatnonzero(agreement.disagree(R[i], C[i], 0.0, tol))
@@ -1257,7 +1315,6 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
             from itertools import combinations
 
             sure, tied, need = ties[i]
-            X64 = X.astype(np.float64)
             for T in combinations(tied, need):
                 S = np.array(sure + list(T))
                 alt = ns[S] @ X64[S] / ns[S].sum()
