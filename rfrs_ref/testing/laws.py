@@ -311,13 +311,38 @@ def _vectors_close(reference, candidate, scale, u, rtol_extra=0.0, atol=0.0) -> 
     return ~agreement.disagree(reference, candidate, 0.0, tol)
 
 
-def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0) -> None:
-    """rule(X[π], n[π], f) = rule(X, n, f), and its weights are the permuted weights."""
+def _reference_scale(case: RoundCase, R: Outcome | None) -> float:
+    """The magnitude the rounding of an aggregate is measured against, from the inputs and
+    rfrs-ref's outcome ``R`` on them only (never from the candidate's output): the largest
+    |x| among the honest rows, ``R``'s finite aggregate and the finite rows ``R`` combines
+    (wᵢ > 0)."""
+    scale = _honest_scale(case)
+    if R is None:
+        return scale
+    fin = np.isfinite(R.vector)
+    scale = max(scale, float(np.abs(R.vector[fin]).max(initial=0.0)))
+    if R.weights is not None:
+        X = case.features.astype(np.float64)
+        rows = ~(R.weights <= 0) & np.isfinite(X).all(axis=1)
+        scale = max(scale, float(np.abs(X[rows]).max(initial=0.0)))
+    return scale
+
+
+def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0, reference=None) -> None:
+    """rule(X[π], n[π], f) = rule(X, n, f), and its weights are the permuted weights.
+
+    The aggregates are compared within 64u·s + rtol·s, s from the inputs and ``reference``
+    (rfrs-ref's rule, as the runner passes it; :func:`_reference_scale`): the largest |x|
+    among the honest rows, rfrs-ref's aggregate and the rows it combines; without a
+    reference, the honest rows'. Never from the candidate's output: a median shifted by
+    1e13 had a tolerance of 0.07 and hid an aggregate that moved with the order of the rows."""
     law = "permutation_invariance"
     a = _outcome(rule, case.features, case.n_samples, case.f, law)
     p = case.perm
     b = _outcome(rule, case.features[p], case.n_samples[p], case.f, law)
-    scale = max(_honest_scale(case), float(np.abs(a.vector[np.isfinite(a.vector)]).max(initial=0.0)))
+    R = (None if reference is None
+         else _outcome(reference, case.features, case.n_samples, case.f, law))
+    scale = _reference_scale(case, R)
     ok = _vectors_close(a.vector, b.vector, scale, _u(case.features.dtype), rtol)
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
@@ -446,11 +471,8 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
     u = gain * _u(case.features.dtype)
     X = case.features.astype(np.float64)
     fin_R = np.isfinite(R.vector)
-    scale = max(_honest_scale(case), float(np.abs(R.vector[fin_R]).max(initial=0.0)))
+    scale = _reference_scale(case, R)
     combined = np.ones(case.n, dtype=bool) if R.weights is None else ~(R.weights <= 0)
-    if R.weights is not None:
-        rows = combined & np.isfinite(X).all(axis=1)
-        scale = max(scale, float(np.abs(X[rows]).max(initial=0.0)))
     inherited = _inherited_nonfinite(R.vector, X[combined])
     H = X[case.honest][:, fin_R]
     r = (float(np.sqrt(np.max(np.sum((H - R.vector[fin_R]) ** 2, axis=1), initial=0.0)))
