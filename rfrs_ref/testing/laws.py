@@ -314,8 +314,10 @@ def _vectors_close(reference, candidate, scale, u, rtol_extra=0.0, atol=0.0) -> 
 def _reference_scale(case: RoundCase, R: Outcome | None) -> float:
     """The magnitude the rounding of an aggregate is measured against, from the inputs and
     rfrs-ref's outcome ``R`` on them only (never from the candidate's output): the largest
-    |x| among the honest rows, ``R``'s finite aggregate and the finite rows ``R`` combines
-    (wᵢ > 0)."""
+    |x| among the honest rows and ``R``'s finite aggregate, and the largest Σᵢ wᵢ|xᵢ| over
+    the coordinates, w ``R``'s weights normalised to sum 1, over the finite rows it
+    combines (wᵢ > 0). Each row counts by its weight: a row at 1e38 that centered clipping
+    or RFA keeps with a weight of 1e-36 adds about 100 to the sum, not 1e38."""
     scale = _honest_scale(case)
     if R is None:
         return scale
@@ -323,8 +325,11 @@ def _reference_scale(case: RoundCase, R: Outcome | None) -> float:
     scale = max(scale, float(np.abs(R.vector[fin]).max(initial=0.0)))
     if R.weights is not None:
         X = case.features.astype(np.float64)
-        rows = ~(R.weights <= 0) & np.isfinite(X).all(axis=1)
-        scale = max(scale, float(np.abs(X[rows]).max(initial=0.0)))
+        rows = ~(R.weights <= 0) & np.isfinite(X).all(axis=1) & np.isfinite(R.weights)
+        w = np.abs(R.weights[rows])
+        if w.sum() > 0:
+            w = w / w.sum()
+            scale = max(scale, float((w @ np.abs(X[rows])).max(initial=0.0)))
     return scale
 
 
@@ -521,28 +526,43 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
     return None
 
 
-def _gm_objective(z: np.ndarray, case: RoundCase) -> float:
-    """Σᵢ nᵢ‖z − xᵢ‖ over the finite rows (RFA's objective; float64)."""
+def _gm_excess(z: np.ndarray, R: np.ndarray, case: RoundCase) -> tuple[float, float]:
+    """(Σᵢ nᵢ(‖z − xᵢ‖ − ‖R − xᵢ‖) over the finite rows, its rounding slack), float64.
+
+    Each term is computed as (z − R)·(z + R − 2xᵢ)/(‖z − xᵢ‖ + ‖R − xᵢ‖), which keeps its
+    accuracy where ‖z − xᵢ‖ is huge (a row at 1e38): the difference of the two objectives,
+    each about 1e38 there, lost every digit of it. The slack is 64u·Σnᵢ·(‖z − R‖ + ‖R‖),
+    u of the features' dtype: the rounding of those terms and of an aggregate stored in
+    that dtype (the objective is Σnᵢ-Lipschitz)."""
     X = case.features.astype(np.float64)
     fin = np.isfinite(X).all(axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = np.sqrt(np.sum((X[fin] - z) ** 2, axis=1))
-    return float(np.dot(case.n_samples[fin].astype(np.float64), d))
+    F, ns = X[fin], case.n_samples[fin].astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        num = (z - R)[None, :] * (z + R - 2.0 * F)
+        den = np.sqrt(np.sum((F - z) ** 2, axis=1)) + np.sqrt(np.sum((F - R) ** 2, axis=1))
+        terms = np.where(den > 0, num.sum(axis=1) / np.where(den > 0, den, 1.0), 0.0)
+    excess = float(ns @ terms)
+    slack = 64 * _u(case.features.dtype) * float(ns.sum()) * (nrm(z - R) + nrm(R)) + TINY
+    return excess, slack
 
 
 def _at_least_as_near_the_median(R: Outcome, C: Outcome, case: RoundCase) -> bool:
     """Whether the candidate's aggregate, and the one its weights give, are at least as
-    near the nᵢ-weighted geometric median as rfrs-ref's in objective, to rounding: RFA
-    stops its Weiszfeld steps at a tolerance, and near a data point they converge so
-    slowly that a correct implementation run further stops farther than the spread
-    allowance from rfrs-ref's iterate, but always with a smaller objective."""
-    ref = _gm_objective(R.vector, case)
-    if not np.isfinite(ref):
+    near the nᵢ-weighted geometric median as rfrs-ref's in objective, to rounding
+    (:func:`_gm_excess`): RFA stops its Weiszfeld steps at a tolerance, and near a data
+    point they converge so slowly that a correct implementation run further stops farther
+    than the spread allowance from rfrs-ref's iterate, but always with a smaller objective."""
+    if not np.isfinite(R.vector).all():
         return False
-    slack = 64 * _u(case.features.dtype) * ref + TINY
     outs = [C.vector] + ([] if C.weights is None else
                          [weighted_vector(case.features.astype(np.float64), C.weights)])
-    return all(np.isfinite(v).all() and _gm_objective(v, case) <= ref + slack for v in outs)
+    for v in outs:
+        if not np.isfinite(v).all():
+            return False
+        excess, slack = _gm_excess(v, R.vector, case)
+        if not excess <= slack:
+            return False
+    return True
 
 
 def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,

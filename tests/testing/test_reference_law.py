@@ -428,3 +428,29 @@ def test_where_the_reference_overflows_from_finite_rows_a_finite_value_is_not_ju
     off = adapters.vector(lambda X, ns, f: careful(X, ns, f).vector + [0.0, 1e36])
     with pytest.raises(laws.LawViolation, match="coordinate 1"):
         laws.reference_rule(off, case, ref)
+
+
+@pytest.mark.parametrize("rule", ["cc", "rfa"])
+def test_a_huge_row_with_a_tiny_weight_does_not_widen_the_tolerance(rule):
+    """Centered clipping and RFA give a row at 1e38 a weight of about 1e-36 (clipped to τ,
+    or 1/distance), but weight > 0 made it one of "the rows rfrs-ref keeps", whose largest
+    magnitude set the tolerance: 64u·1e38, so that an aggregate off by 1e15 on every round
+    with such a row held. The rows now count by their weighted magnitude, Σ wᵢ|xᵢ|."""
+    ref = adapters.rfrs(rule)
+
+    def off_when_a_row_is_huge(X, ns, f):
+        out = ref(X, ns, f)
+        X64 = np.asarray(X, np.float64)
+        huge = (np.abs(X64[np.isfinite(X64).all(axis=1)]) > 1e30).any()
+        return {"vector": out.vector + (1e15 if huge else 0.0), "weights": out.weights}
+
+    fn = adapters.result(off_when_a_row_is_huge)
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5], [1e38, 1e38], [0.2, 0.1]])
+    case = _case(X, [1, 2, 3, 4, 5], 1, [True, True, True, False, True])
+    laws.reference_rule(adapters.result(lambda X, ns, f: {"vector": ref(X, ns, f).vector,
+                                                          "weights": ref(X, ns, f).weights}),
+                        case, ref, **_ref_options(rule))
+    with pytest.raises(laws.LawViolation, match="rfrs-ref's rule gives"):
+        laws.reference_rule(fn, case, ref, **_ref_options(rule))
+    r, = run_rule_conformance(rule, fn, max_examples=EXAMPLES, laws=["reference_rule"])
+    assert r.status == "fails", r
