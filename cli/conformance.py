@@ -163,15 +163,33 @@ def conformance(rule, optimizer, pre, attack, target, adapter, options, rule_opt
                      rule_options, pre, attack)
         raise SystemExit(_run_isolated(argv))
     try:
-        _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
-               rule_options, pre, attack)
+        code = _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
+                      rule_options, pre, attack)
     except click.exceptions.ClickException as exc:
         _write_report(report, exc.exit_code)
         raise
-    except SystemExit as exc:
-        _write_report(report, exc.code if isinstance(exc.code, int) else 1)
+    except Exception:  # the suite's own failure: its traceback, no report (status 1)
         raise
-    _write_report(report, 0)
+    except BaseException as exc:
+        # the suite returns its status and its laws turn what the code under test raises
+        # into failures: an exit or another BaseException here comes from the code under
+        # test as it is imported or built (sys.exit(0) in a module used to end the run
+        # with status 0, no law checked)
+        what = (f"called exit({exc.code!r})" if isinstance(exc, SystemExit)
+                else f"raised {_named(exc)}")
+        click.echo(f"Error: the code under test {what} while it was loaded or built: no law "
+                   "was checked, which is not a pass.", err=True)
+        _write_report(report, 1)
+        raise SystemExit(1) from None
+    _write_report(report, code)
+    if code:
+        raise SystemExit(code)
+
+
+def _named(exc: BaseException) -> str:
+    """``Name: message``, or ``Name`` when the message is empty."""
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
 def _check_family(rule, optimizer, pre, attack, adapter, rule_options) -> None:
@@ -249,8 +267,8 @@ def _write_report(path: str, code: int) -> None:
 
 
 def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json, rule_options=(),
-           pre=None, attack=None):
-    """The suite itself (in the child process)."""
+           pre=None, attack=None) -> int:
+    """The suite itself (in the child process); returns the exit status (1: a law failed)."""
     try:
         from rfrs_ref.testing import adapters as A
         from rfrs_ref.testing.conformance import (
@@ -341,9 +359,10 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
     else:
         click.echo(format_results(results, title))
     if any(r.status == "fails" for r in results):
-        raise SystemExit(1)
+        return 1
     if not any(r.status == "holds" for r in results):
         # every selected law skipped (e.g. --law weights_sum_to_one on a callable without
         # weights): nothing was checked, which is not a pass
         raise click.ClickException("no law was checked: every selected law was skipped ("
                                    + "; ".join(f"{r.law}: {r.message}" for r in results) + ")")
+    return 0

@@ -311,13 +311,43 @@ def _vectors_close(reference, candidate, scale, u, rtol_extra=0.0, atol=0.0) -> 
     return ~agreement.disagree(reference, candidate, 0.0, tol)
 
 
-def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0) -> None:
-    """rule(X[π], n[π], f) = rule(X, n, f), and its weights are the permuted weights."""
+def _reference_scale(case: RoundCase, R: Outcome | None) -> float:
+    """The magnitude the rounding of an aggregate is measured against, from the inputs and
+    rfrs-ref's outcome ``R`` on them only (never from the candidate's output): the largest
+    |x| among the honest rows and ``R``'s finite aggregate, and the largest Σᵢ wᵢ|xᵢ| over
+    the coordinates, w ``R``'s weights normalised to sum 1, over the finite rows it
+    combines (wᵢ > 0). Each row counts by its weight: a row at 1e38 that centered clipping
+    or RFA keeps with a weight of 1e-36 adds about 100 to the sum, not 1e38."""
+    scale = _honest_scale(case)
+    if R is None:
+        return scale
+    fin = np.isfinite(R.vector)
+    scale = max(scale, float(np.abs(R.vector[fin]).max(initial=0.0)))
+    if R.weights is not None:
+        X = case.features.astype(np.float64)
+        rows = ~(R.weights <= 0) & np.isfinite(X).all(axis=1) & np.isfinite(R.weights)
+        w = np.abs(R.weights[rows])
+        if w.sum() > 0:
+            w = w / w.sum()
+            scale = max(scale, float((w @ np.abs(X[rows])).max(initial=0.0)))
+    return scale
+
+
+def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0, reference=None) -> None:
+    """rule(X[π], n[π], f) = rule(X, n, f), and its weights are the permuted weights.
+
+    The aggregates are compared within 64u·s + rtol·s, s from the inputs and ``reference``
+    (rfrs-ref's rule, as the runner passes it; :func:`_reference_scale`): the largest |x|
+    among the honest rows, rfrs-ref's aggregate and the rows it combines; without a
+    reference, the honest rows'. Never from the candidate's output: a median shifted by
+    1e13 had a tolerance of 0.07 and hid an aggregate that moved with the order of the rows."""
     law = "permutation_invariance"
     a = _outcome(rule, case.features, case.n_samples, case.f, law)
     p = case.perm
     b = _outcome(rule, case.features[p], case.n_samples[p], case.f, law)
-    scale = max(_honest_scale(case), float(np.abs(a.vector[np.isfinite(a.vector)]).max(initial=0.0)))
+    R = (None if reference is None
+         else _outcome(reference, case.features, case.n_samples, case.f, law))
+    scale = _reference_scale(case, R)
     ok = _vectors_close(a.vector, b.vector, scale, _u(case.features.dtype), rtol)
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
@@ -418,39 +448,72 @@ def _smea_tied_subsets(case: RoundCase) -> list[np.ndarray]:
     return [fin[S] for S, lam in zip(subsets, lams) if lam <= lams.min() + tol]
 
 
+def _inherited_nonfinite(reference: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per coordinate: whether ``reference`` (a row the reference computed from ``rows``,
+    the rows it combines) is non-finite there because one of those rows is (NaN or ±inf
+    at that coordinate). A non-finite reference coordinate whose rows are all finite there
+    is an overflow of the reference's own arithmetic, not inherited."""
+    R = np.asarray(reference, dtype=np.float64)
+    A = np.asarray(rows, dtype=np.float64).reshape(-1, R.shape[0])
+    return ~np.isfinite(R) & (~np.isfinite(A)).any(axis=0)
+
+
+def _first_mismatch(R: np.ndarray, got: np.ndarray, tol, inherited: np.ndarray) -> int | None:
+    """The first coordinate where ``got`` does not match the reference ``R``: where R is
+    finite, within ``tol`` (a non-finite ``got`` never matches); where R is non-finite
+    because a row it combines is (``inherited``), ``got`` must be non-finite too (NaN or
+    ±inf: which one can depend on the order of the arithmetic: a running mean turns +inf
+    then a finite row into NaN where a sum gives +inf); where R overflowed from finite rows,
+    nothing (the reference has no value there, and a more careful candidate may be finite)."""
+    fin = np.isfinite(R)
+    bad = (fin & agreement.disagree(R, got, 0.0, tol)) | (inherited & np.isfinite(got))
+    return int(np.flatnonzero(bad)[0]) if bad.any() else None
+
+
 def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: float,
                         compare_weights: bool, gain: float = 1.0) -> LawViolation | None:
     law = "reference_rule"
     u = gain * _u(case.features.dtype)
     X = case.features.astype(np.float64)
-    scale = max(_honest_scale(case), float(np.abs(R.vector).max(initial=0.0)))
-    if R.weights is not None:
-        rows = (R.weights > 0) & np.isfinite(X).all(axis=1)
-        scale = max(scale, float(np.abs(X[rows]).max(initial=0.0)))
-    H = X[case.honest]
-    r = float(np.sqrt(np.max(np.sum((H - R.vector) ** 2, axis=1), initial=0.0))) if H.size else 0.0
-    ok = _vectors_close(R.vector, C.vector, scale, u, atol=spread_rtol * r)
-    if not ok.all():
-        k = int(np.flatnonzero(~ok)[0])
-        tol = 64 * u * scale + spread_rtol * r + TINY
-        return LawViolation(law, f"coordinate {k} is {_r(C.vector[k])}; rfrs-ref's rule gives "
+    fin_R = np.isfinite(R.vector)
+    scale = _reference_scale(case, R)
+    combined = np.ones(case.n, dtype=bool) if R.weights is None else ~(R.weights <= 0)
+    inherited = _inherited_nonfinite(R.vector, X[combined])
+    H = X[case.honest][:, fin_R]
+    r = (float(np.sqrt(np.max(np.sum((H - R.vector[fin_R]) ** 2, axis=1), initial=0.0)))
+         if H.size else 0.0)
+    tol = 64 * u * scale + spread_rtol * r + TINY
+
+    def mismatch(got: np.ndarray, what: str) -> LawViolation | None:
+        k = _first_mismatch(R.vector, got, tol, inherited)
+        if k is None:
+            return None
+        if inherited[k]:
+            rows_k = [int(i) for i in np.flatnonzero(combined & ~np.isfinite(X[:, k]))]
+            return LawViolation(law, f"{what}coordinate {k} is {_r(got[k])}; rfrs-ref's rule gives "
+                                f"{_r(R.vector[k])}: row(s) {rows_k} that it combines are non-finite "
+                                "there, and a finite aggregate hides them", coordinate=k,
+                                expected=str(R.vector[k]), got=str(got[k]), rows=rows_k)
+        return LawViolation(law, f"{what}coordinate {k} is {_r(got[k])}; rfrs-ref's rule gives "
                             f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
-                            expected=float(R.vector[k]), got=float(C.vector[k]), tolerance=tol)
+                            expected=float(R.vector[k]), got=float(got[k]), tolerance=tol)
+
+    v = mismatch(C.vector, "")
+    if v is not None:
+        return v
     if not compare_weights and C.weights is not None:
         # weights not compared one by one (RFA's move with where its iteration stops) still
         # combine the uploads: the aggregate they give, Σ wᵢxᵢ over wᵢ ≠ 0, is held to the
         # aggregate's tolerance (a geometric median reported with the mean's weights would
         # hand the round the mean of the uploads)
         implied = weighted_vector(X, C.weights)
-        ok = _vectors_close(R.vector, implied, scale, u, atol=spread_rtol * r)
-        if not ok.all():
-            k = int(np.flatnonzero(~ok)[0])
-            tol = 64 * u * scale + spread_rtol * r + TINY
+        v = mismatch(implied, "Σ wᵢxᵢ ")
+        if v is not None:
+            k = v.details["coordinate"]
             return LawViolation(law, f"the candidate's weights give Σ wᵢxᵢ = {_r(implied[k])} at "
                                 f"coordinate {k}, where its aggregate is {_r(C.vector[k])} and rfrs-ref's "
                                 f"rule gives {_r(R.vector[k])} (tolerance {_r(tol)}): the weights combine "
-                                "every uploaded array, so they must give the aggregate", coordinate=k,
-                                expected=float(R.vector[k]), got=float(implied[k]), tolerance=tol)
+                                "every uploaded array, so they must give the aggregate", **v.details)
     if compare_weights and R.weights is not None and C.weights is not None:
         ok = _vectors_close(R.weights, C.weights, 1.0, u)
         if not ok.all():
@@ -463,28 +526,43 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
     return None
 
 
-def _gm_objective(z: np.ndarray, case: RoundCase) -> float:
-    """Σᵢ nᵢ‖z − xᵢ‖ over the finite rows (RFA's objective; float64)."""
+def _gm_excess(z: np.ndarray, R: np.ndarray, case: RoundCase) -> tuple[float, float]:
+    """(Σᵢ nᵢ(‖z − xᵢ‖ − ‖R − xᵢ‖) over the finite rows, its rounding slack), float64.
+
+    Each term is computed as (z − R)·(z + R − 2xᵢ)/(‖z − xᵢ‖ + ‖R − xᵢ‖), which keeps its
+    accuracy where ‖z − xᵢ‖ is huge (a row at 1e38): the difference of the two objectives,
+    each about 1e38 there, lost every digit of it. The slack is 64u·Σnᵢ·(‖z − R‖ + ‖R‖),
+    u of the features' dtype: the rounding of those terms and of an aggregate stored in
+    that dtype (the objective is Σnᵢ-Lipschitz)."""
     X = case.features.astype(np.float64)
     fin = np.isfinite(X).all(axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = np.sqrt(np.sum((X[fin] - z) ** 2, axis=1))
-    return float(np.dot(case.n_samples[fin].astype(np.float64), d))
+    F, ns = X[fin], case.n_samples[fin].astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        num = (z - R)[None, :] * (z + R - 2.0 * F)
+        den = np.sqrt(np.sum((F - z) ** 2, axis=1)) + np.sqrt(np.sum((F - R) ** 2, axis=1))
+        terms = np.where(den > 0, num.sum(axis=1) / np.where(den > 0, den, 1.0), 0.0)
+    excess = float(ns @ terms)
+    slack = 64 * _u(case.features.dtype) * float(ns.sum()) * (nrm(z - R) + nrm(R)) + TINY
+    return excess, slack
 
 
 def _at_least_as_near_the_median(R: Outcome, C: Outcome, case: RoundCase) -> bool:
     """Whether the candidate's aggregate, and the one its weights give, are at least as
-    near the nᵢ-weighted geometric median as rfrs-ref's in objective, to rounding: RFA
-    stops its Weiszfeld steps at a tolerance, and near a data point they converge so
-    slowly that a correct implementation run further stops farther than the spread
-    allowance from rfrs-ref's iterate, but always with a smaller objective."""
-    ref = _gm_objective(R.vector, case)
-    if not np.isfinite(ref):
+    near the nᵢ-weighted geometric median as rfrs-ref's in objective, to rounding
+    (:func:`_gm_excess`): RFA stops its Weiszfeld steps at a tolerance, and near a data
+    point they converge so slowly that a correct implementation run further stops farther
+    than the spread allowance from rfrs-ref's iterate, but always with a smaller objective."""
+    if not np.isfinite(R.vector).all():
         return False
-    slack = 64 * _u(case.features.dtype) * ref + TINY
     outs = [C.vector] + ([] if C.weights is None else
                          [weighted_vector(case.features.astype(np.float64), C.weights)])
-    return all(np.isfinite(v).all() and _gm_objective(v, case) <= ref + slack for v in outs)
+    for v in outs:
+        if not np.isfinite(v).all():
+            return False
+        excess, slack = _gm_excess(v, R.vector, case)
+        if not excess <= slack:
+            return False
+    return True
 
 
 def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
@@ -497,9 +575,16 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
     the honest rows and the finite rows the reference weights, r the largest distance
     from the reference's aggregate to an honest row (an iterative rule's stopping
     tolerance is relative to that spread); when both expose weights, every weight within
-    64u of the reference's. Every magnitude is the reference's; where the reference's
-    aggregate is not finite the law says nothing. Ties (equal values, distances,
-    scores) go as the reference breaks them, by index (docs/aggregation.md).
+    64u of the reference's. Every magnitude is the reference's (its finite coordinates).
+    Where the reference's aggregate is not finite at a coordinate because a row it combines
+    (wᵢ > 0; every row for a reference without weights) is NaN or ±inf there, the
+    candidate's must be non-finite there too, NaN or ±inf (which one can depend on the
+    order of the arithmetic): a finite value there hides a hostile row, as a mean that
+    drops NaN rows does. Where the reference overflowed from finite rows (float32 sums
+    near 3.4e38) it has no value to compare with and a more careful candidate may be
+    finite: that coordinate is not compared (the other laws still judge it). Ties (equal
+    values, distances, scores) go as the reference breaks them, by index
+    (docs/aggregation.md).
 
     ``tied_subsets`` (SMEA): subsets of equal objective (copied rows) tie only to
     rounding, and which one is first depends on it, so the candidate also holds when it
@@ -518,8 +603,6 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
         if len({row.tobytes() for row in fin}) < fin.shape[0]:
             return
     R = _outcome(reference, case.features, case.n_samples, case.f, law)
-    if not np.isfinite(R.vector).all():
-        return
     C = _outcome(rule, case.features, case.n_samples, case.f, law)
     v = _reference_mismatch(R, C, case, spread_rtol, compare_weights, gain)
     if v is None:
@@ -1228,8 +1311,9 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
 
     Deterministic pre-aggregators (nnm, clip, arc): every row that rfrs-ref's mixes from
     finite rows, within 64u·s per coordinate (u of the features' dtype, s the largest
-    |x| among the rows mixed into it); rows it leaves non-finite are not compared (the
-    rule's to treat). Bucketing, whose permutation is random: the rows are a partition of
+    |x| among the rows mixed into it); a row it leaves non-finite (the rule's to treat)
+    must be non-finite (NaN or ±inf) wherever rfrs-ref's is because a row it mixes is,
+    its other coordinates not compared. Bucketing, whose permutation is random: the rows are a partition of
     the clients into ⌈n/s⌉ buckets, s rows each but the last, which holds the n mod s
     left over, each row the nᵢ-weighted mean of its bucket within 64u·s (a bucket with a
     non-finite member non-finite wherever its mean is)."""
@@ -1248,6 +1332,22 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
     u = _u(X.dtype)
     ties = _nnm_boundary_ties(X, case.f) if reference.name == "nnm" else {}
     ns = case.n_samples.astype(np.float64)
+    X64 = X.astype(np.float64)
+    for i in np.flatnonzero(~finite):
+        # a row rfrs-ref leaves non-finite stays non-finite where a row it mixes is: a
+        # finite value there (a NaN row made zeros) hands the rule a Byzantine row it
+        # would count, where rfrs-ref's rule would treat it as hostile
+        S = np.flatnonzero(M[i] != 0)
+        owed = _inherited_nonfinite(R[i], X64[S])
+        bad = np.flatnonzero(owed & np.isfinite(C[i]))
+        if bad.size:
+            k = int(bad[0])
+            rows_k = [int(j) for j in S if not np.isfinite(X64[j, k])]
+            raise LawViolation(law, f"row {int(i)}, coordinate {k}: {_r(C[i, k])}, finite, where "
+                               f"rfrs-ref's {reference.name} gives {_r(R[i, k])}: row(s) {rows_k} "
+                               "that it mixes into it are non-finite there (a hostile row stays "
+                               "non-finite, for the rule to treat)", row=int(i), coordinate=k,
+                               got=str(C[i, k]), expected=str(R[i, k]), rows=rows_k)
     for i in np.flatnonzero(finite):
         tol = 64 * u * scale[i] + TINY
         bad = np.flatnonzero(agreement.disagree(R[i], C[i], 0.0, tol))
@@ -1257,7 +1357,6 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
             from itertools import combinations
 
             sure, tied, need = ties[i]
-            X64 = X.astype(np.float64)
             for T in combinations(tied, need):
                 S = np.array(sure + list(T))
                 alt = ns[S] @ X64[S] / ns[S].sum()

@@ -5,8 +5,9 @@ per law; here 50). ByzFL's pre-aggregators and attacks that rfrs-ref also has
 hold every law with the hyperparameters aligned (``c`` = C, ``s`` = s, ``tau`` = ϵ
 or −z), except where a convention differs, which the assertions pin: no nᵢ
 (``weighted_mixing``), σ of a single vector (NaN, rfrs-ref 0), an index beyond the
-honest vectors (an error, rfrs-ref clamps), and one bug: ARC ranks a NaN row with
-Python's ``sort``, which does not sort NaN keys.
+honest vectors (an error, rfrs-ref clamps), and two bugs on hostile rows: ARC ranks a
+NaN row with Python's ``sort``, which does not sort NaN keys, and NNM leaves a +inf row
+out of its own neighbours (its distance to itself is inf − inf = NaN).
 """
 
 from __future__ import annotations
@@ -61,14 +62,42 @@ def test_resolve_and_guess_byzfl_pre_aggregators_and_attacks(byzfl):
 def test_byzfl_nnm_and_bucketing_mix_without_n_samples(byzfl):
     pre, _ = byzfl
     assert _pre("nnm", adapters.byzfl_pre(pre.NNM)) == {
-        "reference_pre": "holds", "weighted_mixing": "fails", "nnm_honest_bound": "holds",
+        "reference_pre": "fails", "weighted_mixing": "fails", "nnm_honest_bound": "holds",
         "permutation_equivariance": "holds"}
+    # reference_pre fails on a +inf row alone (below); on rounds of finite rows ByzFL's NNM
+    # is rfrs-ref's with equal nᵢ
+    from hypothesis import given, settings
+
+    finite = strategies.byzantine_rounds(min_n=1, max_n=13, equal_weights=True, hostile=False)
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True)
+    @given(finite)
+    def holds_on_finite_rows(case):
+        laws.reference_pre(adapters.byzfl_pre(pre.NNM), case, adapters.rfrs_pre("nnm").pre)
+
+    holds_on_finite_rows()
     assert _pre("bucketing", adapters.byzfl_pre(pre.Bucketing, s=2)) == {
         "reference_pre": "holds", "weighted_mixing": "fails"}
     # buckets of one row: the rows themselves, shuffled (ByzFL's default s = 1)
     assert _pre("bucketing", adapters.byzfl_pre(pre.Bucketing),
                 reference_options={"bucket_size": 1}) == {"reference_pre": "holds",
                                                           "weighted_mixing": "holds"}
+
+
+def test_byzfl_nnm_turns_an_infinite_row_into_the_mean_of_the_others(byzfl):
+    """A row's distance to itself is +inf − +inf = NaN in ByzFL's NNM, which argpartition
+    puts last: a +inf row is left out of its own neighbours and becomes the mean of the
+    finite rows (a NaN row stays NaN). rfrs-ref's NNM leaves a non-finite row as it is,
+    for the rule to treat; a finite value there is a disagreement (docs/conformance.md)."""
+    pre, _ = byzfl
+    X = np.array([[0.0], [1.0], [2.0], [np.inf], [3.0]])
+    np.testing.assert_array_equal(pre.NNM(1)(X.copy())[:, 0], [1.5] * 5)
+    assert np.isnan(pre.NNM(1)(np.where(np.isinf(X), np.nan, X))[3, 0])
+    case = strategies.RoundCase(X, np.array([True, True, True, False, True]), 1,
+                                np.ones(5, np.int64), np.arange(5), np.zeros(1))
+    with pytest.raises(laws.LawViolation, match="row 3, coordinate 0: 1.5, finite"):
+        laws.reference_pre(adapters.byzfl_pre(pre.NNM), case, adapters.rfrs_pre("nnm").pre)
+    laws.reference_pre(adapters.rfrs_pre("nnm"), case, adapters.rfrs_pre("nnm").pre)
 
 
 def test_byzfl_clipping_is_rfrs_refs_with_the_same_threshold(byzfl):

@@ -757,3 +757,128 @@ def test_a_missing_cross_check_library_names_the_extra(monkeypatch):
     with pytest.raises(AdapterError) as info:  # a module of the user's own: no such hint
         resolve_callable("no_such_module_of_mine:f")
     assert "crosscheck" not in str(info.value)
+
+
+# -- BaseExceptions and exits outside the laws ---------------------------------------------------------------
+
+BASE = textwrap.dedent('''
+    import dataclasses
+    import sys
+
+    import numpy as np
+
+    from rfrs_ref.aggregate import Median
+    from rfrs_ref.optim import Adam
+
+
+    class Boom(BaseException):
+        """Not an Exception: an `except Exception` lets it through."""
+
+
+    def median_raising_boom(X, ns, f):
+        raise Boom("out of the blue")
+
+
+    def median_raising_keyboard_interrupt(X, ns, f):
+        raise KeyboardInterrupt("not the user's")
+
+
+    def median_raising_generator_exit(X, ns, f):
+        raise GeneratorExit
+
+
+    @dataclasses.dataclass(frozen=True)
+    class AdamRaisingBoom(Adam):
+        def recover(self, state, upload, t):
+            raise Boom("in recover")
+
+
+    def attack_raising_boom(V):
+        raise Boom("in the attack")
+
+
+    def pre_raising_boom(X, ns, f):
+        raise Boom("in the pre-aggregator")
+
+
+    @dataclasses.dataclass(frozen=True)
+    class MedianExitingWhenBuilt(Median):
+        def __post_init__(self):
+            sys.exit(0)
+
+
+    class AdamExitingWhenBuilt:
+        def __init__(self):
+            sys.exit(0)
+    ''')
+
+
+@pytest.fixture
+def base_module(tmp_path, monkeypatch):
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
+    (tmp_path / "boom_on_import.py").write_text("class Boom(BaseException):\n    pass\n\nraise Boom('no')\n")
+    yield from _module(tmp_path, monkeypatch, "base_impls", BASE)
+    for name in ("exits_on_import", "boom_on_import"):
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("args, name", [
+    (["--rule", "median", "--callable", "base_impls:median_raising_boom"], "Boom: out of the blue"),
+    (["--rule", "median", "--callable", "base_impls:median_raising_keyboard_interrupt"],
+     "KeyboardInterrupt: not the user's"),
+    (["--rule", "median", "--callable", "base_impls:median_raising_generator_exit"], "GeneratorExit"),
+    (["--optimizer", "adam", "--callable", "base_impls:AdamRaisingBoom", "--law", "recovery_exact"],
+     "Boom: in recover"),
+    (["--attack", "inf", "--callable", "base_impls:attack_raising_boom"], "Boom: in the attack"),
+    (["--pre", "clip", "--callable", "base_impls:pre_raising_boom"], "Boom: in the pre-aggregator"),
+])
+def test_a_base_exception_from_the_code_under_test_fails_the_law(base_module, args, name):
+    """A BaseException that is not an Exception (a class of the user's own, KeyboardInterrupt,
+    GeneratorExit) went through the suite's `except Exception`: the child process printed a
+    traceback and ended before its report. It now fails the law, with one message naming it."""
+    res = _cli(*args, "--max-examples", "3")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    failing = [x for x in res.output.splitlines() if "FAILS" in x]
+    assert failing and all(name in x for x in failing), res.output
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--rule", "median", "--callable", "exits_on_import:median"], "exit(0)"),
+    (["--rule", "median", "--callable", "boom_on_import:median"], "Boom: no"),
+    (["--rule", "median", "--callable", "base_impls:MedianExitingWhenBuilt", "--adapter", "rfrs"],
+     "exit(0)"),
+    (["--optimizer", "adam", "--callable", "base_impls:AdamExitingWhenBuilt"], "exit(0)"),
+])
+def test_an_exit_while_the_code_under_test_loads_is_not_a_pass(base_module, args, fragment):
+    """sys.exit(0) in a module as it is imported, or in a constructor the adapter calls, ended
+    the child with status 0 before any law ran, and the command passed, printing nothing."""
+    res = _cli(*args, "--max-examples", "3")
+    error = _refused(res, fragment, "no law was checked")
+    assert res.exit_code == 1, res.output
+    assert "code under test" in error
+
+
+def test_a_keyboard_interrupt_of_the_user_still_stops_the_python_api():
+    """In the caller's process a KeyboardInterrupt the code under test raises fails its law,
+    and a Ctrl-C (SIGINT) of the user still stops the run."""
+    import os
+    import signal
+
+    import numpy as np
+
+    from rfrs_ref.testing import adapters, run_rule_conformance
+
+    def raises(X, ns, f):
+        raise KeyboardInterrupt("not the user's")
+
+    r, = run_rule_conformance("median", adapters.vector(raises), max_examples=2, laws=["unanimity"])
+    assert r.status == "fails" and "KeyboardInterrupt: not the user's" in r.message
+
+    def interrupted(X, ns, f):
+        os.kill(os.getpid(), signal.SIGINT)
+        return np.zeros(np.shape(X)[1])
+
+    with pytest.raises(KeyboardInterrupt):
+        run_rule_conformance("median", adapters.vector(interrupted), max_examples=2, laws=["unanimity"])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -438,3 +438,22 @@ def test_update_rule_allows_a_subnormal_amplified_by_the_step():
             return up
 
     L.update_rule(F32(lr=0.5, beta4=0.0, eps=2.0**-7), PairCase(ref, st, g, np.zeros(1, f), 1, 0.0))
+
+
+def test_a_huge_output_does_not_widen_the_permutation_tolerance():
+    """The permutation law took part of its scale from the candidate's own aggregate: a
+    median shifted by 1e13 got a tolerance of 0.07 and hid a dependence on the order of
+    the rows far beyond rounding. The scale is now the inputs' and rfrs-ref's."""
+    def shifted_order_dependent_median(X, ns, f):
+        X = np.asarray(X, np.float64)
+        return np.median(X, axis=0) + 1e13 + 1e-2 * X[0]
+
+    case = strategies.RoundCase(np.array([[0.0], [1.0], [2.0], [3.0], [4.0]]), np.ones(5, bool), 1,
+                                np.ones(5, np.int64), np.array([4, 3, 2, 1, 0]), np.zeros(1))
+    fn = adapters.vector(shifted_order_dependent_median)
+    with pytest.raises(laws.LawViolation, match="permuted"):
+        laws.permutation_invariance(fn, case, reference=adapters.rfrs("median"))
+    with pytest.raises(laws.LawViolation, match="permuted"):  # the honest rows' scale, without one
+        laws.permutation_invariance(fn, case)
+    r, = run_rule_conformance("median", fn, max_examples=EXAMPLES, laws=["permutation_invariance"])
+    assert r.status == "fails", r

@@ -213,6 +213,46 @@ def test_each_pre_aggregator_law_catches_a_wrong_implementation(name, fn, law):
     assert _pre(name, adapters.vector_pre(fn), law=law) == {law: "fails"}
 
 
+def _zeroing_nonfinite_rows(pre):
+    """rfrs-ref's pre-aggregator, with every non-finite row then replaced by zeros."""
+    def call(X, ns, f):
+        out = np.asarray(pre(X, ns, f), dtype=np.float64).copy()
+        out[~np.isfinite(out).all(axis=1)] = 0.0
+        return out
+    return call
+
+
+@pytest.mark.parametrize("name", ["nnm", "clip", "arc"])
+def test_a_pre_aggregator_that_makes_a_hostile_row_finite_fails(name):
+    """rfrs-ref leaves a non-finite row non-finite (the rule's to treat); reference_pre did
+    not compare such a row at all, so a pre-aggregator that turned a NaN row into zeros (a
+    Byzantine client at the origin, which the rule then counts) held every law."""
+    fn = adapters.vector_pre(_zeroing_nonfinite_rows(adapters.rfrs_pre(name)))
+    res = run_pre_conformance(name, fn, max_examples=EXAMPLES)
+    st = {r.law: r for r in res}
+    for law in ("reference_pre", "weighted_mixing"):  # one checker, two kinds of round
+        if law in st:
+            assert st[law].status == "fails", st[law]
+            assert "non-finite there" in st[law].message
+    assert all(r.status == "holds" for r in res
+               if r.law not in ("reference_pre", "weighted_mixing")), _status(res)
+
+
+def test_a_hostile_row_may_stay_non_finite_in_another_way():
+    """ByzFL's Clipping scales a row with +inf by C/inf = 0: its +inf becomes NaN and its
+    finite coordinates 0. The row is still non-finite where it was: it holds."""
+    def clip_by_zero(X, ns, f, c=1.0):
+        out = np.array(X, dtype=np.float64, copy=True)
+        with np.errstate(all="ignore"):
+            norms = np.linalg.norm(out, axis=1)
+            for i in range(out.shape[0]):
+                if norms[i] > c:
+                    out[i] *= c / norms[i]
+        return out
+
+    assert _pre("clip", adapters.vector_pre(clip_by_zero), law="reference_pre") == {"reference_pre": "holds"}
+
+
 def test_the_unweighted_nnm_is_right_with_equal_weights():
     # ByzFL's convention: only the nᵢ weighting tells it from rfrs-ref's
     st = _pre("nnm", adapters.vector_pre(nnm_unweighted))

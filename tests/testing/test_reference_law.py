@@ -354,3 +354,103 @@ def test_an_rfa_run_further_than_rfrs_refs_holds():
     early = adapters.rfrs(RFA(tol=0.0, max_iter=2), backend="numba")
     r, = run_rule_conformance("rfa", early, max_examples=100, laws=["reference_rule"])
     assert r.status == "fails"
+
+
+def _mean_dropping_nonfinite_rows(X, ns, f):
+    """The nᵢ-weighted mean of the finite rows only: a NaN or infinite row vanishes from the
+    aggregate, where rfrs-ref's mean (like any weighted sum) carries it."""
+    X = np.asarray(X, np.float64)
+    ok = np.isfinite(X).all(axis=1)
+    w = np.where(ok, np.asarray(ns, np.float64), 0.0)
+    return w / w.sum()
+
+
+def test_a_finite_aggregate_where_a_row_the_reference_combines_is_not_finite_fails():
+    """rfrs-ref's mean of a round with a NaN row is NaN; the law said nothing there, so a
+    mean that silently dropped hostile rows held every law of the mean (its weights hold
+    weights_sum_to_one, and weighted_mean draws no Byzantine row)."""
+    as_vector = adapters.vector(lambda X, ns, f: _mean_dropping_nonfinite_rows(X, ns, f)
+                                @ np.where(np.isfinite(np.asarray(X, np.float64)), X, 0.0))
+    for fn in (as_vector, adapters.weights(_mean_dropping_nonfinite_rows)):
+        results = run_rule_conformance("mean", fn, max_examples=EXAMPLES)
+        st = {r.law: r for r in results}
+        assert st["reference_rule"].status == "fails", st["reference_rule"]
+        assert "non-finite there" in st["reference_rule"].message
+        assert st["reference_rule"].counterexample["fixed_example"]
+        assert all(r.status in ("holds", "skipped") for r in results if r.law != "reference_rule")
+    # a NaN row: the aggregate is NaN in that coordinate, whatever the candidate's arithmetic
+    X = np.array([[1.0, 2.0], [np.nan, 3.0], [4.0, 5.0]])
+    case = _case(X, [1, 2, 3], 2, [True, False, True])
+    with pytest.raises(laws.LawViolation, match="coordinate 0 is 3.25") as exc:
+        laws.reference_rule(as_vector, case, adapters.rfrs("mean"))
+    assert exc.value.details["rows"] == [1]
+
+
+def test_where_a_combined_row_is_infinite_any_non_finite_value_holds():
+    """A running mean (m += w/W·(x − m)) turns +inf followed by a finite row into NaN where
+    the direct sum gives +inf: which non-finite value depends on the arithmetic, that it is
+    non-finite does not."""
+    def running_mean(X, ns, f):
+        X = np.asarray(X, np.float64)
+        m, W = np.zeros(X.shape[1]), 0.0
+        with np.errstate(all="ignore"):
+            for x, w in zip(X, np.asarray(ns, np.float64)):
+                W += w
+                m = m + (w / W) * (x - m)
+        return m
+
+    X = np.array([[np.inf, 2.0], [1.0, 3.0], [4.0, 5.0]])
+    case = _case(X, [1, 2, 3], 2, [False, True, True])
+    fn = adapters.vector(running_mean)
+    assert np.isnan(fn(X, case.n_samples, 2).vector[0])
+    laws.reference_rule(fn, case, adapters.rfrs("mean"))
+    r, = run_rule_conformance("mean", fn, max_examples=EXAMPLES, laws=["reference_rule"])
+    assert r.status == "holds", (r.message, r.counterexample)
+
+
+def test_where_the_reference_overflows_from_finite_rows_a_finite_value_is_not_judged():
+    """A reference that overflows on finite rows (a float32 sum of rows near 3.4e38) has no
+    value to compare with: a more careful candidate, finite there, holds; the coordinates
+    where the reference is finite are still compared."""
+    def float32_sum_mean(X, ns, f):
+        X = np.asarray(X, np.float32)
+        w = np.asarray(ns, np.float32)
+        with np.errstate(all="ignore"):
+            return ((w[:, None] * X).sum(axis=0) / w.sum()).astype(np.float64)
+
+    X = np.array([[3.0e38, 1.0], [3.0e38, 2.0], [3.0e38, 4.0]], np.float32)
+    case = _case(X, [5, 6, 7], 0)
+    ref = adapters.vector(float32_sum_mean)
+    assert np.isinf(ref(X, case.n_samples, 0).vector[0])
+    careful = adapters.vector(lambda X, ns, f: (np.asarray(ns, float) @ np.asarray(X, float)) / ns.sum())
+    laws.reference_rule(careful, case, ref)
+    # (64u of the largest finite magnitude, 3e38, is 1.1e33 in float32)
+    off = adapters.vector(lambda X, ns, f: careful(X, ns, f).vector + [0.0, 1e36])
+    with pytest.raises(laws.LawViolation, match="coordinate 1"):
+        laws.reference_rule(off, case, ref)
+
+
+@pytest.mark.parametrize("rule", ["cc", "rfa"])
+def test_a_huge_row_with_a_tiny_weight_does_not_widen_the_tolerance(rule):
+    """Centered clipping and RFA give a row at 1e38 a weight of about 1e-36 (clipped to τ,
+    or 1/distance), but weight > 0 made it one of "the rows rfrs-ref keeps", whose largest
+    magnitude set the tolerance: 64u·1e38, so that an aggregate off by 1e15 on every round
+    with such a row held. The rows now count by their weighted magnitude, Σ wᵢ|xᵢ|."""
+    ref = adapters.rfrs(rule)
+
+    def off_when_a_row_is_huge(X, ns, f):
+        out = ref(X, ns, f)
+        X64 = np.asarray(X, np.float64)
+        huge = (np.abs(X64[np.isfinite(X64).all(axis=1)]) > 1e30).any()
+        return {"vector": out.vector + (1e15 if huge else 0.0), "weights": out.weights}
+
+    fn = adapters.result(off_when_a_row_is_huge)
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5], [1e38, 1e38], [0.2, 0.1]])
+    case = _case(X, [1, 2, 3, 4, 5], 1, [True, True, True, False, True])
+    laws.reference_rule(adapters.result(lambda X, ns, f: {"vector": ref(X, ns, f).vector,
+                                                          "weights": ref(X, ns, f).weights}),
+                        case, ref, **_ref_options(rule))
+    with pytest.raises(laws.LawViolation, match="rfrs-ref's rule gives"):
+        laws.reference_rule(fn, case, ref, **_ref_options(rule))
+    r, = run_rule_conformance(rule, fn, max_examples=EXAMPLES, laws=["reference_rule"])
+    assert r.status == "fails", r
