@@ -169,9 +169,9 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
 #: amplifies the rounding of the distances: reference_rule compares CAF within 64·CAF_GAIN·u
 CAF_GAIN = 1024.0
 
-# MoNNA is compared, like its other laws, on rounds whose pivot (client 0) is honest: with a
-# NaN row at the pivot rfrs-ref's MoNNA raises (it needs a trusted pivot), and a law that
-# rfrs-ref's own rule fails says nothing of the candidate
+# MoNNA is compared, like its other laws, on rounds whose pivot (client 0) is honest: its
+# guarantee assumes a trusted pivot, and with a NaN row at the pivot rfrs-ref's MoNNA moves
+# the pivot to the next finite client, a convention of its own that a candidate need not share
 for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
     if _rule == "rfa":
         _specs.append(dataclasses.replace(_REF, options={"spread_rtol": 1e-4, "compare_weights": False,
