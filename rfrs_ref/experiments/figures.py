@@ -535,33 +535,6 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
     return paths
 
 
-def figure_files(fig: Figure, out: pathlib.Path, resilience: bool = True) -> list[pathlib.Path]:
-    """The files :func:`plot_figure` writes into ``out`` for ``fig`` (the resilience sums'
-    figure with ``resilience``; the ranking's ``ranking.md`` aside)."""
-    from rfrs_ref.experiments import plots
-
-    out = pathlib.Path(out)
-    name = f"fig{fig.id}" if fig.id.isdigit() else fig.id
-    if fig.kind == "ranking":
-        return []
-    stems = [out / name] if fig.kind == "pca" else [
-        out / name, out / f"{name}_curves", *([out / f"{name}_resilience"] if resilience else [])]
-    return [p for s in stems for p in plots.figure_files(s)]
-
-
-def refuse_foreign_figures(out: pathlib.Path, files: Sequence[pathlib.Path]) -> None:
-    """Before a sweep runs into ``out``: a directory that is not yet a results directory
-    (:func:`rfrs_ref.experiments.results.is_store`) gets the tables, and then its
-    ``figures/`` folder is the results directory's to redraw; so a figure of a name the call
-    draws that is already in ``out/figures`` and was not drawn by this package (a user's
-    own ``figures/fig4.png``) is refused now, before anything runs (ValueError)."""
-    from rfrs_ref.experiments import plots
-    from rfrs_ref.experiments.results import is_store
-
-    if not is_store(out):
-        plots.refuse_foreign(files)
-
-
 def _capture(path: pathlib.Path) -> dict:
     """The ``capture`` record of a finished capture run's outcome.json at ``path``, checked
     for what Fig. 1 draws: ``byzantine``, one boolean per captured client; ``theta_pca`` and
@@ -627,6 +600,33 @@ def left_out_notes(left: Sequence[tuple[RunSpec, Exception]]) -> list[str]:
         lines.append(f"left out on {dataset} at α = {alpha:g}: {series} ({count} "
                      f"run{'s' if count != 1 else ''}; {reason}, in every round)")
     return lines
+
+
+def figure_files(fig: Figure, out: pathlib.Path, resilience: bool = True) -> list[pathlib.Path]:
+    """The files :func:`plot_figure` writes into ``out`` for ``fig`` (the resilience sums'
+    figure with ``resilience``; the ranking's ``ranking.md`` aside)."""
+    from rfrs_ref.experiments import plots
+
+    out = pathlib.Path(out)
+    name = f"fig{fig.id}" if fig.id.isdigit() else fig.id
+    if fig.kind == "ranking":
+        return []
+    stems = [out / name] if fig.kind == "pca" else [
+        out / name, out / f"{name}_curves", *([out / f"{name}_resilience"] if resilience else [])]
+    return [p for s in stems for p in plots.figure_files(s)]
+
+
+def refuse_foreign_figures(out: pathlib.Path, files: Sequence[pathlib.Path]) -> None:
+    """Before a sweep runs into ``out``: a directory that is not yet a results directory
+    (:func:`rfrs_ref.experiments.results.is_store`) gets the tables, and then its
+    ``figures/`` folder is the results directory's to redraw; so a figure of a name the call
+    draws that is already in ``out/figures`` and was not drawn by this package (a user's
+    own ``figures/fig4.png``) is refused now, before anything runs (ValueError)."""
+    from rfrs_ref.experiments import plots
+    from rfrs_ref.experiments.results import is_store
+
+    if not is_store(out):
+        plots.refuse_foreign(files)
 
 
 def whole_grid(fig: Figure, scale: Scale) -> list[RunSpec]:
