@@ -396,6 +396,14 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
         _list_runs(sw.runs, out, low_memory)
         return
     _check_extras(workers, scheduler)
+    if not no_plot:
+        from rfrs_ref.experiments.figures import refuse_foreign_figures
+        from rfrs_ref.experiments.plots import figure_files
+
+        try:  # a user's own figures/sweep.png in a new --out: refused before anything runs
+            refuse_foreign_figures(out, figure_files(out / "figures" / "sweep"))
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
     click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")
     started = time.perf_counter()
     progress = _Progress(started)

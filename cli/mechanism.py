@@ -141,13 +141,14 @@ def _recorded(path: pathlib.Path, spec, every: int):
 
 
 def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool = False) -> None:
-    from rfrs_ref.experiments.mechanism import (measure_run, mechanism_frame, plot_mechanism,
-                                                summary)
+    from rfrs_ref.experiments.mechanism import (SUMMARY_HEAD, measure_run, mechanism_frame,
+                                                plot_mechanism, summary)
     from rfrs_ref.experiments.results import atomic_write_text
     from rfrs_ref.federated.trainer import Diverged
 
     a = runs[0].config.byzantine_fraction
     stem = f"{_slug(fig.experiment)}-{dataset}-a{a:g}-seed{seed}"
+    _refuse_foreign(out, stem, [out / f"{stem}-{_slug(r.labels['series'])}.csv" for r in runs])
     frames = {}
     diverged = {}  # series -> Diverged
     for r in runs:
@@ -205,7 +206,7 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool 
                   + "; ".join(f"{n} at round {d.round} ({d.reason}: {d.what})"
                               for n, d in diverged.items())
                   + ". Its means are over the rounds before the divergence."]
-    text = (f"Means over the rounds: {fig.title}, {dataset}, α = {a:g}, seed {seed}\n\n"
+    text = (f"{SUMMARY_HEAD}{fig.title}, {dataset}, α = {a:g}, seed {seed}\n\n"
             + "\n".join(lines) + "\n")
     _write(lambda: atomic_write_text(out / f"{stem}.md", text), out / f"{stem}.md")
     try:
@@ -217,6 +218,36 @@ def _measure(fig, runs, dataset, seed, every, out: pathlib.Path, *, again: bool 
     click.echo(text, nl=False)
     for p in paths:
         click.echo(f"figure: {p}")
+
+
+def _refuse_foreign(out: pathlib.Path, stem: str, tables: list[pathlib.Path]) -> None:
+    """Before anything is measured or written: every file the call writes into ``out`` (the
+    per-round tables, the summary, the PNG) is absent or one this command wrote (a table
+    whose header is the per-round table's, a summary that begins as one, a PNG drawn
+    here, or one beside this command's summary of the same runs); none is a link. A user's
+    own file of such a name is left as it is."""
+    from rfrs_ref.experiments.mechanism import COLUMNS, is_summary
+    from rfrs_ref.experiments.plots import drawn_here, refuse_foreign
+    from rfrs_ref.files import first_line
+
+    header = ",".join(COLUMNS)
+    summary, png = out / f"{stem}.md", out / f"{stem}.png"
+    for path in (*tables, summary, png):
+        if path.is_symlink():
+            raise click.ClickException(f"{path} is a link; mechanism writes into the folder "
+                                       "given, never through a link; nothing was measured "
+                                       "or written")
+    try:
+        refuse_foreign(tables, "a per-round table of rfrs-ref mechanism",
+                       ours=lambda p: (first_line(p) or "").startswith(header))
+        refuse_foreign([summary], "a summary of rfrs-ref mechanism", ours=is_summary)
+        # a PNG beside this command's summary of the same runs is its own, one drawn before
+        # figures said who drew them included
+        mine = is_summary(summary)
+        refuse_foreign([png], ours=lambda p: mine or drawn_here(p))
+    except ValueError as exc:
+        raise click.ClickException(str(exc).replace("nothing was written",
+                                                     "nothing was measured or written")) from None
 
 
 def _write(fn, where):

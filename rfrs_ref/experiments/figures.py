@@ -476,7 +476,9 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
     """Draw ``fig`` from a results table whose run directories are under ``base``.
 
     Writes ``fig<id>.png/.pdf`` (the paper's panels), ``fig<id>_curves.png/.pdf``
-    (training curves) and, when the runs recorded them, ``fig<id>_resilience``.
+    (training curves) and, when the runs recorded them, ``fig<id>_resilience``. A file of
+    one of these names that is not a figure this package drew is a ValueError, before any
+    is written (:func:`rfrs_ref.experiments.plots.refuse_foreign`).
     ``notes``, when given, receives one line per panel whose lines are drawn over
     fewer runs than the table holds (diverged runs, a metric not recorded), as its
     title says. A finished run whose record cannot be read is a ValueError naming
@@ -495,6 +497,10 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
         from rfrs_ref.experiments.ranking import write_ranking
 
         return [write_ranking(table, out)]
+    resilience = fig.kind != "pca" and plots.has_resilience(table, base)
+    # every file the figure writes is refused before any is drawn when one of them is not
+    # a figure drawn here (a user's fig4_curves.png must not leave a new fig4.png beside it)
+    plots.refuse_foreign(figure_files(fig, out, resilience))
     if fig.kind == "pca":
         runs = table[(table["status"] == "ok") & (table["kind"] == "capture")]
         if runs.empty:
@@ -521,7 +527,7 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
                                rows=fig.rows, cols=fig.cols, series_order=fig.series,
                                dataset_order=DATASETS, title=f"{fig.title}: training curves",
                                notes=notes)
-    if plots.has_resilience(table, base):
+    if resilience:
         panels = [p for p in (fig.rows, fig.cols) if p]
         paths += plots.plot_resilience(table, base, out / f"{name}_resilience",
                                        panels=panels, series_order=fig.series,
@@ -602,6 +608,33 @@ def left_out_notes(left: Sequence[tuple[RunSpec, Exception]]) -> list[str]:
     return lines
 
 
+def figure_files(fig: Figure, out: pathlib.Path, resilience: bool = True) -> list[pathlib.Path]:
+    """The files :func:`plot_figure` writes into ``out`` for ``fig`` (the resilience sums'
+    figure with ``resilience``; the ranking's ``ranking.md`` aside)."""
+    from rfrs_ref.experiments import plots
+
+    out = pathlib.Path(out)
+    name = f"fig{fig.id}" if fig.id.isdigit() else fig.id
+    if fig.kind == "ranking":
+        return []
+    stems = [out / name] if fig.kind == "pca" else [
+        out / name, out / f"{name}_curves", *([out / f"{name}_resilience"] if resilience else [])]
+    return [p for s in stems for p in plots.figure_files(s)]
+
+
+def refuse_foreign_figures(out: pathlib.Path, files: Sequence[pathlib.Path]) -> None:
+    """Before a sweep runs into ``out``: a directory that is not yet a results directory
+    (:func:`rfrs_ref.experiments.results.is_store`) gets the tables, and then its
+    ``figures/`` folder is the results directory's to redraw; so a figure of a name the call
+    draws that is already in ``out/figures`` and was not drawn by this package (a user's
+    own ``figures/fig4.png``) is refused now, before anything runs (ValueError)."""
+    from rfrs_ref.experiments import plots
+    from rfrs_ref.experiments.results import is_store
+
+    if not is_store(out):
+        plots.refuse_foreign(files)
+
+
 def whole_grid(fig: Figure, scale: Scale) -> list[RunSpec]:
     """``fig``'s runs at ``scale`` on every dataset of the full figure and every one asked for,
     in the figure's order: what its tables hold, whichever datasets a call runs.
@@ -626,6 +659,8 @@ def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | Non
 
     out = pathlib.Path(out) if out is not None else fig.default_out(scale)
     runs = sweep_kwargs.pop("runs", None) or fig.runs(scale)
+    if plot:
+        refuse_foreign_figures(out, figure_files(fig, out / "figures"))
     report = run_sweep(runs, out, label_columns=("label_series",),
                        table_runs=whole_grid(fig, scale), **sweep_kwargs)
     paths: list[pathlib.Path] = []

@@ -246,14 +246,22 @@ def plot_mechanism(frames: dict, stem: pathlib.Path, title: str = "") -> list[pa
     fig.tight_layout()
     stem = pathlib.Path(stem)
     path = stem.parent / f"{stem.name}.png"  # the stem may hold dots (a0.4)
-    plots.refuse_linked(fig, stem.parent, path)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    from rfrs_ref.files import atomic_write
+    # atomically, as plots.save (mechanism calls may write into one folder together), never
+    # through a link nor over a PNG that is not mechanism's (drawn_here, or one beside
+    # mechanism's summary of the same runs: drawn before figures said who drew them)
+    return [plots.write_png(fig, path, ours=lambda p: plots.drawn_here(p) or is_summary(
+        stem.parent / f"{stem.name}.md"))]
 
-    # atomically, as plots.save: mechanism calls may write into one folder together
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
-    plt.close(fig)
-    return [path]
+
+#: how the Markdown summary of ``rfrs-ref mechanism`` begins
+SUMMARY_HEAD = "Means over the rounds: "
+
+
+def is_summary(path) -> bool:
+    """Whether the file at ``path`` begins as ``rfrs-ref mechanism``'s summary does."""
+    from rfrs_ref.files import first_line
+
+    return (first_line(path) or "").startswith(SUMMARY_HEAD)
 
 
 def _smooth(s, window: int = 25):

@@ -80,12 +80,97 @@ def refuse_linked(fig, *paths: pathlib.Path) -> None:
                              "another folder")
 
 
+#: what every figure this package draws says of itself: the PNG's ``Software`` text and the
+#: PDF's ``Creator`` begin with it (:func:`drawn_here` reads it back)
+DRAWN_BY = "rfrs-ref"
+
+
+def _metadata(fmt: str) -> dict:
+    from rfrs_ref import __version__
+
+    return {("Software" if fmt == "png" else "Creator"): f"{DRAWN_BY} {__version__}"}
+
+
+#: how much of a PDF's end is searched for its Creator (the information dictionary is
+#: written after the pages, followed only by the cross-reference table)
+_PDF_TAIL = 1 << 20
+
+
+def drawn_here(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is a PNG or PDF figure this package drew: a PNG whose
+    ``Software`` text chunk, or a PDF whose ``Creator``, begins with :data:`DRAWN_BY`
+    (:func:`save` and :func:`write_png` write them). False for anything else, an unreadable
+    file included."""
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if head == b"\x89PNG\r\n\x1a\n":
+                while True:  # the text chunks come before the image data
+                    hdr = fh.read(8)
+                    if len(hdr) < 8:
+                        return False
+                    size, kind = struct.unpack(">I4s", hdr)
+                    if kind in (b"IDAT", b"IEND"):
+                        return False
+                    if kind == b"tEXt" and size <= 4096:
+                        key, _, value = fh.read(size).partition(b"\0")
+                        if key == b"Software" and value.startswith(DRAWN_BY.encode()):
+                            return True
+                        fh.seek(4, os.SEEK_CUR)
+                    else:
+                        fh.seek(size + 4, os.SEEK_CUR)
+            if head.startswith(b"%PDF-"):
+                end = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, end - _PDF_TAIL))
+                return f"/Creator ({DRAWN_BY} ".encode() in fh.read()
+    except (OSError, struct.error):
+        return False
+    return False
+
+
+def in_results_figures(folder: pathlib.Path) -> bool:
+    """Whether ``folder`` is the ``figures/`` folder of a results directory (one a sweep
+    wrote: :func:`rfrs_ref.experiments.results.is_store`): the results directory's own,
+    whose figures are its to redraw, those drawn before figures said who drew them
+    included."""
+    from rfrs_ref.experiments.results import is_store
+
+    folder = pathlib.Path(folder)
+    return folder.name == "figures" and not folder.is_symlink() and is_store(folder.parent)
+
+
+def refuse_foreign(paths: Sequence[pathlib.Path], what: str = "a figure rfrs-ref drew",
+                   ours=drawn_here) -> None:
+    """Raise ValueError, naming the first of ``paths`` that exists and is not ``what`` (its
+    ``ours(path)`` is false): a command replaces the files it wrote before, never a file of
+    the same name that it did not write (a user's own ``fig4.png`` in ``--out``). Figures in
+    a results directory's own ``figures/`` folder (:func:`in_results_figures`) are its to
+    redraw."""
+    for p in map(pathlib.Path, paths):
+        if not (p.exists() or p.is_symlink()) or p.is_symlink():
+            continue  # a link is refused as one (refuse_linked)
+        if ours is drawn_here and in_results_figures(p.parent):
+            continue
+        if p.is_dir() or not ours(p):
+            raise ValueError(f"{p} exists and is not {what}; it is left as it is: move it "
+                             "away or give another --out; nothing was written")
+
+
+def figure_files(stem: pathlib.Path) -> list[pathlib.Path]:
+    """The files :func:`save` writes for ``stem``."""
+    stem = pathlib.Path(stem)
+    return [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+
+
 def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
     """Write ``stem.png`` and ``stem.pdf``; close the figure.
 
     Raises ValueError (writing nothing) when the folder or either file is a symbolic
     link: a figure is written into the folder it is given, never through a link to a
-    file or folder elsewhere.
+    file or folder elsewhere; and when either file exists and is not a figure this
+    package drew (:func:`refuse_foreign`: each says so in its metadata, :func:`drawn_here`).
 
     Each file is written atomically (:func:`rfrs_ref.files.atomic_write`): plots may write
     into one folder together (their hold on it is shared), and two drawing the same figure
@@ -95,13 +180,40 @@ def save(fig, stem: pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
 
     plt = _pyplot()
     stem = pathlib.Path(stem)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    paths = figure_files(stem)
     refuse_linked(fig, stem.parent, *paths)
+    try:
+        refuse_foreign(paths)
+    except ValueError:
+        plt.close(fig)
+        raise
     stem.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(paths[0], lambda fh: fig.savefig(fh, format="png", dpi=dpi, bbox_inches="tight"))
-    atomic_write(paths[1], lambda fh: fig.savefig(fh, format="pdf", bbox_inches="tight"))
+    atomic_write(paths[0], lambda fh: fig.savefig(fh, format="png", dpi=dpi, bbox_inches="tight",
+                                                  metadata=_metadata("png")))
+    atomic_write(paths[1], lambda fh: fig.savefig(fh, format="pdf", bbox_inches="tight",
+                                                  metadata=_metadata("pdf")))
     plt.close(fig)
     return paths
+
+
+def write_png(fig, path: pathlib.Path, dpi: int = 110, ours=drawn_here) -> pathlib.Path:
+    """Write ``fig`` as the PNG ``path`` only (:func:`save`'s checks and metadata; ``ours``
+    as for :func:`refuse_foreign`); close it."""
+    from rfrs_ref.files import atomic_write
+
+    plt = _pyplot()
+    path = pathlib.Path(path)
+    refuse_linked(fig, path.parent, path)
+    try:
+        refuse_foreign([path], ours=ours)
+    except ValueError:
+        plt.close(fig)
+        raise
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi, bbox_inches="tight",
+                                              metadata=_metadata("png")))
+    plt.close(fig)
+    return path
 
 
 def _panel_title(rows: Sequence[str], cols: Sequence[str], rv, cv) -> str:

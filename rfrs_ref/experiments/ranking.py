@@ -35,6 +35,7 @@ pre-aggregator), computed by :func:`rfrs_ref.experiments.claims.paired_differenc
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Sequence
 
@@ -262,12 +263,28 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
     return "\n".join(lines)
 
 
+#: how :func:`ranking_markdown`'s text begins (with rows, and without): an existing
+#: ``ranking.md`` that begins otherwise is not a ranking this package wrote
+RANKING_HEADS = ("Rules ranked by ", "No finished run of the ranking experiment")
+
+
 def write_ranking(table, out: str | pathlib.Path, metric: str = METRIC, k: int = K) -> pathlib.Path:
-    """Write ``ranking.md`` into ``out`` (created) and return its path."""
+    """Write ``ranking.md`` into ``out`` (created) and return its path.
+
+    Raises ValueError, writing nothing, when ``out/ranking.md`` is a link or exists and
+    is not a ranking this package wrote (its first line is not one of
+    :data:`RANKING_HEADS`): a user's own ranking.md in ``plot --out`` is left as it is."""
+    from rfrs_ref.experiments.plots import refuse_foreign
     from rfrs_ref.experiments.results import atomic_write_text
+    from rfrs_ref.files import first_line
 
     out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "ranking.md"
+    if path.is_symlink():
+        raise ValueError(f"{path} is a link (to {os.readlink(path)}): the ranking is written "
+                         "into the folder given, never through a link; nothing was written")
+    refuse_foreign([path], "a ranking rfrs-ref wrote",
+                   ours=lambda p: (first_line(p) or "").startswith(RANKING_HEADS))
+    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, ranking_markdown(table, metric, k))
     return path

@@ -383,10 +383,20 @@ def separation(X: np.ndarray, byz: np.ndarray) -> float | None:
     return float(((mb - mh) ** 2).sum() / within)
 
 
+#: the files a capture run writes into its directory, in the order it writes them:
+#: ``final_metrics.json`` last, so that its presence says the others are whole
+CAPTURE_FILES = ("config.json", "capture.npz", "capture.json", "final_metrics.json")
+
+
 def _capture(spec, run_dir: pathlib.Path) -> dict:
     """Train ``rounds`` rounds and project the last round's uploads and recovered gradients."""
     from rfrs_ref.files import DirectoryLock
 
+    if run_dir.is_symlink():
+        # the run clears its directory before it starts (as _train does): through a link,
+        # that would remove the files of whatever directory it points to
+        raise ValueError(f"{run_dir} is a link (to {os.readlink(run_dir)}), not a run "
+                         "directory of this sweep; remove the link and run the sweep again")
     # the run directory is this process's before anything in it is read or written, as for
     # a training run (_train): a directory another process holds is refused, untouched
     with DirectoryLock(run_dir):
@@ -396,9 +406,13 @@ def _capture(spec, run_dir: pathlib.Path) -> dict:
 def _capture_locked(spec, run_dir: pathlib.Path) -> dict:
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
+    from rfrs_ref.files import atomic_write
 
     refuse_foreign_run(run_dir, spec)  # its config.json and final_metrics.json are rewritten
     trainer = Trainer(spec.config)
+    # an earlier attempt's files (one stopped half-way: a capture.npz without the
+    # final_metrics.json that ends a capture) never stand beside this attempt's
+    _clear(run_dir)
     c = trainer.config
     started = time.perf_counter()
     state, private = trainer.initial_state()
@@ -436,8 +450,6 @@ def _capture_locked(spec, run_dir: pathlib.Path) -> dict:
                        "theta_pca": separation(theta_xy, byz),
                        "gradient_pca": separation(grad_xy, byz)},
     }
-    np.savez(run_dir / "capture.npz", byzantine=byz, theta_pca=theta_xy, gradient_pca=grad_xy,
-             clients=clients[ok])
     pop = trainer.popularity()
     metrics = trainer.evaluate(state, private)
     kmax = max(c.ks)
@@ -446,9 +458,18 @@ def _capture_locked(spec, run_dir: pathlib.Path) -> dict:
     final = {"round": t, "model": model, "popularity": popd,
              "beats_popularity": model[f"precision@{kmax}"] > popd[f"precision@{kmax}"],
              "seconds": time.perf_counter() - started}
-    (run_dir / "config.json").write_text(json.dumps({"config": c.to_json()}, indent=2) + "\n")
-    (run_dir / "final_metrics.json").write_text(json.dumps(jsonable(final), indent=2) + "\n")
-    (run_dir / "capture.json").write_text(json.dumps(jsonable(capture)) + "\n")
+    # each file is written beside its name and renamed over it (a crash or a full disk
+    # mid-write leaves no part of one), final_metrics.json last (CAPTURE_FILES)
+    texts = {"config.json": json.dumps({"config": c.to_json()}, indent=2) + "\n",
+             "capture.json": json.dumps(jsonable(capture), allow_nan=False) + "\n",
+             "final_metrics.json": json.dumps(jsonable(final), indent=2, allow_nan=False) + "\n"}
+    for name in CAPTURE_FILES:
+        if name == "capture.npz":
+            atomic_write(run_dir / name, lambda fh: np.savez(
+                fh, byzantine=byz, theta_pca=theta_xy, gradient_pca=grad_xy,
+                clients=clients[ok]))
+        else:
+            atomic_write(run_dir / name, lambda fh, text=texts[name]: fh.write(text.encode()))
     return {
         "final": jsonable(final),
         "history": _history([{"round": t, **model}]),

@@ -59,6 +59,10 @@ from rfrs_ref.flower.client import (
 ROUND_TIMEOUT = 600.0
 #: seconds the server waits for the nodes of every user to connect by default
 CONNECT_TIMEOUT = 120.0
+#: the most a node's attack diagnostics may hold: bytes of JSON text, nesting depth (an
+#: attack's own are a flat object of numbers and short lists, well inside both)
+DIAGNOSTICS_MAX_BYTES = 1 << 16
+DIAGNOSTICS_MAX_DEPTH = 8
 
 
 def check_federation_config(config) -> None:
@@ -207,7 +211,8 @@ class FlowerTrainer(Trainer):
             rows.append(c)
             own = int(self.federation.n_samples[c])
             upload, n, loss, role, diag, problem = _read_reply(r, names, D, dtype, own,
-                                                               bool(rd.byz[i]))
+                                                               bool(rd.byz[i]),
+                                                               node=self.node_of.get(c))
             for k in names:
                 buf.uploads[k][row] = upload[k] if upload is not None else np.nan
             if problem:
@@ -283,13 +288,16 @@ def _read_users(reply, node: int) -> list[int]:
     return [int(u) for u in users]
 
 
-def _read_reply(reply, names, D: int, dtype, own: int, configured: bool = False) -> tuple:
+def _read_reply(reply, names, D: int, dtype, own: int, configured: bool = False,
+                node: int | None = None) -> tuple:
     """(upload or None, n_samples, loss, role, diagnostics, problem) of one reply; a reply
     that is not an upload of ``D`` values of ``dtype`` per array, whose ``n_samples`` is
     not ``own`` (the user's training-set size in the server's copy of the data), whose
-    ``loss`` is not a finite number or whose ``byzantine`` is not 0 or 1, is malformed
-    (``problem`` says why; the upload is then None and enters the round as NaN, the loss
-    is NaN and the role is ``configured``, the user's in the run's Byzantine set).
+    ``loss`` is not a finite number, whose ``byzantine`` is not 0 or 1, or whose attack
+    diagnostics are not strict JSON of an attack's form (:func:`_read_diagnostics`, the
+    problem naming ``node``) is malformed (``problem`` says why; the upload is then None
+    and enters the round as NaN, the loss is NaN, the role is ``configured``, the user's
+    in the run's Byzantine set, and the diagnostics are none).
     The n_samples returned is ``own`` whatever the node reports: the rule's weights never
     take a node's word for its size."""
     content = reply.content
@@ -329,10 +337,52 @@ def _read_reply(reply, names, D: int, dtype, own: int, configured: bool = False)
         problem = (problem + "; " if problem else "") + f"metrics: {exc}"
         upload = None
     try:
-        diag = json.loads(str(content.config_records[ATTACK]["diagnostics"]))
-    except Exception:  # noqa: BLE001 - diagnostics are the node's word, kept when readable
-        diag = {}
+        record = content.config_records[ATTACK] if ATTACK in content.config_records else None
+        text = record["diagnostics"] if record is not None and "diagnostics" in record else None
+        if text is not None:  # none sent: no diagnostics
+            diag = _read_diagnostics(text, node)
+    except Exception as exc:  # noqa: BLE001 - a hostile reply is input, not a crash
+        problem = (problem + "; " if problem else "") + f"diagnostics: {exc}"
+        upload, loss, role, diag = None, math.nan, bool(configured), {}
     return upload, n, loss, role, diag, problem
+
+
+def _read_diagnostics(text, node: int | None) -> dict:
+    """A node's attack diagnostics (the JSON text of its reply's ``attack`` record), read
+    as untrusted input: a JSON object of at most :data:`DIAGNOSTICS_MAX_BYTES` bytes,
+    nested at most :data:`DIAGNOSTICS_MAX_DEPTH` deep, without a key twice in one object,
+    whose numbers are finite (no ``NaN``, ``Infinity`` or ``1e999``, which a node's
+    ClientApp writes as null) and whose integers fit 64 bits. Anything else is a
+    ValueError naming the node: the reply is refused, never recorded with a NaN or a
+    number no reader of the round records can hold."""
+    from rfrs_ref.untrusted import depth_exceeds, parse_json
+
+    who = f"node {node}" if node is not None else "the node"
+    if not isinstance(text, str):
+        raise ValueError(f"{who} sent diagnostics of type {type(text).__name__}, not JSON text")
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) > DIAGNOSTICS_MAX_BYTES:
+        raise ValueError(f"{who} sent {len(data)} bytes of diagnostics, more than "
+                         f"{DIAGNOSTICS_MAX_BYTES}")
+    diag = parse_json(data, f"{who}'s diagnostics")
+    if not isinstance(diag, dict):
+        raise ValueError(f"{who}'s diagnostics are a JSON {type(diag).__name__}, not an object")
+    if depth_exceeds(diag, DIAGNOSTICS_MAX_DEPTH):
+        raise ValueError(f"{who}'s diagnostics nest more than {DIAGNOSTICS_MAX_DEPTH} deep")
+    stack: list = [diag]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"{who}'s diagnostics hold {x!r}, not a finite number (an "
+                             "attack's diagnostics write a non-finite value as null)")
+        elif isinstance(x, int) and not isinstance(x, bool) and not -2 ** 63 <= x < 2 ** 63:
+            raise ValueError(f"{who}'s diagnostics hold an integer of {len(str(abs(x)))} "
+                             "digits, beyond 64 bits")
+    return diag
 
 
 def server_app(config=None, run_dir=None, *, round_timeout: float | None = None,

@@ -157,3 +157,65 @@ def test_capture_gradients_are_the_recovered_ones(ex):
     pc1 = np.asarray(cap["gradient_pca"])[:, 0]
     # the sign of a component is a convention: the two groups lie on opposite sides
     assert np.sign(pc1[byz].mean()) == -np.sign(pc1[~byz].mean())
+
+
+# -- a capture run's files are whole or absent ---------------------------------------------------
+_UNDER_LIMIT = """\
+import json, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+import rfrs_ref.federated.round, rfrs_ref.federated.trainer  # noqa: E401 - before the limit
+from rfrs_ref.experiments.worker import execute_run
+task = json.loads(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
+out = execute_run(task)
+print(json.dumps({"status": out["status"], "error": out["error"]}))
+"""
+
+
+def _whole(path) -> bool:
+    import json
+    import zipfile
+
+    if path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return all(z[k].size >= 0 for k in z.files) and len(z.files) == 4
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            return False
+    try:
+        json.loads(path.read_text())
+        return True
+    except ValueError:
+        return False
+
+
+def test_a_capture_run_stopped_by_a_full_disk_leaves_no_part_of_a_file(ex, tmp_path):
+    """A capture run (Fig. 1) wrote capture.npz and its JSON files in place: a full disk
+    mid-write left a truncated file under the finished file's name. Each file now lands
+    whole or not at all, final_metrics.json (the end of a capture) last."""
+    import json
+    import subprocess
+    import sys
+
+    from rfrs_ref.experiments.worker import CAPTURE_FILES
+
+    spec = RunSpec(make_config({**ex.TINY, "model": "fmf", "attack": "ascent",
+                                "byzantine_fraction": 0.4, "rounds": 2, "backend": "numpy"}),
+                   kind="capture")
+    whole = tmp_path / "whole"
+    assert execute_run(_task(spec, str(whole)))["status"] == "ok"
+    sizes = {name: (whole / name).stat().st_size for name in CAPTURE_FILES}
+    for name in ("capture.npz", "capture.json"):
+        run_dir = tmp_path / name
+        # any file larger than the limit cannot be written whole: this one, and maybe others
+        proc = subprocess.run([sys.executable, "-c", _UNDER_LIMIT,
+                               json.dumps(_task(spec, str(run_dir))), str(sizes[name] - 1)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout.splitlines()[-1])
+        assert out["status"] == "failed" and "too large" in out["error"], out
+        left = {p.name: p for p in run_dir.iterdir() if p.name in CAPTURE_FILES}
+        assert name not in left
+        assert [n for n, p in left.items() if not _whole(p)] == []
+        assert "final_metrics.json" not in left
+        assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]

@@ -232,6 +232,53 @@ def test_a_reply_whose_loss_or_role_is_no_such_value_is_malformed(direct_grid, t
     assert all(np.isfinite(v).all() for v in res.state.values())
 
 
+#: a hostile node's diagnostics per round, and what the malformed reply's reason then says
+_BAD_DIAGNOSTICS = {
+    1: ('{"noise_norm": NaN}', "not a finite number"),
+    2: ('{"sigma": 1, "sigma": 2}', "duplicate key 'sigma'"),
+    3: ('{"noise_norm": 1e999}', "inf, not a finite number"),
+    4: ('{"a": ' + "[" * 50 + "]" * 50 + "}", "nest more than"),
+    5: ('{"a": ' + "[" * 30000 + "]" * 30000 + "}", "nested too deeply"),
+    6: ('{"a": 1' + "0" * 30 + "}", "beyond 64 bits"),
+    7: ("[1, 2]", "a JSON list, not an object"),
+    8: ('{"a": "' + "x" * 70000 + '"}', "bytes of diagnostics"),
+}
+
+
+def test_a_reply_whose_diagnostics_are_not_strict_json_is_malformed_naming_the_node(
+        direct_grid, tmp_path):
+    """A node's attack diagnostics were read with plain json.loads and recorded: NaN,
+    Infinity and 1e999 became nulls, a key sent twice kept either value, a number of
+    thousands of digits or nesting hundreds deep went into the round records. Such a
+    reply is now malformed, its reason naming the node, and excluded like any other."""
+    cfg = TrainConfig(**{**BASE, "rounds": len(_BAD_DIAGNOSTICS)}, defense="mean",
+                      detect="gradient", model_params={"dim": 4})
+
+    def tamper(msg, reply):
+        if msg.metadata.message_type != "train" or reply.has_error():
+            return reply
+        rc = msg.content.config_records["round"]
+        if int(rc["user"]) % 3 == 0:
+            text = _BAD_DIAGNOSTICS[int(rc["round"])][0]
+            reply.content.config_records["attack"]["diagnostics"] = text
+        return reply
+
+    _, res = _flower_run(direct_grid, cfg, tmp_path / "run", tamper=tamper)
+    recs = {r["round"]: r for r in _records(tmp_path / "run")}
+    for t, (_, says) in _BAD_DIAGNOSTICS.items():
+        r = recs[t]
+        liars = [c for c in r["clients"] if c % 3 == 0]
+        assert liars  # the seed samples some
+        assert [m["client"] for m in r["malformed"]] == liars, t
+        for m in r["malformed"]:
+            assert m["reason"].startswith(f"diagnostics: node {1000 + m['client'] % 4}"), m
+            assert says in m["reason"], (t, m["reason"])
+        assert [e["client"] for e in r["excluded"]] == liars
+        assert not r.get("attack")  # nothing of theirs recorded
+        assert isinstance(r["loss"], float) and math.isfinite(r["loss"])
+    assert all(np.isfinite(v).all() for v in res.state.values())
+
+
 @pytest.mark.parametrize("users,match", [
     (None, "KeyError: .users."), (["3"], r"\['3'\]"), ([True], r"\[True\]"), (7, "7"),
 ])

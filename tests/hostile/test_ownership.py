@@ -890,3 +890,135 @@ def test_a_restart_from_round_0_never_writes_through_a_link(tmp_path, how):
     assert {p.name: p.read_text() for p in outside.iterdir()} == {
         "metrics.csv": "precious\n", "rounds.jsonl": "precious\n"}
     assert not any((run / n).is_symlink() for n in ("metrics.csv", "rounds.jsonl"))
+
+
+# -- files of the user's in a plot's or mechanism's --out -------------------------------------------
+def _matplotlib_png(path):
+    """A figure of the user's, drawn with matplotlib as ours are (its own metadata)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    fig.savefig(path)
+    plt.close(fig)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["fig3.png", "fig3_curves.pdf"])
+def test_plot_never_replaces_a_users_figure_of_the_same_name(tiny_results, tmp_path, refused,
+                                                             name):
+    """`plot --out DIR` replaced DIR/fig3.png (and the other names it writes) whatever the
+    file was: a user's own figure was silently lost. A file plot did not draw is refused,
+    before any figure is drawn (none is left beside it)."""
+    out = tmp_path / "figs"
+    out.mkdir()
+    mine = _matplotlib_png(out / name)
+    refused(invoke("plot", tiny_results, "--figure", "3", "--out", out), out / name,
+            "is not a figure rfrs-ref drew", "nothing was written")
+    assert files(out) == {name: mine}
+    (out / name).unlink()
+    res = invoke("plot", tiny_results, "--figure", "3", "--out", out)
+    assert res.exit_code == 0, res.output
+    again = invoke("plot", tiny_results, "--figure", "3", "--out", out)  # its own: replaced
+    assert again.exit_code == 0, again.output
+
+
+def test_a_sweeps_plot_never_replaces_a_users_sweep_pdf(tiny_results, tmp_path, refused):
+    out = tmp_path / "figs"
+    out.mkdir()
+    (out / "sweep.pdf").write_bytes(b"%PDF-1.4 the user's own\n")
+    refused(invoke("plot", tiny_results, "--out", out), out / "sweep.pdf",
+            "is not a figure rfrs-ref drew")
+    assert files(out) == {"sweep.pdf": b"%PDF-1.4 the user's own\n"}
+
+
+def test_a_results_directorys_own_figures_are_redrawn(tiny_results, tmp_path):
+    """The figures/ folder of a results directory is its own: figures there from before
+    figures said who drew them are redrawn, as reproduce redraws them after each call."""
+    import shutil
+
+    from rfrs_ref.experiments.plots import drawn_here
+
+    d = tmp_path / "r"
+    shutil.copytree(tiny_results, d)
+    (d / "figures").mkdir(exist_ok=True)
+    _matplotlib_png(d / "figures" / "fig3.png")
+    assert not drawn_here(d / "figures" / "fig3.png")
+    res = invoke("plot", d, "--figure", "3")
+    assert res.exit_code == 0, res.output
+    assert drawn_here(d / "figures" / "fig3.png") and drawn_here(d / "figures" / "fig3.pdf")
+
+
+def test_write_ranking_never_replaces_a_users_ranking_md(tmp_path):
+    import pandas as pd
+
+    from rfrs_ref.experiments.ranking import write_ranking
+
+    table = pd.DataFrame(columns=["key", "label_series", "label_space", "label_pre", "attack",
+                                  "dataset", "alpha", "seed", "status", "k", "metric", "value"])
+    (tmp_path / "ranking.md").write_text("# my notes\n")
+    with pytest.raises(ValueError, match="is not a ranking rfrs-ref wrote"):
+        write_ranking(table, tmp_path)
+    assert (tmp_path / "ranking.md").read_text() == "# my notes\n"
+    (tmp_path / "ranking.md").unlink()
+    write_ranking(table, tmp_path)
+    write_ranking(table, tmp_path)  # its own: replaced
+
+
+@pytest.mark.parametrize("name", ["defenses-synthetic-a0.4-seed0-no-defense.csv",
+                                  "defenses-synthetic-a0.4-seed0.md",
+                                  "defenses-synthetic-a0.4-seed0.png"])
+def test_mechanism_never_replaces_a_users_file_of_the_same_name(tmp_path, refused, name):
+    """mechanism replaced a per-round table, summary or PNG of its names in --out whatever
+    the file was (a table it could not read was measured again over it)."""
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / name).write_bytes(b"the user's own\n")
+    refused(invoke(*MECHANISM, "--out", out), out / name, "is not ",
+            "nothing was measured or written")
+    assert files(out) == {name: b"the user's own\n"}
+
+
+def test_mechanism_redraws_its_png_beside_its_own_summary(tmp_path):
+    from rfrs_ref.experiments.plots import drawn_here
+
+    out = tmp_path / "m"
+    res = invoke(*MECHANISM, "--out", out)
+    assert res.exit_code == 0, res.output
+    png = out / "defenses-synthetic-a0.4-seed0.png"
+    assert drawn_here(png)
+    _matplotlib_png(png)  # as drawn before figures said who drew them
+    res = invoke(*MECHANISM, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert drawn_here(png)
+
+
+def test_a_sweep_into_a_users_directory_never_replaces_its_figures(tmp_path, tiny_sweep, refused):
+    """A directory that is not yet a results directory becomes one when the sweep writes its
+    tables, and its figures/ folder then the results directory's to redraw: a user's own
+    figures/sweep.png there is refused before anything runs."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    out = tmp_path / "mine"
+    (out / "figures").mkdir(parents=True)
+    mine = _matplotlib_png(out / "figures" / "sweep.png")
+    refused(invoke("sweep", spec, "--out", out, "--workers", 0), out / "figures" / "sweep.png",
+            "is not a figure rfrs-ref drew")
+    assert files(out) == {"figures/sweep.png": mine} and not (out / "runs").exists()
+    res = invoke("sweep", spec, "--out", out, "--workers", 0, "--no-plot")
+    assert res.exit_code == 0, res.output
+    assert files(out)["figures/sweep.png"] == mine
+
+
+def test_reproduce_into_a_users_directory_never_replaces_its_figures(tmp_path):
+    from rfrs_ref.experiments.figures import Scale, figure, reproduce
+
+    out = tmp_path / "mine"
+    (out / "figures").mkdir(parents=True)
+    mine = _matplotlib_png(out / "figures" / "fig10_curves.png")
+    with pytest.raises(ValueError, match="fig10_curves.png exists and is not a figure rfrs-ref"):
+        reproduce(figure("10"), Scale(quick=True, datasets=("synthetic",)), out, workers=0)
+    assert files(out) == {"figures/fig10_curves.png": mine}
