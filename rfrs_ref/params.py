@@ -44,5 +44,13 @@ def hyperparameters(entry) -> list[HyperSpec]:
 
 
 def values(entry) -> dict[str, Any]:
-    """The entry's hyperparameter values, JSON-friendly."""
-    return {h.name: getattr(entry, h.name) for h in hyperparameters(entry)}
+    """The entry's hyperparameter values, JSON-friendly: an integer given for a
+    hyperparameter whose default is a float is that float (``lr = 1`` is ``lr = 1.0``),
+    so that one configuration has one JSON form, and a sweep one key for it."""
+    return {h.name: _as_declared(h, getattr(entry, h.name)) for h in hyperparameters(entry)}
+
+
+def _as_declared(h: HyperSpec, v: Any) -> Any:
+    if h.type is float and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    return v

@@ -103,6 +103,13 @@ class TrainConfig:
         from rfrs_ref.params import values
 
         c = dataclasses.replace(self)
+        # one configuration, one JSON form (and one sweep key): a fraction or scale given
+        # as an integer (--set init_scale=1) is the float it stands for
+        for name in ("byzantine_fraction", "assumed_byzantine", "client_fraction", "init_scale",
+                     "test_fraction", "valid_fraction"):
+            v = getattr(c, name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                setattr(c, name, float(v))
         if c.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be float32 or float64, got {c.dtype!r}")
         if c.backend not in ("numpy", "numba", "cuda"):

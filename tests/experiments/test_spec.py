@@ -23,6 +23,44 @@ def test_key_is_a_function_of_the_resolved_configuration():
     assert len(a.key) == 16 and int(a.key, 16) >= 0
 
 
+@pytest.mark.parametrize("as_int, as_float", [
+    ({"init_scale": 1}, {"init_scale": 1.0}),
+    ({"byzantine_fraction": 0}, {"byzantine_fraction": 0.0}),
+    ({"client_fraction": 1}, {"client_fraction": 1.0}),
+    ({"assumed_byzantine": 0}, {"assumed_byzantine": 0.0}),
+    ({"optimizer_params": {"lr": 1}}, {"optimizer_params": {"lr": 1.0}}),
+    ({"defense": "krum", "defense_params": {"k": 2}}, {"defense": "krum", "defense_params": {"k": 2}}),
+])
+def test_one_configuration_has_one_key_whatever_the_number_type(as_int, as_float):
+    """`--set init_scale=1` gave another key than the `init_scale = 1.0` its runs were
+    recorded with: the documented command of a committed results directory found none of
+    its runs. A float field (or float hyperparameter) given as an integer is that float."""
+    a = RunSpec(make_config({"dataset": "ml100k", **as_int}))
+    b = RunSpec(make_config({"dataset": "ml100k", **as_float}))
+    assert a.key == b.key
+    # an integer hyperparameter stays an integer
+    assert RunSpec(make_config({"dataset": "ml100k", "defense": "krum",
+                                "defense_params": {"k": 2}})).config.resolved().defense_params["k"] == 2
+
+
+def test_the_committed_fig1_init_command_finds_its_runs(tmp_path):
+    """docs/reproduction.md regenerates results/pca-init1 with `--set init_scale=1`."""
+    import pathlib
+    import shutil
+
+    from click.testing import CliRunner
+
+    from rfrs_ref.cli.main import main
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "results" / "pca-init1"
+    out = tmp_path / "pca-init1"
+    shutil.copytree(src, out)
+    res = CliRunner().invoke(main, ["reproduce", "1", "--set", "init_scale=1", "--out", str(out),
+                                    "--no-run", "--no-plot"])
+    assert res.exit_code == 0, res.output
+    assert "2 skipped (already finished)" in res.output
+
+
 def test_key_ignores_labels_trial_and_non_result_fields():
     base = TrainConfig(dataset="ml100k")
     ref = RunSpec(base).key
