@@ -4,6 +4,7 @@ runs are left out of the lines and said so, in the panel and in the output."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 import shutil
@@ -11,7 +12,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from rfrs_ref.experiments.results import ROUNDS_FILE, read_rounds
+from rfrs_ref.experiments.results import OUTCOME, OUTCOME_GZ, ROUNDS_FILE, read_rounds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -22,6 +23,10 @@ def _copy(name: str, tmp_path) -> pathlib.Path:
         pytest.skip(f"results/{name} is not in this checkout")
     dst = tmp_path / name
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("figures", ".lock"))
+    # the committed records are compressed (rfrs-ref compact); these tests damage plain ones
+    for gz in (dst / "runs").glob(f"*/{OUTCOME_GZ}"):
+        (gz.parent / OUTCOME).write_bytes(gzip.decompress(gz.read_bytes()))
+        gz.unlink()
     return dst
 
 
@@ -51,6 +56,20 @@ def test_an_unreadable_record_of_a_finished_run_is_an_error_naming_it(tmp_path, 
     res = _plot(d, "10", tmp_path)
     assert res.exit_code == 1, res.output
     assert str(damaged) in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_damaged_compressed_record_of_a_finished_run_is_an_error_naming_it(tmp_path):
+    from rfrs_ref.experiments.results import gzip_bytes
+
+    d = _copy("adam-sgd", tmp_path)
+    plain = _outcomes(d)[3]
+    damaged = plain.with_name(OUTCOME_GZ)
+    damaged.write_bytes(gzip_bytes(plain.read_bytes())[:-12])  # cut short
+    plain.unlink()
+    res = _plot(d, "10", tmp_path)
+    assert res.exit_code == 1, res.output
+    assert str(damaged) in res.stderr and "truncated" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
