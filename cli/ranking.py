@@ -78,20 +78,21 @@ def _refuse_out(path: pathlib.Path) -> None:
     """``--out`` may replace a ranking an earlier call wrote, nothing else: not a results
     directory's own table (``--out results/defenses/results.csv`` replaced another sweep's
     results with Markdown, exit 0), not a link, not a file in a run's directory (which a sweep
-    clears when the run starts again), and not an existing file whose first line is not a
-    ranking's (a user's notes.md was replaced the same way), as ``rfrs-ref verdict`` refuses
-    for its table. Raises a usage error before anything is written."""
-    from rfrs_ref.experiments.results import RECORD_NAMES, TABLE_NAMES, run_directory_above
+    clears when the run starts again) or in a results directory's ``runs/`` folder, and not
+    an existing file whose first line is not a ranking's (a user's notes.md was replaced the
+    same way), as ``rfrs-ref verdict`` refuses for its table. Raises a usage error before
+    anything is written."""
+    from rfrs_ref.experiments.results import RECORD_NAMES, TABLE_NAMES, sweep_owned
     from rfrs_ref.files import first_line
 
     if path.name in TABLE_NAMES or path.name in RECORD_NAMES:
         raise click.BadParameter(f"{path}: the name of a results directory's own table or "
                                  "record, which the ranking would replace; write it to another "
                                  "file (e.g. ranking.md); nothing was written", param_hint="--out")
-    owner = run_directory_above(path.parent)
-    if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
-        raise click.BadParameter(f"{path} lies inside the run directory {owner}; write the "
-                                 "ranking outside any run's directory; nothing was written",
+    why = sweep_owned(path.parent)
+    if why is not None:  # a run's directory is its run's (a sweep clears it on a new start)
+        raise click.BadParameter(f"{path}: its folder {why}; write the ranking outside any "
+                                 "run's directory and outside runs/; nothing was written",
                                  param_hint="--out")
     if path.is_symlink():
         raise click.BadParameter(f"{path} is a link; the ranking is written into the folder "

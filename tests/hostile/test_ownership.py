@@ -261,6 +261,23 @@ def test_plot_and_mechanism_never_write_into_a_runs_directory(tiny_results, tmp_
     assert files(run) == before and not (run / "figs").exists()
 
 
+def test_plot_and_mechanism_never_write_into_a_results_directorys_runs_folder(tiny_results,
+                                                                            refused):
+    """--out RESULTS/runs (the folder of the sweep's run directories itself, not one run's)
+    was accepted, and the PNGs, PDFs and mechanism's tables went among the run directories,
+    which a sweep reads as runs and clears."""
+    runs = tiny_results / "runs"
+    before = files(runs)
+    entries = sorted(p.name for p in runs.iterdir())
+    for where in (runs, runs / "figs"):
+        refused(invoke("plot", tiny_results, "--figure", "3", "--out", where), where,
+                f"is or lies inside {runs}, the runs/ folder of the results directory",
+                "nothing was written")
+        refused(invoke("plot", tiny_results, "--out", where), "the runs/ folder")
+        refused(invoke(*MECHANISM, "--out", where), "the runs/ folder", "nothing was written")
+    assert files(runs) == before and sorted(p.name for p in runs.iterdir()) == entries
+
+
 def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
     from rfrs_ref.files import DirectoryLock
 

@@ -322,3 +322,23 @@ def test_a_verdict_or_ranking_is_never_written_into_a_runs_directory(tmp_path, r
         res = CliRunner().invoke(main, ["ranking", str(tmp_path / "adam-sgd"), "--out", str(out)])
         assert res.exit_code == 2 and "lies inside the run directory" in res.output, res.output
     assert sorted(p.name for p in run.iterdir()) == ["outcome.json"]
+
+
+def test_a_verdict_or_ranking_is_never_written_into_a_results_directorys_runs_folder(tmp_path,
+                                                                                    refused):
+    """--out RESULTS/runs/verdict.md (the folder of the sweep's run directories, not one run's)
+    wrote the table among the run directories; so did ranking --out."""
+    from rfrs_ref.cli.main import main
+
+    path = _store(tmp_path, _rows(GOOD))
+    runs = tmp_path / "adam-sgd" / "runs"
+    runs.mkdir()
+    (runs / "0123456789abcdef").mkdir()
+    (tmp_path / "adam-sgd" / "provenance.json").write_text('{"calls": []}\n')  # a sweep's
+    entries = sorted(p.name for p in runs.iterdir())
+    for out in (runs / "verdict.md", runs / "sub" / "verdict.md"):
+        res = CliRunner().invoke(main, ["verdict", path, "--claim", "adam-sgd", "--out", str(out)])
+        refused(res, "the runs/ folder of the results directory", "nothing was written")
+        res = CliRunner().invoke(main, ["ranking", str(tmp_path / "adam-sgd"), "--out", str(out)])
+        assert res.exit_code == 2 and "the runs/ folder" in res.output, res.output
+    assert sorted(p.name for p in runs.iterdir()) == entries and not (runs / "sub").exists()
