@@ -69,19 +69,16 @@ def ranking(results, out, metric, k):
                                    "run rfrs-ref reproduce ranking first")
 
 
-#: how the Markdown of :func:`rfrs_ref.experiments.ranking.ranking_markdown` begins (with rows,
-#: and without): an existing --out that begins otherwise is not a ranking this command wrote
-_RANKING_HEADS = ("Rules ranked by ", "No finished run of the ranking experiment")
-
-
 def _refuse_out(path: pathlib.Path) -> None:
     """``--out`` may replace a ranking an earlier call wrote, nothing else: not a results
     directory's own table (``--out results/defenses/results.csv`` replaced another sweep's
     results with Markdown, exit 0), not a link, not a file in a run's directory (which a sweep
     clears when the run starts again) or in a results directory's ``runs/`` folder, and not
-    an existing file whose first line is not a ranking's (a user's notes.md was replaced the
+    an existing file whose first line is not a ranking's (one of
+    :data:`~rfrs_ref.experiments.ranking.RANKING_HEADS`; a user's notes.md was replaced the
     same way), as ``rfrs-ref verdict`` refuses for its table. Raises a usage error before
     anything is written."""
+    from rfrs_ref.experiments.ranking import RANKING_HEADS
     from rfrs_ref.experiments.results import RECORD_NAMES, TABLE_NAMES, sweep_owned
     from rfrs_ref.files import first_line
 
@@ -100,7 +97,7 @@ def _refuse_out(path: pathlib.Path) -> None:
                                  param_hint="--out")
     if path.exists():
         first = first_line(path)
-        if first is None or not first.startswith(_RANKING_HEADS):
+        if first is None or not first.startswith(RANKING_HEADS):
             raise click.BadParameter(f"{path} exists and is not a ranking rfrs-ref wrote; move it "
                                      "away or choose another name; nothing was written",
                                      param_hint="--out")
