@@ -56,7 +56,14 @@ def ranking(results, out, metric, k):
     if out is None:
         click.echo(text)
     else:
-        atomic_write_text(pathlib.Path(out), text)
+        from rfrs_ref.cli.experiments import write_error
+
+        path = pathlib.Path(out)
+        try:  # a full disk, a file where the folder should be: one line, not a traceback
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+        except OSError as exc:
+            raise click.ClickException(write_error(exc, f"the ranking {path}")) from None
         click.echo(f"ranking: {out}")
     if not judged_pairs(rows):
         # a table of "no pairs" ranks nothing (its order is alphabetical): not a success

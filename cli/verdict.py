@@ -53,10 +53,15 @@ def verdict(results, out, claim_ids):
         _refuse_out(pathlib.Path(out), text.splitlines()[0], ",".join(frame.columns))
     click.echo(text, nl=False)
     if out:
+        from rfrs_ref.cli.experiments import write_error
+
         path = pathlib.Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-        atomic_write_text(path.with_suffix(".csv"), frame.to_csv(index=False))
+        try:  # a full disk, a file where the folder should be: one line, not a traceback
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+            atomic_write_text(path.with_suffix(".csv"), frame.to_csv(index=False))
+        except OSError as exc:
+            raise click.ClickException(write_error(exc, f"the verdict table {path}")) from None
         click.echo(f"verdict table: {path}, {path.with_suffix('.csv')}")
     if all(r.verdict == NOT_RUN for r in rows):
         # a table of "not run" says what to run, but judged nothing: not a success

@@ -324,6 +324,18 @@ def test_a_verdict_or_ranking_is_never_written_into_a_runs_directory(tmp_path, r
     assert sorted(p.name for p in run.iterdir()) == ["outcome.json"]
 
 
+def test_a_verdict_out_that_cannot_be_written_is_one_line(tmp_path, refused):
+    """--out under a file (a folder that cannot be made) ended in a FileExistsError
+    traceback after the table was printed."""
+    (tmp_path / "file").write_text("mine\n")
+    res = _verdict(_store(tmp_path, _rows(GOOD)), "--out", str(tmp_path / "file" / "v.md"))
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1 and "could not write the verdict table" in errors[0], res.output
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
 def test_a_verdict_or_ranking_is_never_written_into_a_results_directorys_runs_folder(tmp_path,
                                                                                     refused):
     """--out RESULTS/runs/verdict.md (the folder of the sweep's run directories, not one run's)
