@@ -223,12 +223,39 @@ class DirectoryLock:
         self.release()
 
 
+def open_regular(path: str | os.PathLike) -> IO[bytes] | None:
+    """``path`` opened for reading in binary, or None when it cannot be opened or is not a
+    regular file. A FIFO or a device planted at a name a command checks before replacing it
+    is opened without waiting (``O_NONBLOCK``) and is None: a plain ``open`` of a FIFO waits
+    for a writer, and the command hung for ever."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def first_line(path: str | os.PathLike, limit: int = 1 << 16) -> str | None:
     """The first line of the file at ``path`` (at most ``limit`` characters, undecodable bytes
-    replaced, without its line end), or None when it cannot be read: enough to tell a file
-    a command wrote from a user's before it is replaced."""
+    replaced, without its line end), or None when it cannot be read or is not a regular file
+    (:func:`open_regular`): enough to tell a file a command wrote from a user's before it is
+    replaced."""
+    import io
+
+    fh = open_regular(path)
+    if fh is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.readline(limit).rstrip("\r\n")
+        with io.TextIOWrapper(fh, encoding="utf-8", errors="replace") as text:
+            return text.readline(limit).rstrip("\r\n")
     except OSError:
         return None

@@ -1039,3 +1039,66 @@ def test_reproduce_into_a_users_directory_never_replaces_its_figures(tmp_path):
     with pytest.raises(ValueError, match="fig10_curves.png exists and is not a figure rfrs-ref"):
         reproduce(figure("10"), Scale(quick=True, datasets=("synthetic",)), out, workers=0)
     assert files(out) == {"figures/fig10_curves.png": mine}
+
+
+# -- a FIFO planted at an output's name --------------------------------------------------------------
+class _FilledFifo:
+    """A FIFO at ``path`` holding ``data``, with a writer open (the test's) so that opening it
+    to read does not wait: what the checks read is the first line, or the PNG text chunk, of
+    a file a command wrote. A FIFO is not such a file: opened without a writer it made the
+    command wait for ever, and with one it read as the command's own file and was replaced."""
+
+    def __init__(self, path, data: bytes) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        os.write(self.fd, data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def _png_text_chunk(key: bytes, value: bytes) -> bytes:
+    import struct
+    import zlib
+
+    body = b"tEXt" + key + b"\0" + value
+    return struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def test_a_fifo_never_reads_as_a_file_a_command_wrote(tmp_path):
+    import stat
+
+    from rfrs_ref.experiments.mechanism import is_summary
+    from rfrs_ref.experiments.plots import drawn_here
+    from rfrs_ref.files import first_line
+
+    with _FilledFifo(tmp_path / "ranking.md", b"Rules ranked by Precision@5\n"):
+        assert first_line(tmp_path / "ranking.md") is None
+    with _FilledFifo(tmp_path / "m.md", b"Means over the rounds: x\n"):
+        assert not is_summary(tmp_path / "m.md")
+    png = b"\x89PNG\r\n\x1a\n" + _png_text_chunk(b"Software", b"rfrs-ref 1.0")
+    with _FilledFifo(tmp_path / "fig4.png", png):
+        assert not drawn_here(tmp_path / "fig4.png")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fig4.png").st_mode)
+
+
+def test_ranking_out_never_replaces_a_fifo(tmp_path, refused):
+    import stat
+
+    import pandas as pd
+
+    read = tmp_path / "ranking"
+    read.mkdir()
+    pd.DataFrame([{"key": f"{rule}-{s}", "status": "ok", "label_series": rule, "label_space": "gradient",
+                   "label_pre": "none", "attack": "ascent", "dataset": "ml100k", "alpha": 0.4,
+                   "seed": s, "metric": "precision", "k": 5, "value": 0.1 + 0.01 * s}
+                  for rule in ("mean", "krum") for s in range(3)]).to_csv(read / "results.csv",
+                                                                         index=False)
+    out = tmp_path / "r.md"
+    with _FilledFifo(out, b"Rules ranked by Precision@5\n"):
+        refused(invoke("ranking", read, "--out", out), out, "is not a ranking rfrs-ref wrote")
+    assert stat.S_ISFIFO(os.lstat(out).st_mode)
