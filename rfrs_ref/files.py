@@ -48,14 +48,15 @@ _NAME_TRIES = 16
 
 def temporary_name(path: str | os.PathLike) -> pathlib.Path:
     """A fresh temporary name for :func:`atomic_write` of ``path``: beside it, hidden,
-    ``.NAME.<pid>-<thread id>-<16 random hex digits>.tmp``, so that it matches
-    ``.gitignore``'s ``.*.tmp`` and says which process wrote it."""
+    ``.NAME.<pid>-<thread id>-<8 random hex digits>.tmp`` (the thread's id as the system
+    numbers it, a few digits), so that it matches ``.gitignore``'s ``.*.tmp`` and says which
+    process wrote it."""
     import secrets
     import threading
 
     path = pathlib.Path(path)
-    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}-"
-                          f"{secrets.token_hex(8)}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_native_id()}-"
+                          f"{secrets.token_hex(4)}.tmp")
 
 
 #: the lock file a directory's owner holds (see :class:`DirectoryLock`)
