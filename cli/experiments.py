@@ -50,17 +50,18 @@ def shared_hold(out: pathlib.Path):
     """A shared hold on the output directory ``out`` (acquired; the caller releases it):
     commands that only add files (plot, mechanism) may write beside each other, but not
     into a directory a run or a sweep owns, nor may one start there meanwhile; nor into a
-    run's directory at all (:func:`~rfrs_ref.experiments.results.run_directory_above`),
-    finished or not. A refusal is one line."""
-    from rfrs_ref.experiments.results import run_directory_above
+    run's directory at all, finished or not, nor into a results directory's ``runs/`` folder
+    (:func:`~rfrs_ref.experiments.results.sweep_owned`). A refusal is one line."""
+    from rfrs_ref.experiments.results import sweep_owned
     from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
-    owner = run_directory_above(out)
-    if owner is not None:
+    why = sweep_owned(out)
+    if why is not None:
         # a run's directory is its run's, finished or not (a sweep clears it when the run
-        # starts again), as train, flower, golden export and sweep refuse it for --out
-        raise click.ClickException(f"--out {out} is or lies inside the run directory {owner}; "
-                                   "give a directory outside any run's; nothing was written")
+        # starts again), as train, flower, golden export and sweep refuse it for --out; the
+        # runs/ folder holds the sweep's run directories only
+        raise click.ClickException(f"--out {out} {why}; give a directory outside any run's "
+                                   "and outside runs/; nothing was written")
     lock = DirectoryLock(out, shared=True)
     try:
         lock.acquire()

@@ -56,7 +56,14 @@ def ranking(results, out, metric, k):
     if out is None:
         click.echo(text)
     else:
-        atomic_write_text(pathlib.Path(out), text)
+        from rfrs_ref.cli.experiments import write_error
+
+        path = pathlib.Path(out)
+        try:  # a full disk, a file where the folder should be: one line, not a traceback
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+        except OSError as exc:
+            raise click.ClickException(write_error(exc, f"the ranking {path}")) from None
         click.echo(f"ranking: {out}")
     if not judged_pairs(rows):
         # a table of "no pairs" ranks nothing (its order is alphabetical): not a success
@@ -69,29 +76,27 @@ def ranking(results, out, metric, k):
                                    "run rfrs-ref reproduce ranking first")
 
 
-#: how the Markdown of :func:`rfrs_ref.experiments.ranking.ranking_markdown` begins (with rows,
-#: and without): an existing --out that begins otherwise is not a ranking this command wrote
-_RANKING_HEADS = ("Rules ranked by ", "No finished run of the ranking experiment")
-
-
 def _refuse_out(path: pathlib.Path) -> None:
     """``--out`` may replace a ranking an earlier call wrote, nothing else: not a results
     directory's own table (``--out results/defenses/results.csv`` replaced another sweep's
     results with Markdown, exit 0), not a link, not a file in a run's directory (which a sweep
-    clears when the run starts again), and not an existing file whose first line is not a
-    ranking's (a user's notes.md was replaced the same way), as ``rfrs-ref verdict`` refuses
-    for its table. Raises a usage error before anything is written."""
-    from rfrs_ref.experiments.results import RECORD_NAMES, TABLE_NAMES, run_directory_above
+    clears when the run starts again) or in a results directory's ``runs/`` folder, and not
+    an existing file whose first line is not a ranking's (one of
+    :data:`~rfrs_ref.experiments.ranking.RANKING_HEADS`; a user's notes.md was replaced the
+    same way), as ``rfrs-ref verdict`` refuses for its table. Raises a usage error before
+    anything is written."""
+    from rfrs_ref.experiments.ranking import RANKING_HEADS
+    from rfrs_ref.experiments.results import RECORD_NAMES, TABLE_NAMES, sweep_owned
     from rfrs_ref.files import first_line
 
     if path.name in TABLE_NAMES or path.name in RECORD_NAMES:
         raise click.BadParameter(f"{path}: the name of a results directory's own table or "
                                  "record, which the ranking would replace; write it to another "
                                  "file (e.g. ranking.md); nothing was written", param_hint="--out")
-    owner = run_directory_above(path.parent)
-    if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
-        raise click.BadParameter(f"{path} lies inside the run directory {owner}; write the "
-                                 "ranking outside any run's directory; nothing was written",
+    why = sweep_owned(path.parent)
+    if why is not None:  # a run's directory is its run's (a sweep clears it on a new start)
+        raise click.BadParameter(f"{path}: its folder {why}; write the ranking outside any "
+                                 "run's directory and outside runs/; nothing was written",
                                  param_hint="--out")
     if path.is_symlink():
         raise click.BadParameter(f"{path} is a link; the ranking is written into the folder "
@@ -99,7 +104,7 @@ def _refuse_out(path: pathlib.Path) -> None:
                                  param_hint="--out")
     if path.exists():
         first = first_line(path)
-        if first is None or not first.startswith(_RANKING_HEADS):
+        if first is None or not first.startswith(RANKING_HEADS):
             raise click.BadParameter(f"{path} exists and is not a ranking rfrs-ref wrote; move it "
                                      "away or choose another name; nothing was written",
                                      param_hint="--out")

@@ -53,10 +53,15 @@ def verdict(results, out, claim_ids):
         _refuse_out(pathlib.Path(out), text.splitlines()[0], ",".join(frame.columns))
     click.echo(text, nl=False)
     if out:
+        from rfrs_ref.cli.experiments import write_error
+
         path = pathlib.Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-        atomic_write_text(path.with_suffix(".csv"), frame.to_csv(index=False))
+        try:  # a full disk, a file where the folder should be: one line, not a traceback
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+            atomic_write_text(path.with_suffix(".csv"), frame.to_csv(index=False))
+        except OSError as exc:
+            raise click.ClickException(write_error(exc, f"the verdict table {path}")) from None
         click.echo(f"verdict table: {path}, {path.with_suffix('.csv')}")
     if all(r.verdict == NOT_RUN for r in rows):
         # a table of "not run" says what to run, but judged nothing: not a success
@@ -75,16 +80,16 @@ def verdict(results, out, claim_ids):
 def _refuse_out(md: pathlib.Path, md_head: str, csv_head: str) -> None:
     """``--out X.md`` writes X.md and X.csv: neither may be a results directory's own table
     (``--out results/defenses/results.md`` would replace the sweep's results.csv), a link, a
-    file in a run's directory, or a file of the user's that an earlier verdict did not write
+    file in a run's directory or in a results directory's ``runs/`` folder, or a file of the user's that an earlier verdict did not write
     (its first line is not a verdict table's). Raises a usage error before anything is
     written."""
-    from rfrs_ref.experiments.results import TABLE_NAMES, run_directory_above
+    from rfrs_ref.experiments.results import TABLE_NAMES, sweep_owned
     from rfrs_ref.files import first_line
 
-    owner = run_directory_above(md.parent)
-    if owner is not None:  # a run's directory is its run's (a sweep clears it on a new start)
-        raise click.BadParameter(f"{md} lies inside the run directory {owner}; write the verdict "
-                                 "outside any run's directory; nothing was written",
+    why = sweep_owned(md.parent)
+    if why is not None:  # a run's directory is its run's (a sweep clears it on a new start)
+        raise click.BadParameter(f"{md}: its folder {why}; write the verdict outside any run's "
+                                 "directory and outside runs/; nothing was written",
                                  param_hint="--out")
     for path, head in ((md, md_head), (md.with_suffix(".csv"), csv_head)):
         if path.name in TABLE_NAMES:

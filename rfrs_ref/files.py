@@ -12,24 +12,51 @@ from typing import Callable, IO
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) -> None:
     """Call ``write(fh)`` on a temporary file beside ``path``, flush it to disk,
     then rename it over ``path`` (atomic on POSIX): ``path`` holds the old
-    content or the new, never part of it. The temporary name carries the
-    process id, so concurrent writers do not share one; a link planted at that name is
-    removed, never written through."""
+    content or the new, never part of it.
+
+    The temporary file is hidden and one per call, :func:`temporary_name`
+    (``.NAME.<pid>-<thread>-<random>.tmp``): concurrent writers of one path, threads of
+    one process included, never share one, and the last rename wins whole. It is
+    created anew (``O_EXCL | O_NOFOLLOW``): an entry already at that name (a planted
+    link, another writer's file) is never written through, truncated or removed, and
+    another name is drawn. On failure the temporary file is removed."""
     path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    for attempt in range(_NAME_TRIES):
+        tmp = temporary_name(path)
+        try:
+            fd = os.open(tmp, flags, 0o644)
+            break
+        except FileExistsError:
+            if attempt == _NAME_TRIES - 1:
+                raise
     try:
-        # a link planted at the (guessable) temporary name must not make us write through
-        # it: remove whatever is there (a link, not its target) and create the file anew
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)  # ours: created by this call, never another's
         raise
+
+
+#: how many temporary names :func:`atomic_write` draws before it gives up (each taken name
+#: is an entry nobody should have put there)
+_NAME_TRIES = 16
+
+
+def temporary_name(path: str | os.PathLike) -> pathlib.Path:
+    """A fresh temporary name for :func:`atomic_write` of ``path``: beside it, hidden,
+    ``.NAME.<pid>-<thread id>-<8 random hex digits>.tmp`` (the thread's id as the system
+    numbers it, a few digits), so that it matches ``.gitignore``'s ``.*.tmp`` and says which
+    process wrote it."""
+    import secrets
+    import threading
+
+    path = pathlib.Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_native_id()}-"
+                          f"{secrets.token_hex(4)}.tmp")
 
 
 #: the lock file a directory's owner holds (see :class:`DirectoryLock`)
@@ -197,12 +224,39 @@ class DirectoryLock:
         self.release()
 
 
+def open_regular(path: str | os.PathLike) -> IO[bytes] | None:
+    """``path`` opened for reading in binary, or None when it cannot be opened or is not a
+    regular file. A FIFO or a device planted at a name a command checks before replacing it
+    is opened without waiting (``O_NONBLOCK``) and is None: a plain ``open`` of a FIFO waits
+    for a writer, and the command hung for ever."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def first_line(path: str | os.PathLike, limit: int = 1 << 16) -> str | None:
     """The first line of the file at ``path`` (at most ``limit`` characters, undecodable bytes
-    replaced, without its line end), or None when it cannot be read: enough to tell a file
-    a command wrote from a user's before it is replaced."""
+    replaced, without its line end), or None when it cannot be read or is not a regular file
+    (:func:`open_regular`): enough to tell a file a command wrote from a user's before it is
+    replaced."""
+    import io
+
+    fh = open_regular(path)
+    if fh is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.readline(limit).rstrip("\r\n")
+        with io.TextIOWrapper(fh, encoding="utf-8", errors="replace") as text:
+            return text.readline(limit).rstrip("\r\n")
     except OSError:
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rfrs_ref.files import atomic_write
@@ -29,8 +31,72 @@ def test_a_failed_write_keeps_the_old_content_and_no_temporary(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]
 
 
+def test_threads_writing_one_path_each_replace_it_whole(tmp_path):
+    """The temporary name carried the process id only, so two threads of one process writing
+    one path shared it: the second removed the first's file and created its own, the first
+    renamed the second's (perhaps half-written) file over the target, and the second's
+    rename then failed (FileNotFoundError)."""
+    import threading
+
+    path = tmp_path / "table.csv"
+    both_open = threading.Barrier(2, timeout=60)
+    errors: list[BaseException] = []
+
+    def writer(text: bytes):
+        def write(fh):
+            fh.write(text[:3])
+            both_open.wait()  # each thread holds its temporary file open, half-written
+            fh.write(text[3:])
+
+        try:
+            atomic_write(path, write)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(t,))
+               for t in (b"first whole table\n", b"second whole table\n")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert path.read_bytes() in (b"first whole table\n", b"second whole table\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
+def test_the_temporary_name_is_hidden_beside_the_target_and_one_per_call(tmp_path):
+    import fnmatch
+
+    from rfrs_ref.files import temporary_name
+
+    path = tmp_path / "results.csv"
+    a, b = temporary_name(path), temporary_name(path)
+    assert a != b and a.parent == b.parent == tmp_path
+    for name in (a.name, b.name):  # .gitignore's results/**/.*.tmp
+        assert fnmatch.fnmatch(name, ".*.tmp") and name.startswith(f".results.csv.{os.getpid()}-")
+
+
+def test_an_entry_at_the_temporary_name_is_neither_followed_nor_removed(tmp_path, monkeypatch):
+    """Another writer's file (or a planted link) at the name drawn is left as it is, and
+    another name is drawn."""
+    import rfrs_ref.files as files
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    taken = tmp_path / ".out.bin.1-2-taken.tmp"
+    taken.symlink_to(victim)
+    other = tmp_path / ".out.bin.1-2-other.tmp"
+    (tmp_path / ".out.bin.1-3-writer.tmp").write_bytes(b"another writer's half")
+    names = iter([taken, tmp_path / ".out.bin.1-3-writer.tmp", other])
+    monkeypatch.setattr(files, "temporary_name", lambda path: next(names))
+    atomic_write(tmp_path / "out.bin", lambda fh: fh.write(b"new"))
+    assert (tmp_path / "out.bin").read_bytes() == b"new"
+    assert victim.read_text() == "precious" and taken.is_symlink()
+    assert (tmp_path / ".out.bin.1-3-writer.tmp").read_bytes() == b"another writer's half"
+    assert not other.exists()
+
+
 # -- the directory lock ---------------------------------------------------------------------------
-import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402

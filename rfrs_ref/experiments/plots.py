@@ -100,11 +100,16 @@ def drawn_here(path: str | os.PathLike) -> bool:
     """Whether the file at ``path`` is a PNG or PDF figure this package drew: a PNG whose
     ``Software`` text chunk, or a PDF whose ``Creator``, begins with :data:`DRAWN_BY`
     (:func:`save` and :func:`write_png` write them). False for anything else, an unreadable
-    file included."""
+    file and anything but a regular file (a FIFO is not waited on) included."""
     import struct
 
+    from rfrs_ref.files import open_regular
+
+    fh = open_regular(path)
+    if fh is None:
+        return False
     try:
-        with open(path, "rb") as fh:
+        with fh:
             head = fh.read(8)
             if head == b"\x89PNG\r\n\x1a\n":
                 while True:  # the text chunks come before the image data

@@ -315,6 +315,35 @@ def store_of_run_directory(path: str | os.PathLike) -> pathlib.Path | None:
 _RUN_KEY = re.compile(f"[0-9a-f]{{{KEY_LENGTH}}}")
 
 
+def runs_folder_above(out: str | os.PathLike) -> pathlib.Path | None:
+    """The ``runs/`` folder of a results directory that ``out`` is or lies inside, or None:
+    a folder named ``runs`` in a directory :func:`is_store` takes for a sweep's. It is the
+    sweep's: every entry in it is a run directory the sweep makes, reads as a run's and
+    clears when that run starts again. ``out`` is compared resolved."""
+    p = pathlib.Path(out).resolve()
+    for d in (p, *p.parents):
+        if d.name == "runs" and is_store(d.parent):
+            return d
+    return None
+
+
+def sweep_owned(out: str | os.PathLike) -> str | None:
+    """Why no command but a run or a sweep may write into the directory ``out``, or None:
+    the words that follow ``out`` in a refusal. ``out`` is or lies inside a run's directory
+    (:func:`run_directory_above`: the run's, finished or not, which a sweep clears when the
+    run starts again), or is or lies inside a results directory's ``runs/`` folder
+    (:func:`runs_folder_above`: the sweep's, whose entries are run directories). The one
+    decision of ``plot``, ``mechanism``, ``verdict`` and ``ranking`` for their output."""
+    owner = run_directory_above(out)
+    if owner is not None:
+        return f"is or lies inside the run directory {owner}"
+    runs = runs_folder_above(out)
+    if runs is not None:
+        return (f"is or lies inside {runs}, the runs/ folder of the results directory "
+                f"{runs.parent}, which holds only the run directories of its sweep")
+    return None
+
+
 def linked_entry(out: str | os.PathLike) -> pathlib.Path | None:
     """The first entry of the results directory ``out`` that a sweep or a plot would write
     through and that is a symbolic link, or None: ``runs/`` and each run directory in it,

@@ -297,6 +297,43 @@ def test_an_out_that_is_not_a_ranking_of_its_own_is_refused_and_kept(tmp_path, n
     assert res.exit_code == 0, res.output
 
 
+def test_an_out_that_cannot_be_written_is_one_line_and_a_new_folder_is_made(tmp_path):
+    """--out under a file (a folder that cannot be made) ended in a NotADirectoryError
+    traceback, and --out in a folder not yet there in a FileNotFoundError one."""
+    from rfrs_ref.cli.main import main
+
+    read = tmp_path / "ranking"
+    read.mkdir()
+    _write(_three_seeds(), read)
+    (tmp_path / "file").write_text("mine\n")
+    res = CliRunner().invoke(main, ["ranking", str(read), "--out", str(tmp_path / "file" / "r.md")])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    assert f"could not write the ranking {tmp_path / 'file' / 'r.md'}" in res.output, res.output
+    assert (tmp_path / "file").read_text() == "mine\n"
+    res = CliRunner().invoke(main, ["ranking", str(read), "--out", str(tmp_path / "new" / "r.md")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "new" / "r.md").read_text().startswith("Rules ranked by ")
+
+
+def test_ranking_out_and_plot_tell_a_ranking_by_one_definition(tmp_path, monkeypatch):
+    """rfrs-ref ranking --out kept its own copy of how a ranking begins, beside
+    RANKING_HEADS, which plot's ranking.md reads: a ranking whose first line changed in one
+    would be replaced by one command and refused by the other."""
+    import rfrs_ref.experiments.ranking as ranking_module
+    from rfrs_ref.cli.main import main
+
+    read = tmp_path / "ranking"
+    read.mkdir()
+    _write(_three_seeds(), read)
+    target = tmp_path / "r.md"
+    target.write_text("Defences ranked by Precision@5\n")
+    monkeypatch.setattr(ranking_module, "RANKING_HEADS", ("Defences ranked by ",))
+    res = CliRunner().invoke(main, ["ranking", str(read), "--out", str(target)])
+    assert res.exit_code == 0, res.output
+    assert target.read_text().startswith("Rules ranked by ")
+
+
 @pytest.mark.parametrize("value", ["nan", "", "inf"])
 def test_a_finished_run_without_a_finite_value_is_refused_naming_file_and_line(tmp_path, value):
     """A NaN of a finished run was once shown as "— / 0 seeds", unflagged; it is refused as

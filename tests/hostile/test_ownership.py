@@ -261,6 +261,23 @@ def test_plot_and_mechanism_never_write_into_a_runs_directory(tiny_results, tmp_
     assert files(run) == before and not (run / "figs").exists()
 
 
+def test_plot_and_mechanism_never_write_into_a_results_directorys_runs_folder(tiny_results,
+                                                                            refused):
+    """--out RESULTS/runs (the folder of the sweep's run directories itself, not one run's)
+    was accepted, and the PNGs, PDFs and mechanism's tables went among the run directories,
+    which a sweep reads as runs and clears."""
+    runs = tiny_results / "runs"
+    before = files(runs)
+    entries = sorted(p.name for p in runs.iterdir())
+    for where in (runs, runs / "figs"):
+        refused(invoke("plot", tiny_results, "--figure", "3", "--out", where), where,
+                f"is or lies inside {runs}, the runs/ folder of the results directory",
+                "nothing was written")
+        refused(invoke("plot", tiny_results, "--out", where), "the runs/ folder")
+        refused(invoke(*MECHANISM, "--out", where), "the runs/ folder", "nothing was written")
+    assert files(runs) == before and sorted(p.name for p in runs.iterdir()) == entries
+
+
 def test_a_run_cannot_start_in_a_directory_a_plot_is_writing(tmp_path, refused):
     from rfrs_ref.files import DirectoryLock
 
@@ -1022,3 +1039,66 @@ def test_reproduce_into_a_users_directory_never_replaces_its_figures(tmp_path):
     with pytest.raises(ValueError, match="fig10_curves.png exists and is not a figure rfrs-ref"):
         reproduce(figure("10"), Scale(quick=True, datasets=("synthetic",)), out, workers=0)
     assert files(out) == {"figures/fig10_curves.png": mine}
+
+
+# -- a FIFO planted at an output's name --------------------------------------------------------------
+class _FilledFifo:
+    """A FIFO at ``path`` holding ``data``, with a writer open (the test's) so that opening it
+    to read does not wait: what the checks read is the first line, or the PNG text chunk, of
+    a file a command wrote. A FIFO is not such a file: opened without a writer it made the
+    command wait for ever, and with one it read as the command's own file and was replaced."""
+
+    def __init__(self, path, data: bytes) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        os.write(self.fd, data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def _png_text_chunk(key: bytes, value: bytes) -> bytes:
+    import struct
+    import zlib
+
+    body = b"tEXt" + key + b"\0" + value
+    return struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def test_a_fifo_never_reads_as_a_file_a_command_wrote(tmp_path):
+    import stat
+
+    from rfrs_ref.experiments.mechanism import is_summary
+    from rfrs_ref.experiments.plots import drawn_here
+    from rfrs_ref.files import first_line
+
+    with _FilledFifo(tmp_path / "ranking.md", b"Rules ranked by Precision@5\n"):
+        assert first_line(tmp_path / "ranking.md") is None
+    with _FilledFifo(tmp_path / "m.md", b"Means over the rounds: x\n"):
+        assert not is_summary(tmp_path / "m.md")
+    png = b"\x89PNG\r\n\x1a\n" + _png_text_chunk(b"Software", b"rfrs-ref 1.0")
+    with _FilledFifo(tmp_path / "fig4.png", png):
+        assert not drawn_here(tmp_path / "fig4.png")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fig4.png").st_mode)
+
+
+def test_ranking_out_never_replaces_a_fifo(tmp_path, refused):
+    import stat
+
+    import pandas as pd
+
+    read = tmp_path / "ranking"
+    read.mkdir()
+    pd.DataFrame([{"key": f"{rule}-{s}", "status": "ok", "label_series": rule, "label_space": "gradient",
+                   "label_pre": "none", "attack": "ascent", "dataset": "ml100k", "alpha": 0.4,
+                   "seed": s, "metric": "precision", "k": 5, "value": 0.1 + 0.01 * s}
+                  for rule in ("mean", "krum") for s in range(3)]).to_csv(read / "results.csv",
+                                                                         index=False)
+    out = tmp_path / "r.md"
+    with _FilledFifo(out, b"Rules ranked by Precision@5\n"):
+        refused(invoke("ranking", read, "--out", out), out, "is not a ranking rfrs-ref wrote")
+    assert stat.S_ISFIFO(os.lstat(out).st_mode)

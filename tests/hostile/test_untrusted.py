@@ -38,16 +38,25 @@ def test_a_byte_order_mark_is_refused_in_words(tmp_path):
     assert read_json(p) == {}
 
 
-def test_atomic_write_does_not_write_through_a_planted_link(tmp_path):
-    """The temporary name carries the pid, so it can be guessed: a link planted there used
-    to be followed, and the target (here: a file outside) overwritten."""
+def test_atomic_write_does_not_write_through_a_planted_link(tmp_path, monkeypatch):
+    """A temporary name that carried only the pid could be guessed: a link planted there used
+    to be followed, and the target (here: a file outside) overwritten. The name is now drawn
+    at random; one planted at the name drawn anyway is left as it is, not written through."""
+    import rfrs_ref.files as files
+
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     out = tmp_path / "out"
     out.mkdir()
     path = out / "verdict.md"
-    (out / f".verdict.md.{os.getpid()}.tmp").symlink_to(victim)
+    planted = out / f".verdict.md.{os.getpid()}.tmp"
+    planted.symlink_to(victim)
     atomic_write(path, lambda fh: fh.write(b"table"))
     assert victim.read_text() == "precious"
     assert path.read_bytes() == b"table" and not path.is_symlink()
-    assert sorted(p.name for p in out.iterdir()) == ["verdict.md"]
+    names = iter([planted, out / ".verdict.md.drawn.tmp"])
+    monkeypatch.setattr(files, "temporary_name", lambda p: next(names))
+    atomic_write(path, lambda fh: fh.write(b"table 2"))
+    assert victim.read_text() == "precious"
+    assert path.read_bytes() == b"table 2" and not path.is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == [planted.name, "verdict.md"]

@@ -322,3 +322,35 @@ def test_a_verdict_or_ranking_is_never_written_into_a_runs_directory(tmp_path, r
         res = CliRunner().invoke(main, ["ranking", str(tmp_path / "adam-sgd"), "--out", str(out)])
         assert res.exit_code == 2 and "lies inside the run directory" in res.output, res.output
     assert sorted(p.name for p in run.iterdir()) == ["outcome.json"]
+
+
+def test_a_verdict_out_that_cannot_be_written_is_one_line(tmp_path, refused):
+    """--out under a file (a folder that cannot be made) ended in a FileExistsError
+    traceback after the table was printed."""
+    (tmp_path / "file").write_text("mine\n")
+    res = _verdict(_store(tmp_path, _rows(GOOD)), "--out", str(tmp_path / "file" / "v.md"))
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(errors) == 1 and "could not write the verdict table" in errors[0], res.output
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_a_verdict_or_ranking_is_never_written_into_a_results_directorys_runs_folder(tmp_path,
+                                                                                    refused):
+    """--out RESULTS/runs/verdict.md (the folder of the sweep's run directories, not one run's)
+    wrote the table among the run directories; so did ranking --out."""
+    from rfrs_ref.cli.main import main
+
+    path = _store(tmp_path, _rows(GOOD))
+    runs = tmp_path / "adam-sgd" / "runs"
+    runs.mkdir()
+    (runs / "0123456789abcdef").mkdir()
+    (tmp_path / "adam-sgd" / "provenance.json").write_text('{"calls": []}\n')  # a sweep's
+    entries = sorted(p.name for p in runs.iterdir())
+    for out in (runs / "verdict.md", runs / "sub" / "verdict.md"):
+        res = CliRunner().invoke(main, ["verdict", path, "--claim", "adam-sgd", "--out", str(out)])
+        refused(res, "the runs/ folder of the results directory", "nothing was written")
+        res = CliRunner().invoke(main, ["ranking", str(tmp_path / "adam-sgd"), "--out", str(out)])
+        assert res.exit_code == 2 and "the runs/ folder" in res.output, res.output
+    assert sorted(p.name for p in runs.iterdir()) == entries and not (runs / "sub").exists()
