@@ -231,7 +231,7 @@ def _refuse_out_in_a_run_directory(run_dir: pathlib.Path) -> None:
     the sweep clears the directory when the run starts again, and would wipe this one) nor
     lie inside any run's directory; refused before anything is written. (Continuing a
     sweep's run by hand, ``--resume RESULTS/runs/<key>``, is that run's own.)"""
-    from rfrs_ref.experiments.results import (is_store, run_directory_above,
+    from rfrs_ref.experiments.results import (is_store, run_directory_above, runs_folder_above,
                                               store_of_run_directory)
 
     if is_store(run_dir):
@@ -249,6 +249,12 @@ def _refuse_out_in_a_run_directory(run_dir: pathlib.Path) -> None:
         # a run directory is its run's: a sweep clears it when the run starts again
         raise click.UsageError(f"--out {run_dir} lies inside the run directory {owner}; "
                                "give a directory outside any run's")
+    runs = runs_folder_above(run_dir)
+    if runs is not None:
+        # RESULTS/runs/<not a key>: the sweep reads every entry of runs/ as a run of its own
+        raise click.UsageError(f"--out {run_dir} lies inside {runs}, the runs/ folder of the "
+                               f"results directory {runs.parent}, which holds only the run "
+                               "directories of its sweep; give a directory outside it")
 
 
 def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) -> None:

@@ -58,8 +58,8 @@ from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
-                                          recordable, run_directory_above, store_lock,
-                                          summary_label_columns, tidy_rows, unfinished_reason,
+                                          recordable, store_lock, summary_label_columns,
+                                          sweep_owned, tidy_rows, unfinished_reason,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
 from rfrs_ref.experiments.worker import execute_run, foreign_run_outcome
@@ -470,12 +470,12 @@ def run_sweep(
             raise ValueError(DASK_MISSING)
         workers = 0  # the default without Dask: one run after the other, here
     store = Store(out)
-    owner = run_directory_above(store.path)
-    if owner is not None:
+    owned = sweep_owned(store.path)
+    if owned is not None:
         # a run directory is cleared when its run starts again: a store inside one would go
-        # with it, and a store's files mixed into a run's are neither's
-        raise ValueError(f"{out} is inside the run directory {owner}; give a results directory "
-                         "of its own; nothing was run")
+        # with it, a store's files mixed into a run's are neither's, and an entry of another
+        # store's runs/ is read by that sweep as a run of its own
+        raise ValueError(f"{out} {owned}; give a results directory of its own; nothing was run")
     started = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):

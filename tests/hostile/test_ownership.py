@@ -703,6 +703,22 @@ def test_a_sweep_never_writes_inside_a_run_directory(tmp_path, tiny_sweep, where
     assert not out.exists()
 
 
+@pytest.mark.parametrize("inside", ["runs", "runs/mine"])
+def test_neither_a_sweep_nor_a_run_writes_into_a_results_directorys_runs_folder(tmp_path, tiny_sweep,
+                                                                              inside, refused):
+    """`sweep --out RESULTS/runs` made a results directory inside another's runs/ (whose
+    entries that sweep reads as its runs), and `train --out RESULTS/runs/mine` (not a run
+    key) a run directory there: both refused before anything is written."""
+    spec, _, _ = _source(tmp_path, tiny_sweep)
+    out = tmp_path / "src" / inside
+    before = sorted(p.name for p in (tmp_path / "src" / "runs").iterdir())
+    refused(invoke("sweep", spec, "--out", out / "nested", "--workers", 0, "--no-plot"),
+            "the runs/ folder of the results directory", "nothing was run")
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", out / "mine"),
+            "the runs/ folder of the results directory")
+    assert sorted(p.name for p in (tmp_path / "src" / "runs").iterdir()) == before
+
+
 # -- a sweep's run directory is the sweep's ------------------------------------------------------
 def _crashed(tmp_path, tiny_sweep):
     """A 1-run sweep whose run's record is a failure as a crashed run leaves it: only
