@@ -22,7 +22,7 @@ def compact(results):
     and figures. For results that are committed or shipped: a record is about four times
     smaller. A record that is a link, not a JSON object, or one of two records that differ
     is left as it is and named; the exit status is then 1. A directory a sweep is writing
-    to is refused. See docs/reproduction.md ("Committed results").
+    to is refused. See docs/reproduction.md ("What a results directory commits").
     """
     from rfrs_ref.experiments.committed import gzip_records
     from rfrs_ref.experiments.results import StoreLocked

@@ -191,7 +191,8 @@ def check_targets(targets, n_items: int) -> np.ndarray:
     bad = t[(t < 0) | (t >= n_items)]
     if bad.size:
         raise ValueError(f"target items must lie in 0..{n_items - 1} (the dataset has {n_items} "
-                         f"items), got {bad.tolist()[:10]}")
+                         f"items, indexed from 0: index i is item_ids[i] of a run's ids.npz, not "
+                         f"an id of the dataset's files), got {bad.tolist()[:10]}")
     u = np.unique(t)
     if u.size != t.size:
         raise ValueError(f"target items must be distinct, got {t.tolist()[:20]}")

@@ -759,7 +759,9 @@ class _Comparer:
                 self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
             if a[k] != b[k]:
                 self.fail(t, f"{path}.{k}", a[k], b[k], "checksums differ (same dtype, layout and byte "
-                          "order: the states differ in at least one bit)")
+                          "order: the states differ in at least one bit; two backends or machines "
+                          "that round differently agree only within a tolerance: compare their "
+                          "values with --no-checksums, checksums=False)")
             self.checksums_seen += 1
 
 

@@ -109,8 +109,10 @@ class ARA(Attack):
     first round (:meth:`resolve_targets`).
     """
 
-    targets: str = hyper("", "a-ra: comma-separated target item ids; empty: n-targets items "
-                         "drawn with the run's seed")
+    targets: str = hyper("", "a-ra: comma-separated target items as dense indices 0..n_items − 1, "
+                         "not the ids of the dataset's files (index i is item_ids[i] of a run's "
+                         "ids.npz: MovieLens id − 1); empty: n-targets items drawn with the run's "
+                         "seed")
     n_targets: int = hyper(1, "a-ra: how many target items to draw when none are given")
     samples: int = hyper(10, "a-ra: approximated users per Byzantine client and round (S)")
     sigma: float = hyper(0.01, "a-ra: standard deviation σ of the approximated user embeddings")

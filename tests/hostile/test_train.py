@@ -251,7 +251,9 @@ def test_an_impossible_rule_configuration_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--a-ra-targets", "3,120"], ["target items must lie in 0..119", "[120]"]),
+    # 120 is an item's id in a 1-based dataset file, not an index: the message says which
+    (["--a-ra-targets", "3,120"], ["target items must lie in 0..119", "[120]",
+                                   "item_ids[i] of a run's ids.npz"]),
     (["--a-ra-targets", "3,x"], ["comma-separated integer item ids", "'3,x'"]),
     (["--a-ra-n-targets", "121"], ["n_targets ≤ n_items", "n_targets=121", "120 items"]),
 ])
@@ -261,6 +263,13 @@ def test_impossible_target_items_write_nothing(tmp_path, args, needles):
                  *args, "--out", out)
     assert_refused(res, *needles)
     assert not out.exists()
+
+
+def test_the_help_says_target_items_are_dense_indices_not_the_files_ids():
+    res = invoke("train", "--help")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0
+    assert "--a-ra-targets" in text and "not the ids of the dataset's files" in text
 
 
 def test_an_attack_without_byzantine_clients_is_refused(tmp_path):

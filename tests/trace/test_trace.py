@@ -495,3 +495,13 @@ def test_a_trace_of_a_transposed_state_diverges_without_checksums(traces, tmp_pa
     # a reference written before the phase sum compares on the other sums, with a note
     res = T.compare(tmp_path / "old-b.jsonl", tmp_path / "old-b.jsonl", checksums=False)
     assert res.agree and any("records no phase_sum" in n for n in res.notes)
+
+
+def test_a_checksum_divergence_names_the_option_that_compares_values_instead(traces, tmp_path):
+    # two backends agree on values, not bits: the report must say how to compare them
+    def edit_sum(r):
+        r["state_checksums"]["v"] = "0" * 64
+
+    res = T.compare(traces["a"], _perturbed(traces["a"], tmp_path, 4, edit_sum))
+    assert res.divergence.field == "state_checksums.v"
+    assert "--no-checksums" in res.divergence.reason and "checksums=False" in res.divergence.reason
