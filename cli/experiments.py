@@ -183,7 +183,7 @@ def _check_extras(workers, scheduler) -> None:
 
 
 def _tables(out: pathlib.Path) -> None:
-    names = [n for n in ("results.parquet", "results.csv", "runs.csv", "summary.md")
+    names = [n for n in ("results.parquet", "results.csv", "runs.csv", "summary.csv", "summary.md")
              if (out / n).exists()]
     click.echo("tables: " + ", ".join(str(out / n) for n in names))
 

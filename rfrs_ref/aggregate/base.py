@@ -68,7 +68,7 @@ class NothingFinite(ValueError):
     round may hold nothing else (every sampled client Byzantine). A rule that drops
     non-finite clients raises it when nothing is left; the round loop then keeps the
     server state as it is for that round, as it does when verification excludes every
-    upload (docs/aggregation.md, "Non-finite uploads")."""
+    upload (docs/aggregation.md, "Hostile input")."""
 
 
 @dataclasses.dataclass

@@ -36,6 +36,10 @@ def test_reproduce_test_sized_figure_in_process(ex, tmp_path):
     assert "2 runs: 0 skipped (already finished), 2 finished, 0 failed" in res.output
     assert "| Adam |" in res.output and "| SGD |" in res.output
     assert (out / "figures" / "fig10.png").exists()
+    # the tables line names every table written (summary.csv was left out)
+    tables = next(line for line in res.output.splitlines() if line.startswith("tables: "))
+    for name in ("results.csv", "runs.csv", "summary.csv", "summary.md"):
+        assert (out / name).is_file() and str(out / name) in tables, tables
     res = CliRunner().invoke(reproduce, args + ["--no-plot"])
     assert res.exit_code == 0 and "2 skipped" in res.output
     # --dry-run lists the runs with their status, and writes nothing
