@@ -56,8 +56,23 @@ def _one_numba_thread():
     numba.set_num_threads(old)
 
 
+#: files of a tiny Fig. 10 whose bytes a re-run from its record must reproduce
+REDRAWN = ("results.csv", "runs.csv", "summary.csv", "summary.md", "figures/fig10.png",
+           "figures/fig10_curves.png")
+
+
+def fig10_scale():
+    """A Fig. 10 of 4 runs on the tiny synthetic set-up (2 trials, 3 rounds)."""
+    from rfrs_ref.experiments.figures import Scale
+
+    return Scale(datasets=("synthetic",), rounds=3, trials=2,
+                 overrides={"dataset_params": TINY_DATA, "client_fraction": 0.1,
+                            "eval_every": 1})
+
+
 @pytest.fixture(scope="session")
 def ex():
     return types.SimpleNamespace(TINY=TINY, TINY_DATA=TINY_DATA, tiny_config=tiny_config,
                                  assert_image_not_blank=assert_image_not_blank,
-                                 assert_pdf=assert_pdf)
+                                 assert_pdf=assert_pdf, fig10_scale=fig10_scale,
+                                 REDRAWN=REDRAWN)

@@ -20,23 +20,15 @@ from rfrs_ref.experiments.spec import RunSpec
 from rfrs_ref.experiments.sweep import run_sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-#: files whose bytes a re-run from the record must reproduce
-REDRAWN = ("results.csv", "runs.csv", "summary.csv", "summary.md", "figures/fig10.png",
-           "figures/fig10_curves.png")
 
-
-def _scale(ex):
-    return Scale(datasets=("synthetic",), rounds=3, trials=2,
-                 overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1,
-                            "eval_every": 1})
 
 
 def test_the_record_alone_runs_nothing_and_redraws_the_same_files(ex, tmp_path):
     first = tmp_path / "first"
-    report, _ = reproduce(figure("10"), _scale(ex), first, workers=0, threads=1)
+    report, _ = reproduce(figure("10"), ex.fig10_scale(), first, workers=0, threads=1)
     assert (report.finished, report.failed) == (4, 0)
     record = committed_files(first)
-    assert {str(p) for p in record} >= {*REDRAWN, PROVENANCE}
+    assert {str(p) for p in record} >= {*ex.REDRAWN, PROVENANCE}
     outcomes = [p for p in record if p.name == OUTCOME]
     assert len(outcomes) == 4
     # the bulk is not part of the record
@@ -47,9 +39,9 @@ def test_the_record_alone_runs_nothing_and_redraws_the_same_files(ex, tmp_path):
     for rel in record:
         (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(first / rel, fresh / rel)
-    again, _ = reproduce(figure("10"), _scale(ex), fresh, workers=0, threads=1)
+    again, _ = reproduce(figure("10"), ex.fig10_scale(), fresh, workers=0, threads=1)
     assert (again.total, again.skipped, again.finished, again.failed) == (4, 4, 0, 0)
-    for rel in REDRAWN:
+    for rel in ex.REDRAWN:
         assert (fresh / rel).read_bytes() == (first / rel).read_bytes(), rel
     # a call that ran nothing leaves the provenance as it was
     assert (fresh / PROVENANCE).read_bytes() == (first / PROVENANCE).read_bytes()
@@ -123,7 +115,7 @@ def test_gitignore_keeps_exactly_the_record(ex, tmp_path):
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
     out = tmp_path / "out"
-    reproduce(figure("10"), _scale(ex), out, workers=0, threads=1)
+    reproduce(figure("10"), ex.fig10_scale(), out, workers=0, threads=1)
     (out / "runs" / "0123456789abcdef").mkdir()
     for name in ("checkpoint.npz", "state.npz", "capture.npz", "capture.json"):
         (out / "runs" / "0123456789abcdef" / name).write_text("x")

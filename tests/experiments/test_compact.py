@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from rfrs_ref.cli.main import main
 from rfrs_ref.experiments.committed import committed_files, gzip_records
-from rfrs_ref.experiments.figures import Scale, figure, reproduce
+from rfrs_ref.experiments.figures import figure, reproduce
 from rfrs_ref.experiments.results import (MAX_RECORD_BYTES, OUTCOME, OUTCOME_GZ, Store,
                                           gzip_bytes, record_bytes, two_records)
 from rfrs_ref.experiments.spec import RunSpec, make_config
@@ -23,14 +23,6 @@ from rfrs_ref.experiments.sweep import run_sweep
 
 TINY = {"dataset": "synthetic", "dataset_params": {"n_users": 60, "n_items": 40, "mean_items": 8.0},
         "client_fraction": 0.2, "rounds": 2, "eval_every": 1}
-REDRAWN = ("results.csv", "runs.csv", "summary.csv", "summary.md", "figures/fig10.png",
-           "figures/fig10_curves.png")
-
-
-def _scale(ex):
-    return Scale(datasets=("synthetic",), rounds=3, trials=2,
-                 overrides={"dataset_params": ex.TINY_DATA, "client_fraction": 0.1,
-                            "eval_every": 1})
 
 
 def _one_run(tmp_path, seed=0):
@@ -42,7 +34,7 @@ def _one_run(tmp_path, seed=0):
 
 def test_compressed_records_alone_run_nothing_and_redraw_the_same_files(ex, tmp_path):
     first = tmp_path / "first"
-    report, _ = reproduce(figure("10"), _scale(ex), first, workers=0, threads=1)
+    report, _ = reproduce(figure("10"), ex.fig10_scale(), first, workers=0, threads=1)
     assert report.finished == 4
     fresh = tmp_path / "fresh"
     shutil.copytree(first, fresh)
@@ -61,9 +53,9 @@ def test_compressed_records_alone_run_nothing_and_redraw_the_same_files(ex, tmp_
     for rel in record:
         (bare / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(fresh / rel, bare / rel)
-    again, _ = reproduce(figure("10"), _scale(ex), bare, workers=0, threads=1)
+    again, _ = reproduce(figure("10"), ex.fig10_scale(), bare, workers=0, threads=1)
     assert (again.total, again.skipped, again.finished, again.failed) == (4, 4, 0, 0)
-    for rel in REDRAWN:
+    for rel in ex.REDRAWN:
         assert (bare / rel).read_bytes() == (first / rel).read_bytes(), rel
     # a second call finds nothing to do
     twice = gzip_records(bare)
