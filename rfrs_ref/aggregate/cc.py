@@ -146,12 +146,18 @@ class CenteredClipping(Rule):
         moves, clipped = [], []
         for _ in range(self.iterations):
             d = distances_to(X, v, cpu)
-            if not moves:
-                ok &= np.isfinite(d)  # v₀ is finite: an infinite distance is a non-finite row
+            far = np.flatnonzero(~np.isfinite(d))
+            if not moves and far.size:
+                # v₀ is finite: an infinite distance is a non-finite row, or a finite one
+                # farther than float64's range (rows near ±1.8e308), which is clipped
+                with np.errstate(invalid="ignore"):
+                    ok[far] &= np.isfinite(np.asarray(X[far], dtype=np.float64)).all(axis=1)
             c = np.zeros(n)
             fin = ok & np.isfinite(d)
             df = d[fin]
             c[fin] = np.where(df > self.tau, self.tau / np.where(df > self.tau, df, 1.0), 1.0)
+            for i in far[ok[far]]:
+                c[i] = _clip_factor_beyond_range(X[i], v, self.tau)
             pc = p * c
             s = float(pc.sum())
             a, wts = (1.0 - s) * a, (1.0 - s) * wts + pc
@@ -180,17 +186,32 @@ class CenteredClipping(Rule):
         raise NotImplementedError
 
 
+def _clip_factor_beyond_range(x: np.ndarray, v: np.ndarray, tau: float) -> float:
+    """τ/‖x − v‖ for a finite row whose distance exceeds float64's range: with
+    m = maxₖ|xₖ − vₖ| (x − v taken as x/2 − v/2, which cannot overflow) the distance is
+    2m·√Σ((xₖ/2 − vₖ/2)/m)², so the factor is (τ/2m)/√Σ(...)² (tiny, not 0)."""
+    h = 0.5 * np.asarray(x, dtype=np.float64) - 0.5 * v
+    m = float(np.abs(h).max())
+    return float((tau / (2.0 * m)) / np.sqrt(((h / m) ** 2).sum()))
+
+
 def _combine64(A: np.ndarray, w: np.ndarray, backend: str) -> np.ndarray:
-    """Σ wᵢ A[i] over wᵢ ≠ 0 in float64, returned in float64 (not rounded to A's dtype)."""
+    """Σ wᵢ A[i] over wᵢ ≠ 0 in float64, returned in float64 (not rounded to A's dtype);
+    a sum of finite values that overflowed is computed again without overflow
+    (:func:`rfrs_ref.aggregate.combine.refit_overflowed`)."""
+    from rfrs_ref.aggregate.combine import refit_overflowed
+
     if backend == "numpy":
         use = w != 0
         with np.errstate(over="ignore", invalid="ignore"):
-            return (w[use, None] * np.asarray(A[use], dtype=np.float64)).sum(axis=0)
+            out = (w[use, None] * np.asarray(A[use], dtype=np.float64)).sum(axis=0)
+        return refit_overflowed(A, w, out)
     from rfrs_ref.aggregate.combine import _combine_rows_numba, BLOCK
     from rfrs_ref.kernels.distances import n_chunks
 
     M = as_float_matrix(A, "A")
     out = np.empty(M.shape[1])
-    _combine_rows_numba(M, np.ascontiguousarray(w, dtype=np.float64), out, BLOCK,
-                        n_chunks(M.shape[1], BLOCK))
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    if _combine_rows_numba(M, w, out, BLOCK, n_chunks(M.shape[1], BLOCK)):
+        refit_overflowed(M, w, out)
     return out

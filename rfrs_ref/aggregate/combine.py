@@ -3,6 +3,12 @@
 ``combine_rows(A, w) = Σᵢ wᵢ · A[i]`` with float64 sums, over the rows with
 wᵢ ≠ 0 only: a row that a rule gave weight 0 takes no part, even if it holds
 NaN (0 · NaN would be NaN). The result has A's dtype.
+
+A sum of finite float64 values that overflows (rows near ±1.8e308: a weighted mean
+whose rounding carries it past DBL_MAX, or weights summing to more than 1) is
+computed again at that coordinate as T · m, T = Σ wᵢ and m the weighted mean of
+:func:`rfrs_ref.kernels.blocks.overflow_free_mean`, in every backend; finite sums
+are untouched, bit for bit.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Mapping
 import numpy as np
 from numba import njit, prange
 
-from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
+from rfrs_ref.kernels.blocks import add_weighted_block, live_rows, overflow_free_mean
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 from rfrs_ref.kernels.weiszfeld import rows_finite
 
@@ -26,14 +32,39 @@ def combine_rows_numpy(A: np.ndarray, w: np.ndarray) -> np.ndarray:
     use = w != 0
     with np.errstate(over="ignore", invalid="ignore"):
         out = (w[use, None] * np.asarray(A[use], dtype=np.float64)).sum(axis=0)
+    refit_overflowed(A, w, out)
     return out.astype(A.dtype)
+
+
+def refit_overflowed(A: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """In place: every entry of ``out`` = Σᵢ wᵢ·A[i] (rows with wᵢ ≠ 0) that is not
+    finite although every value it sums is (the float64 sum overflowed) becomes
+    T · m, T = Σ wᵢ and m = :func:`~rfrs_ref.kernels.blocks.overflow_free_mean` of
+    the column: finite whenever the exact sum is representable (it is for weights
+    that sum to at most 1). Weights must be ≥ 0 (otherwise nothing is changed).
+    Finite entries are never read: the normal path pays one test per entry."""
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size == 0:
+        return out
+    use = np.flatnonzero(w != 0)
+    if use.size == 0 or not (w[use] > 0).all():
+        return out
+    V = np.asarray(np.asarray(A)[np.ix_(use, bad)], dtype=np.float64)
+    fin = np.isfinite(V).all(axis=0)
+    if fin.any():
+        W = w[use]
+        with np.errstate(over="ignore"):
+            out[bad[fin]] = W.sum() * overflow_free_mean(V[:, fin], W[:, None])
+    return out
 
 
 @njit(cache=True, parallel=True)
 def _combine_rows_numba(A, w, out, block, nchunks):
+    """``out`` = Σᵢ wᵢ·A[i]; returns how many entries of ``out`` are not finite."""
     n, D = A.shape
     nblocks = (D + block - 1) // block
     live, nl = live_rows(w)
+    bad = np.zeros(nchunks, dtype=np.int64)
     for c in prange(nchunks):
         acc = np.empty(block)
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
@@ -42,8 +73,12 @@ def _combine_rows_numba(A, w, out, block, nchunks):
             acc[:bw] = 0.0
             add_weighted_block(A, w, live, nl, k0, bw, acc)
             o = out[k0:k0 + bw]
+            nb = 0
             for k in range(bw):
                 o[k] = acc[k]
+                nb += not (o[k] - o[k] == 0)
+            bad[c] += nb
+    return bad.sum()
 
 
 @njit(cache=True, parallel=True)
@@ -94,9 +129,12 @@ def combine_rows(A: np.ndarray, w: np.ndarray, *, backend: str = "numba") -> np.
     if backend == "cuda":
         from rfrs_ref.kernels import cuda as _cuda
 
-        return _cuda.combine_rows_cuda(M, w).astype(dtype, copy=False)
+        out = _cuda.combine_rows_cuda(M, w)
+        refit_overflowed(M, w, out)
+        return out.astype(dtype, copy=False)
     out = np.empty(M.shape[1], dtype=M.dtype)
-    _combine_rows_numba(M, w, out, BLOCK, n_chunks(M.shape[1], BLOCK))
+    if _combine_rows_numba(M, w, out, BLOCK, n_chunks(M.shape[1], BLOCK)):
+        refit_overflowed(M, w, out)
     return out.astype(dtype, copy=False)
 
 

@@ -552,7 +552,9 @@ class PreAggregated:
         support = Mcum != 0
         if res.weights is not None:
             weights = Mn.T @ np.asarray(res.weights, dtype=np.float64)
-            weights /= weights.sum()
+            total = weights.sum()
+            if total > 0:  # cc gives every weight 0 when no row votes
+                weights /= total
             kept = (weights > 0).astype(np.float64)
         else:
             weights = None

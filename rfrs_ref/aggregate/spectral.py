@@ -11,6 +11,14 @@ those of the n × n matrix diag(√c) K diag(√c)/s. So the features are read o
 (the distances, by direct differences: :mod:`rfrs_ref.kernels.distances`), and
 every eigenvalue is exact to rounding (LAPACK's symmetric solver), where
 ByzFL runs one power iteration from a random vector.
+
+Float64 rows near ±1e308 have squared distances beyond float64's range (+inf),
+and huge finite ones can overflow the centred products: such a computation is
+done again on the distances of the rows scaled by 2⁻ᵏ (k from the largest
+|value|, so that every product stays far within range; the eigenvalue is then
+λ′·4ᵏ, compared exactly), and CAF's filter then works on the rows still weighted
+only, so once the huge rows' weights are 0 the others are compared unscaled.
+Inputs whose computation stays finite take the plain path, bit for bit.
 """
 
 from __future__ import annotations
@@ -18,21 +26,34 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
 
 from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
 from rfrs_ref.aggregate.krum import client_distances
+from rfrs_ref.kernels.distances import pairwise_sq_dists
 from rfrs_ref.params import hyper
 
 
+class Overflowed(ArithmeticError):
+    """A centred product, covariance entry or projection left float64's range (rows
+    near ±1e308): the caller computes it again on scaled distances."""
+
+
 def centred_products(D2: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """K (n × n): (xᵢ − μ)·(xⱼ − μ), μ the c-weighted mean, from squared distances."""
+    """K (n × n): (xᵢ − μ)·(xⱼ − μ), μ the c-weighted mean, from squared distances.
+    Raises :class:`Overflowed` where K is not finite (an infinite distance, or
+    products beyond float64's range)."""
     s = c.sum()
-    r = D2 @ c / s
-    q = c @ r / s
-    return -0.5 * (D2 - r[:, None] - r[None, :] + q)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = D2 @ c / s
+        q = c @ r / s
+        K = -0.5 * (D2 - r[:, None] - r[None, :] + q)
+    if not np.isfinite(K).all():
+        raise Overflowed("centred products beyond float64's range")
+    return K
 
 
 def top_eigen(K: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray]:
@@ -41,9 +62,46 @@ def top_eigen(K: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray]:
     covariance's eigenvector in feature space is ∝ Σⱼ bⱼ(xⱼ − μ)."""
     s = c.sum()
     rc = np.sqrt(c)
-    B = rc[:, None] * K * rc[None, :] / s
-    vals, vecs = np.linalg.eigh((B + B.T) / 2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        B = rc[:, None] * K * rc[None, :] / s
+        B = (B + B.T) / 2
+    if not np.isfinite(B).all():
+        raise Overflowed("covariance entries beyond float64's range")
+    vals, vecs = np.linalg.eigh(B)
     return max(float(vals[-1]), 0.0), vecs[:, -1] * rc
+
+
+def scaled_distances(X: np.ndarray, rows: np.ndarray, backend: str) -> tuple[np.ndarray, int]:
+    """(D2′, k): the squared distances of the rows ``rows`` of X scaled by 2⁻ᵏ, k ≥ 0 the
+    least that keeps every entry below 2^998/n (so that the centred products, the
+    covariance and its projections stay within range): D2 = D2′ · 4ᵏ."""
+    X64 = np.asarray(X, dtype=np.float64)[rows]
+    m = rows.size
+    M = float(np.abs(X64).max(initial=0.0))
+    top = (998 - math.ceil(math.log2(max(X64.shape[1], 1))) - math.ceil(math.log2(max(m, 1)))
+           - 2) // 2
+    k = max(0, int(np.frexp(M)[1]) - top) if M > 0 else 0
+    return pairwise_sq_dists(np.ldexp(X64, -k), backend=backend), k
+
+
+def _exact(lam: float, k: int):
+    """λ′·4ᵏ exactly (a Fraction; +inf stays a float), for comparing eigenvalues
+    computed at different scales."""
+    return lam if not math.isfinite(lam) else Fraction(lam) * 4 ** k
+
+
+def _robust_top(D2: np.ndarray, c: np.ndarray, scaled) -> tuple[float, int, np.ndarray, np.ndarray]:
+    """(λ′, k, b, K) of the c-weighted rows: on D2 itself where it stays in range
+    (k = 0), else on ``scaled()`` = (D2′, k)."""
+    try:
+        K = centred_products(D2, c)
+        lam, b = top_eigen(K, c)
+        return lam, 0, b, K
+    except Overflowed:
+        D2s, k = scaled()
+        K = centred_products(D2s, c)
+        lam, b = top_eigen(K, c)
+        return lam, k, b, K
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,23 +168,18 @@ class CAF(Rule):
             raise NothingFinite(f"caf: every client (n={n}) holds NaN or ±inf in its features or "
                              "uploads; there is nothing finite to aggregate")
         D2 = D2all[np.ix_(fin, fin)]
-        c = np.ones(fin.size)
-        best, best_c, steps, eigen = math.inf, c.copy(), 0, []
-        while c.sum() > n - 2 * f:
-            steps += 1
-            K = centred_products(D2, c)
-            lam, b = top_eigen(K, c)
-            eigen.append(lam)
-            if lam < best:
-                best, best_c = lam, c.copy()
-            proj = K @ b  # ∝ u·(xᵢ − μ)
-            tau = np.where(c > 0, proj * proj, 0.0)
-            tmax = tau.max()
-            if not tmax > 0:
-                break  # no spread left among the weighted rows: this μ is optimal
-            c = c * (1.0 - tau / tmax)
-            c[c < 0] = 0.0
-            c[int(np.argmax(tau))] = 0.0  # exactly, whatever the rounding of 1 − τ/τ
+        try:
+            best, best_c, steps, eigen = _caf_filter(D2, n, f)
+        except Overflowed:
+            # rows near ±1e308: the filter on the rows still weighted, scaled where needed
+            cache = []
+
+            def scaled():
+                if not cache:
+                    cache.append(scaled_distances(X, fin, backend))
+                return cache[0]
+
+            best, best_c, steps, eigen = _caf_filter_scaled(D2, n, f, scaled)
         w = np.zeros(n)
         w[fin] = best_c * n_samples[fin]
         w /= w.sum()
@@ -137,15 +190,102 @@ class CAF(Rule):
         return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
 
 
+def _caf_filter(D2: np.ndarray, n: int, f: int):
+    """CAF's filter on the finite rows' distances: (smallest eigenvalue, its weights c,
+    steps, eigenvalues). Raises :class:`Overflowed` where a step leaves float64's range."""
+    c = np.ones(D2.shape[0])
+    best, best_c, steps, eigen = math.inf, c.copy(), 0, []
+    while c.sum() > n - 2 * f:
+        steps += 1
+        K = centred_products(D2, c)
+        lam, b = top_eigen(K, c)
+        eigen.append(lam)
+        if lam < best:
+            best, best_c = lam, c.copy()
+        proj = K @ b  # ∝ u·(xᵢ − μ)
+        with np.errstate(over="ignore", invalid="ignore"):
+            tau = np.where(c > 0, proj * proj, 0.0)
+        tmax = tau.max()
+        if not np.isfinite(tau).all():
+            raise Overflowed("projections beyond float64's range")
+        if not tmax > 0:
+            break  # no spread left among the weighted rows: this μ is optimal
+        c = c * (1.0 - tau / tmax)
+        c[c < 0] = 0.0
+        c[int(np.argmax(tau))] = 0.0  # exactly, whatever the rounding of 1 − τ/τ
+    return best, best_c, steps, eigen
+
+
+def _caf_filter_scaled(D2: np.ndarray, n: int, f: int, scaled):
+    """:func:`_caf_filter` where the plain one overflowed: each step on the rows still
+    weighted (c > 0), on their distances where those stay in range and on the scaled
+    ones (``scaled()`` = (D2′, k)) otherwise; eigenvalues compared exactly (λ′·4ᵏ),
+    τ normalised by the largest projection before squaring."""
+    m = D2.shape[0]
+    c = np.ones(m)
+    best, best_c, steps, eigen = None, c.copy(), 0, []
+    while c.sum() > n - 2 * f:
+        steps += 1
+        live = np.flatnonzero(c > 0)
+        sub = D2[np.ix_(live, live)]
+
+        def sub_scaled():
+            D2s, k = scaled()
+            return D2s[np.ix_(live, live)], k
+
+        try:
+            lam, k, b, K = _robust_top(sub, c[live], sub_scaled)
+        except Overflowed:  # pragma: no cover - the scaled distances are within range
+            break
+        with np.errstate(over="ignore"):
+            eigen.append(float(np.ldexp(lam, 2 * k)))
+        exact = _exact(lam, k)
+        if best is None or exact < best:
+            best, best_c = exact, c.copy()
+        proj = K @ b
+        pmax = np.abs(proj).max()
+        if not pmax > 0:
+            break  # no spread left among the weighted rows: this μ is optimal
+        tau = np.zeros(m)
+        tau[live] = (proj / pmax) ** 2
+        c = c * (1.0 - tau / tau.max())
+        c[c < 0] = 0.0
+        c[int(np.argmax(tau))] = 0.0
+    return _float(best), best_c, steps, eigen
+
+
+def _float(x) -> float:
+    """An exact eigenvalue (Fraction) as a float, +inf beyond float64's range."""
+    if x is None:
+        return math.inf
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
 def _expand(values, rows, n):
     out = np.zeros(n)
     out[rows] = values
     return out
 
 
-def smallest_eigen_subset_numpy(D2: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+def smallest_eigen_subset_numpy(D2: np.ndarray, k: int, scaled=None) -> tuple[np.ndarray, float]:
     """Oracle: every subset of k rows in ``itertools.combinations`` order; the first
-    whose covariance has the smallest largest eigenvalue (plain mean)."""
+    whose covariance has the smallest largest eigenvalue (plain mean).
+
+    ``scaled`` (a callable returning (D2′, k′), :func:`scaled_distances`) takes over
+    where a subset's computation leaves float64's range (:class:`Overflowed` is
+    raised without it): see :func:`_smallest_eigen_subset_scaled`."""
+    try:
+        return _smallest_eigen_subset_plain(D2, k)
+    except Overflowed:
+        if scaled is None:
+            raise
+        return _smallest_eigen_subset_scaled(D2, k, scaled)
+
+
+def _smallest_eigen_subset_plain(D2: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     n = D2.shape[0]
     best, best_l = None, math.inf
     for S in itertools.combinations(range(n), k):
@@ -165,23 +305,61 @@ def _batched_subsets(n: int, k: int, chunk: int):
         yield np.array(block, dtype=np.int64)
 
 
+def _smallest_eigen_subset_scaled(D2: np.ndarray, k: int, scaled) -> tuple[np.ndarray, float]:
+    """The oracle's loop where some subset's computation overflowed: each subset on its
+    own distances where they stay in range, else on the scaled ones (``scaled()`` =
+    (D2′, k′)); eigenvalues compared exactly (λ′·4ᵏ′), ties to the first subset."""
+    best, best_l = None, None
+    ones = np.ones(k)
+    for S in itertools.combinations(range(D2.shape[0]), k):
+        idx = np.array(S)
+
+        def sub_scaled():
+            D2s, ks = scaled()
+            return D2s[np.ix_(idx, idx)], ks
+
+        try:
+            lam, ks, _, _ = _robust_top(D2[np.ix_(idx, idx)], ones, sub_scaled)
+            exact = _exact(lam, ks)
+        except Overflowed:  # pragma: no cover - the scaled distances are within range
+            exact = math.inf
+        if best is None or exact < best_l:
+            best, best_l = idx, exact
+    return best.astype(np.int64), _float(best_l)
+
+
 def smallest_eigen_subset(D2: np.ndarray, k: int, backend: str = "numba",
-                          chunk: int = 4096) -> tuple[np.ndarray, float]:
+                          chunk: int = 4096, scaled=None) -> tuple[np.ndarray, float]:
     """The first subset of k rows (lexicographic order) of smallest top covariance
     eigenvalue. ``"numpy"``: the oracle's loop; otherwise the subsets' centred
     products are built and solved in batches (``np.linalg.eigvalsh`` on a stack),
     in the same order; the values agree to rounding, so among subsets tied in exact
-    arithmetic the two may keep different ones."""
+    arithmetic the two may keep different ones. Where a subset's computation leaves
+    float64's range, both take :func:`_smallest_eigen_subset_scaled` (``scaled`` as
+    in :func:`smallest_eigen_subset_numpy`)."""
     if backend == "numpy" or k < 2:
-        return smallest_eigen_subset_numpy(D2, k)
+        return smallest_eigen_subset_numpy(D2, k, scaled)
+    try:
+        return _smallest_eigen_subset_batched(D2, k, chunk)
+    except Overflowed:
+        if scaled is None:
+            raise
+        return _smallest_eigen_subset_scaled(D2, k, scaled)
+
+
+def _smallest_eigen_subset_batched(D2: np.ndarray, k: int, chunk: int) -> tuple[np.ndarray, float]:
     best, best_l = None, math.inf
     for S in _batched_subsets(D2.shape[0], k, chunk):
         sub = D2[S[:, :, None], S[:, None, :]]  # (m, k, k)
-        r = sub.mean(axis=2)
-        q = r.mean(axis=1)
-        K = -0.5 * (sub - r[:, :, None] - r[:, None, :] + q[:, None, None])
-        B = K / k
-        lam = np.linalg.eigvalsh((B + np.swapaxes(B, 1, 2)) / 2)[:, -1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = sub.mean(axis=2)
+            q = r.mean(axis=1)
+            K = -0.5 * (sub - r[:, :, None] - r[:, None, :] + q[:, None, None])
+            B = K / k
+            B = (B + np.swapaxes(B, 1, 2)) / 2
+        if not np.isfinite(B).all():
+            raise Overflowed("covariance entries beyond float64's range")
+        lam = np.linalg.eigvalsh(B)[:, -1]
         lam = np.maximum(lam, 0.0)
         j = int(np.argmin(lam))  # the first of equal values
         if best is None or lam[j] < best_l:
@@ -262,12 +440,21 @@ class SMEA(Rule):
                              "uploads; there is nothing finite to aggregate")
         k = n - f
         sub = D2[np.ix_(finite, finite)]
+        cache = []
+
+        def scaled():  # rows near ±1e308: the distances of the rows scaled by 2⁻ᵏ
+            if not cache:
+                cache.append(scaled_distances(X, finite, backend))
+            return cache[0]
+
         if finite.size > k:
-            S, lam = smallest_eigen_subset(sub, k, backend)
+            S, lam = smallest_eigen_subset(sub, k, backend, scaled=scaled)
             chosen = finite[S]
         else:
             chosen = finite
-            lam, _ = top_eigen(centred_products(sub, np.ones(finite.size)), np.ones(finite.size))
+            ones = np.ones(finite.size)
+            lam, ks, _, _ = _robust_top(sub, ones, scaled)
+            lam = _float(_exact(lam, ks))
         w = np.zeros(n)
         w[chosen] = n_samples[chosen]
         w /= w.sum()

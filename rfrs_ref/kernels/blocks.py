@@ -2,6 +2,11 @@
 
 Inlined into their callers at Numba IR level (``inline="always"``), so each
 caller compiles them with its own ``fastmath`` flags and loop context.
+
+:func:`overflow_free_mean` (NumPy) is the weighted mean every kernel falls back on
+where a float64 sum of finite values overflowed (values near ±1.8e308 times weights
+that sum to more than 1, or rounding past DBL_MAX): its formula is the one the
+Numba and CUDA kernels repeat for such a coordinate, so the backends agree there.
 """
 
 from __future__ import annotations
@@ -77,3 +82,30 @@ def add_weighted_block_of(A, row_of, w, live, nl, k0, bw, acc):
         for k in range(bw):
             acc[k] += wi * a[k]
         r += 1
+
+
+def overflow_free_mean(V: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """Σᵢ Wᵢₖ Vᵢₖ / Σᵢ Wᵢₖ for every column k, computed so that no partial sum
+    overflows: the values of a float64 weighted mean whose plain sum overflowed.
+
+    ``4 · Σᵢ (Wᵢₖ/Tₖ)(Vᵢₖ/4)``, Tₖ = Σᵢ Wᵢₖ, in row order, clamped to the range of
+    the column's values with Wᵢₖ > 0. The weights Wᵢₖ/Tₖ sum to 1 (to rounding)
+    and every |Vᵢₖ/4| ≤ DBL_MAX/4, so no partial sum can overflow; the clamp keeps
+    the result finite where rounding would carry it past a value at ±DBL_MAX (a
+    weighted mean lies within its values' range). Quartering is exact for every
+    |v| ≥ 2⁻¹⁰²⁰; only the subnormal digits of tiny values, far below the rounding
+    of a sum that reached 1e308, are lost.
+
+    Args:
+        V: (m, c) values, finite wherever Wᵢₖ > 0 (anything elsewhere).
+        W: (m, c) weights ≥ 0, broadcastable to V, with Tₖ > 0 and finite.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    W = np.broadcast_to(np.asarray(W, dtype=np.float64), V.shape)
+    take = W > 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        T = W.sum(axis=0)
+        m = 4.0 * np.where(take, (W / T) * (V * 0.25), 0.0).sum(axis=0)
+        lo = np.where(take, V, np.inf).min(axis=0)
+        hi = np.where(take, V, -np.inf).max(axis=0)
+    return np.minimum(np.maximum(m, lo), hi)

@@ -36,6 +36,12 @@ Ranking (the same in every backend):
   non-finite upload cannot be selected where the feature looked harmless. A
   ±inf feature keeps its own end whatever the uploads hold.
 - ``kept[i]`` counts the coordinates at which row i is in the window.
+- **Values near ±DBL_MAX.** The median of the "closest" and "nearest" windows is
+  :func:`middle` (a/2 + b/2 where a + b overflows), and a window of finite values
+  whose weighted sum overflows is combined as
+  :func:`rfrs_ref.kernels.blocks.overflow_free_mean` (the Numba kernel flags those
+  coordinates and the oracle computes them; CUDA does it in the kernel), so finite
+  values always give a finite result; results that do not overflow are unchanged.
 
 Backends: ``"numpy"`` (float64 oracle with a stable argsort), ``"numba"``
 (parallel over column blocks; a pruned Batcher sorting network vectorised across
@@ -51,6 +57,7 @@ from typing import Mapping
 import numpy as np
 from numba import njit, prange
 
+from rfrs_ref.kernels.blocks import overflow_free_mean
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 
 MODES = {"trim": 0, "closest": 1, "nearest": 2}
@@ -116,6 +123,19 @@ def _window_sizes(mode: str, s: int, t: int) -> None:
         )
 
 
+def middle(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(a + b)/2 elementwise, as ``0.5 * (a + b)``; where a + b overflows although a
+    and b are finite, ``0.5 * a + 0.5 * b`` (the same value: halving is exact, so
+    both are the rounding of (a + b)/2 whenever the halves are normal, which they
+    are for values whose sum overflows). Sums that do not overflow are untouched."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = 0.5 * (a + b)
+        over = ~np.isfinite(m) & np.isfinite(a) & np.isfinite(b)
+        if over.any():
+            m = np.where(over, 0.5 * a + 0.5 * b, m)
+    return m
+
+
 def order_keys(F: np.ndarray, uploads) -> np.ndarray:
     """The ranking keys (float64): the feature, NaN -> +inf, and a finite feature
     whose row holds a non-finite upload value at that coordinate -> +inf; ±inf
@@ -159,8 +179,7 @@ def coordinatewise_numpy(
         if s % 2:
             med = sorted_keys[(s - 1) // 2]
         else:
-            with np.errstate(invalid="ignore"):
-                med = 0.5 * (sorted_keys[s // 2 - 1] + sorted_keys[s // 2])
+            med = middle(sorted_keys[s // 2 - 1], sorted_keys[s // 2])
         lo = np.zeros(D, dtype=np.int64)
         hi = np.full(D, s - 1)
         cols = np.arange(D)
@@ -179,7 +198,12 @@ def coordinatewise_numpy(
         vals = np.asarray(A[rows], dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             num = np.where(keep, wk * vals, 0.0).sum(axis=0)
-            out[name] = (num / den).astype(A.dtype)
+            res = num / den
+            # a sum of finite kept values that overflowed: the mean without overflow
+            over = ~np.isfinite(res) & np.where(keep, np.isfinite(vals), True).all(axis=0)
+            if over.any():
+                res[over] = overflow_free_mean(vals[:, over], wk[:, over])
+            out[name] = res.astype(A.dtype)
     kept = np.zeros(n, dtype=np.int64)
     kept[rows] = keep.sum(axis=1)
     bad_kept = int((~np.isfinite(np.where(keep, keys, 0.0))).any(axis=0).sum())
@@ -187,8 +211,11 @@ def coordinatewise_numpy(
 
 
 @njit(cache=True, parallel=True, fastmath={"contract"})
-def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t, block, nchunks):
+def _coordinatewise_numba(F, arrays, check, outs, over, weights, rows, comps, mode, t, block,
+                          nchunks):
     """The fused kernel. ``arrays``/``outs``: tuples of (n, D) inputs and (D,) outputs.
+    ``over`` (D,) bool: set where a window of finite values gave a non-finite result in
+    some array (a float64 sum that overflowed), for the caller to compute again.
 
     ``check[q]`` says whether array q must be checked for non-finite values (not
     when it is the features themselves).
@@ -220,6 +247,7 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
         seen_lo = np.empty(block, dtype=np.int32)
         seen_hi = np.empty(block, dtype=np.int32)
         keep = np.empty(block, dtype=np.bool_)
+        fin_win = np.empty(block, dtype=np.bool_)
         med_v = np.empty(block)
         den = np.empty(block)
         num = np.empty((nq, block))
@@ -269,7 +297,12 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                     if s % 2 == 1:
                         med_v[k] = np.float64(srt[(s - 1) // 2, k])
                     else:
-                        med_v[k] = 0.5 * (np.float64(srt[s // 2 - 1, k]) + np.float64(srt[s // 2, k]))
+                        # (a + b)/2, and a/2 + b/2 where a + b overflows (``middle``)
+                        ma = np.float64(srt[s // 2 - 1, k])
+                        mb = np.float64(srt[s // 2, k])
+                        mm = 0.5 * (ma + mb)
+                        keep_mm = (mm - mm == 0) | (ma - ma != 0) | (mb - mb != 0)
+                        med_v[k] = mm if keep_mm else 0.5 * ma + 0.5 * mb
                     lo_pos[k] = 0
                 for j in range(rem):
                     left = srt[j]
@@ -287,7 +320,8 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                 seen_lo[k] = 0
                 seen_hi[k] = 0
                 den[k] = 0.0
-                if not (lo_v[k] - lo_v[k] == 0 and hi_v[k] - hi_v[k] == 0):
+                fin_win[k] = lo_v[k] - lo_v[k] == 0 and hi_v[k] - hi_v[k] == 0
+                if not fin_win[k]:
                     bad[c] += 1
             num[:, :bw] = 0.0
             for r in range(s):
@@ -342,7 +376,10 @@ def _coordinatewise_numba(F, arrays, check, outs, weights, rows, comps, mode, t,
                 o = outs[q]
                 nm = num[q]
                 for k in range(bw):
-                    o[k0 + k] = nm[k] / den[k]
+                    v = nm[k] / den[k]
+                    o[k0 + k] = v
+                    if not (v - v == 0) and fin_win[k]:
+                        over[k0 + k] = True
     return kept.sum(axis=0), bad.sum()
 
 
@@ -403,6 +440,7 @@ def coordinatewise_combine(
     out: dict[str, np.ndarray] = {}
     kept = np.zeros(n, dtype=np.int64)
     bad = 0
+    over = np.zeros(D, dtype=np.bool_)
     if not groups:
         groups[F.dtype] = []
     for g, (dt, names) in enumerate(groups.items()):
@@ -417,10 +455,20 @@ def coordinatewise_combine(
         ins = tuple(mats[nm] for nm in names) or (F,)
         check = np.array([M is not F for M in ins], dtype=np.bool_)
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)
-        k, bcount = _coordinatewise_numba(Fg, ins, check, outs, w, rows_, comps, MODES[mode], t, BLOCK,
-                                          n_chunks(D, BLOCK))
+        k, bcount = _coordinatewise_numba(Fg, ins, check, outs, over, w, rows_, comps, MODES[mode],
+                                          t, BLOCK, n_chunks(D, BLOCK))
         for nm, o in zip(names, outs):
             out[nm] = o
         if g == 0:
             kept, bad = k, int(bcount)
+    if over.any():
+        # sums of finite values that overflowed (rows near ±1.8e308): those coordinates
+        # are computed again by the oracle, whose ranking is the kernel's
+        cols = np.flatnonzero(over)
+        redo, _, _ = coordinatewise_numpy(F[:, cols], {nm: mats[nm][:, cols] for nm in mats},
+                                          w, mode=mode, t=t, rows=rows_)
+        for nm in mats:
+            o = out[nm]
+            bad_cols = cols[~np.isfinite(o[cols])]
+            o[bad_cols] = redo[nm][np.searchsorted(cols, bad_cols)]
     return out, kept, bad

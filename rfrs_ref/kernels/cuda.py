@@ -134,7 +134,11 @@ def _coordinatewise_kernel(F, A, out, weights, rows, mode, t, kept, bad):
         if s % 2 == 1:
             med = keys[(s - 1) // 2]
         else:
-            med = 0.5 * (keys[s // 2 - 1] + keys[s // 2])
+            ma = keys[s // 2 - 1]
+            mb = keys[s // 2]
+            med = 0.5 * (ma + mb)
+            if not math.isfinite(med) and math.isfinite(ma) and math.isfinite(mb):
+                med = 0.5 * ma + 0.5 * mb  # a + b overflowed; halving is exact
         L = 0
         R = s - 1
         rem = 2 * t if mode == 1 else t
@@ -143,7 +147,8 @@ def _coordinatewise_kernel(F, A, out, weights, rows, mode, t, kept, bad):
                 L += 1
             else:
                 R -= 1
-    if not (math.isfinite(keys[L]) and math.isfinite(keys[R])):
+    finite_window = math.isfinite(keys[L]) and math.isfinite(keys[R])
+    if not finite_window:
         cuda.atomic.add(bad, 0, 1)
     den = 0.0
     for p in range(L, R + 1):
@@ -153,7 +158,27 @@ def _coordinatewise_kernel(F, A, out, weights, rows, mode, t, kept, bad):
         for p in range(L, R + 1):
             i = rows[idx[p]]
             num += weights[i] * float64(A[q, i, k])
-        out[q, k] = num / den
+        res = num / den
+        if finite_window and not math.isfinite(res):
+            # a sum of finite values that overflowed: the oracle's overflow-free mean
+            # (rfrs_ref.kernels.blocks.overflow_free_mean), in the same order
+            acc = 0.0
+            lo = math.inf
+            hi = -math.inf
+            for p in range(L, R + 1):
+                i = rows[idx[p]]
+                v = float64(A[q, i, k])
+                acc += (weights[i] / den) * (v * 0.25)
+                if v < lo:
+                    lo = v
+                if v > hi:
+                    hi = v
+            res = 4.0 * acc
+            if res < lo:
+                res = lo
+            if res > hi:
+                res = hi
+        out[q, k] = res
     for p in range(L, R + 1):
         cuda.atomic.add(kept, rows[idx[p]], 1)
 
@@ -170,6 +195,26 @@ def _weiszfeld_kernel(X, alpha, asum, z, dist):
             if a > 0:
                 zk += a * float64(X[i, k])
         zk /= asum
+        if not math.isfinite(zk):
+            # the sum of finite rows overflowed: the overflow-free mean
+            # (rfrs_ref.kernels.blocks.overflow_free_mean), in row order
+            acc = 0.0
+            lo = math.inf
+            hi = -math.inf
+            for i in range(n):
+                a = alpha[i]
+                if a > 0:
+                    v = float64(X[i, k])
+                    acc += (a / asum) * (v * 0.25)
+                    if v < lo:
+                        lo = v
+                    if v > hi:
+                        hi = v
+            zk = 4.0 * acc
+            if zk < lo:
+                zk = lo
+            if zk > hi:
+                zk = hi
         z[k] = zk
     for i in range(n):
         if k < D:

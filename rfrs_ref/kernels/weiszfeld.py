@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from rfrs_ref.kernels.blocks import add_weighted_block, live_rows
+from rfrs_ref.kernels.blocks import add_weighted_block, live_rows, overflow_free_mean
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks, pairwise_sq_dists64, sq_dists64_error
 
 BLOCK = 512
@@ -67,7 +67,12 @@ def weiszfeld_pass_numpy(X: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, 
     X64 = np.asarray(X, dtype=np.float64)
     alpha = np.asarray(alpha, dtype=np.float64)
     use = alpha > 0
-    z = (alpha[use, None] * X64[use]).sum(axis=0) / alpha[use].sum()
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = (alpha[use, None] * X64[use]).sum(axis=0) / alpha[use].sum()
+    over = ~np.isfinite(z)
+    if over.any():
+        # the sum of finite rows overflowed (rows near ±1.8e308): the mean without overflow
+        z[over] = overflow_free_mean(X64[np.ix_(use, over)], alpha[use, None])
     return z, distances_to_numpy(X64, z)
 
 
@@ -168,6 +173,9 @@ def weiszfeld_pass(
     Preconditions: X (n, D) float; alpha (n,) ≥ 0 with at least one αᵢ > 0 on a
     finite row (rows with αᵢ > 0 must be finite, or z is not).
 
+    Where Σ αᵢxᵢ overflows although the rows are finite (rows near ±1.8e308), z
+    is :func:`~rfrs_ref.kernels.blocks.overflow_free_mean` there, in every backend.
+
     Returns:
         (z float64 (D,), distances float64 (n,), +inf for non-finite rows).
     """
@@ -183,7 +191,16 @@ def weiszfeld_pass(
         return _cuda.weiszfeld_pass_cuda(Xc, alpha)
     if backend != "numba":
         raise ValueError(f"unknown backend {backend!r}; choose one of: numpy, numba, cuda")
-    return _weiszfeld_pass_numba(Xc, alpha, BLOCK, n_chunks(Xc.shape[1], BLOCK))
+    z, dist = _weiszfeld_pass_numba(Xc, alpha, BLOCK, n_chunks(Xc.shape[1], BLOCK))
+    over = ~np.isfinite(z)
+    if over.any():
+        # the sum of finite rows overflowed (rows near ±1.8e308): those coordinates are
+        # the oracle's mean without overflow (not in the kernel, whose ``reassoc`` would
+        # be free to undo the scaling), and the distances are measured again
+        use = alpha > 0
+        z[over] = overflow_free_mean(Xc[np.ix_(use, over)], alpha[use, None])
+        dist = distances_to_numpy(Xc, z)
+    return z, dist
 
 
 def geometric_median(
@@ -298,12 +315,51 @@ def _geometric_median(X, weights, *, nu=1e-6, tol=1e-6, max_iter=100, backend="n
     nf = int(finite.sum())
     if method == "distances" and backend != "numba":
         raise ValueError(f"method='distances' runs on the numba backend, not {backend!r}")
+    res = None
     if method == "distances" or (method == "auto" and backend == "numba" and 2 <= nf <= GRAM_MAX_ROWS):
         res = _geometric_median_distances(X, w, finite, nu=nu, tol=tol, max_iter=max_iter,
                                           want_z=want_z)
-        if res is not None:
-            return res
-    return _geometric_median_passes(X, w, finite, nu=nu, tol=tol, max_iter=max_iter, backend=backend)
+    if res is None:
+        res = _geometric_median_passes(X, w, finite, nu=nu, tol=tol, max_iter=max_iter,
+                                       backend=backend)
+    if (finite & ~np.isfinite(res["dist"])).any():
+        # a finite row farther than float64's range (float64 rows near ±1e308): the
+        # same iteration on the rows scaled by a power of two
+        scaled = _geometric_median_scaled(X, w, finite, nu=nu, tol=tol, max_iter=max_iter,
+                                          backend=backend, method=method, want_z=want_z)
+        if scaled is not None:
+            return scaled
+    return res
+
+
+def _geometric_median_scaled(X, w, finite, *, nu, tol, max_iter, backend, method, want_z):
+    """The iteration on X · 2⁻ᵏ (ν · 2⁻ᵏ), k the least that brings every distance
+    between finite rows within float64's range; z, the distances, the objective and
+    the last step scaled back by 2ᵏ (a distance beyond the range is then +inf, as is
+    an objective), ``alpha`` left as computed on the scaled rows (2ᵏ times the
+    unscaled formula's: only ratios matter) and ``scale_exponent`` = k. None when no
+    scaling is needed or possible."""
+    X64 = np.asarray(X, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        M = float(np.abs(X64[finite]).max())
+    if not (0 < M < np.inf):
+        return None
+    # every coordinate within 2^(1021 − h) of 0, h = ⌈log₂ √D⌉: distances < 2^1022
+    h = int(np.ceil(0.5 * np.log2(max(X64.shape[1], 1))))
+    k = int(np.frexp(M)[1]) + h + 2 - 1023
+    if k <= 0:
+        return None
+    nu_s = float(np.ldexp(nu, -k)) or nu
+    res = _geometric_median(np.ldexp(X64, -k), w, nu=nu_s, tol=tol, max_iter=max_iter,
+                            backend=backend, finite=finite, method=method, want_z=want_z)
+    with np.errstate(over="ignore"):
+        if res["z"] is not None:
+            res["z"] = np.ldexp(res["z"], k)
+        res["dist"] = np.ldexp(res["dist"], k)
+        res["objective"] = [float(np.ldexp(v, k)) for v in res["objective"]]
+        res["last_step"] = float(np.ldexp(res["last_step"], k))
+    res["scale_exponent"] = k
+    return res
 
 
 def _geometric_median_passes(X, w, finite, *, nu, tol, max_iter, backend, resume=None) -> dict:
@@ -339,6 +395,8 @@ def _geometric_median_passes(X, w, finite, *, nu, tol, max_iter, backend, resume
         use = np.isfinite(dist) & finite
         objective.append(float(np.dot(w[use], dist[use])))
         step = float(np.linalg.norm(z - z_prev))
+        if not use.any():
+            break  # every distance beyond float64's range (the caller scales the rows)
         if step <= tol * max(nu, weighted_median(dist[use], w[use])):
             converged = True
             break

@@ -194,3 +194,51 @@ def test_byzfl_caf_and_smea_agree_where_one_power_iteration_is_exact(byzfl_aggre
         res = CAF().aggregate(X, {"x": X}, np.ones(9), f)
         if res.diagnostics["steps"] == 1:
             np.testing.assert_allclose(res.arrays["x"], theirs, rtol=1e-9, atol=1e-12)
+
+
+# -- float64 rows near ±DBL_MAX ------------------------------------------------------------
+
+DBL_MAX = float(np.finfo(np.float64).max)
+
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("rule", ["caf", "smea"])
+@pytest.mark.parametrize("value", [DBL_MAX, -DBL_MAX, 1e308, 1e200])
+def test_rows_whose_distances_overflow_are_filtered_like_any_outlier(backend, rule, value):
+    """Squared distances beyond float64 (+inf) used to reach LAPACK as NaN
+    ('Eigenvalues did not converge'): the rows are filtered on scaled distances, and
+    the honest rows are then compared unscaled (the same choice as with 1e38)."""
+    rng = np.random.default_rng(1)
+    n, f = 9, 2
+    X = rng.normal(size=(n, 3))
+    X[[2, 6]] = value
+    X[6, 1] = -value
+    r = RULES_[rule]()
+    res = r.aggregate(X, {"x": X}, np.ones(n), f, backend=backend)
+    ref = r.aggregate(np.where(np.abs(X) > 1e30, np.sign(X) * 1e38, X), {"x": X}, np.ones(n), f,
+                      backend=backend)
+    assert np.isfinite(res.arrays["x"]).all()
+    assert res.weights[[2, 6]].max() == 0
+    # the filter's later steps run on the rows still weighted (rounding differs)
+    np.testing.assert_allclose(res.weights, ref.weights, rtol=1e-12)
+    np.testing.assert_allclose(res.arrays["x"], ref.arrays["x"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("rule", ["caf", "smea"])
+def test_every_row_near_dbl_max_gives_a_finite_aggregate(backend, rule):
+    rng = np.random.default_rng(2)
+    n, f = 9, 2
+    X = rng.choice([-1, 1], (n, 4)) * rng.uniform(0.25, 1, (n, 4)) * DBL_MAX
+    res_ns = rng.integers(1, 9, size=n)
+    res = RULES_[rule]().aggregate(X, {"x": X}, res_ns, f, backend=backend)
+    assert np.isfinite(res.arrays["x"]).all()
+    # the decision taken on the rows scaled into range by a power of two (exact), where
+    # the plain path runs: the same weights to rounding
+    Xs = np.ldexp(X, -600)
+    ref = RULES_[rule]().aggregate(Xs, {"x": Xs}, res_ns, f,
+                                   backend=backend)
+    np.testing.assert_allclose(res.weights, ref.weights, rtol=1e-9, atol=1e-12)
+
+
+RULES_ = {"caf": CAF, "smea": SMEA}

@@ -137,3 +137,89 @@ def test_large_row_counts_agree(n):
     o2, k2, _ = coordinatewise_combine(F, {"x": F}, np.ones(n), mode="trim", t=t, backend="numba")
     np.testing.assert_allclose(o1["x"], o2["x"], rtol=1e-6)
     np.testing.assert_array_equal(k1, k2)
+
+
+# -- float64 values near ±DBL_MAX ----------------------------------------------------------
+
+DBL_MAX = float(np.finfo(np.float64).max)
+
+
+def test_middle_is_the_plain_half_sum_wherever_that_is_finite():
+    """``middle`` changes nothing where 0.5 · (a + b) does not overflow, subnormals
+    included (where a/2 + b/2 would differ: 3·2⁻¹⁰⁷⁴ twice), and gives the exact
+    a/2 + b/2 where a + b overflows."""
+    from rfrs_ref.kernels.coordinatewise import middle
+
+    rng = np.random.default_rng(0)
+    a = np.ldexp(rng.uniform(-2, 2, 200_000), rng.integers(-1074, 1023, 200_000))
+    b = np.ldexp(rng.uniform(-2, 2, 200_000), rng.integers(-1074, 1023, 200_000))
+    tiny = 3 * 2.0 ** -1074
+    a = np.append(a, [tiny, DBL_MAX, -DBL_MAX, DBL_MAX, np.inf, np.nan])
+    b = np.append(b, [tiny, DBL_MAX, -DBL_MAX, 1.0, -np.inf, 1.0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        plain = 0.5 * (a + b)
+    m = middle(a, b)
+    fin = np.isfinite(plain) | ~(np.isfinite(a) & np.isfinite(b))
+    np.testing.assert_array_equal(m[fin], plain[fin])  # bit for bit (NaN where NaN)
+    assert m[-6] == tiny and 0.5 * tiny + 0.5 * tiny != tiny
+    assert m[-5] == DBL_MAX and m[-4] == -DBL_MAX and m[-3] == 0.5 * DBL_MAX + 0.5
+    # where a + b overflows, both are huge: halving is exact, a/2 + b/2 is (a + b)/2 rounded
+    over = ~fin
+    np.testing.assert_array_equal(m[over], 0.5 * a[over] + 0.5 * b[over])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba",
+                                     pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("mode,t", [
+    ("trim", 1),  # the two middle values, whose weighted sum overflows
+    ("closest", 1),  # 2 closest to a median whose plain half sum overflows
+    ("nearest", 2),
+])
+def test_windows_of_huge_finite_values_have_a_finite_mean(backend, mode, t):
+    if backend == "cuda":
+        from numba import cuda
+
+        if not cuda.is_available():
+            pytest.skip("no CUDA device and no simulator")
+    # sorted: −DBL_MAX, DBL_MAX/2, DBL_MAX, DBL_MAX: the median is (DBL_MAX/2 + DBL_MAX)/2,
+    # whose plain half sum overflows; weights 1, 3, 2, 5 make every weighted sum overflow
+    F = np.array([[DBL_MAX], [-DBL_MAX], [DBL_MAX / 2], [DBL_MAX]])
+    A = np.array([[DBL_MAX], [-DBL_MAX], [DBL_MAX / 2], [DBL_MAX]])
+    w = np.array([2.0, 1.0, 3.0, 5.0])
+    out, kept, bad = coordinatewise_combine(F, {"x": F, "a": A}, w, mode=mode, t=t,
+                                            backend=backend)
+    assert bad == 0
+    for name in ("x", "a"):
+        assert np.isfinite(out[name]).all(), (name, out[name])
+    kept_rows = np.flatnonzero(kept)
+    ref = (w[kept_rows] / w[kept_rows].sum()) @ (F[kept_rows, 0] / 4) * 4
+    np.testing.assert_allclose(out["x"], [ref], rtol=1e-15)
+    if mode == "trim":
+        np.testing.assert_array_equal(kept, [1, 0, 1, 0])  # ranks 1, 2: rows 2 and 0
+        # the nᵢ-weighted mean of DBL_MAX/2 (weight 3) and DBL_MAX (weight 2)
+        np.testing.assert_allclose(out["x"], [0.7 * DBL_MAX], rtol=1e-15)
+    else:
+        # −DBL_MAX is farthest from the median 0.75·DBL_MAX, then a tie (0.25·DBL_MAX
+        # each side) drops the upper end: rows 2 and 0 (the old inf median kept 0 and 3)
+        np.testing.assert_array_equal(kept, [1, 0, 1, 0])
+
+
+@settings(max_examples=30)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["trim", "closest", "nearest"]),
+       st.integers(2, 9), st.integers(1, 140))
+def test_numba_agrees_with_the_oracle_on_values_near_dbl_max(seed, mode, n, D):
+    """Rows mixing ordinary values and values within a factor 4 of ±DBL_MAX: every
+    window of finite values gives a finite aggregate, on both backends, which agree."""
+    rng = np.random.default_rng(seed)
+    F = rng.normal(size=(n, D))
+    huge = rng.random((n, D)) < 0.6
+    F[huge] = rng.choice([-1, 1], huge.sum()) * rng.uniform(0.25, 1, huge.sum()) * DBL_MAX
+    A = F[::-1].copy()
+    w = rng.integers(1, 9, size=n).astype(float)
+    t = int(rng.integers(0, (n - 1) // (1 if mode == "nearest" else 2) + 1))
+    ref = coordinatewise_combine(F, {"x": F, "a": A}, w, mode=mode, t=t, backend="numpy")
+    got = coordinatewise_combine(F, {"x": F, "a": A}, w, mode=mode, t=t, backend="numba")
+    np.testing.assert_array_equal(got[1], ref[1])
+    for name in ("x", "a"):
+        assert np.isfinite(ref[0][name]).all() and np.isfinite(got[0][name]).all()
+        np.testing.assert_allclose(got[0][name], ref[0][name], rtol=1e-12)

@@ -245,3 +245,52 @@ def test_method_choice():
         geometric_median(X, np.ones(5), method="gram")
     r = W.geometric_median_weights(X, np.ones(5))
     assert r["z"] is None and r["alpha"].shape == (5,)
+
+
+# -- float64 rows near ±DBL_MAX ------------------------------------------------------------
+
+DBL_MAX = float(np.finfo(np.float64).max)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba",
+                                     pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_weighted_mean_of_rows_near_dbl_max_is_finite(backend):
+    if backend == "cuda":
+        from numba import cuda
+
+        if not cuda.is_available():
+            pytest.skip("no CUDA device and no simulator")
+    # Σ αᵢxᵢ overflows: the mean of finite rows is computed without overflow
+    X = np.array([[DBL_MAX, -DBL_MAX, 1.0], [DBL_MAX, DBL_MAX / 2, 2.0], [DBL_MAX, -DBL_MAX, 3.0]])
+    z, d = weiszfeld_pass(X, np.array([1e6, 3.0, 1.0]), backend=backend)
+    assert np.isfinite(z).all()
+    assert z[0] == DBL_MAX  # the mean of equal values, clamped to their range
+    # DBL_MAX · (−1e6 + 3/2 − 1)/(1e6 + 4), the weights' share taken first
+    np.testing.assert_allclose(z[1], DBL_MAX * ((-1e6 + 0.5) / (1e6 + 4)), rtol=1e-14)
+    assert z[2] == pytest.approx((1e6 + 6 + 3) / (1e6 + 4), rel=1e-14)
+    assert (d >= 0).all()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("rows", ["all max", "random huge"])
+def test_geometric_median_of_rows_beyond_float64_distances(backend, rows):
+    """Every row near ±DBL_MAX (distances beyond float64's range): no IndexError (the
+    weighted median of no finite distance), and the iteration runs on the rows scaled
+    by a power of two, whose weights are the unscaled ones' (geometric median is
+    equivariant)."""
+    rng = np.random.default_rng(0)
+    if rows == "all max":
+        X = np.full((11, 5), DBL_MAX)
+    else:
+        X = rng.choice([-1, 1], (11, 5)) * rng.uniform(0.25, 1, (11, 5)) * DBL_MAX
+    w = rng.integers(1, 9, size=11).astype(float)
+    res = geometric_median(X, w, backend=backend)
+    assert np.isfinite(res["z"]).all()
+    assert (res["alpha"] > 0).all()
+    k = res.get("scale_exponent", 0)
+    ref = geometric_median(np.ldexp(X, -8), w, nu=np.ldexp(1e-6, -8), backend=backend)
+    a, b = res["alpha"] / res["alpha"].sum(), ref["alpha"] / ref["alpha"].sum()
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(np.ldexp(res["z"], -8), ref["z"], rtol=1e-6,
+                               atol=1e-12 * np.abs(ref["z"]).max())
+    assert rows == "all max" or k > 0
