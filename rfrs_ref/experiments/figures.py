@@ -547,13 +547,10 @@ def _capture(run_dir: pathlib.Path) -> dict:
     Raises:
         ValueError: naming the file and the first field that is not of this form.
     """
-    from rfrs_ref.experiments.results import record_bytes, record_path, two_records
+    from rfrs_ref.experiments.results import record_bytes, the_record
     from rfrs_ref.untrusted import parse_json
 
-    path = record_path(run_dir)
-    both = two_records(run_dir)
-    if both is not None:
-        raise ValueError(f"{run_dir}: {both}")
+    path = the_record(run_dir)
     try:
         o = parse_json(record_bytes(path), str(path))
     except (OSError, ValueError) as exc:  # not JSON, or one key twice in an object

@@ -456,14 +456,14 @@ def _history(run_dir: pathlib.Path) -> list[dict]:
     The table lists the run as finished, so its record must be there: a missing
     or unreadable outcome.json, or one without a list of evaluation rows, is an
     error naming the file (never a run silently left out of its curve)."""
-    from rfrs_ref.experiments.results import record_bytes, two_records
+    from rfrs_ref.experiments.results import record_bytes, the_record
     from rfrs_ref.untrusted import parse_json
 
-    path = record_path(run_dir)
-    both = two_records(run_dir)
-    if both is not None:
-        raise ValueError(f"{run_dir}: {both}; the table lists this run as finished, and its "
-                         "training curve is read from its record")
+    try:
+        path = the_record(run_dir)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; the table lists this run as finished, and its training "
+                         "curve is read from its record") from None
     try:
         o = parse_json(record_bytes(path), str(path))
     except FileNotFoundError:

@@ -486,6 +486,19 @@ def write_record(path: pathlib.Path, text: str) -> None:
     atomic_write_bytes(path, gzip_bytes(data) if path.name.endswith(".gz") else data)
 
 
+def the_record(run_dir: str | os.PathLike) -> pathlib.Path:
+    """:func:`record_path` of ``run_dir``, for a reader that needs the run's one record.
+
+    Raises:
+        ValueError: naming ``run_dir``, when it holds two records that differ
+            (:func:`two_records`).
+    """
+    both = two_records(run_dir)
+    if both is not None:
+        raise ValueError(f"{run_dir}: {both}")
+    return record_path(run_dir)
+
+
 def gzip_bytes(text: bytes) -> bytes:
     """``text`` gzip-compressed, the same bytes on every call (no time stamp, no file name)."""
     import gzip
@@ -663,10 +676,7 @@ def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
     """
     run_dir = pathlib.Path(run_dir)
     rounds = None
-    path = record_path(run_dir)
-    both = two_records(run_dir)
-    if both is not None:
-        raise ValueError(f"{run_dir}: {both}")
+    path = the_record(run_dir)
     if path.exists():
         record = _json_file(path)
         if not isinstance(record, dict):

@@ -61,6 +61,15 @@ REDRAWN = ("results.csv", "runs.csv", "summary.csv", "summary.md", "figures/fig1
            "figures/fig10_curves.png")
 
 
+def copy_files(src, dst, rel_paths):
+    """Copy the files ``rel_paths`` (relative to ``src``) to the same places under ``dst``."""
+    import shutil
+
+    for rel in rel_paths:
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dst / rel)
+
+
 def fig10_scale():
     """A Fig. 10 of 4 runs on the tiny synthetic set-up (2 trials, 3 rounds)."""
     from rfrs_ref.experiments.figures import Scale
@@ -74,5 +83,5 @@ def fig10_scale():
 def ex():
     return types.SimpleNamespace(TINY=TINY, TINY_DATA=TINY_DATA, tiny_config=tiny_config,
                                  assert_image_not_blank=assert_image_not_blank,
-                                 assert_pdf=assert_pdf, fig10_scale=fig10_scale,
+                                 assert_pdf=assert_pdf, fig10_scale=fig10_scale, copy_files=copy_files,
                                  REDRAWN=REDRAWN)

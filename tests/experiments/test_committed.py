@@ -36,9 +36,7 @@ def test_the_record_alone_runs_nothing_and_redraws_the_same_files(ex, tmp_path):
                    for p in record)
 
     fresh = tmp_path / "fresh"
-    for rel in record:
-        (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(first / rel, fresh / rel)
+    ex.copy_files(first, fresh, record)
     again, _ = reproduce(figure("10"), ex.fig10_scale(), fresh, workers=0, threads=1)
     assert (again.total, again.skipped, again.finished, again.failed) == (4, 4, 0, 0)
     for rel in ex.REDRAWN:

@@ -50,9 +50,7 @@ def test_compressed_records_alone_run_nothing_and_redraw_the_same_files(ex, tmp_
     record = committed_files(fresh)
     assert sum(p.name == OUTCOME_GZ for p in record) == 4
     bare = tmp_path / "bare"
-    for rel in record:
-        (bare / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(fresh / rel, bare / rel)
+    ex.copy_files(fresh, bare, record)
     again, _ = reproduce(figure("10"), ex.fig10_scale(), bare, workers=0, threads=1)
     assert (again.total, again.skipped, again.finished, again.failed) == (4, 4, 0, 0)
     for rel in ex.REDRAWN:
