@@ -27,9 +27,14 @@ so the ratio is that change's gain. A sixth and a seventh time Fig. 4's "No defe
 (the weighted mean under the ascent attack with α = 0.4): streamed, each Byzantine
 upload computed with the honest ones (the rule on −g, and on −2λq once for the shared
 rows), and holding every upload while the attack rewrites the Byzantine rows, as every
-attacked round did before: the same rounds, bit for bit. The last two do the same
+attacked round did before: the same rounds, bit for bit. The next two do the same
 for Fig. 2's camouflage attack (α = 0.4), whose streamed round computes every row in
-full (its diagnostics sum over each client's whole row).
+full (its diagnostics sum over each client's whole row). The last times the A-RFRS
+round with every client's rows in full, where the round computes the rows the clients
+share once (FISM's Q outside the sampled clients' items, one row per class of client):
+the same states, Krum's distances summed in another grouping (docs/performance.md,
+"Robust rounds on shared rows"). The fourth column (the A-RFRS round as before the
+one read) computes every row in full too.
 
 Usage: RFRS_DATA_DIR=../shared/data python benchmarks/bench_round.py [--rounds 10] [--dtype float32]
 """
@@ -103,8 +108,13 @@ def main(argv=None) -> None:
     ap.add_argument("--no-verify", action="store_true",
                     help="the paper's A-FRS exactly: no update-rule verification")
     ap.add_argument("--skip-cli", action="store_true", help="skip the peak-memory run of the CLI")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="only the A-FRS round, the A-RFRS round and the A-RFRS round with every "
+                         "row in full, their rounds alternating (fairer on a shared machine)")
     args = ap.parse_args(argv)
     print(describe())
+    if args.interleaved:
+        return interleaved(args)
 
     # the CLI's run first, in a fresh process, while this one is still small
     cli = None if args.skip_cli else cli_peak(args.dataset, 20)
@@ -121,7 +131,12 @@ def main(argv=None) -> None:
     base = time_rounds(afrs, args.rounds, args.warmup)
     robust = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"])
     two_pass = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
-    robust_two = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"], two_pass=True)
+    robust_two = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"], two_pass=True,
+                             shared_rows=False)
+    # A-RFRS with every client's rows in full, as before its round computed the rows the
+    # clients share once (the same states; Krum's distances summed in another grouping)
+    robust_whole = time_rounds(arfrs, args.rounds, args.warmup, data=base["data"],
+                               shared_rows=False)
     whole = time_rounds(afrs, args.rounds, args.warmup, data=base["data"], shared_rows=False)
     # Fig. 4's "No defense": the weighted mean under ascent at α = 0.4, streamed (the
     # Byzantine uploads computed with the honest ones) and holding every upload (the
@@ -147,11 +162,11 @@ def main(argv=None) -> None:
           f"{args.dtype}, verification {'on' if base['verify'] else 'off'}")
     print(f"{'quantity':<50} {'A-FRS':>10} {'A-RFRS':>10} {'2 passes':>10} {'A-RFRS 2p':>10} "
           f"{'full rows':>10} {'ascent':>10} {'asc. held':>10} {'camouflage':>10} "
-          f"{'cam. held':>10}")
+          f"{'cam. held':>10} {'A-RFRS full':>11}")
     print(f"{'copy bandwidth (read + write), GB/s':<50} {bw / 1e9:>10.2f}")
     print(f"{'minimal traffic per round, GB':<50} {minimal_bytes / 1e9:>10.3f}")
     print(f"{'minimal-traffic time, s':<50} {t_min:>10.3f}")
-    cases = (base, robust, two_pass, robust_two, whole, asc, asc_held, cam, cam_held)
+    cases = (base, robust, two_pass, robust_two, whole, asc, asc_held, cam, cam_held, robust_whole)
     print(f"{'round, median of %d, s' % args.rounds:<50} "
           + " ".join(f"{r['median']:>10.3f}" for r in cases))
     print(f"{'round / minimal-traffic time':<50} "
@@ -169,6 +184,10 @@ def main(argv=None) -> None:
           f"{'':>10} {'':>10} {asc['median'] / base['median']:>10.2f}")
     print(f"{'camouflage: held / streamed':<50} {'':>10} {'':>10} {'':>10} {'':>10} {'':>10} "
           f"{'':>10} {'':>10} {'':>10} {cam_held['median'] / cam['median']:>10.2f}")
+    print(f"{'A-RFRS round, every row in full / shared rows once':<50} "
+          f"{robust_whole['median'] / robust['median']:>10.2f}")
+    print(f"{'A-RFRS round, every row in full / A-FRS round':<50} "
+          f"{robust_whole['median'] / base['median']:>10.2f}")
     for name in dict.fromkeys(p for r in cases for p in r["phases"]):
         cells = [f"{float(np.median(r['phases'][name])):>10.3f}" if name in r["phases"] else f"{'-':>10}"
                  for r in cases]
@@ -178,6 +197,51 @@ def main(argv=None) -> None:
     if cli is not None:
         print(f"{'rfrs-ref train, 20 rounds: wall s':<50} {cli[0]:>10.1f}")
         print(f"{'rfrs-ref train: peak memory (fresh process), GiB':<50} {cli[1]:>10.2f}")
+
+
+def interleaved(args) -> None:
+    """A-FRS, A-RFRS (shared rows once) and A-RFRS (every row in full): round t of each
+    in turn, so that a machine's load falls on the three alike; medians and phases."""
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.round import run_round
+    from rfrs_ref.federated.trainer import Trainer
+
+    rounds = args.rounds + args.warmup
+    afrs = TrainConfig(dataset=args.dataset, dtype=args.dtype, rounds=rounds)
+    arfrs = dataclasses.replace(afrs, defense="krum", detect="gradient", attack="ascent",
+                                byzantine_fraction=0.4)
+    first = Trainer(afrs)
+    cases = {"A-FRS": (first, True), "A-RFRS": (Trainer(arfrs, data=first.data), True),
+             "A-RFRS full": (Trainer(arfrs, data=first.data), False)}
+    runs = {}
+    for name, (trainer, shared) in cases.items():
+        buf = trainer.buffers(shared_rows=shared)
+        runs[name] = [trainer, buf, trainer.initial_state()[0], [], {}]
+    for t in range(1, rounds + 1):
+        for name, run in runs.items():
+            trainer, buf, state, times, phases = run
+            tick = time.perf_counter()
+            run[2], rec = run_round(trainer.federation, state, t, buf, None)
+            if t > args.warmup:
+                times.append(time.perf_counter() - tick)
+                for k, v in rec["timing"].items():
+                    phases.setdefault(k, []).append(v)
+    D = first.model.n_params()
+    n = runs["A-FRS"][1].n_max
+    bw = copy_bandwidth(n * D * np.dtype(args.dtype).itemsize)
+    t_min = 2 * n * len(first.optimizer.arrays) * D * np.dtype(args.dtype).itemsize / bw
+    print(f"dataset {args.dataset}: {n} clients a round, D = {D:,}, {args.dtype}; rounds "
+          f"alternating, median of {args.rounds}; copy bandwidth {bw / 1e9:.1f} GB/s, "
+          f"minimal-traffic time {t_min:.3f} s")
+    print(f"{'quantity':<34}" + "".join(f"{k:>14}" for k in runs))
+    med = {k: float(np.median(r[3])) for k, r in runs.items()}
+    print(f"{'round, s':<34}" + "".join(f"{med[k]:>14.3f}" for k in runs))
+    print(f"{'round / A-FRS round':<34}" + "".join(f"{med[k] / med['A-FRS']:>14.2f}" for k in runs))
+    print(f"{'round / minimal-traffic time':<34}" + "".join(f"{med[k] / t_min:>14.2f}" for k in runs))
+    for ph in dict.fromkeys(p for r in runs.values() for p in r[4]):
+        print(f"{'  ' + ph + ', s':<34}" + "".join(
+            f"{float(np.median(r[4][ph])):>14.3f}" if ph in r[4] else f"{'-':>14}"
+            for r in runs.values()))
 
 
 def time_rounds(config, rounds: int, warmup: int, data=None, two_pass: bool = False,

@@ -120,6 +120,11 @@ class Rule(abc.ABC):
     #: diagnostics (and no arrays), and the caller may compute the weighted sums itself
     #: (the round that recomputes its uploads, docs/performance.md)
     combines_by_weights: ClassVar[bool] = False
+    #: the rule's weights are a function of the features' pairwise squared distances
+    #: and of which clients are finite, nothing else (Krum): :meth:`from_distances`
+    #: takes them from a distance matrix the caller computed (a round that computes the
+    #: rows the clients share once, docs/performance.md, "Robust rounds on shared rows")
+    weighs_by_distances: ClassVar[bool] = False
 
     def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
         """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""
@@ -215,6 +220,51 @@ class Rule(abc.ABC):
         f_used, record = self._resolve_f(n, f)
         res = AggregationResult(dict(sums), self.fixed_weights(w), np.ones(n), {})
         return self._described(res, n, f, f_used, record, backend)
+
+    def from_distances(self, D2: np.ndarray, finite: np.ndarray, n_samples: np.ndarray, f: int,
+                       *, backend: str = "numba") -> AggregationResult:
+        """The weights, kept clients and diagnostics of a rule with ``weighs_by_distances``,
+        from the features' squared distances; the result holds no arrays (the caller
+        computes Σᵢ wᵢ·A[i] itself, e.g. with
+        :func:`~rfrs_ref.aggregate.combine.add_rows_inplace`).
+
+        Args:
+            D2: float64 (n, n) symmetric squared distances between the clients' features,
+                as :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists` computes them
+                (+inf where a pair involves a non-finite feature; never NaN).
+            finite: (n,) bool, the clients whose feature and uploads are finite.
+            n_samples: (n,) the clients' training-set sizes nᵢ (> 0).
+            f: the assumed number of Byzantine clients.
+
+        The same weights, kept clients and diagnostics as :meth:`aggregate` on features
+        whose distances are ``D2`` (the fallback of a violated precondition included).
+        """
+        if not self.weighs_by_distances:
+            raise TypeError(f"{self.name}'s weights are not a function of the distances alone")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+        D2 = np.asarray(D2, dtype=np.float64)
+        n = D2.shape[0] if D2.ndim == 2 else -1
+        if D2.shape != (n, n) or np.isnan(D2).any():
+            raise ValueError(f"D2 must be a square (n, n) matrix of squared distances without "
+                             f"NaN, got shape {D2.shape}")
+        finite = np.asarray(finite, dtype=bool)
+        if finite.shape != (n,):
+            raise ValueError(f"finite must hold one flag per client, shape ({n},), got {finite.shape}")
+        _check_counts(n, f)
+        w = sample_sizes(n_samples, n)
+        f_used, record = self._resolve_f(n, f)
+        if f_used is None:
+            from rfrs_ref.aggregate.mean import Mean
+
+            res = AggregationResult({}, Mean().fixed_weights(w), np.ones(n), {})
+        else:
+            res = self._from_distances(D2, finite, w, f_used)
+        return self._described(res, n, f, f_used, record, backend)
+
+    def _from_distances(self, D2, finite, n_samples, f) -> AggregationResult:
+        """The rule's weights from validated distances (``weighs_by_distances`` rules)."""
+        raise TypeError(f"{self.name}'s weights are not a function of the distances alone")
 
     def _described(self, res: AggregationResult, n, f, f_used, record, backend) -> AggregationResult:
         diag = {"rule": self.name, "n": n, "f": int(f), "f_used": f_used,

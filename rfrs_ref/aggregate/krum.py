@@ -105,6 +105,7 @@ class Krum(Rule):
     name: ClassVar[str] = "krum"
     coordinatewise: ClassVar[bool] = False
     combines_by_weights: ClassVar[bool] = True
+    weighs_by_distances: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -119,8 +120,13 @@ class Krum(Rule):
         return None
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
-        n = X.shape[0]
         D2, ok = client_distances(X, arrays, backend)
+        res = self._from_distances(D2, ok, n_samples, f)
+        res.arrays = combine(arrays, res.weights, backend)
+        return res
+
+    def _from_distances(self, D2, ok, n_samples, f):
+        n = D2.shape[0]
         scores, m = krum_scores(D2, f)
         k = self.k if self.k > 0 else n - f
         # finite clients before non-finite ones, even when every score is +inf
@@ -139,8 +145,7 @@ class Krum(Rule):
         w = np.zeros(n)
         w[kept_ids] = n_samples[kept_ids]
         w /= w.sum()
-        out = combine(arrays, w, backend)
         diag = {"scores": jsonable(scores), "neighbours": m, "k": k,
                 "selected": jsonable(kept_ids), "dropped_nonfinite": dropped,
                 "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
-        return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
+        return AggregationResult({}, w, (w > 0).astype(np.float64), diag)

@@ -148,6 +148,28 @@ class Federation:
                 and not getattr(self.model, "has_private", False) and not self.streams)
 
     @property
+    def compares_shared_rows(self) -> bool:
+        """Whether a round that holds its uploads computes the rows its clients share once
+        (:func:`_shared_rows_compared_round`): a model whose clients' gradients share rows
+        (FISM's Q outside each client's items), no private client state, a rule whose
+        weights are a function of the features' pairwise distances alone
+        (``Rule.weighs_by_distances``: Krum, hence A-RFRS), verification on, no attack
+        or an ``elementwise`` one computed in the client rule (ascent), nothing that
+        reads the gradients or the uploads' rows afterwards (no monitor, no trace), no
+        pre-aggregation or rule state. The numba backend only."""
+        rule, attack = self.rule, self.attack
+        attack_ok = attack.name == "none" or (self.attacks_in_client_rule
+                                              and getattr(attack, "elementwise", False))
+        return (self.backend == "numba" and self.verify and attack_ok
+                and getattr(rule, "weighs_by_distances", False)
+                and getattr(rule, "uses_features", True)
+                and not getattr(rule, "takes_round_inputs", False)
+                and not getattr(rule, "state_arrays", ())
+                and not self.keeps_gradients and not self.trace and not self.resilience
+                and hasattr(self.model, "shared_block")
+                and not getattr(self.model, "has_private", False))
+
+    @property
     def needs_recovery(self) -> bool:
         """Whether the server materialises ĝ for every upload (verification
         recovers it on the fly when nothing else needs it)."""
@@ -284,6 +306,12 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     (``rfrs_ref.flower``) calls with the uploads it received.
     """
     rd = _sample(fed, t)                                        # server: who takes part
+    if (buf.shared_rows and fed.compares_shared_rows
+            and buf.uploads["theta"].shape[0] >= rd.clients.size):
+        out = _shared_rows_compared_round(fed, state, rd, buf)  # Alg. 1 and 2, shared rows once
+        if out is not None:
+            return out
+        rd = _sample(fed, t)  # a part not certainly verified: the round as below
     if buf.uploads["theta"].shape[0] < rd.clients.size and fed.recomputes_uploads:
         return _recomputed_round(fed, state, rd, buf)           # Alg. 1 and 2, uploads twice
     if buf.uploads["theta"].shape[0] < rd.clients.size:
@@ -524,6 +552,145 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
             add_shared_rows(u_sh[k], cls, w, bounds, nobody, width, accq[k].reshape(-1))
     rd.timing["verification_sums"] += time.perf_counter() - tick
     return _streamed_result(fed, state, rd, buf, acc, losses)
+
+
+def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
+    """The round of a rule that compares every client by its features' distances
+    (``Federation.compares_shared_rows``: Krum, A-RFRS), with the rows the clients share
+    computed once (docs/performance.md, "Robust rounds on shared rows").
+
+    FISM's gradient on the history embeddings Q is 2λq on every row outside the client's
+    own items, so on the rows that no sampled client owns (S) every honest upload and
+    feature is one shared row, and under an ``elementwise`` attack every Byzantine one
+    is another: there are as many distinct rows as classes of client. The round:
+
+    1. computes the shared rows' gradient, upload, feature and screen once per class;
+    2. computes every client's gradient, upload, feature and screen on the columns C
+       where clients differ: P, and the Q rows some sampled client owns (a batch of
+       clients at a time for the gradients and the client rule);
+    3. the squared distances ‖xᵢ − xⱼ‖² = d_C(i, j) + [class i ≠ class j]·‖s₀ − s₁‖²_S,
+       each term by :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists`, and the
+       rule's weights from them (``Rule.from_distances``);
+    4. the weighted sums: on C by :func:`~rfrs_ref.aggregate.combine.add_rows_inplace`,
+       on S by ``add_shared_rows``, rounded once to the state's dtype.
+
+    Every upload, feature and verdict is the one the round holding every row computes,
+    and so are the sums given the weights (the same operations in the same order as
+    ``combine_rows``). The distances are the same sums grouped otherwise: each is within
+    the kernel's relative error of the exact sum, as the full matrix's is, so the rule
+    chooses the same clients unless two of its scores are within that error of each
+    other (docs/performance.md says which runs this changes). Returns None, before the
+    state is touched, when some part is not certainly verified (the caller then runs
+    the round holding every row, which excludes the upload as any round does).
+    """
+    from rfrs_ref.aggregate.base import FiniteUploads, NothingFinite
+    from rfrs_ref.aggregate.combine import add_rows_inplace, finite_clients
+    from rfrs_ref.kernels.distances import pairwise_sq_dists_by_parts
+    from rfrs_ref.kernels.optim import add_shared_rows, threads_for
+
+    opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
+    arrays, n = opt.arrays, clients.size
+    start, n_rows, width = model.shared_block
+    space = "gradient" if fed.needs_recovery else "parameter"
+    for name in ("gradients", "client_rule", "features_verification"):
+        rd.timing[name] = 0.0
+    # the shared rows, once per class of client
+    tick = time.perf_counter()
+    sq = {k: state[k][start:] for k in arrays}
+    g_sh = model.shared_gradient(state["theta"]).reshape(1, -1)
+    rd.timing["gradients"] += time.perf_counter() - tick
+    attacked = fed.attacks_in_client_rule and bool(rd.byz.any())
+    if attacked:
+        g_sh = np.concatenate([g_sh, g_sh])
+        fed.attack.own_gradient_inplace(g_sh[1])
+    cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
+    tick = time.perf_counter()
+    u_sh = {k: np.empty_like(g_sh) for k in arrays}
+    opt.client_rule_batch(sq, g_sh, t, u_sh, backend=fed.backend)
+    rd.timing["client_rule"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    x_sh = np.empty(g_sh.shape, dtype=buf.dtype)
+    if not opt.features_verify_batch(sq, u_sh, t, x_sh, space, backend=fed.backend)[0].all():
+        return None
+    rd.timing["features_verification"] += time.perf_counter() - tick
+    # the columns where the clients differ: P and the Q rows some sampled client owns
+    owned = np.zeros(n_rows, dtype=bool)
+    for c in clients:
+        owned[fed.train.items_of(c)] = True
+    own = np.flatnonzero(owned).astype(np.int64)
+    nobody = np.flatnonzero(~owned).astype(np.int64)
+    q = own.size * width
+
+    def rows_of(flat, m):
+        return flat[:m * start].reshape(m, start), flat[m * start:m * (start + q)].reshape(m, q)
+
+    X = rows_of(buf.features.reshape(-1), n)
+    U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.uploads[k].reshape(-1), n)
+                                                     for k in arrays))]
+    S = [{k: state[k][:start] for k in arrays},
+         {k: state[k][start:].reshape(n_rows, width)[own].ravel() for k in arrays}]
+    negatives = _negatives(fed, rd)
+    losses = np.empty(n)
+    batch = min(GRADIENT_BATCH, buf.grads.shape[0])
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        tick = time.perf_counter()
+        G = rows_of(buf.grads.reshape(-1), hi - lo)
+        losses[lo:hi] = model.grads_batch(
+            state["theta"], fed.train, clients[lo:hi], G[0], q_rows=own, out_q=G[1],
+            negatives=None if negatives is None else negatives[lo:hi], backend=fed.backend)
+        rd.timing["gradients"] += time.perf_counter() - tick
+        _own_attack_inplace(fed, rd, rd.byz[lo:hi], G)
+        tick = time.perf_counter()
+        for Sp, Gp, Up in zip(S, G, U):
+            if Gp.shape[1]:
+                opt.client_rule_batch(Sp, Gp, t, {k: Up[k][lo:hi] for k in arrays},
+                                      backend=fed.backend)
+        rd.timing["client_rule"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    for Sp, Up, Xp in zip(S, U, X):
+        if Xp.shape[1] and not opt.features_verify_batch(Sp, Up, t, Xp, space,
+                                                         backend=fed.backend)[0].all():
+            return None
+    rd.timing["features_verification"] += time.perf_counter() - tick
+    rd.features = space
+    attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
+    # the rule on the distances: C's by the kernel, S's by class
+    tick = time.perf_counter()
+    x_s = x_sh.reshape(-1, n_rows, width)[:, nobody].reshape(x_sh.shape[0], -1)
+    D2 = pairwise_sq_dists_by_parts(X, x_s, cls, backend=fed.backend)
+    ok = finite_clients(x_s, FiniteUploads())[cls]
+    for Xp in X:
+        ok &= finite_clients(Xp, FiniteUploads())
+    D2[~ok, :] = np.inf  # as client_distances: a non-finite client is far from all
+    D2[:, ~ok] = np.inf
+    rows = np.arange(n)
+    try:
+        result = fed.rule.from_distances(D2, ok, rd.n_samples, rd.f, backend=fed.backend)
+    except NothingFinite as exc:
+        rd.timing["aggregation"] = time.perf_counter() - tick
+        new_state, weights, kept_m, rule_diag, f_rule = _carry_over(
+            fed, state, f"no finite upload ({exc})", rd.f, n)
+    else:
+        weights, rule_diag, f_rule = result.weights, result.diagnostics, rd.f
+        kept_m = np.asarray(result.kept, float)
+        acc = {k: np.zeros(buf.n_params) for k in arrays}
+        bounds = np.array([0, n], dtype=np.int64)
+        for k in arrays:
+            add_rows_inplace(U[0][k], weights, acc[k][:start])
+            accq = acc[k][start:].reshape(n_rows, width)
+            if q:
+                part = np.zeros(q)
+                add_rows_inplace(U[1][k], weights, part)
+                accq[own] = part.reshape(-1, width)
+            with threads_for(nobody.size * width * n):
+                add_shared_rows(u_sh[k], cls, weights, bounds, nobody, width, accq.reshape(-1))
+        new_state = {k: acc[k].astype(buf.dtype) for k in arrays}
+        rd.timing["aggregation"] = time.perf_counter() - tick
+    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule,
+                     attack_diag, None)
+    record["timing"] = rd.timing
+    return new_state, record
 
 
 def _recomputed_round(fed, state, rd: _Round, buf: RoundBuffers):

@@ -376,10 +376,11 @@ class Trainer:
             private["steps"] = np.zeros(self.data.n_users, dtype=np.int64)
         return state, private
 
-    def buffers(self, full: bool = False) -> RoundBuffers:
+    def buffers(self, full: bool = False, shared_rows: bool = True) -> RoundBuffers:
         """The round's buffers: a batch of rows where the run allows it
         (``Federation.keeps_gradients``, ``Federation.streams``); ``full``: every row of
-        every buffer, for code that reads the round's uploads after it."""
+        every buffer, for code that reads the round's uploads after it; ``shared_rows``
+        False: every client's rows computed in full (``RoundBuffers.shared_rows``)."""
         n = clients_per_round(self.data.n_users, self.config.client_fraction)
         fed = self.federation
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
@@ -387,7 +388,8 @@ class Trainer:
                             features=fed.needs_features,
                             grad_rows=None if full or fed.keeps_gradients else GRADIENT_BATCH,
                             upload_rows=(GRADIENT_BATCH if (fed.streams or fed.recomputes_uploads)
-                                         and not full else None))
+                                         and not full else None),
+                            shared_rows=shared_rows)
 
     # -- evaluation -----------------------------------------------------------------
     def evaluate(self, state, private=None):

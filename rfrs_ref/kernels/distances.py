@@ -306,6 +306,80 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
     return out
 
 
+def sq_dists_error(D: int, dtype) -> tuple[float, float]:
+    """``(rel, abs)``: every entry of :func:`pairwise_sq_dists` (numba backend) on finite
+    rows of D columns of ``dtype`` is within ``rel · exact + abs`` of the exact sum
+    Σ_k (x_k − y_k)².
+
+    Each term (x − y)² is a difference and a square, each rounded once in the inputs'
+    dtype (unit roundoff u; a difference of nearby values is exact): at most 3u relative.
+    The terms, all ≥ 0, are summed in the inputs' dtype within a column block of
+    b = 256 (in any order the vectoriser chooses), then in float64 block by block into
+    a chunk's accumulator and chunk by chunk. Any summation tree of m non-negative
+    terms errs by at most (m − 1)u relative to their sum (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, §4.2), and the stages compose:
+
+        rel = ((b + 2) · u + (⌈blocks / chunks⌉ + chunks) · 2⁻⁵³) · 1.01
+
+    (1.01 covers the second-order terms): about 1.5e-5 for float32, 2.9e-14 for
+    float64. ``abs`` covers the squares that underflow, below the dtype's smallest
+    normal number each (a block whose rows are out of the fast path's range is summed
+    in float64, more accurately). A sum that overflows (float64 rows beyond about 1e154)
+    is +inf and outside this bound.
+    """
+    dt = np.dtype(dtype)
+    if dt not in SAFE_SS:
+        raise ValueError(f"dtype must be float32 or float64, got {dt}")
+    u = float(np.finfo(dt).eps) / 2
+    nblocks = max(1, -(-int(D) // BLOCK))
+    nchunks = n_chunks(int(D), BLOCK)
+    per_chunk = -(-nblocks // nchunks)
+    rel = ((BLOCK + 2) * u + (per_chunk + nchunks) * 2.0 ** -53) * 1.01
+    return rel, float(np.finfo(dt).tiny) * 3 * int(D)
+
+
+def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
+                               backend: str = "numba") -> np.ndarray:
+    """Squared distances between rows made of column parts, one of which takes one of a
+    few rows per class of row.
+
+    Row i is the concatenation of ``parts[0][i]``, ``parts[1][i]``, ... and
+    ``shared[cls[i]]`` (the columns where every row of a class holds the same values:
+    FISM's Q rows that no sampled client owns, docs/performance.md, "Robust rounds on
+    shared rows"). Formula:
+
+        out[i, j] = Σ_p d_p(i, j) + d_S(cls[i], cls[j]),
+
+    d_p = :func:`pairwise_sq_dists` of part p, d_S that of the shared rows (0 within a
+    class of finite rows). Each term is within :func:`sq_dists_error` of its exact sum,
+    so each entry is within ``rel · exact + Σ abs`` of the exact distance of the whole
+    rows (``rel`` the largest of the parts'), as :func:`pairwise_sq_dists` of the whole
+    rows is: the two agree to twice that bound, not bit for bit (the columns are summed
+    in other blocks). Conventions as :func:`pairwise_sq_dists`: a row non-finite in any
+    part, or whose shared row is, is +inf from every row and from itself; NaN never
+    occurs. Inputs are not modified.
+
+    Args:
+        parts: 2-D arrays of n rows each (any numbers of columns, 0 included).
+        shared: (classes, S) the shared rows.
+        cls: (n,) int, each row's class (an index into ``shared``).
+    """
+    cls = np.asarray(cls, dtype=np.int64)
+    n = cls.shape[0]
+    shared = as_float_matrix(shared, "shared")
+    if cls.ndim != 1 or (n and (cls.min() < 0 or cls.max() >= shared.shape[0])):
+        raise ValueError(f"cls must be a 1-D array of class indices in [0, {shared.shape[0]}), "
+                         f"got {cls!r}")
+    out = np.zeros((n, n))
+    for p in parts:
+        if np.shape(p)[0] != n:
+            raise ValueError(f"every part must have {n} rows (one per class index), got "
+                             f"shape {np.shape(p)}")
+        if np.shape(p)[1]:
+            out += pairwise_sq_dists(p, backend=backend)
+    return out + pairwise_sq_dists(shared, backend=backend)[np.ix_(cls, cls)]
+
+
 def _copies_share_distances_inplace(X: np.ndarray, out: np.ndarray) -> None:
     """Give every copy of a row (equal values, finite) the distances of its first
     occurrence, in place on the symmetric ``out``.

@@ -83,6 +83,53 @@ def test_krum_known_answer(backend):
     np.testing.assert_array_equal(classic.arrays["id"], [1.0])  # tie 1 vs 2 -> smaller index
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(4, 12), st.integers(0, 3), st.integers(0, 2**32 - 1),
+       st.sampled_from([{}, {"k": 1}, {"fallback": "mean"}, {"fallback": "reduce-f"}]))
+def test_krum_from_distances_is_krum_on_the_features(n, f, seed, params):
+    """Rule.from_distances on the features' distance matrix gives the weights, kept
+    clients and diagnostics of Rule.aggregate, and no arrays (the round that computes
+    the shared rows once sums the uploads itself); a non-finite client included."""
+    from rfrs_ref.aggregate.krum import client_distances
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 7)).astype(np.float32)
+    X[rng.integers(n), rng.integers(7)] = rng.choice([np.nan, np.inf, 1e30])
+    ns = rng.integers(1, 20, size=n)
+    rule = Krum(**params)
+    if f > 0 and not n > 2 * f + 2 and "fallback" not in params:
+        with pytest.raises(PreconditionError):
+            rule.from_distances(*client_distances(X, {}, "numba"), ns, f)
+        return
+    if params.get("k", 0) > n - f:
+        return
+    want = rule.aggregate(X, {"x": X}, ns, f)
+    got = rule.from_distances(*client_distances(X, {}, "numba"), ns, f)
+    assert got.arrays == {}
+    np.testing.assert_array_equal(got.weights, want.weights)
+    np.testing.assert_array_equal(got.kept, want.kept)
+    assert got.diagnostics == want.diagnostics
+
+
+def test_only_rules_that_weigh_by_distances_take_a_distance_matrix():
+    D2 = np.zeros((5, 5))
+    ok = np.ones(5, dtype=bool)
+    for name in RULES.names():
+        rule = RULES.get(name)()
+        if name == "krum":
+            assert rule.weighs_by_distances
+            continue
+        assert not rule.weighs_by_distances, name
+        with pytest.raises(TypeError, match="distances"):
+            rule.from_distances(D2, ok, np.ones(5), 0)
+    with pytest.raises(ValueError, match="square"):
+        Krum().from_distances(np.zeros((5, 4)), ok, np.ones(5), 0)
+    with pytest.raises(ValueError, match="without NaN"):
+        Krum().from_distances(np.full((5, 5), np.nan), ok, np.ones(5), 0)
+    with pytest.raises(ValueError, match="one flag per client"):
+        Krum().from_distances(D2, ok[:3], np.ones(5), 0)
+
+
 def test_median_and_trmean_match_numpy_and_scipy_with_equal_weights():
     rng = np.random.default_rng(0)
     for n in (7, 8):

@@ -28,7 +28,7 @@ def _rounds(trainer, buf, rounds=3):
 
 
 def _rows(trainer, rows):
-    full = trainer.buffers(full=True)
+    full = trainer.buffers(full=True, shared_rows=False)
     return RoundBuffers(full.n_max, full.n_params, full.dtype, full.names,
                         features=full.features is not None, grad_rows=rows, upload_rows=rows)
 
@@ -53,7 +53,7 @@ def test_every_rule_that_combines_by_weights(defense, detect):
                        assumed_byzantine=0.05 if defense == "smea" else None,
                        defense_params={"fallback": "reduce-f"})
     assert trainer.federation.recomputes_uploads
-    full = _rounds(trainer, trainer.buffers(full=True))
+    full = _rounds(trainer, trainer.buffers(full=True, shared_rows=False))
     for rows in (4, 16):
         _same(full, _rounds(trainer, _rows(trainer, rows)), (defense, detect, rows))
 
@@ -69,12 +69,12 @@ def test_every_optimiser_and_attack_in_the_client_rule(optimizer, attack, negati
     assert trainer.federation.recomputes_uploads
     buf = trainer.buffers()
     assert buf.uploads["theta"].shape[0] == GRADIENT_BATCH < 40 and buf.features.shape[0] == 40
-    _same(_rounds(trainer, trainer.buffers(full=True)), _rounds(trainer, buf),
+    _same(_rounds(trainer, trainer.buffers(full=True, shared_rows=False)), _rounds(trainer, buf),
           (optimizer, attack))
     # classic Krum: one client weighed, recomputed alone
     one = _trainer(defense="krum", defense_params={"k": 1}, optimizer=optimizer, attack=attack,
                    byzantine_fraction=0.0 if attack == "none" else 0.3)
-    _same(_rounds(one, one.buffers(full=True)), _rounds(one, _rows(one, 8)), "k=1")
+    _same(_rounds(one, one.buffers(full=True, shared_rows=False)), _rounds(one, _rows(one, 8)), "k=1")
 
 
 def test_an_upload_that_fails_verification_is_excluded_as_when_held(monkeypatch):
@@ -91,7 +91,7 @@ def test_an_upload_that_fails_verification_is_excluded_as_when_held(monkeypatch)
                 out["theta"][r, 5] = np.nan
 
     monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
-    full = _rounds(trainer, trainer.buffers(full=True))
+    full = _rounds(trainer, trainer.buffers(full=True, shared_rows=False))
     low = _rounds(trainer, _rows(trainer, 16))
     _same(full, low, "corrupt")
     excluded = [e for rec in low[1] for e in rec["excluded"]]

@@ -157,3 +157,71 @@ def test_copies_of_a_row_have_the_same_distances(seed, n, D, dtype, copies):
     assert (out[np.ix_(same, same)] == 0).all()
     np.testing.assert_allclose(out, pairwise_sq_dists_numpy(X), rtol=1e-5)
 
+
+
+# -- rows made of parts, one part shared by class (robust rounds on shared rows) -----------
+
+@st.composite
+def rows_by_parts(draw):
+    """Rows split into 1–3 column parts (0 columns allowed) and a shared part that each
+    row takes from its class (1–3 classes), as a robust round's features are on FISM's
+    shared rows; rows near each other relative to their norm (parameter space) or not,
+    with a few hostile values."""
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n = draw(st.integers(1, 9))
+    k = draw(st.integers(1, 3))
+    cls = np.array(draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)))
+    widths = draw(st.lists(st.integers(0, BLOCK + 40), min_size=1, max_size=3))
+    S = draw(st.integers(1, 2 * BLOCK + 9))
+    offset = draw(st.sampled_from([0.0, 1e3]))
+    el = st.floats(-1, 1, width=32)
+    parts = [(offset + draw(hnp.arrays(np.float64, (n, w), elements=el))).astype(dtype)
+             for w in widths]
+    shared = (offset + draw(hnp.arrays(np.float64, (k, S), elements=el))).astype(dtype)
+    for _ in range(draw(st.integers(0, 2))):
+        p = draw(st.integers(0, len(parts)))
+        arr = shared if p == len(parts) else parts[p]
+        if arr.shape[1]:
+            arr[draw(st.integers(0, arr.shape[0] - 1)),
+                draw(st.integers(0, arr.shape[1] - 1))] = draw(st.sampled_from([np.nan, np.inf, 1e30]))
+    return parts, shared, cls
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows_by_parts())
+def test_distances_by_parts_are_within_the_bound_of_the_whole_rows(case):
+    """The law the round on shared rows rests on: the distances assembled from the parts
+    are within sq_dists_error of the exact distances of the whole rows (the float64
+    oracle), as the kernel on the whole rows is, and so within twice that of the
+    kernel's; a row non-finite anywhere is +inf from everything, as there."""
+    from rfrs_ref.kernels.distances import pairwise_sq_dists_by_parts, sq_dists_error
+
+    parts, shared, cls = case
+    whole = np.concatenate([*parts, shared[cls]], axis=1)
+    got = pairwise_sq_dists_by_parts(parts, shared, cls)
+    full = pairwise_sq_dists(whole)
+    exact = pairwise_sq_dists_numpy(whole)
+    assert not np.isnan(got).any()
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(full))
+    fin = np.isfinite(exact)
+    rel, ab = max(sq_dists_error(p.shape[1] or 1, whole.dtype) for p in (*parts, shared))
+    absolute = sum(sq_dists_error(p.shape[1] or 1, whole.dtype)[1] for p in (*parts, shared))
+    bound = rel * exact[fin] + absolute + 1e-12 * exact[fin]  # the oracle's own rounding
+    assert (np.abs(got[fin] - exact[fin]) <= bound).all()
+    assert (np.abs(got[fin] - full[fin]) <= 2 * bound).all()
+
+
+def test_distances_by_parts_known_answer_and_preconditions():
+    from rfrs_ref.kernels.distances import pairwise_sq_dists_by_parts, sq_dists_error
+
+    parts = [np.array([[0.0], [3.0], [0.0]]), np.zeros((3, 0))]
+    shared = np.array([[0.0, 0.0], [0.0, 4.0]])
+    got = pairwise_sq_dists_by_parts(parts, shared, np.array([0, 0, 1]))
+    np.testing.assert_array_equal(got, [[0, 9, 16], [9, 0, 25], [16, 25, 0]])
+    with pytest.raises(ValueError, match="class indices"):
+        pairwise_sq_dists_by_parts(parts, shared, np.array([0, 2, 1]))
+    with pytest.raises(ValueError, match="3 rows"):
+        pairwise_sq_dists_by_parts([np.zeros((2, 1))], shared, np.array([0, 0, 1]))
+    rel32, _ = sq_dists_error(2_173_440, np.float32)
+    rel64, _ = sq_dists_error(2_173_440, np.float64)
+    assert 1e-5 < rel32 < 2e-5 and rel64 < 1e-13

@@ -1,0 +1,170 @@
+"""A round whose rule weighs the clients by their features' distances (Krum, A-RFRS)
+computes the rows the clients share once (``_shared_rows_compared_round``): the same
+uploads, features, verdicts and weighted sums as the round that computes every row in
+full, and distances within the kernel's rounding bound of that round's
+(docs/performance.md, "Robust rounds on shared rows")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rfrs_ref.federated import round as round_module
+from rfrs_ref.federated.config import TrainConfig
+from rfrs_ref.federated.round import run_round
+from rfrs_ref.federated.trainer import Trainer
+from rfrs_ref.kernels.distances import sq_dists_error
+
+SMALL = dict(n_users=200, n_items=120, n_clusters=4, mean_items=10.0)
+
+
+def _rounds(trainer, shared, rounds=4):
+    buf = trainer.buffers(full=True, shared_rows=shared)
+    state, private = trainer.initial_state()
+    records = []
+    for t in range(1, rounds + 1):
+        state, rec = run_round(trainer.federation, state, t, buf, private)
+        rec.pop("timing")
+        records.append(rec)
+    return state, records
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """How many rounds took the path on shared rows, and how many of those returned one."""
+    seen = {"called": 0, "returned": 0}
+    inner = round_module._shared_rows_compared_round
+
+    def counted(*a, **kw):
+        seen["called"] += 1
+        out = inner(*a, **kw)
+        seen["returned"] += out is not None
+        return out
+
+    monkeypatch.setattr(round_module, "_shared_rows_compared_round", counted)
+    return seen
+
+
+def _same_but_scores(full, shared, label, D, dtype):
+    """The states bit for bit; the records equal but for Krum's scores, which are within
+    twice the distance kernel's bound of each other (each a sum of m distances)."""
+    for k in full[0]:
+        assert np.array_equal(full[0][k].view(np.uint8), shared[0][k].view(np.uint8)), (label, k)
+    rel, ab = sq_dists_error(D, dtype)
+    for a, b in zip(full[1], shared[1]):
+        sa, sb = a["rule"].pop("scores"), b["rule"].pop("scores")
+        m = a["rule"]["neighbours"]
+        for x, y in zip(sa, sb):
+            assert (x is None) == (y is None), label
+            if x is not None:
+                assert abs(x - y) <= 2 * (rel * max(x, y) + m * ab) * 1.01, (label, x, y)
+        assert a == b, label
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+@pytest.mark.parametrize("attack,negatives", [("none", 0), ("ascent", 0), ("ascent", 1)])
+def test_the_round_on_shared_rows_gives_the_rounds_of_full_rows(optimizer, detect, attack,
+                                                               negatives, calls):
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8, "negatives": negatives}, optimizer=optimizer,
+                         defense="krum", detect=detect, attack=attack, byzantine_fraction=0.3,
+                         verify=True, seed=7)
+    trainer = Trainer(config)
+    assert trainer.federation.compares_shared_rows
+    full = _rounds(trainer, shared=False)
+    assert calls == {"called": 0, "returned": 0}
+    shared = _rounds(trainer, shared=True)
+    assert calls == {"called": 4, "returned": 4}
+    if attack == "ascent":
+        assert all(r["n_byzantine_sampled"] >= 3 for r in full[1])
+    _same_but_scores(full, shared, (optimizer, detect, attack), trainer.model.n_params(),
+                     np.dtype(config.dtype))
+
+
+@pytest.mark.parametrize("params", [{"k": 1}, {"fallback": "mean"}, {"fallback": "reduce-f"}])
+def test_classic_krum_and_the_fallbacks(params, calls):
+    """Classic Krum (k = 1), and a precondition the round violates (f too large for 20
+    clients: α = 0.45 gives f = 9, n > 2f + 2 fails) with either fallback."""
+    alpha = 0.3 if "k" in params else 0.45
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.1,
+                         model_params={"dim": 8}, defense="krum", defense_params=params,
+                         detect="gradient", attack="ascent", byzantine_fraction=alpha,
+                         verify=True, seed=3)
+    trainer = Trainer(config)
+    full, shared = _rounds(trainer, shared=False), _rounds(trainer, shared=True)
+    assert calls["returned"] == 4
+    if "fallback" in params:
+        assert all(r["rule"]["fallback"] is not None for r in full[1])
+        for r in (*full[1], *shared[1]):
+            r["rule"].setdefault("scores", [])
+            r["rule"].setdefault("neighbours", 0)
+    _same_but_scores(full, shared, params, trainer.model.n_params(), np.float32)
+
+
+def test_an_upload_that_fails_verification_runs_the_round_in_full(monkeypatch, calls):
+    """A part not certainly verified (here a client rule that writes NaN into one client's
+    upload) sends the round to the path that holds every row, which excludes the upload
+    as any round does."""
+    from rfrs_ref.optim.adam import Adam
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8}, defense="krum", detect="gradient", seed=2)
+    trainer = Trainer(config)
+    honest = Adam.client_rule_batch
+
+    def corrupt(self, state, grads, t, out, backend="numba", **kw):
+        honest(self, state, grads, t, out, backend=backend, **kw)
+        if out["theta"].shape[0] > 5:
+            out["theta"][5, 3] = np.nan
+
+    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+    full = _rounds(trainer, shared=False, rounds=2)
+    shared = _rounds(trainer, shared=True, rounds=2)
+    assert calls == {"called": 2, "returned": 0}
+    for k in full[0]:
+        assert np.array_equal(full[0][k].view(np.uint8), shared[0][k].view(np.uint8)), k
+    assert full[1] == shared[1]
+    assert all(len(r["excluded"]) >= 1 for r in shared[1])
+
+
+def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
+    """A feature that is not finite although its upload is (a recovered gradient that
+    overflows) makes its client infinitely far from all, as in the round on full rows:
+    here one client's feature on P is set to +inf after the server's read."""
+    from rfrs_ref.optim.adam import Adam
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8}, defense="krum", detect="gradient",
+                         attack="ascent", byzantine_fraction=0.2, seed=4)
+    trainer = Trainer(config)
+    n = trainer.buffers().n_max
+    start = trainer.model.shared_block[0]
+    honest = Adam.features_verify_batch
+
+    def overflowing(self, state, uploads, t, out, space="gradient", backend="numba", **kw):
+        res = honest(self, state, uploads, t, out, space, backend, **kw)
+        if out.shape[0] == n and out.shape[1] in (start, state["theta"].shape[0]):
+            out[2, 5] = np.inf  # column 5 lies in P on both paths
+        return res
+
+    monkeypatch.setattr(Adam, "features_verify_batch", overflowing)
+    full, shared = _rounds(trainer, shared=False), _rounds(trainer, shared=True)
+    assert calls["returned"] == 4
+    for r in shared[1]:
+        assert r["rule"]["nonfinite_clients"] == [2] and r["kept"][2] == 0
+    _same_but_scores(full, shared, "inf feature", trainer.model.n_params(), np.float32)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(defense="trmean"), dict(defense="rfa"), dict(defense="krum", attack="noise"),
+    dict(defense="krum", attack="camouflage"), dict(defense="krum", resilience=True),
+    dict(defense="krum", trace=True), dict(defense="krum", pre=("nnm",)),
+    dict(defense="krum", backend="numpy"), dict(defense="krum", model="fmf"),
+    dict(defense="krum", verify=False)])
+def test_which_rounds_compute_the_shared_rows_once(kw):
+    base = dict(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                byzantine_fraction=0.2, detect="gradient")
+    assert Trainer(TrainConfig(**base, defense="krum")).federation.compares_shared_rows
+    assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
+    assert not Trainer(TrainConfig(**{**base, **kw})).federation.compares_shared_rows
