@@ -11,7 +11,9 @@ within 2.5 GB. Cases: A-FRS (the weighted mean, no attack), "No defense" under
 the ascent attack at α = 0.4, A-RFRS (Krum on recovered gradients) and RFA
 (parameter space) under the same attack, holding every upload and with
 ``low_memory`` (``--low-memory``: the uploads 16 clients at a time, the
-weighed clients' computed twice). Prints the machine, then a table: peak GiB,
+weighed clients' computed twice), and A-RFRS with every client's rows in full
+where its rounds compute the rows the clients share once and hold the columns where
+they differ only (docs/performance.md, "Robust rounds on shared rows"). Prints the machine, then a table: peak GiB,
 the round buffers' GiB, the median round time and, for low memory, the
 time of the second computation.
 """
@@ -38,7 +40,7 @@ from rfrs_ref.federated.trainer import Trainer
 dataset, rounds, fields, low = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4] == "1"
 trainer = Trainer(TrainConfig(dataset=dataset, seed=0, **fields), low_memory=low)
 state, private = trainer.initial_state()
-buf = trainer.buffers()
+buf = trainer.buffers(shared_rows=sys.argv[5] == "1")
 times, again = [], []
 for t in range(1, rounds + 1):
     tick = time.perf_counter()
@@ -54,13 +56,17 @@ print(json.dumps({"peak": hwm / 2**20, "buffers": buf.nbytes / 2**30,
 """
 
 ASCENT = {"attack": "ascent", "byzantine_fraction": 0.4}
+#: (name, configuration fields, low memory, shared rows)
 CASES = [
-    ("A-FRS", {}, False),
-    ("No defense, ascent", ASCENT, False),
-    ("A-RFRS, ascent", {**ASCENT, "defense": "krum", "detect": "gradient"}, False),
-    ("A-RFRS, ascent, low memory", {**ASCENT, "defense": "krum", "detect": "gradient"}, True),
-    ("RFA, ascent", {**ASCENT, "defense": "rfa", "detect": "parameter"}, False),
-    ("RFA, ascent, low memory", {**ASCENT, "defense": "rfa", "detect": "parameter"}, True),
+    ("A-FRS", {}, False, True),
+    ("No defense, ascent", ASCENT, False, True),
+    ("A-RFRS, ascent", {**ASCENT, "defense": "krum", "detect": "gradient"}, False, True),
+    ("A-RFRS, ascent, every row", {**ASCENT, "defense": "krum", "detect": "gradient"}, False,
+     False),
+    ("A-RFRS, ascent, low memory", {**ASCENT, "defense": "krum", "detect": "gradient"}, True,
+     False),
+    ("RFA, ascent", {**ASCENT, "defense": "rfa", "detect": "parameter"}, False, True),
+    ("RFA, ascent, low memory", {**ASCENT, "defense": "rfa", "detect": "parameter"}, True, True),
 ]
 
 
@@ -74,9 +80,9 @@ def main(argv=None) -> None:
     print(f"{args.dataset}, {args.rounds} rounds per case, a fresh process each "
           f"(RFRS_DATA_DIR={os.environ.get('RFRS_DATA_DIR', 'unset')})")
     print(f"{'case':<30} {'peak, GiB':>10} {'buffers, GiB':>13} {'round, s':>9} {'again, s':>9}")
-    for name, fields, low in CASES:
+    for name, fields, low, shared in CASES:
         out = subprocess.run([sys.executable, "-c", _CHILD, args.dataset, str(args.rounds),
-                              json.dumps(fields), "1" if low else "0"],
+                              json.dumps(fields), "1" if low else "0", "1" if shared else "0"],
                              capture_output=True, text=True, cwd="/")
         if out.returncode != 0:
             print(f"{name:<30} failed: {out.stderr.strip().splitlines()[-1:]}")

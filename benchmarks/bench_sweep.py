@@ -48,11 +48,12 @@ def kind_of(config) -> tuple:
             "+".join(config.pre) or "-")
 
 
-def measure(config, rounds: int) -> tuple[float, float]:
-    """(seconds per round, seconds per evaluation) of ``config``, after a warm-up round."""
+def measure(config, rounds: int, shared_rows: bool = True) -> tuple[float, float]:
+    """(seconds per round, seconds per evaluation) of ``config``, after a warm-up round
+    (``shared_rows`` False: every client's rows computed in full)."""
     trainer = Trainer(config)
     state, private = trainer.initial_state()
-    buf = trainer.buffers()
+    buf = trainer.buffers(shared_rows=shared_rows)
     state, _ = run_round(trainer.federation, state, 1, buf, private)  # compile / warm caches
     tick = time.perf_counter()
     for t in range(2, rounds + 2):
@@ -75,6 +76,10 @@ def main() -> None:
                     help="also time each RFA kind with its Weiszfeld steps in passes over the "
                          "features (as before the steps ran on the distance matrix), in a row "
                          "of its own that the figure totals leave out")
+    ap.add_argument("--no-shared-rows", action="store_true",
+                    help="compute every client's rows in full, as the rounds did before they "
+                         "computed the rows the clients share once (the 'before' of "
+                         "docs/performance.md)")
     args = ap.parse_args()
     datasets = args.datasets.split(",")
     wanted = None if args.figures is None else set(args.figures.split(","))
@@ -102,7 +107,7 @@ def main() -> None:
         base = None
         for key in keys:
             c = kinds[key]
-            per_round, per_eval = measure(c, args.rounds)
+            per_round, per_eval = measure(c, args.rounds, shared_rows=not args.no_shared_rows)
             evaluations = c.rounds // c.eval_every + 1
             est = c.rounds * per_round + evaluations * per_eval
             cost[key] = est
@@ -115,7 +120,7 @@ def main() -> None:
 
                 limit, W.GRAM_MAX_ROWS = W.GRAM_MAX_ROWS, 0
                 try:
-                    per_round_p, _ = measure(c, args.rounds)
+                    per_round_p, _ = measure(c, args.rounds, shared_rows=False)
                 finally:
                     W.GRAM_MAX_ROWS = limit
                 est_p = c.rounds * per_round_p + evaluations * per_eval

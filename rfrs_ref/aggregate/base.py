@@ -125,6 +125,9 @@ class Rule(abc.ABC):
     #: takes them from a distance matrix the caller computed (a round that computes the
     #: rows the clients share once, docs/performance.md, "Robust rounds on shared rows")
     weighs_by_distances: ClassVar[bool] = False
+    #: such a rule's distances are float64 differences with an error bound (RFA's
+    #: Weiszfeld steps on the matrix), not the blocked kernel's (Krum)
+    distances64: ClassVar[bool] = False
 
     def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
         """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""
@@ -222,7 +225,7 @@ class Rule(abc.ABC):
         return self._described(res, n, f, f_used, record, backend)
 
     def from_distances(self, D2: np.ndarray, finite: np.ndarray, n_samples: np.ndarray, f: int,
-                       *, backend: str = "numba") -> AggregationResult:
+                       *, backend: str = "numba", error: float | None = None) -> AggregationResult:
         """The weights, kept clients and diagnostics of a rule with ``weighs_by_distances``,
         from the features' squared distances; the result holds no arrays (the caller
         computes Σᵢ wᵢ·A[i] itself, e.g. with
@@ -235,6 +238,10 @@ class Rule(abc.ABC):
             finite: (n,) bool, the clients whose feature and uploads are finite.
             n_samples: (n,) the clients' training-set sizes nᵢ (> 0).
             f: the assumed number of Byzantine clients.
+            error: for a rule with ``distances64`` (RFA), whose steps run on float64
+                differences: D2's relative error bound between finite clients
+                (``pairwise_sq_dists64_by_parts``'s); such a rule raises
+                :class:`NeedsRows` where its iteration on the rows would need the rows.
 
         The same weights, kept clients and diagnostics as :meth:`aggregate` on features
         whose distances are ``D2`` (the fallback of a violated precondition included).
@@ -259,10 +266,10 @@ class Rule(abc.ABC):
 
             res = AggregationResult({}, Mean().fixed_weights(w), np.ones(n), {})
         else:
-            res = self._from_distances(D2, finite, w, f_used)
+            res = self._from_distances(D2, finite, w, f_used, error)
         return self._described(res, n, f, f_used, record, backend)
 
-    def _from_distances(self, D2, finite, n_samples, f) -> AggregationResult:
+    def _from_distances(self, D2, finite, n_samples, f, error=None) -> AggregationResult:
         """The rule's weights from validated distances (``weighs_by_distances`` rules)."""
         raise TypeError(f"{self.name}'s weights are not a function of the distances alone")
 
@@ -278,6 +285,12 @@ class Rule(abc.ABC):
     def _aggregate(self, X: np.ndarray, arrays: dict[str, np.ndarray], n_samples: np.ndarray,
                    f: int, backend: str) -> AggregationResult:
         """The rule on validated inputs (``X`` 2-D float, ``n_samples`` float64 > 0)."""
+
+
+class NeedsRows(Exception):
+    """A rule given the features' distances (:meth:`Rule.from_distances`) cannot decide
+    from them alone here and needs the features themselves (RFA: a Weiszfeld step the
+    matrix cannot certify); the caller runs the rule on the rows."""
 
 
 class FiniteUploads(dict):

@@ -125,7 +125,7 @@ class Krum(Rule):
         res.arrays = combine(arrays, res.weights, backend)
         return res
 
-    def _from_distances(self, D2, ok, n_samples, f):
+    def _from_distances(self, D2, ok, n_samples, f, error=None):
         n = D2.shape[0]
         scores, m = krum_scores(D2, f)
         k = self.k if self.k > 0 else n - f

@@ -54,6 +54,10 @@ class RFA(Rule):
     name: ClassVar[str] = "rfa"
     coordinatewise: ClassVar[bool] = False
     combines_by_weights: ClassVar[bool] = True
+    weighs_by_distances: ClassVar[bool] = True
+    #: its steps run on float64 differences (``pairwise_sq_dists64``), and need their
+    #: error bound (``Rule.from_distances(error=)``)
+    distances64: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -67,6 +71,32 @@ class RFA(Rule):
     def _condition(self, n: int, f: int) -> str | None:
         return None if n > 2 * f else "n > 2f"
 
+    def _from_distances(self, D2, ok, n_samples, f, error=None):
+        from rfrs_ref.aggregate.base import NeedsRows
+        from rfrs_ref.kernels.weiszfeld import geometric_median_weights_on_matrix
+
+        if error is None:
+            raise ValueError("rfa takes float64 distances with their relative error bound "
+                             "(error=, e.g. pairwise_sq_dists64_by_parts's)")
+        if not ok.any():
+            raise NothingFinite("rfa: every client holds NaN or ±inf in its features or uploads; "
+                                "there is nothing finite to aggregate")
+        gm = geometric_median_weights_on_matrix(D2, error, np.where(ok, n_samples, 0.0), ok,
+                                                nu=self.nu, tol=self.tol, max_iter=self.max_iter)
+        if gm is None:
+            raise NeedsRows("rfa: Weiszfeld's steps need the rows themselves here (a distance "
+                            "the matrix cannot certify, or a step within rounding of the "
+                            "stopping threshold)")
+        return self._result({}, gm, ok)
+
+    def _result(self, out, gm, ok):
+        w = gm["alpha"] / gm["alpha"].sum()
+        diag = {"iterations": gm["iterations"], "converged": gm["converged"],
+                "objective": jsonable(gm["objective"]), "last_step": jsonable(gm["last_step"]),
+                "start": gm["start"], "distances": jsonable(gm["dist"]),
+                "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
+        return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
+
     def _aggregate(self, X, arrays, n_samples, f, backend):
         ok = finite_clients(X, arrays, "numpy" if backend == "numpy" else "numba")
         if not ok.any():
@@ -75,9 +105,4 @@ class RFA(Rule):
         gm = geometric_median_weights(X, np.where(ok, n_samples, 0.0), nu=self.nu, tol=self.tol,
                                       max_iter=self.max_iter, backend=backend, finite=ok)
         w = gm["alpha"] / gm["alpha"].sum()
-        out = combine(arrays, w, backend)
-        diag = {"iterations": gm["iterations"], "converged": gm["converged"],
-                "objective": jsonable(gm["objective"]), "last_step": jsonable(gm["last_step"]),
-                "start": gm["start"], "distances": jsonable(gm["dist"]),
-                "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
-        return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
+        return self._result(combine(arrays, w, backend), gm, ok)

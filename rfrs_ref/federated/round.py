@@ -153,7 +153,8 @@ class Federation:
         (:func:`_shared_rows_compared_round`): a model whose clients' gradients share rows
         (FISM's Q outside each client's items), no private client state, a rule whose
         weights are a function of the features' pairwise distances alone
-        (``Rule.weighs_by_distances``: Krum, hence A-RFRS), verification on, no attack
+        (``Rule.weighs_by_distances``: Krum, hence A-RFRS, and RFA, whose Weiszfeld
+        steps run on the distance matrix), verification on, no attack
         or an ``elementwise`` one computed in the client rule (ascent), nothing that
         reads the gradients or the uploads' rows afterwards (no monitor, no trace), no
         pre-aggregation or rule state. The numba backend only."""
@@ -228,7 +229,8 @@ class RoundBuffers:
 
     def __init__(self, n_max: int, n_params: int, dtype, names: tuple[str, ...],
                  private_dim: int = 0, features: bool = True, grad_rows: int | None = None,
-                 upload_rows: int | None = None, shared_rows: bool = True) -> None:
+                 upload_rows: int | None = None, shared_rows: bool = True,
+                 columns: int | None = None) -> None:
         dtype = np.dtype(dtype)
         if upload_rows is not None and upload_rows < n_max and upload_rows % 4:
             raise ValueError(f"upload_rows must be a multiple of 4 (the weighted sums' group of "
@@ -240,22 +242,44 @@ class RoundBuffers:
         #: bits, for the tests that prove it)
         self.shared_rows = bool(shared_rows)
         rows = n_max if upload_rows is None else min(n_max, upload_rows)
+        #: the upload and feature buffers hold ``columns`` < D values a row: a run whose
+        #: rounds compute the rows the clients share once (``_shared_rows_compared_round``)
+        #: needs n × |C| only, C the columns where clients differ; they grow when a round
+        #: needs more (:meth:`flat`), and a round that must hold every row takes
+        #: :meth:`full` buffers for itself
+        self.compact = columns is not None and columns < n_params
+        cols = min(n_params, columns) if self.compact else n_params
         # np.ones touches every page now rather than during the first round
         self.grads = np.ones((n_max if grad_rows is None else min(n_max, grad_rows), n_params),
                              dtype)
-        self.uploads = {k: np.ones((rows, n_params), dtype) for k in names}
+        self.uploads = {k: np.ones((rows, cols), dtype) for k in names}
         #: None when the run never needs features (a rule that ignores them, and
         #: no recovered gradients wanted): one n × D array less
-        self.features = np.ones((n_max, n_params), dtype) if features else None
+        self.features = np.ones((n_max, cols), dtype) if features else None
         self.private_grads = np.zeros((n_max, private_dim), dtype) if private_dim else None
         #: scratch arrays an attack keeps from round to round
         self.attack_workspace: dict = {}
 
     def full(self, features: bool) -> "RoundBuffers":
-        """Buffers of the same run with every row (a streamed round that has to hold
-        every upload after all)."""
+        """Buffers of the same run with every row and column (a streamed or compact
+        round that has to hold every upload after all)."""
         return RoundBuffers(self.n_max, self.n_params, self.dtype, self.names,
-                            private_dim=self.private_dim, features=features)
+                            private_dim=self.private_dim, features=features,
+                            shared_rows=self.shared_rows)
+
+    def flat(self, name: str, size: int) -> np.ndarray:
+        """The first ``size`` values of buffer ``name`` (``"features"`` or an uploaded
+        array) as a flat writable view; a compact buffer too small for them is replaced
+        by one with a tenth more columns than they need (its values are not kept)."""
+        arr = self.features if name == "features" else self.uploads[name]
+        if arr.size < size:
+            cols = min(self.n_params, -(-size // self.n_max) * 11 // 10 + 1)
+            arr = np.empty((self.n_max, cols), self.dtype)
+            if name == "features":
+                self.features = arr
+            else:
+                self.uploads[name] = arr
+        return arr.reshape(-1)[:size]
 
     @property
     def nbytes(self) -> int:
@@ -307,11 +331,14 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     """
     rd = _sample(fed, t)                                        # server: who takes part
     if (buf.shared_rows and fed.compares_shared_rows
-            and buf.uploads["theta"].shape[0] >= rd.clients.size):
+            and (buf.compact or buf.uploads["theta"].shape[0] >= rd.clients.size)):
         out = _shared_rows_compared_round(fed, state, rd, buf)  # Alg. 1 and 2, shared rows once
         if out is not None:
             return out
-        rd = _sample(fed, t)  # a part not certainly verified: the round as below
+        # a part not certainly verified: the round as below, holding every row
+        rd = _sample(fed, t)
+        if buf.compact:
+            buf = buf.full(fed.needs_features)
     if buf.uploads["theta"].shape[0] < rd.clients.size and fed.recomputes_uploads:
         return _recomputed_round(fed, state, rd, buf)           # Alg. 1 and 2, uploads twice
     if buf.uploads["theta"].shape[0] < rd.clients.size:
@@ -556,8 +583,8 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
 
 def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     """The round of a rule that compares every client by its features' distances
-    (``Federation.compares_shared_rows``: Krum, A-RFRS), with the rows the clients share
-    computed once (docs/performance.md, "Robust rounds on shared rows").
+    (``Federation.compares_shared_rows``: Krum, A-RFRS, RFA), with the rows the clients
+    share computed once (docs/performance.md, "Robust rounds on shared rows").
 
     FISM's gradient on the history embeddings Q is 2λq on every row outside the client's
     own items, so on the rows that no sampled client owns (S) every honest upload and
@@ -569,23 +596,25 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
        where clients differ: P, and the Q rows some sampled client owns (a batch of
        clients at a time for the gradients and the client rule);
     3. the squared distances ‖xᵢ − xⱼ‖² = d_C(i, j) + [class i ≠ class j]·‖s₀ − s₁‖²_S,
-       each term by :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists`, and the
-       rule's weights from them (``Rule.from_distances``);
+       each term by :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists` (RFA:
+       float64 differences, ``pairwise_sq_dists64_by_parts``, with their error bound),
+       and the rule's weights from them (``Rule.from_distances``);
     4. the weighted sums: on C by :func:`~rfrs_ref.aggregate.combine.add_rows_inplace`,
        on S by ``add_shared_rows``, rounded once to the state's dtype.
 
     Every upload, feature and verdict is the one the round holding every row computes,
     and so are the sums given the weights (the same operations in the same order as
     ``combine_rows``). The distances are the same sums grouped otherwise: each is within
-    the kernel's relative error of the exact sum, as the full matrix's is, so the rule
+    the kernel's relative error of the exact sum, as the full matrix's is, so Krum
     chooses the same clients unless two of its scores are within that error of each
-    other (docs/performance.md says which runs this changes). Returns None, before the
-    state is touched, when some part is not certainly verified (the caller then runs
+    other, and RFA's weights agree to about 1e-9 (docs/performance.md says which runs
+    this changes). Returns None, before the state is touched, when some part is not
+    certainly verified or RFA's steps need the rows themselves (the caller then runs
     the round holding every row, which excludes the upload as any round does).
     """
-    from rfrs_ref.aggregate.base import FiniteUploads, NothingFinite
+    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
     from rfrs_ref.aggregate.combine import add_rows_inplace, finite_clients
-    from rfrs_ref.kernels.distances import pairwise_sq_dists_by_parts
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
     from rfrs_ref.kernels.optim import add_shared_rows, threads_for
 
     opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
@@ -624,8 +653,9 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     def rows_of(flat, m):
         return flat[:m * start].reshape(m, start), flat[m * start:m * (start + q)].reshape(m, q)
 
-    X = rows_of(buf.features.reshape(-1), n)
-    U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.uploads[k].reshape(-1), n)
+    size = n * (start + q)
+    X = rows_of(buf.flat("features", size), n)
+    U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, size), n)
                                                      for k in arrays))]
     S = [{k: state[k][:start] for k in arrays},
          {k: state[k][start:].reshape(n_rows, width)[own].ravel() for k in arrays}]
@@ -658,15 +688,25 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     # the rule on the distances: C's by the kernel, S's by class
     tick = time.perf_counter()
     x_s = x_sh.reshape(-1, n_rows, width)[:, nobody].reshape(x_sh.shape[0], -1)
-    D2 = pairwise_sq_dists_by_parts(X, x_s, cls, backend=fed.backend)
     ok = finite_clients(x_s, FiniteUploads())[cls]
     for Xp in X:
         ok &= finite_clients(Xp, FiniteUploads())
-    D2[~ok, :] = np.inf  # as client_distances: a non-finite client is far from all
-    D2[:, ~ok] = np.inf
+    error = None
+    if getattr(fed.rule, "distances64", False):
+        # float64 differences of the finite clients, with their error bound (RFA)
+        live = np.flatnonzero(ok)
+        D2 = np.full((n, n), np.inf)
+        D2[np.ix_(live, live)], error = pairwise_sq_dists64_by_parts(X, x_s, cls, live)
+    else:
+        D2 = pairwise_sq_dists_by_parts(X, x_s, cls, backend=fed.backend)
+        D2[~ok, :] = np.inf  # as client_distances: a non-finite client is far from all
+        D2[:, ~ok] = np.inf
     rows = np.arange(n)
     try:
-        result = fed.rule.from_distances(D2, ok, rd.n_samples, rd.f, backend=fed.backend)
+        result = fed.rule.from_distances(D2, ok, rd.n_samples, rd.f, backend=fed.backend,
+                                         error=error)
+    except NeedsRows:
+        return None  # the rule needs the rows themselves: the round on full rows
     except NothingFinite as exc:
         rd.timing["aggregation"] = time.perf_counter() - tick
         new_state, weights, kept_m, rule_diag, f_rule = _carry_over(

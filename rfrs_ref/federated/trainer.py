@@ -383,13 +383,23 @@ class Trainer:
         False: every client's rows computed in full (``RoundBuffers.shared_rows``)."""
         n = clients_per_round(self.data.n_users, self.config.client_fraction)
         fed = self.federation
+        columns = None
+        if shared_rows and not full and fed.compares_shared_rows and not fed.recomputes_uploads:
+            # the columns where the round's clients differ: the dense part and the rows of
+            # their own items (FISM's P, and Q's rows of the n clients' items, at most their
+            # count: a quarter over its mean leaves room for most rounds, and the buffers
+            # grow in a round that needs more)
+            start, n_rows, width = self.model.shared_block
+            counts = self.split.train.counts()
+            own = min(n_rows, int(1.25 * n * float(counts.mean())) + 1)
+            columns = start + own * width
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
                             private_dim=self.model.dim if self.model.has_private else 0,
                             features=fed.needs_features,
                             grad_rows=None if full or fed.keeps_gradients else GRADIENT_BATCH,
                             upload_rows=(GRADIENT_BATCH if (fed.streams or fed.recomputes_uploads)
                                          and not full else None),
-                            shared_rows=shared_rows)
+                            shared_rows=shared_rows, columns=columns)
 
     # -- evaluation -----------------------------------------------------------------
     def evaluate(self, state, private=None):

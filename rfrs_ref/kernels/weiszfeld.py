@@ -430,13 +430,68 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
         return None
     n, m = Xc.shape[0], rows.size
     eps = sq_dists64_error(Xc.shape[1]) + (2 * m + 6) * 2.0 ** -53
-    wf = w[rows]
 
     def z_of(a_f):
         alpha = np.zeros(n)
         alpha[rows] = a_f
         return weiszfeld_pass(Xc, alpha, backend="numba")
 
+    def passes(resume):
+        return _geometric_median_passes(Xc, w, finite, nu=nu, tol=tol, max_iter=max_iter,
+                                        backend="numba", resume=resume)
+
+    return _weiszfeld_on_matrix(Dm, eps, w, finite, rows, n, nu=nu, tol=tol, max_iter=max_iter,
+                                z_of=z_of, passes=passes, want_z=want_z)
+
+
+def geometric_median_weights_on_matrix(Dm: np.ndarray, error: float, weights: np.ndarray,
+                                       finite: np.ndarray, *, nu: float = 1e-6,
+                                       tol: float = 1e-6, max_iter: int = 100) -> dict | None:
+    """:func:`geometric_median_weights` from the squared distances of the rows alone,
+    for a caller that computed them otherwise (the robust round on shared rows,
+    docs/performance.md, "Robust rounds on shared rows").
+
+    Args:
+        Dm: float64 (n, n), Dm[i, j] the squared distance of rows i and j, each entry
+            between finite rows within ``error`` (relative) of the exact sum, as
+            :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists64`'s are within
+            ``sq_dists64_error``; entries with a non-finite row are not read.
+        error: that relative bound (the step's certainty test adds the identity's own
+            rounding, (2m + 6)u, as on the rows).
+        weights: (n,) nᵢ ≥ 0. finite: (n,) bool, the rows that take part.
+
+    Returns:
+        The dict :func:`geometric_median_weights` returns when the iteration on the
+        rows would run on their matrix throughout (2 to ``GRAM_MAX_ROWS`` finite rows
+        of positive weight, a finite matrix, every step's distances certain, no step
+        within rounding of the stopping threshold); otherwise None: that iteration
+        needs the rows themselves (z, or the passes), and the caller must give them.
+        With ``Dm`` the matrix :func:`pairwise_sq_dists64` computes and ``error`` its
+        ``sq_dists64_error``, the weights are those of the rows, bit for bit.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    finite = np.asarray(finite, dtype=bool) & (w > 0)
+    rows = np.flatnonzero(finite)
+    if not 2 <= rows.size <= GRAM_MAX_ROWS:
+        return None
+    sub = np.ascontiguousarray(np.asarray(Dm, dtype=np.float64)[np.ix_(rows, rows)])
+    if not np.isfinite(sub).all():
+        return None
+    eps = float(error) + (2 * rows.size + 6) * 2.0 ** -53
+    res = _weiszfeld_on_matrix(sub, eps, w, finite, rows, w.shape[0], nu=nu, tol=tol,
+                               max_iter=max_iter, z_of=None, passes=None, want_z=False)
+    if res is None or (finite & ~np.isfinite(res["dist"])).any():
+        return None
+    return res
+
+
+def _weiszfeld_on_matrix(Dm, eps, w, finite, rows, n, *, nu, tol, max_iter, z_of, passes,
+                         want_z):
+    """Weiszfeld's steps on the finite rows' matrix ``Dm`` (relative error ``eps`` with
+    the identity's); ``z_of(a)`` computes z = Σ aⱼxⱼ and ``passes(resume)`` continues
+    in passes over the rows, for the steps the matrix cannot decide: where either is
+    None such a step returns None."""
+    wf = w[rows]
     a = wf / wf.sum()
     d2, ok = _gram_distances(Dm, a, eps, nu)
     if not ok:
@@ -451,12 +506,12 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
         a_new = alpha_f / alpha_f.sum()
         d2_new, ok = _gram_distances(Dm, a_new, eps, nu)
         if not ok:
+            if z_of is None or passes is None:
+                return None
             # continue in passes from this step: z_t (the current iterate) once
             z, dist = z_of(a)
             dist = np.where(finite, dist, np.inf)
-            return _geometric_median_passes(
-                Xc, w, finite, nu=nu, tol=tol, max_iter=max_iter, backend="numba",
-                resume=(z, dist, it, objective, step))
+            return passes((z, dist, it, objective, step))
         it += 1
         c = a_new - a
         q = Dm @ c
@@ -481,6 +536,8 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
             step = float(np.sqrt(step2))
             continue
         # within rounding of the threshold: decide on z and z′ themselves
+        if z_of is None:
+            return None
         z_prev, _ = z_of(a - c)
         z_now, _ = z_of(a)
         step = float(np.linalg.norm(z_now - z_prev))
@@ -492,7 +549,7 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
     alpha[rows] = alpha_f
     dist = np.full(n, np.inf)
     dist[rows] = dist_f
-    z = z_of(a)[0] if want_z else None
+    z = z_of(a)[0] if want_z and z_of is not None else None
     return {"z": z, "dist": dist, "alpha": alpha, "iterations": it,
             "converged": converged, "objective": objective, "last_step": step, "start": "mean",
             "method": "distances"}

@@ -111,12 +111,43 @@ def test_krum_from_distances_is_krum_on_the_features(n, f, seed, params):
     assert got.diagnostics == want.diagnostics
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(4, 12), st.integers(0, 2**32 - 1), st.booleans())
+def test_rfa_from_distances_is_rfa_on_the_features(n, seed, hostile):
+    """RFA.from_distances on the matrix pairwise_sq_dists64 computes (with its bound)
+    gives RFA.aggregate's weights, kept clients and diagnostics bit for bit, or raises
+    NeedsRows where the steps on the rows leave the matrix."""
+    from rfrs_ref.aggregate.base import NeedsRows
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64, sq_dists64_error
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 9)).astype(np.float32)
+    X[: n // 3] *= -1
+    if hostile:
+        X[rng.integers(n), rng.integers(9)] = rng.choice([np.nan, np.inf])
+    ns = rng.integers(1, 20, size=n)
+    ok = np.isfinite(X).all(axis=1)
+    D2 = np.full((n, n), np.inf)
+    live = np.flatnonzero(ok)
+    D2[np.ix_(live, live)] = pairwise_sq_dists64(X, live)
+    want = RFA().aggregate(X, {"x": X}, ns, 1)
+    try:
+        got = RFA().from_distances(D2, ok, ns, 1, error=sq_dists64_error(9))
+    except NeedsRows:
+        return
+    assert got.arrays == {}
+    np.testing.assert_array_equal(got.weights, want.weights)
+    assert got.diagnostics == want.diagnostics
+    with pytest.raises(ValueError, match="error bound"):
+        RFA().from_distances(D2, ok, ns, 1)
+
+
 def test_only_rules_that_weigh_by_distances_take_a_distance_matrix():
     D2 = np.zeros((5, 5))
     ok = np.ones(5, dtype=bool)
     for name in RULES.names():
         rule = RULES.get(name)()
-        if name == "krum":
+        if name in ("krum", "rfa"):
             assert rule.weighs_by_distances
             continue
         assert not rule.weighs_by_distances, name

@@ -16,6 +16,8 @@ from rfrs_ref.federated.trainer import Trainer
 from rfrs_ref.kernels.distances import sq_dists_error
 
 SMALL = dict(n_users=200, n_items=120, n_clusters=4, mean_items=10.0)
+#: items enough that the rows of a round's clients are a small part of Q
+WIDE = dict(n_users=200, n_items=1500, n_clusters=4, mean_items=10.0)
 
 
 def _rounds(trainer, shared, rounds=4):
@@ -157,7 +159,7 @@ def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(defense="trmean"), dict(defense="rfa"), dict(defense="krum", attack="noise"),
+    dict(defense="trmean"), dict(defense="median"), dict(defense="krum", attack="noise"),
     dict(defense="krum", attack="camouflage"), dict(defense="krum", resilience=True),
     dict(defense="krum", trace=True), dict(defense="krum", pre=("nnm",)),
     dict(defense="krum", backend="numpy"), dict(defense="krum", model="fmf"),
@@ -167,4 +169,100 @@ def test_which_rounds_compute_the_shared_rows_once(kw):
                 byzantine_fraction=0.2, detect="gradient")
     assert Trainer(TrainConfig(**base, defense="krum")).federation.compares_shared_rows
     assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
+    assert Trainer(TrainConfig(**base, defense="rfa", attack="ascent")).federation.compares_shared_rows
     assert not Trainer(TrainConfig(**{**base, **kw})).federation.compares_shared_rows
+
+
+def test_the_trainer_holds_only_the_columns_where_clients_differ(calls):
+    """``Trainer.buffers()`` of such a run holds n × |C| values per buffer, not n × D; a
+    buffer too small for a round grows (here one started at P's columns only), and the
+    rounds are those of full rows."""
+    from rfrs_ref.federated.round import RoundBuffers
+
+    config = TrainConfig(dataset="synthetic", dataset_params=WIDE, client_fraction=0.2,
+                         model_params={"dim": 8}, defense="krum", detect="gradient",
+                         attack="ascent", byzantine_fraction=0.3, verify=True, seed=9)
+    trainer = Trainer(config)
+    D = trainer.model.n_params()
+    start = trainer.model.shared_block[0]
+    buf = trainer.buffers()
+    assert buf.compact and start < buf.uploads["theta"].shape[1] < D
+    assert buf.features.shape == buf.uploads["m"].shape
+    assert not trainer.buffers(full=True).compact
+    assert not trainer.buffers(shared_rows=False).compact
+    tiny = RoundBuffers(buf.n_max, D, buf.dtype, buf.names, columns=start)
+    assert tiny.compact and tiny.uploads["theta"].shape[1] == start
+    full = _rounds(trainer, shared=False)
+    state, private = trainer.initial_state()
+    records = []
+    for t in range(1, 5):
+        state, rec = run_round(trainer.federation, state, t, tiny, private)
+        rec.pop("timing")
+        records.append(rec)
+    assert calls["returned"] == 4
+    assert start < tiny.uploads["theta"].shape[1] <= D
+    _same_but_scores(full, (state, records), "compact", D, np.float32)
+
+
+def test_a_compact_round_that_fails_verification_holds_every_row(monkeypatch, calls):
+    from rfrs_ref.optim.adam import Adam
+
+    config = TrainConfig(dataset="synthetic", dataset_params=WIDE, client_fraction=0.2,
+                         model_params={"dim": 8}, defense="krum", detect="parameter", seed=2)
+    trainer = Trainer(config)
+    honest = Adam.client_rule_batch
+
+    def corrupt(self, state, grads, t, out, backend="numba", **kw):
+        honest(self, state, grads, t, out, backend=backend, **kw)
+        if out["theta"].shape[0] > 5:
+            out["theta"][5, 3] = np.nan
+
+    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+    full = _rounds(trainer, shared=False, rounds=2)
+    buf = trainer.buffers()
+    assert buf.compact
+    state, private = trainer.initial_state()
+    records = []
+    for t in (1, 2):
+        state, rec = run_round(trainer.federation, state, t, buf, private)
+        rec.pop("timing")
+        records.append(rec)
+    assert calls == {"called": 2, "returned": 0}
+    for k in full[0]:
+        assert np.array_equal(full[0][k], state[k]), k
+    assert full[1] == records
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+@pytest.mark.parametrize("attack", ["none", "ascent"])
+def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, attack, calls):
+    """RFA's Weiszfeld steps on the distances by parts (float64 differences, their bound
+    handed to the steps' certainty test): from the same state, each round's weights are
+    those of the round on full rows to 1e-9 relative (the matrices differ in their last
+    bits), and everything else in the record is the same; a round whose steps need the
+    rows themselves runs on full rows."""
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8}, optimizer=optimizer, defense="rfa",
+                         detect=detect, attack=attack, byzantine_fraction=0.3, verify=True,
+                         seed=7)
+    trainer = Trainer(config)
+    assert trainer.federation.compares_shared_rows
+    full, shared = trainer.buffers(shared_rows=False), trainer.buffers()
+    state, _ = trainer.initial_state()
+    for t in range(1, 6):
+        a, ra = run_round(trainer.federation, state, t, full)
+        b, rb = run_round(trainer.federation, state, t, shared)
+        for r in (ra, rb):
+            r.pop("timing")
+        wa, wb = np.array(ra.pop("weights")), np.array(rb.pop("weights"))
+        np.testing.assert_allclose(wb, wa, rtol=1e-9, atol=1e-15)
+        da, db = ra.pop("rule"), rb.pop("rule")
+        np.testing.assert_allclose(db["objective"], da["objective"], rtol=1e-9)
+        assert (da["iterations"], da["converged"]) == (db["iterations"], db["converged"])
+        ra.pop("state_norms"), rb.pop("state_norms")
+        assert ra == rb
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7)
+        state = a
+    assert calls["called"] == 5 and calls["returned"] >= 3

@@ -294,3 +294,62 @@ def test_geometric_median_of_rows_beyond_float64_distances(backend, rows):
     np.testing.assert_allclose(np.ldexp(res["z"], -8), ref["z"], rtol=1e-6,
                                atol=1e-12 * np.abs(ref["z"]).max())
     assert rows == "all max" or k > 0
+
+
+# -- the steps from a matrix computed elsewhere (robust rounds on shared rows) -------------
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
+       st.integers(2, 12), st.integers(2, 700), st.sampled_from([1e-3, 1.0]))
+def test_the_steps_from_a_given_matrix_are_the_steps_on_the_rows(seed, dtype, n, D, spread):
+    """Given the matrix pairwise_sq_dists64 computes and its bound, the steps give the
+    weights, distances and diagnostics of geometric_median_weights on the rows, bit
+    for bit, wherever they stay on the matrix; where the rows' iteration would leave it
+    (z, or the passes) they return None."""
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64, sq_dists64_error
+    from rfrs_ref.kernels.weiszfeld import (geometric_median_weights,
+                                            geometric_median_weights_on_matrix)
+
+    rng = np.random.default_rng(seed)
+    X = _rows(seed, dtype, n, D, spread, 0)
+    X[: n // 3] *= -1
+    w = rng.integers(1, 40, size=n).astype(float)
+    ok = np.ones(n, dtype=bool)
+    if n > 3:
+        ok[rng.integers(n)] = False
+    # the finite rows' matrix, as the steps on the rows compute it (the kernel's tiling,
+    # hence its last bits, depends on the rows it is given)
+    Dm = np.full((n, n), np.inf)
+    live = np.flatnonzero(ok)
+    Dm[np.ix_(live, live)] = pairwise_sq_dists64(X, live)
+    got = geometric_median_weights_on_matrix(Dm, sq_dists64_error(D), w, ok)
+    want = geometric_median_weights(X, np.where(ok, w, 0.0), finite=ok)
+    if got is None:
+        assert want["method"] != "distances" or ok.sum() < 2
+        return
+    assert want["method"] == "distances"
+    for k in ("alpha", "dist"):
+        np.testing.assert_array_equal(got[k], want[k])
+    for k in ("iterations", "converged", "objective", "last_step", "start"):
+        assert got[k] == want[k], k
+
+
+def test_the_steps_from_a_given_matrix_refuse_what_needs_the_rows():
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64, sq_dists64_error
+    from rfrs_ref.kernels.weiszfeld import geometric_median_weights_on_matrix
+
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    kw = dict(nu=1e-10, tol=1e-12, max_iter=1000)
+    err = sq_dists64_error(2)
+    assert geometric_median_weights_on_matrix(pairwise_sq_dists64(X), err, np.ones(5),
+                                              np.ones(5, bool), **kw) is None
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(9, 30)).astype(np.float32)
+    X[4] = 1e38
+    assert geometric_median_weights_on_matrix(pairwise_sq_dists64(X), sq_dists64_error(30),
+                                              np.ones(9), np.ones(9, bool)) is None
+    one = np.zeros(9, bool)
+    one[0] = True
+    assert geometric_median_weights_on_matrix(np.zeros((9, 9)), err, np.ones(9), one) is None
+    many = np.ones(101, bool)
+    assert geometric_median_weights_on_matrix(np.ones((101, 101)), err, np.ones(101), many) is None
