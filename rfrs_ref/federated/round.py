@@ -505,22 +505,9 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     start, n_rows, width = model.shared_block
     for name in ("gradients", "client_rule", "verification_sums"):
         rd.timing[name] = 0.0
+    sq, u_sh, cls = _shared_uploads(fed, state, rd)
     tick = time.perf_counter()
-    sq = {k: state[k][start:] for k in arrays}
-    g_sh = model.shared_gradient(state["theta"]).reshape(1, -1)
-    rd.timing["gradients"] += time.perf_counter() - tick
-    attacked = fed.attacks_in_client_rule and bool(rd.byz.any())
-    if attacked:
-        # the Byzantine clients' shared rows: the rule on h(2λq), row 1 of the shared rows
-        g_sh = np.concatenate([g_sh, g_sh])
-        fed.attack.own_gradient_inplace(g_sh[1])
-    cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
-    tick = time.perf_counter()
-    u_sh = {k: np.empty_like(g_sh) for k in arrays}
-    opt.client_rule_batch(sq, g_sh, t, u_sh, backend=fed.backend)
-    rd.timing["client_rule"] += time.perf_counter() - tick
-    tick = time.perf_counter()
-    if fed.verify and not opt.screen_sum_batch(sq, u_sh, t, np.ones(g_sh.shape[0]))[0].all():
+    if fed.verify and not opt.screen_sum_batch(sq, u_sh, t, np.ones(u_sh["theta"].shape[0]))[0].all():
         return None
     starts = range(0, n, batch)
     own = [np.unique(np.concatenate([fed.train.items_of(c) for c in clients[lo:lo + batch]]
@@ -581,6 +568,32 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
     return _streamed_result(fed, state, rd, buf, acc, losses)
 
 
+def _shared_uploads(fed, state, rd: _Round):
+    """The rows every client of a class shares (FISM's Q outside each client's items):
+    the state's rows there, the class of each sampled client (0 honest; 1 Byzantine
+    under an attack computed in the client rule, whose clients share h(2λq) there), and
+    one upload per class, the client rule on 2λq (and on h(2λq)); timed into the round's
+    ``gradients`` and ``client_rule``. Returns (state rows, uploads (classes, L), cls)."""
+    opt, model = fed.optimizer, fed.model
+    start = model.shared_block[0]
+    tick = time.perf_counter()
+    sq = {k: state[k][start:] for k in opt.arrays}
+    g_sh = model.shared_gradient(state["theta"]).reshape(1, -1)
+    rd.timing["gradients"] += time.perf_counter() - tick
+    attacked = fed.attacks_in_client_rule and bool(rd.byz.any())
+    if attacked:
+        # the Byzantine clients' shared rows: the rule on h(2λq), row 1 of the shared rows
+        g_sh = np.concatenate([g_sh, g_sh])
+        fed.attack.own_gradient_inplace(g_sh[1])
+    n = rd.clients.size
+    cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
+    tick = time.perf_counter()
+    u_sh = {k: np.empty_like(g_sh) for k in opt.arrays}
+    opt.client_rule_batch(sq, g_sh, rd.t, u_sh, backend=fed.backend)
+    rd.timing["client_rule"] += time.perf_counter() - tick
+    return sq, u_sh, cls
+
+
 def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     """The round of a rule that compares every client by its features' distances
     (``Federation.compares_shared_rows``: Krum, A-RFRS, RFA), with the rows the clients
@@ -623,22 +636,9 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     space = "gradient" if fed.needs_recovery else "parameter"
     for name in ("gradients", "client_rule", "features_verification"):
         rd.timing[name] = 0.0
-    # the shared rows, once per class of client
+    sq, u_sh, cls = _shared_uploads(fed, state, rd)  # the shared rows, once per class
     tick = time.perf_counter()
-    sq = {k: state[k][start:] for k in arrays}
-    g_sh = model.shared_gradient(state["theta"]).reshape(1, -1)
-    rd.timing["gradients"] += time.perf_counter() - tick
-    attacked = fed.attacks_in_client_rule and bool(rd.byz.any())
-    if attacked:
-        g_sh = np.concatenate([g_sh, g_sh])
-        fed.attack.own_gradient_inplace(g_sh[1])
-    cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
-    tick = time.perf_counter()
-    u_sh = {k: np.empty_like(g_sh) for k in arrays}
-    opt.client_rule_batch(sq, g_sh, t, u_sh, backend=fed.backend)
-    rd.timing["client_rule"] += time.perf_counter() - tick
-    tick = time.perf_counter()
-    x_sh = np.empty(g_sh.shape, dtype=buf.dtype)
+    x_sh = np.empty(u_sh["theta"].shape, dtype=buf.dtype)
     if not opt.features_verify_batch(sq, u_sh, t, x_sh, space, backend=fed.backend)[0].all():
         return None
     rd.timing["features_verification"] += time.perf_counter() - tick

@@ -338,6 +338,16 @@ def sq_dists_error(D: int, dtype) -> tuple[float, float]:
     return rel, float(np.finfo(dt).tiny) * 3 * int(D)
 
 
+def _shared_classes(shared, cls) -> tuple[np.ndarray, np.ndarray]:
+    """The shared rows as a float matrix and the rows' classes as int64, checked."""
+    cls = np.asarray(cls, dtype=np.int64)
+    shared = as_float_matrix(shared, "shared")
+    if cls.ndim != 1 or (cls.size and (cls.min() < 0 or cls.max() >= shared.shape[0])):
+        raise ValueError(f"cls must be a 1-D array of class indices in [0, {shared.shape[0]}), "
+                         f"got {cls!r}")
+    return shared, cls
+
+
 def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
                                backend: str = "numba") -> np.ndarray:
     """Squared distances between rows made of column parts, one of which takes one of a
@@ -364,12 +374,8 @@ def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
         shared: (classes, S) the shared rows.
         cls: (n,) int, each row's class (an index into ``shared``).
     """
-    cls = np.asarray(cls, dtype=np.int64)
+    shared, cls = _shared_classes(shared, cls)
     n = cls.shape[0]
-    shared = as_float_matrix(shared, "shared")
-    if cls.ndim != 1 or (n and (cls.min() < 0 or cls.max() >= shared.shape[0])):
-        raise ValueError(f"cls must be a 1-D array of class indices in [0, {shared.shape[0]}), "
-                         f"got {cls!r}")
     out = np.zeros((n, n))
     for p in parts:
         if np.shape(p)[0] != n:
@@ -402,12 +408,8 @@ def pairwise_sq_dists64_by_parts(parts, shared: np.ndarray, cls: np.ndarray,
     Returns:
         (float64 (m, m) matrix, ε), m = len(rows) (every row if None).
     """
-    cls = np.asarray(cls, dtype=np.int64)
+    shared, cls = _shared_classes(shared, cls)
     n = cls.shape[0]
-    shared = as_float_matrix(shared, "shared")
-    if cls.ndim != 1 or (n and (cls.min() < 0 or cls.max() >= shared.shape[0])):
-        raise ValueError(f"cls must be a 1-D array of class indices in [0, {shared.shape[0]}), "
-                         f"got {cls!r}")
     rows = (np.arange(n, dtype=np.int64) if rows is None
             else np.ascontiguousarray(rows, dtype=np.int64))
     out = np.zeros((rows.size, rows.size))

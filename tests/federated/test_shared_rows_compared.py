@@ -47,6 +47,20 @@ def calls(monkeypatch):
     return seen
 
 
+def _corrupt_one_upload(monkeypatch):
+    """Adam's client rule writes NaN into one upload of every batch of more than 5 rows."""
+    from rfrs_ref.optim.adam import Adam
+
+    honest = Adam.client_rule_batch
+
+    def corrupt(self, state, grads, t, out, backend="numba", **kw):
+        honest(self, state, grads, t, out, backend=backend, **kw)
+        if out["theta"].shape[0] > 5:
+            out["theta"][5, 3] = np.nan
+
+    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+
+
 def _same_but_scores(full, shared, label, D, dtype):
     """The states bit for bit; the records equal but for Krum's scores, which are within
     twice the distance kernel's bound of each other (each a sum of m distances)."""
@@ -108,19 +122,10 @@ def test_an_upload_that_fails_verification_runs_the_round_in_full(monkeypatch, c
     """A part not certainly verified (here a client rule that writes NaN into one client's
     upload) sends the round to the path that holds every row, which excludes the upload
     as any round does."""
-    from rfrs_ref.optim.adam import Adam
-
     config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
                          model_params={"dim": 8}, defense="krum", detect="gradient", seed=2)
     trainer = Trainer(config)
-    honest = Adam.client_rule_batch
-
-    def corrupt(self, state, grads, t, out, backend="numba", **kw):
-        honest(self, state, grads, t, out, backend=backend, **kw)
-        if out["theta"].shape[0] > 5:
-            out["theta"][5, 3] = np.nan
-
-    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+    _corrupt_one_upload(monkeypatch)
     full = _rounds(trainer, shared=False, rounds=2)
     shared = _rounds(trainer, shared=True, rounds=2)
     assert calls == {"called": 2, "returned": 0}
@@ -205,19 +210,10 @@ def test_the_trainer_holds_only_the_columns_where_clients_differ(calls):
 
 
 def test_a_compact_round_that_fails_verification_holds_every_row(monkeypatch, calls):
-    from rfrs_ref.optim.adam import Adam
-
     config = TrainConfig(dataset="synthetic", dataset_params=WIDE, client_fraction=0.2,
                          model_params={"dim": 8}, defense="krum", detect="parameter", seed=2)
     trainer = Trainer(config)
-    honest = Adam.client_rule_batch
-
-    def corrupt(self, state, grads, t, out, backend="numba", **kw):
-        honest(self, state, grads, t, out, backend=backend, **kw)
-        if out["theta"].shape[0] > 5:
-            out["theta"][5, 3] = np.nan
-
-    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
+    _corrupt_one_upload(monkeypatch)
     full = _rounds(trainer, shared=False, rounds=2)
     buf = trainer.buffers()
     assert buf.compact
