@@ -165,7 +165,11 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     interpreter, Numba and data. Counts come from the dataset manifest (real
     data) or the generator's parameters (synthetic). ``low_memory`` (a run whose
     rule combines by weights, with verification: ``Federation.recomputes_uploads``)
-    counts the features of n clients and the other buffers of 16 only.
+    counts the features of n clients and the other buffers of 16 only. A run whose rounds
+    compute the rows the clients share once (``rounds_compare_shared_rows``: Krum, A-RFRS,
+    RFA with FISM) counts the gradients of 16 clients and the features and uploads of n
+    clients on the columns where they differ: FISM's P and 1.25 times the mean number of
+    items of n users of Q's rows (the buffers' own allocation, ``Trainer.buffers``).
     """
     from rfrs_ref.optim import OPTIMIZERS
 
@@ -174,11 +178,32 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     a = len(OPTIMIZERS.get(c.optimizer).arrays)
     s = 4 if c.dtype == "float32" else 8
     rows = n * (2 + a)
-    from rfrs_ref.federated.round import GRADIENT_BATCH, rounds_recompute_uploads
+    from rfrs_ref.federated.round import (GRADIENT_BATCH, rounds_compare_shared_rows,
+                                          rounds_recompute_uploads)
 
+    values = rows * D
     if low_memory and rounds_recompute_uploads(c):
-        rows = n + min(n, GRADIENT_BATCH) * (1 + a)
-    return int(rows * D * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
+        values = (n + min(n, GRADIENT_BATCH) * (1 + a)) * D
+    elif rounds_compare_shared_rows(c):
+        from rfrs_ref.model import MODELS
+
+        start, n_rows, width = MODELS.get(c.model)(n_items=items, **c.model_params).shared_block
+        own = min(n_rows, int(1.25 * n * _mean_items(c)) + 1)
+        values = min(n, GRADIENT_BATCH) * D + n * (1 + a) * (start + own * width)
+    return int(values * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
+
+
+def _mean_items(c) -> float:
+    """Mean number of items per user of configuration c's dataset (all interactions)."""
+    if c.dataset == "synthetic":
+        from rfrs_ref.data import DATASETS
+
+        entry = DATASETS.get("synthetic")(**c.dataset_params)
+        return float(getattr(entry, "mean_items", 20.0))
+    from rfrs_ref.data import manifest
+
+    m = manifest(c.dataset)
+    return m.n_interactions / max(1, m.n_users)
 
 
 def estimate_run_cost(spec: RunSpec) -> float:

@@ -190,6 +190,22 @@ def rounds_recompute_uploads(config) -> bool:
     hold their uploads a batch at a time (:attr:`Federation.recomputes_uploads`), asked of
     the very objects a trainer builds, without the data (a sweep's memory estimate). False
     for a configuration that does not resolve."""
+    fed = _federation_without_data(config, low_memory=True)
+    return fed is not None and fed.recomputes_uploads
+
+
+def rounds_compare_shared_rows(config) -> bool:
+    """Whether the rounds of a run of ``config`` (without ``low_memory``) compute the rows
+    the clients share once and hold the columns where they differ only
+    (:attr:`Federation.compares_shared_rows`), asked as :func:`rounds_recompute_uploads`
+    asks."""
+    fed = _federation_without_data(config, low_memory=False)
+    return fed is not None and fed.compares_shared_rows and not fed.recomputes_uploads
+
+
+def _federation_without_data(config, low_memory: bool):
+    """The Federation a trainer of ``config`` builds, with a one-item model and no data;
+    None for a configuration that does not resolve."""
     from rfrs_ref.aggregate import RULES
     from rfrs_ref.aggregate.pre import build as with_pre
     from rfrs_ref.attack import ATTACKS
@@ -206,10 +222,10 @@ def rounds_recompute_uploads(config) -> bool:
             detect=c.detect, attack=ATTACKS.get(c.attack)(**c.attack_params), train=None,
             byzantine=np.zeros(0, dtype=bool), client_fraction=c.client_fraction,
             assumed_fraction=0.0, seed=c.seed, verify=c.verify, resilience=c.resilience,
-            backend=c.backend, trace=c.trace, low_memory=True)
+            backend=c.backend, trace=c.trace, low_memory=low_memory)
     except (ValueError, KeyError, TypeError):
-        return False
-    return fed.recomputes_uploads
+        return None
+    return fed
 
 
 class RoundBuffers:

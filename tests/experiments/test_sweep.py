@@ -287,14 +287,19 @@ def test_low_memory_estimates_and_worker_plans(ex):
     krum = RunSpec(config=ex.tiny_config(defense="krum", attack="ascent",
                                          byzantine_fraction=0.2, **big))
     trmean = RunSpec(config=ex.tiny_config(defense="trmean", **big))
-    assert estimate_run_memory(krum, True) < 0.6 * estimate_run_memory(krum)
+    # a Krum run holds the columns where its clients differ (rounds on shared rows), and
+    # with low memory the features and batches of 16: each less than a run holding all
+    assert estimate_run_memory(krum, True) < estimate_run_memory(krum)
+    held = RunSpec(config=ex.tiny_config(defense="trmean", attack="ascent",
+                                         byzantine_fraction=0.2, **big))
+    assert estimate_run_memory(krum, True) < 0.6 * estimate_run_memory(held)
     assert estimate_run_memory(trmean, True) == estimate_run_memory(trmean)
     noise = RunSpec(config=ex.tiny_config(defense="krum", attack="noise",
                                           byzantine_fraction=0.2, **big))
     assert estimate_run_memory(noise, True) == estimate_run_memory(noise)
-    need = estimate_run_memory(krum)
-    memory = int(2.5 * need / 0.8)
-    assert plan_workers([krum] * 8, cores=8, memory=memory) == 2
+    memory = int(2.5 * estimate_run_memory(held) / 0.8)
+    assert plan_workers([held] * 8, cores=8, memory=memory) == 2
+    assert plan_workers([krum] * 8, cores=8, memory=memory) >= 3
     assert plan_workers([krum] * 8, cores=8, memory=memory, low_memory=True) >= 4
 
 
@@ -323,3 +328,26 @@ def test_a_resilience_sum_that_is_not_finite_is_a_gap_and_said(ex, tmp_path):
                                     "--out", str(tmp_path / "figs")])
     assert res.exit_code == 0, res.output
     assert "non-finite sums" in res.stderr and "1/2 from round 2" in res.stderr, res.stderr
+
+
+def test_memory_estimates_of_rounds_on_shared_rows(ex):
+    """A Krum, A-RFRS or RFA run whose rounds compute the shared rows once counts its
+    buffers on the columns where clients differ (P and the owned Q rows): less than a
+    run holding every row, and no less than the buffers its trainer allocates."""
+    from rfrs_ref.experiments.sweep import estimate_run_memory
+    from rfrs_ref.federated.round import rounds_compare_shared_rows
+    from rfrs_ref.federated.trainer import Trainer
+
+    big = dict(dataset_params={"n_users": 2000, "n_items": 4000, "mean_items": 12.0},
+               client_fraction=0.05, attack="ascent", byzantine_fraction=0.2)
+    for rule, shared in (("krum", True), ("rfa", True), ("trmean", False)):
+        assert rounds_compare_shared_rows(ex.tiny_config(defense=rule, **big)) is shared, rule
+    krum = ex.tiny_config(defense="krum", **big)
+    trmean = ex.tiny_config(defense="trmean", **big)
+    assert estimate_run_memory(RunSpec(krum)) < 0.8 * estimate_run_memory(RunSpec(trmean))
+    trainer = Trainer(krum)
+    buf = trainer.buffers()
+    assert buf.compact
+    D, items, a = trainer.model.n_params(), 4000, len(trainer.optimizer.arrays)
+    fixed = 3 * a * D * 8 + 1024 * items * 8 + 300e6
+    assert estimate_run_memory(RunSpec(krum)) - fixed >= buf.nbytes
