@@ -11,9 +11,10 @@ within 2.5 GB. Cases: A-FRS (the weighted mean, no attack), "No defense" under
 the ascent attack at α = 0.4, A-RFRS (Krum on recovered gradients) and RFA
 (parameter space) under the same attack, holding every upload and with
 ``low_memory`` (``--low-memory``: the uploads 16 clients at a time, the
-weighed clients' computed twice), and A-RFRS with every client's rows in full
-where its rounds compute the rows the clients share once and hold the columns where
-they differ only (docs/performance.md, "Robust rounds on shared rows"). Prints the machine, then a table: peak GiB,
+weighed clients' computed twice), and A-RFRS and the trimmed mean with every
+client's rows in full where their rounds compute the rows the clients share once and
+hold the columns where they differ only (docs/performance.md, "Robust rounds on
+shared rows"). Prints the machine, then a table: peak GiB,
 the round buffers' GiB, the median round time and, for low memory, the
 time of the second computation.
 """
@@ -67,6 +68,9 @@ CASES = [
      False),
     ("RFA, ascent", {**ASCENT, "defense": "rfa", "detect": "parameter"}, False, True),
     ("RFA, ascent, low memory", {**ASCENT, "defense": "rfa", "detect": "parameter"}, True, True),
+    ("Trmean, ascent", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False, True),
+    ("Trmean, ascent, every row", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False,
+     False),
 ]
 
 

@@ -128,6 +128,11 @@ class Rule(abc.ABC):
     #: such a rule's distances are float64 differences with an error bound (RFA's
     #: Weiszfeld steps on the matrix), not the blocked kernel's (Krum)
     distances64: ClassVar[bool] = False
+    #: the rule keeps, at each coordinate, a window of ranks of that coordinate's
+    #: features alone ("trim": median, trimmed mean), so on columns where every client
+    #: of a class holds the same values it needs them once per class
+    #: (:meth:`aggregate_by_columns`; docs/performance.md, "Robust rounds on shared rows")
+    trims_by_column: ClassVar[bool] = False
 
     def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
         """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""
@@ -268,6 +273,57 @@ class Rule(abc.ABC):
         else:
             res = self._from_distances(D2, finite, w, f_used, error)
         return self._described(res, n, f, f_used, record, backend)
+
+    def aggregate_by_columns(self, parts, shared, cls: np.ndarray, n_samples: np.ndarray, f: int,
+                             *, backend: str = "numba") -> AggregationResult:
+        """:meth:`aggregate` of a rule with ``trims_by_column`` on rows given by columns:
+        ``parts``, a list of (features (n, Dₚ), uploads {name: (n, Dₚ)}), and ``shared``,
+        (features (c, S), uploads {name: (c, S)}) where row i holds row ``cls[i]``.
+
+        Returns the result of :meth:`aggregate` on the whole rows (their columns in the
+        order parts, then shared), bit for bit, except that ``arrays[name]`` is the list
+        of its (Dₚ,) pieces, then its (S,) piece. Raises :class:`NeedsRows` where the
+        whole rows are needed (a shared feature not finite; a precondition whose
+        fallback is the mean). The numba backend.
+        """
+        if not self.trims_by_column:
+            raise TypeError(f"{self.name} does not combine each column by a window of ranks")
+        if backend != "numba":
+            raise ValueError(f"aggregate_by_columns runs on the numba backend, not {backend!r}")
+        from rfrs_ref.kernels.coordinatewise import coordinatewise_combine, trim_shared_combine
+
+        cls = np.asarray(cls, dtype=np.int64)
+        n = cls.shape[0]
+        _check_counts(n, f)
+        w = sample_sizes(n_samples, n)
+        f_used, record = self._resolve_f(n, f)
+        if f_used is None:
+            raise NeedsRows(f"{self.name}: its fallback is the mean of the whole rows")
+        t = self._trim(n, f_used)
+        pieces, kept, bad, D = [], np.zeros(n, dtype=np.int64), 0, 0
+        for X, arrays in parts:
+            if np.shape(X)[1] == 0:
+                pieces.append({k: np.zeros(0, dtype=np.asarray(v).dtype) for k, v in arrays.items()})
+                continue
+            out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode="trim", t=t, backend=backend)
+            pieces.append(out)
+            kept += k_p
+            bad += b_p
+            D += np.shape(X)[1]
+        res = trim_shared_combine(shared[0], shared[1], cls, w, t=t)
+        if res is None:
+            raise NeedsRows(f"{self.name}: a shared feature is not finite")
+        pieces.append(res[0])
+        kept += res[1]
+        D += np.shape(shared[0])[1]
+        arrays_out = {k: [p[k] for p in pieces] for k in shared[1]}
+        result = AggregationResult(arrays_out, None, kept / D,
+                                   {"trim": t, "nonfinite_kept_coordinates": bad})
+        return self._described(result, n, f, f_used, record, backend)
+
+    def _trim(self, n: int, f: int) -> int:
+        """The trim window's t for n clients and f assumed Byzantine (``trims_by_column``)."""
+        raise TypeError(f"{self.name} does not combine each column by a window of ranks")
 
     def _from_distances(self, D2, finite, n_samples, f, error=None) -> AggregationResult:
         """The rule's weights from validated distances (``weighs_by_distances`` rules)."""

@@ -52,6 +52,10 @@ class Median(Rule):
 
     name: ClassVar[str] = "median"
     coordinatewise: ClassVar[bool] = True
+    trims_by_column: ClassVar[bool] = True
+
+    def _trim(self, n: int, f: int) -> int:
+        return (n - 1) // 2
 
     def _condition(self, n: int, f: int) -> str | None:
         return None if n > 2 * f else "f < n/2 (n > 2f)"
@@ -92,6 +96,10 @@ class TrimmedMean(Rule):
 
     name: ClassVar[str] = "trmean"
     coordinatewise: ClassVar[bool] = True
+    trims_by_column: ClassVar[bool] = True
+
+    def _trim(self, n: int, f: int) -> int:
+        return f
 
     def _condition(self, n: int, f: int) -> str | None:
         return None if n > 2 * f else "n > 2f"

@@ -154,7 +154,8 @@ class Federation:
         (FISM's Q outside each client's items), no private client state, a rule whose
         weights are a function of the features' pairwise distances alone
         (``Rule.weighs_by_distances``: Krum, hence A-RFRS, and RFA, whose Weiszfeld
-        steps run on the distance matrix), verification on, no attack
+        steps run on the distance matrix) or of each column's ranks alone
+        (``Rule.trims_by_column``: the median, the trimmed mean), verification on, no attack
         or an ``elementwise`` one computed in the client rule (ascent), nothing that
         reads the gradients or the uploads' rows afterwards (no monitor, no trace), no
         pre-aggregation or rule state. The numba backend only."""
@@ -162,7 +163,8 @@ class Federation:
         attack_ok = attack.name == "none" or (self.attacks_in_client_rule
                                               and getattr(attack, "elementwise", False))
         return (self.backend == "numba" and self.verify and attack_ok
-                and getattr(rule, "weighs_by_distances", False)
+                and (getattr(rule, "weighs_by_distances", False)
+                     or getattr(rule, "trims_by_column", False))
                 and getattr(rule, "uses_features", True)
                 and not getattr(rule, "takes_round_inputs", False)
                 and not getattr(rule, "state_arrays", ())
@@ -612,7 +614,8 @@ def _shared_uploads(fed, state, rd: _Round):
 
 def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     """The round of a rule that compares every client by its features' distances
-    (``Federation.compares_shared_rows``: Krum, A-RFRS, RFA), with the rows the clients
+    (``Federation.compares_shared_rows``: Krum, A-RFRS, RFA) or combines each column by
+    a window of its ranks (the median, the trimmed mean), with the rows the clients
     share computed once (docs/performance.md, "Robust rounds on shared rows").
 
     FISM's gradient on the history embeddings Q is 2λq on every row outside the client's
@@ -629,7 +632,11 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
        float64 differences, ``pairwise_sq_dists64_by_parts``, with their error bound),
        and the rule's weights from them (``Rule.from_distances``);
     4. the weighted sums: on C by :func:`~rfrs_ref.aggregate.combine.add_rows_inplace`,
-       on S by ``add_shared_rows``, rounded once to the state's dtype.
+       on S by ``add_shared_rows``, rounded once to the state's dtype;
+
+    or, for a rule that ``trims_by_column``, 3–4: the fused coordinate-wise kernel on C
+    and, on S, each column from its one or two class values (``Rule.aggregate_by_columns``:
+    the kernel's own operations, so the state and record of full rows bit for bit).
 
     Every upload, feature and verdict is the one the round holding every row computes,
     and so are the sums given the weights (the same operations in the same order as
@@ -641,11 +648,6 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     certainly verified or RFA's steps need the rows themselves (the caller then runs
     the round holding every row, which excludes the upload as any round does).
     """
-    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
-    from rfrs_ref.aggregate.combine import add_rows_inplace, finite_clients
-    from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
-    from rfrs_ref.kernels.optim import add_shared_rows, threads_for
-
     opt, model, t, clients = fed.optimizer, fed.model, rd.t, rd.clients
     arrays, n = opt.arrays, clients.size
     start, n_rows, width = model.shared_block
@@ -701,9 +703,37 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     rd.timing["features_verification"] += time.perf_counter() - tick
     rd.features = space
     attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
-    # the rule on the distances: C's by the kernel, S's by class
+    # the rule: on the distances (C's by the kernel, S's by class), or column by column
     tick = time.perf_counter()
     x_s = x_sh.reshape(-1, n_rows, width)[:, nobody].reshape(x_sh.shape[0], -1)
+    layout = (start, n_rows, width, own, nobody)
+    by_columns = getattr(fed.rule, "trims_by_column", False)
+    agg = (_trimmed_by_columns if by_columns else _weighed_by_distances)(
+        fed, state, rd, buf, layout, X, U, x_s, u_sh, cls)
+    if agg is None:
+        return None  # the rule needs the rows themselves: the round on full rows
+    rd.timing["aggregation"] = time.perf_counter() - tick
+    new_state, weights, kept_m, rule_diag, f_rule = agg
+    record = _record(fed, rd, new_state, losses, [], np.arange(n), weights, kept_m, rule_diag,
+                     f_rule, attack_diag, None)
+    record["timing"] = rd.timing
+    return new_state, record
+
+
+def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
+                          cls):
+    """A ``weighs_by_distances`` rule's aggregate on the parts of a round on shared rows:
+    the distances by parts (float64 differences with their bound for RFA), the rule's
+    weights from them, the weighted sums on C (``add_rows_inplace``) and on S
+    (``add_shared_rows``), rounded once. Returns :func:`_aggregate`'s tuple, or None
+    where the rule needs the rows themselves."""
+    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
+    from rfrs_ref.aggregate.combine import add_rows_inplace, finite_clients
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
+    from rfrs_ref.kernels.optim import add_shared_rows, threads_for
+
+    start, n_rows, width, own, nobody = layout
+    n, arrays = rd.clients.size, fed.optimizer.arrays
     ok = finite_clients(x_s, FiniteUploads())[cls]
     for Xp in X:
         ok &= finite_clients(Xp, FiniteUploads())
@@ -717,36 +747,58 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
         D2 = pairwise_sq_dists_by_parts(X, x_s, cls, backend=fed.backend)
         D2[~ok, :] = np.inf  # as client_distances: a non-finite client is far from all
         D2[:, ~ok] = np.inf
-    rows = np.arange(n)
     try:
         result = fed.rule.from_distances(D2, ok, rd.n_samples, rd.f, backend=fed.backend,
                                          error=error)
     except NeedsRows:
-        return None  # the rule needs the rows themselves: the round on full rows
+        return None
     except NothingFinite as exc:
-        rd.timing["aggregation"] = time.perf_counter() - tick
-        new_state, weights, kept_m, rule_diag, f_rule = _carry_over(
-            fed, state, f"no finite upload ({exc})", rd.f, n)
-    else:
-        weights, rule_diag, f_rule = result.weights, result.diagnostics, rd.f
-        kept_m = np.asarray(result.kept, float)
-        acc = {k: np.zeros(buf.n_params) for k in arrays}
-        bounds = np.array([0, n], dtype=np.int64)
-        for k in arrays:
-            add_rows_inplace(U[0][k], weights, acc[k][:start])
-            accq = acc[k][start:].reshape(n_rows, width)
-            if q:
-                part = np.zeros(q)
-                add_rows_inplace(U[1][k], weights, part)
-                accq[own] = part.reshape(-1, width)
-            with threads_for(nobody.size * width * n):
-                add_shared_rows(u_sh[k], cls, weights, bounds, nobody, width, accq.reshape(-1))
-        new_state = {k: acc[k].astype(buf.dtype) for k in arrays}
-        rd.timing["aggregation"] = time.perf_counter() - tick
-    record = _record(fed, rd, new_state, losses, [], rows, weights, kept_m, rule_diag, f_rule,
-                     attack_diag, None)
-    record["timing"] = rd.timing
-    return new_state, record
+        return _carry_over(fed, state, f"no finite upload ({exc})", rd.f, n)
+    weights = result.weights
+    acc = {k: np.zeros(buf.n_params) for k in arrays}
+    bounds = np.array([0, n], dtype=np.int64)
+    q = own.size * width
+    for k in arrays:
+        add_rows_inplace(U[0][k], weights, acc[k][:start])
+        accq = acc[k][start:].reshape(n_rows, width)
+        if q:
+            part = np.zeros(q)
+            add_rows_inplace(U[1][k], weights, part)
+            accq[own] = part.reshape(-1, width)
+        with threads_for(nobody.size * width * n):
+            add_shared_rows(u_sh[k], cls, weights, bounds, nobody, width, accq.reshape(-1))
+    new_state = {k: acc[k].astype(buf.dtype) for k in arrays}
+    return new_state, weights, np.asarray(result.kept, float), result.diagnostics, rd.f
+
+
+def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
+                        cls):
+    """A ``trims_by_column`` rule's aggregate (median, trimmed mean) on the parts of a round
+    on shared rows: the fused kernel on C, and on S each column from its class values
+    (``Rule.aggregate_by_columns``), the pieces put back in place. Returns
+    :func:`_aggregate`'s tuple, or None where the rule needs the rows themselves."""
+    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows
+
+    start, n_rows, width, own, nobody = layout
+    arrays = fed.optimizer.arrays
+    u_s = {k: u_sh[k].reshape(-1, n_rows, width)[:, nobody].reshape(x_s.shape[0], -1)
+           for k in arrays}
+    parts = [(Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
+    try:
+        result = fed.rule.aggregate_by_columns(parts, (x_s, u_s), cls, rd.n_samples, rd.f,
+                                               backend=fed.backend)
+    except NeedsRows:
+        return None
+    new_state = {}
+    for k in arrays:
+        p_part, q_part, s_part = result.arrays[k]
+        out = np.empty(buf.n_params, dtype=p_part.dtype)
+        out[:start] = p_part
+        outq = out[start:].reshape(n_rows, width)
+        outq[own] = q_part.reshape(-1, width)
+        outq[nobody] = s_part.reshape(-1, width)
+        new_state[k] = out
+    return new_state, None, np.asarray(result.kept, float), result.diagnostics, rd.f
 
 
 def _recomputed_round(fed, state, rd: _Round, buf: RoundBuffers):

@@ -472,3 +472,141 @@ def coordinatewise_combine(
             bad_cols = cols[~np.isfinite(o[cols])]
             o[bad_cols] = redo[nm][np.searchsorted(cols, bad_cols)]
     return out, kept, bad
+
+
+# -- columns where every row of a class holds the same values (rounds on shared rows) --------
+
+def trim_keep_patterns(cls: np.ndarray, t: int) -> np.ndarray:
+    """bool (3, n): which rows the "trim" window (ranks t .. n − 1 − t) keeps at a column
+    where row i holds its class's value (``cls[i]`` ∈ {0, 1}), when class 0's value is
+    below class 1's (pattern 0), above it (1), or equal to it (2).
+
+    Ranks are by value, ties by row index (the kernel's stable order): below, a row of the
+    lower class ranks by its index among its class, a row of the upper class after every
+    row of the lower one; equal, every row ranks by its own index.
+    """
+    cls = np.asarray(cls, dtype=np.int64)
+    n = cls.size
+    _window_sizes("trim", n, t)
+    within = np.zeros(n, dtype=np.int64)
+    counts = [0, 0]
+    for i, c in enumerate(cls.tolist()):
+        within[i] = counts[c]
+        counts[c] += 1
+    ranks = np.empty((3, n), dtype=np.int64)
+    ranks[0] = np.where(cls == 0, within, counts[0] + within)
+    ranks[1] = np.where(cls == 1, within, counts[1] + within)
+    ranks[2] = np.arange(n)
+    return (ranks >= t) & (ranks <= n - 1 - t)
+
+
+@njit(cache=True, parallel=True, fastmath={"contract"})
+def _trim_shared_numba(Fs, arrays, cls, outs, weights, keep_pat, block, nchunks):
+    """The trim window on columns where row i holds row ``cls[i]`` of ``Fs`` and of each
+    array (module docstring of the shared columns: :func:`trim_shared_combine`). The kept
+    rows of a column follow from the order of its one or two values; the sums are the
+    fused kernel's, row by row in order (a row with nothing kept in a block is skipped, as
+    there), so the outputs are its outputs bit for bit. Returns the (3,) number of columns
+    of each pattern and whether every column's values are finite."""
+    nc, D = Fs.shape
+    n = cls.shape[0]
+    nq = len(arrays)
+    nblocks = (D + block - 1) // block
+    pats = np.zeros((nchunks, 3), dtype=np.int64)
+    nonfinite = np.zeros(nchunks, dtype=np.int64)
+    for c in prange(nchunks):
+        pat = np.empty(block, dtype=np.int64)
+        keep = np.empty(block, dtype=np.bool_)
+        den = np.empty(block)
+        num = np.empty((nq, block))
+        for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            k0 = b * block
+            bw = min(D, k0 + block) - k0
+            for k in range(bw):
+                v0 = Fs[0, k0 + k]
+                v1 = Fs[nc - 1, k0 + k]
+                nonfinite[c] += not ((v0 - v0 == 0) and (v1 - v1 == 0))
+                p = 2
+                if v0 < v1:
+                    p = 0
+                elif v1 < v0:
+                    p = 1
+                pat[k] = p
+                pats[c, p] += 1
+                den[k] = 0.0
+            num[:, :bw] = 0.0
+            for i in range(n):
+                w = weights[i]
+                cnt = np.int32(0)
+                for k in range(bw):
+                    kk = keep_pat[pat[k], i]
+                    keep[k] = kk
+                    cnt += np.int32(kk)
+                    den[k] += w if kk else 0.0
+                if cnt == 0:
+                    continue
+                for q in range(nq):
+                    a = arrays[q][cls[i], k0:k0 + bw]
+                    nm = num[q]
+                    for k in range(bw):
+                        nm[k] += w * np.float64(a[k]) if keep[k] else 0.0
+            for q in range(nq):
+                o = outs[q]
+                nm = num[q]
+                for k in range(bw):
+                    o[k0 + k] = nm[k] / den[k]
+    return pats.sum(axis=0), nonfinite.sum() == 0
+
+
+def trim_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray], cls: np.ndarray,
+                        weights: np.ndarray, *, t: int):
+    """:func:`coordinatewise_combine` (``mode="trim"``, every row a candidate, numba) on
+    columns where every row of a class holds the same values: row i's feature is
+    ``features[cls[i]]`` and its upload ``arrays[name][cls[i]]`` (FISM's Q rows that no
+    sampled client owns, one row per class of client: docs/performance.md, "Robust
+    rounds on shared rows").
+
+    Formula: as :func:`coordinatewise_combine`, on the rows expanded by class; the
+    kept rows of a column depend only on the order of its one or two values
+    (:func:`trim_keep_patterns`), so nothing is sorted, and the weighted sums are the
+    fused kernel's operations in its order: the same outputs and kept counts bit for
+    bit (tested against the kernel on the expanded rows).
+
+    Args:
+        features: (classes, S) float32/float64, classes 1 or 2, finite.
+        arrays: name -> (classes, S) uploads, finite.
+        cls: (n,) int class of each row. weights: (n,) ≥ 0. t: the window's trim.
+
+    Returns:
+        ``(out, kept, nonfinite_kept)`` as :func:`coordinatewise_combine`, or None when
+        a feature is not finite (the caller runs the kernel on the expanded rows).
+    """
+    Fs = as_float_matrix(features, "features")
+    cls = np.ascontiguousarray(cls, dtype=np.int64)
+    if Fs.shape[0] not in (1, 2) or (cls.size and (cls.min() < 0 or cls.max() >= Fs.shape[0])):
+        raise ValueError(f"features must hold one or two classes' rows and cls index them; "
+                         f"got {Fs.shape[0]} rows and classes {sorted(set(cls.tolist()))}")
+    keep_pat = trim_keep_patterns(cls, t) if Fs.shape[0] == 2 else \
+        trim_keep_patterns(np.zeros_like(cls), t)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    groups: dict[np.dtype, list[str]] = {}
+    mats = {}
+    for name, A in arrays.items():
+        M = as_float_matrix(A, name)
+        if M.shape != Fs.shape:
+            raise ValueError(f"array {name!r} has shape {M.shape}, features have {Fs.shape}")
+        mats[name] = M
+        groups.setdefault(M.dtype, []).append(name)
+    out: dict[str, np.ndarray] = {}
+    S = Fs.shape[1]
+    pats = np.zeros(3, dtype=np.int64)
+    for dt, names in groups.items():
+        ins = tuple(mats[nm] for nm in names)
+        outs = tuple(np.empty(S, dtype=dt) for _ in ins)
+        pats, finite = _trim_shared_numba(Fs, ins, cls, outs, w, keep_pat, BLOCK,
+                                          n_chunks(S, BLOCK))
+        if not finite:
+            return None
+        out.update(zip(names, outs))
+    kept = (pats[:, None] * keep_pat).sum(axis=0).astype(np.int64)
+    return out, kept, 0

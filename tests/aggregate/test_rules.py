@@ -142,6 +142,45 @@ def test_rfa_from_distances_is_rfa_on_the_features(n, seed, hostile):
         RFA().from_distances(D2, ok, ns, 1)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 14), st.integers(0, 4), st.integers(0, 2**32 - 1),
+       st.sampled_from(["median", "trmean"]), st.sampled_from([{}, {"fallback": "reduce-f"}]))
+def test_aggregate_by_columns_is_the_rule_on_the_whole_rows(n, f, seed, name, params):
+    """Rule.aggregate_by_columns on parts and class-shared columns gives Rule.aggregate on
+    the whole rows bit for bit (its arrays in pieces); a hostile value in a part is
+    input as there; the mean fallback needs the rows."""
+    from rfrs_ref.aggregate.base import NeedsRows
+
+    rng = np.random.default_rng(seed)
+    cls = rng.integers(0, 2, size=n)
+    P = rng.normal(size=(n, 9)).astype(np.float32)
+    P[rng.integers(n), rng.integers(9)] = rng.choice([np.nan, np.inf, 1e30])
+    Q = rng.normal(size=(n, 4)).astype(np.float32)
+    Sx = rng.normal(size=(2, 6)).astype(np.float32)
+    Su = (3 * rng.normal(size=(2, 6))).astype(np.float32)
+    Pu, Qu = 3 * P, (3 * rng.normal(size=(n, 4))).astype(np.float32)
+    ns = rng.integers(1, 20, size=n)
+    rule = RULES.get(name)(**params)
+    X = np.concatenate([P, Q, Sx[cls]], axis=1)
+    A = {"u": np.concatenate([Pu, Qu, Su[cls]], axis=1)}
+    parts = [(P, {"u": Pu}), (Q, {"u": Qu})]
+    try:
+        want = rule.aggregate(X, A, ns, f)
+    except PreconditionError:
+        with pytest.raises(PreconditionError):
+            rule.aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, f)
+        return
+    got = rule.aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, f)
+    np.testing.assert_array_equal(np.concatenate(got.arrays["u"]).view(np.uint8),
+                                  want.arrays["u"].view(np.uint8))
+    np.testing.assert_array_equal(got.kept, want.kept)
+    assert got.weights is None and got.diagnostics == want.diagnostics
+    with pytest.raises(NeedsRows):
+        TrimmedMean(fallback="mean").aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, n)
+    with pytest.raises(TypeError):
+        Krum().aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, 0)
+
+
 def test_only_rules_that_weigh_by_distances_take_a_distance_matrix():
     D2 = np.zeros((5, 5))
     ok = np.ones(5, dtype=bool)

@@ -192,16 +192,17 @@ def test_a_streamed_ascent_round_gives_the_same_50_rounds_on_lastfm(optimizer, l
 @pytest.mark.slow
 @pytest.mark.parametrize("detect", ["gradient", "parameter"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
-@pytest.mark.parametrize("defense", ["krum", "rfa"])
+@pytest.mark.parametrize("defense", ["krum", "rfa", "trmean"])
 def test_robust_rounds_on_shared_rows_give_the_same_50_rounds_on_lastfm(defense, optimizer,
                                                                       detect, lastfm):
-    """Krum (A-RFRS in gradient space) and RFA under gradient ascent (α = 0.4) on
-    Last.fm, its 18 clients a round in two batches: computing the rows the clients share
-    once (``_shared_rows_compared_round``) gives the server state of computing every row
-    in full, bit for bit, after 50 rounds (d = 8, verification on): the distances are
-    summed in another grouping, and here no Krum score came within their rounding of
-    another, nor did RFA's weights, 1e-15 apart, round any aggregate otherwise
-    (docs/performance.md, "Robust rounds on shared rows")."""
+    """Krum (A-RFRS in gradient space), RFA and the trimmed mean under gradient ascent
+    (α = 0.4) on Last.fm, its 18 clients a round in two batches: computing the rows the
+    clients share once (``_shared_rows_compared_round``) gives the server state of
+    computing every row in full, bit for bit, after 50 rounds (d = 8, verification on).
+    The trimmed mean's columns are the kernel's operations; the distances are summed in
+    another grouping, and here no Krum score came within their rounding of another, nor
+    did RFA's weights, 1e-15 apart, round any aggregate otherwise (docs/performance.md,
+    "Robust rounds on shared rows")."""
     from rfrs_ref.federated.config import TrainConfig
     from rfrs_ref.federated.trainer import Trainer
 

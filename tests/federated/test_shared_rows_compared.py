@@ -164,7 +164,7 @@ def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(defense="trmean"), dict(defense="median"), dict(defense="krum", attack="noise"),
+    dict(defense="bulyan"), dict(defense="meamed"), dict(defense="krum", attack="noise"),
     dict(defense="krum", attack="camouflage"), dict(defense="krum", resilience=True),
     dict(defense="krum", trace=True), dict(defense="krum", pre=("nnm",)),
     dict(defense="krum", backend="numpy"), dict(defense="krum", model="fmf"),
@@ -174,7 +174,8 @@ def test_which_rounds_compute_the_shared_rows_once(kw):
                 byzantine_fraction=0.2, detect="gradient")
     assert Trainer(TrainConfig(**base, defense="krum")).federation.compares_shared_rows
     assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
-    assert Trainer(TrainConfig(**base, defense="rfa", attack="ascent")).federation.compares_shared_rows
+    for rule in ("rfa", "trmean", "median"):
+        assert Trainer(TrainConfig(**base, defense=rule, attack="ascent")).federation.compares_shared_rows
     assert not Trainer(TrainConfig(**{**base, **kw})).federation.compares_shared_rows
 
 
@@ -262,3 +263,27 @@ def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, at
             np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-7)
         state = a
     assert calls["called"] == 5 and calls["returned"] >= 3
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+@pytest.mark.parametrize("rule,attack,negatives", [
+    ("trmean", "none", 0), ("trmean", "ascent", 0), ("trmean", "ascent", 1),
+    ("median", "ascent", 0)])
+def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
+        optimizer, detect, rule, attack, negatives, calls):
+    """The trimmed mean and the median combine each column from its own ranks, and on the
+    shared rows from the one or two class values with the kernel's own operations: the
+    states and records of the round on full rows, bit for bit."""
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8, "negatives": negatives}, optimizer=optimizer,
+                         defense=rule, detect=detect, attack=attack, byzantine_fraction=0.3,
+                         verify=True, seed=5)
+    trainer = Trainer(config)
+    assert trainer.federation.compares_shared_rows
+    full = _rounds(trainer, shared=False)
+    shared = _rounds(trainer, shared=True)
+    assert calls == {"called": 4, "returned": 4}
+    for k in full[0]:
+        assert np.array_equal(full[0][k].view(np.uint8), shared[0][k].view(np.uint8)), k
+    assert full[1] == shared[1]

@@ -223,3 +223,55 @@ def test_numba_agrees_with_the_oracle_on_values_near_dbl_max(seed, mode, n, D):
     for name in ("x", "a"):
         assert np.isfinite(ref[0][name]).all() and np.isfinite(got[0][name]).all()
         np.testing.assert_allclose(got[0][name], ref[0][name], rtol=1e-12)
+
+
+# -- columns shared by class (robust rounds on shared rows) --------------------------------
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 2), st.integers(1, 3 * BLOCK),
+       st.sampled_from([np.float32, np.float64]), st.floats(0.0, 0.6))
+def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S, dtype, equal):
+    """trim_shared_combine (each row holding its class's values) gives the fused kernel's
+    outputs and kept counts on the rows expanded by class, bit for bit, for every trim t,
+    columns where the classes' values are equal included."""
+    from rfrs_ref.kernels.coordinatewise import trim_shared_combine
+
+    rng = np.random.default_rng(seed)
+    t = int(rng.integers(0, (n - 1) // 2 + 1))
+    cls = rng.integers(0, classes, size=n)
+    F = rng.normal(size=(classes, S)).astype(dtype)
+    if classes == 2:
+        same = rng.random(S) < equal
+        F[1, same] = F[0, same]
+    ups = {"m": rng.normal(size=(classes, S)).astype(dtype),
+           "theta": (1e3 * rng.normal(size=(classes, S))).astype(np.float32)}
+    w = rng.integers(1, 60, size=n).astype(float)
+    got = trim_shared_combine(F, ups, cls, w, t=t)
+    want = coordinatewise_combine(F[cls], {k: v[cls] for k, v in ups.items()}, w, mode="trim", t=t)
+    for k in ups:
+        assert got[0][k].dtype == want[0][k].dtype
+        np.testing.assert_array_equal(got[0][k].view(np.uint8), want[0][k].view(np.uint8))
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2] == want[2] == 0
+
+
+def test_shared_columns_known_answer_and_refusals():
+    from rfrs_ref.kernels.coordinatewise import trim_keep_patterns, trim_shared_combine
+
+    # rows of classes 0, 1, 0, 1, 1; trim 1: ranks 1..3 kept
+    pats = trim_keep_patterns(np.array([0, 1, 0, 1, 1]), 1)
+    # class 0 below: order 0, 2, 1, 3, 4 -> ranks 0, 2, 1, 3, 4
+    np.testing.assert_array_equal(pats[0], [False, True, True, True, False])
+    # class 0 above: order 1, 3, 4, 0, 2 -> ranks 3, 0, 4, 1, 2
+    np.testing.assert_array_equal(pats[1], [True, False, False, True, True])
+    np.testing.assert_array_equal(pats[2], [False, True, True, True, False])
+    F = np.array([[1.0, 5.0], [3.0, 5.0]])
+    out, kept, bad = trim_shared_combine(F, {"x": F}, np.array([0, 1, 0, 1, 1]), np.ones(5), t=1)
+    np.testing.assert_array_equal(out["x"], [(3 + 1 + 3) / 3, 5.0])
+    np.testing.assert_array_equal(kept, [0, 2, 2, 2, 0])
+    F[1, 0] = np.nan
+    assert trim_shared_combine(F, {"x": F}, np.array([0, 1, 0, 1, 1]), np.ones(5), t=1) is None
+    with pytest.raises(ValueError, match="classes"):
+        trim_shared_combine(F, {"x": F}, np.array([0, 2]), np.ones(2), t=0)
+    with pytest.raises(ValueError, match="window"):
+        trim_keep_patterns(np.array([0, 1]), 1)
