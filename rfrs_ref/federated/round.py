@@ -266,6 +266,11 @@ class RoundBuffers:
         #: needs more (:meth:`flat`), and a round that must hold every row takes
         #: :meth:`full` buffers for itself
         self.compact = columns is not None and columns < n_params
+        #: buffers laid out for the rounds on shared rows (``columns`` given, by
+        #: ``Trainer.buffers`` for a run whose rounds compute them): only such buffers
+        #: run them, so buffers of every row (``full``) always hold the round's uploads
+        #: and features row by row for whoever reads them after the round
+        self.shared_columns = columns is not None
         cols = min(n_params, columns) if self.compact else n_params
         # np.ones touches every page now rather than during the first round
         self.grads = np.ones((n_max if grad_rows is None else min(n_max, grad_rows), n_params),
@@ -348,8 +353,7 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
     (``rfrs_ref.flower``) calls with the uploads it received.
     """
     rd = _sample(fed, t)                                        # server: who takes part
-    if (buf.shared_rows and fed.compares_shared_rows
-            and (buf.compact or buf.uploads["theta"].shape[0] >= rd.clients.size)):
+    if buf.shared_rows and buf.shared_columns and fed.compares_shared_rows:
         out = _shared_rows_compared_round(fed, state, rd, buf)  # Alg. 1 and 2, shared rows once
         if out is not None:
             return out

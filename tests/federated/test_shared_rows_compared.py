@@ -20,8 +20,8 @@ SMALL = dict(n_users=200, n_items=120, n_clusters=4, mean_items=10.0)
 WIDE = dict(n_users=200, n_items=1500, n_clusters=4, mean_items=10.0)
 
 
-def _rounds(trainer, shared, rounds=4):
-    buf = trainer.buffers(full=True, shared_rows=shared)
+def _rounds(trainer, shared, rounds=4, full=False):
+    buf = trainer.buffers(full=full, shared_rows=shared)
     state, private = trainer.initial_state()
     records = []
     for t in range(1, rounds + 1):
@@ -195,6 +195,7 @@ def test_the_trainer_holds_only_the_columns_where_clients_differ(calls):
     assert buf.compact and start < buf.uploads["theta"].shape[1] < D
     assert buf.features.shape == buf.uploads["m"].shape
     assert not trainer.buffers(full=True).compact
+    assert not trainer.buffers(full=True).shared_columns  # read row by row after a round
     assert not trainer.buffers(shared_rows=False).compact
     tiny = RoundBuffers(buf.n_max, D, buf.dtype, buf.names, columns=start)
     assert tiny.compact and tiny.uploads["theta"].shape[1] == start
@@ -215,7 +216,9 @@ def test_a_compact_round_that_fails_verification_holds_every_row(monkeypatch, ca
                          model_params={"dim": 8}, defense="krum", detect="parameter", seed=2)
     trainer = Trainer(config)
     _corrupt_one_upload(monkeypatch)
-    full = _rounds(trainer, shared=False, rounds=2)
+    # the round that falls back holds every row in one batch (RoundBuffers.full), as
+    # buffers of every row do: the corruption then hits the same one client
+    full = _rounds(trainer, shared=False, rounds=2, full=True)
     buf = trainer.buffers()
     assert buf.compact
     state, private = trainer.initial_state()
