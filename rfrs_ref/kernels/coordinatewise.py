@@ -383,6 +383,19 @@ def _coordinatewise_numba(F, arrays, check, outs, over, weights, rows, comps, mo
     return kept.sum(axis=0), bad.sum()
 
 
+def _by_dtype(arrays: Mapping[str, np.ndarray], shape) -> tuple[dict, dict]:
+    """The arrays as float matrices of ``shape`` (checked), and their names by dtype."""
+    groups: dict[np.dtype, list[str]] = {}
+    mats = {}
+    for name, A in arrays.items():
+        M = as_float_matrix(A, name)
+        if M.shape != shape:
+            raise ValueError(f"array {name!r} has shape {M.shape}, features have {shape}")
+        mats[name] = M
+        groups.setdefault(M.dtype, []).append(name)
+    return mats, groups
+
+
 def coordinatewise_combine(
     features: np.ndarray,
     arrays: Mapping[str, np.ndarray],
@@ -429,14 +442,7 @@ def coordinatewise_combine(
     needed = (t, s - 1 - t) if mode == "trim" else None
     comps = sorting_network(s, needed)
     # one kernel call per dtype of uploads: the tuple of arrays must be homogeneous
-    groups: dict[np.dtype, list[str]] = {}
-    mats = {}
-    for name, A in arrays.items():
-        M = as_float_matrix(A, name)
-        if M.shape != F.shape:
-            raise ValueError(f"array {name!r} has shape {M.shape}, features have {F.shape}")
-        mats[name] = M
-        groups.setdefault(M.dtype, []).append(name)
+    mats, groups = _by_dtype(arrays, F.shape)
     out: dict[str, np.ndarray] = {}
     kept = np.zeros(n, dtype=np.int64)
     bad = 0
@@ -589,14 +595,7 @@ def trim_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray], 
     keep_pat = trim_keep_patterns(cls, t) if Fs.shape[0] == 2 else \
         trim_keep_patterns(np.zeros_like(cls), t)
     w = np.ascontiguousarray(weights, dtype=np.float64)
-    groups: dict[np.dtype, list[str]] = {}
-    mats = {}
-    for name, A in arrays.items():
-        M = as_float_matrix(A, name)
-        if M.shape != Fs.shape:
-            raise ValueError(f"array {name!r} has shape {M.shape}, features have {Fs.shape}")
-        mats[name] = M
-        groups.setdefault(M.dtype, []).append(name)
+    mats, groups = _by_dtype(arrays, Fs.shape)
     out: dict[str, np.ndarray] = {}
     S = Fs.shape[1]
     pats = np.zeros(3, dtype=np.int64)
