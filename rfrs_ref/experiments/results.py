@@ -20,7 +20,10 @@ The store (a sweep's output directory)
                                 by, K, metric, value); :func:`read_table` joins them
       results.parquet           the whole tidy table in one file, when pyarrow is installed
                                 (the ``distributed`` extra)
-      summary.csv, summary.md   mean ± std over trials
+      summary.csv, summary.md   mean ± std over trials (``summary.csv``: a row per
+                                configuration, K and metric, the popularity ranking's
+                                once per configuration of what it depends on, and the
+                                columns that take several values: :func:`summary_csv_frame`)
       .lock                     held while a sweep writes here (rfrs_ref.files.DirectoryLock)
 
 A run's record may also be ``outcome.json.gz``, the same bytes gzip-compressed
@@ -1425,10 +1428,40 @@ def pd_isna(x) -> bool:
         return False
 
 
+def summary_csv_frame(summary):
+    """What ``summary.csv`` holds of :func:`summarise`'s frame.
+
+    - The popularity ranking's rows once per configuration of what it depends on, as
+      ``summary.md`` shows them: it is scored on the same clients whatever the model,
+      so the method, the model's and rule's settings and the labels are left empty in
+      those rows (and their wall time, a model's), and rows then equal are one row.
+    - Without the configuration columns that take one value in the whole table (or
+      none): ``runs.csv`` lists every run's full configuration. A grid of hundreds of
+      configurations (the ranking) otherwise repeated its dozen JSON settings in every
+      row of every metric and K, megabytes of the same text.
+    """
+    if summary.empty:
+        return summary
+    out = summary.copy()
+    pop = out["metric"].astype(str).str.startswith("popularity_")
+    if pop.any():
+        blank = [c for c in out.columns
+                 if c in (*_METHOD_COLUMNS, *_NOT_POPULARITY, "wall_s_mean")
+                 or c.startswith("label_")]
+        out = out.astype({c: object for c in blank})
+        out.loc[pop, blank] = None
+        out.loc[pop, [c for c in ("method", "label_series") if c in out.columns]] = "popularity"
+        out = out[~(pop & out.astype(str).duplicated())]
+    constant = [c for c in out.columns
+                if c not in _SUMMARY_VALUES and out[c].astype(str)[out[c].notna()].nunique() <= 1]
+    return out.drop(columns=constant)
+
+
 def write_summary(df, out: pathlib.Path, stem: str = SUMMARY, label_columns=()) -> tuple:
-    """Write ``stem.csv`` and ``stem.md``; returns (summary DataFrame, paths)."""
+    """Write ``stem.csv`` (:func:`summary_csv_frame`) and ``stem.md``; returns (summary
+    DataFrame, paths)."""
     out = pathlib.Path(out)
     s = summarise(df)
-    atomic_write_text(out / f"{stem}.csv", s.to_csv(index=False))
+    atomic_write_text(out / f"{stem}.csv", summary_csv_frame(s).to_csv(index=False))
     atomic_write_text(out / f"{stem}.md", summary_markdown(s, label_columns=label_columns))
     return s, [out / f"{stem}.csv", out / f"{stem}.md"]
