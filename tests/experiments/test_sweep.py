@@ -45,7 +45,13 @@ def test_quick_fig4_on_a_local_cluster_with_two_workers(ex, tmp_path):
     assert table["worker"].nunique() == 2  # both worker processes ran runs
     assert len(read_table(out / "results.csv")) == len(table)
     summary = pd.read_csv(out / "summary.csv")
-    assert len(summary) == 15 * 5 * len(METRICS) and set(summary["n"]) == {2}
+    # a row per configuration (5 series × 3 fractions), K and metric; the popularity
+    # ranking's once per fraction, whatever the series
+    popularity = summary["metric"].str.startswith("popularity_")
+    n_pop = sum(m.startswith("popularity_") for m in METRICS)
+    assert len(summary[~popularity]) == 15 * 5 * (len(METRICS) - n_pop)
+    assert len(summary[popularity]) == 3 * 5 * n_pop and set(summary["n"]) == {2}
+    assert set(summary.loc[popularity, "method"]) == {"popularity"}
     assert "A-RFRS" in (out / "summary.md").read_text()
     names = {p.name for p in paths}
     assert {"fig4.png", "fig4.pdf", "fig4_curves.png", "fig4_curves.pdf"} <= names

@@ -294,7 +294,11 @@ def test_runs_the_summary_would_merge_get_the_columns_that_tell_them_apart(tmp_p
     import pandas as pd
 
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
-    assert set(summary["pre"]) == {"[]", '["nnm"]'}
+    model = ~summary["metric"].str.startswith("popularity_")
+    assert set(summary.loc[model, "pre"]) == {"[]", '["nnm"]'}
+    # summary.csv too has the popularity ranking once: its rows leave the model's columns empty
+    assert summary.loc[~model, "pre"].isna().all()
+    assert len(summary[~model]) == len(summary[model]) // 4
     # trials of one configuration (the seed alone differs) are still one row
     out2 = tmp_path / "out2"
     trials = [RunSpec(make_config({**TINY_FIELDS, "seed": s}), trial=s, labels={"m": "a"})
