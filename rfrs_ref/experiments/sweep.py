@@ -179,7 +179,7 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     s = 4 if c.dtype == "float32" else 8
     rows = n * (2 + a)
     from rfrs_ref.federated.round import (GRADIENT_BATCH, rounds_compare_shared_rows,
-                                          rounds_recompute_uploads)
+                                          rounds_recompute_uploads, shared_rows_columns)
 
     values = rows * D
     if low_memory and rounds_recompute_uploads(c):
@@ -187,9 +187,9 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     elif rounds_compare_shared_rows(c):
         from rfrs_ref.model import MODELS
 
-        start, n_rows, width = MODELS.get(c.model)(n_items=items, **c.model_params).shared_block
-        own = min(n_rows, int(1.25 * n * _mean_items(c)) + 1)
-        values = min(n, GRADIENT_BATCH) * D + n * (1 + a) * (start + own * width)
+        block = MODELS.get(c.model)(n_items=items, **c.model_params).shared_block
+        values = (min(n, GRADIENT_BATCH) * D
+                  + n * (1 + a) * shared_rows_columns(block, n, _mean_items(c)))
     return int(values * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
 
 

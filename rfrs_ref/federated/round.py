@@ -187,6 +187,16 @@ class Federation:
 GRADIENT_BATCH = 16
 
 
+def shared_rows_columns(shared_block: tuple[int, int, int], n: int, mean_items: float) -> int:
+    """How many columns the buffers of a run whose rounds compute the shared rows once
+    hold per row at first (``Trainer.buffers``; a sweep's memory estimate counts the
+    same): the dense part and Q's rows of n clients' items, at most their count, taken a
+    quarter over its mean to leave room for most rounds (a round that needs more grows
+    them, :meth:`RoundBuffers.flat`)."""
+    start, n_rows, width = shared_block
+    return start + min(n_rows, int(1.25 * n * mean_items) + 1) * width
+
+
 def rounds_recompute_uploads(config) -> bool:
     """Whether the rounds of a run of ``config`` (a ``TrainConfig``) given ``low_memory``
     hold their uploads a batch at a time (:attr:`Federation.recomputes_uploads`), asked of

@@ -59,7 +59,8 @@ import numpy as np
 
 from rfrs_ref.federated.config import TrainConfig, _rule_name
 from rfrs_ref.federated.population import assumed_byzantine, byzantine_mask, clients_per_round
-from rfrs_ref.federated.round import GRADIENT_BATCH, Federation, RoundBuffers, run_round
+from rfrs_ref.federated.round import (GRADIENT_BATCH, Federation, RoundBuffers, run_round,
+                                      shared_rows_columns)
 from rfrs_ref.files import DirectoryLock, atomic_write
 from rfrs_ref.jsonsafe import jsonable
 from rfrs_ref.seeding import generator
@@ -385,14 +386,9 @@ class Trainer:
         fed = self.federation
         columns = None
         if shared_rows and not full and fed.compares_shared_rows and not fed.recomputes_uploads:
-            # the columns where the round's clients differ: the dense part and the rows of
-            # their own items (FISM's P, and Q's rows of the n clients' items, at most their
-            # count: a quarter over its mean leaves room for most rounds, and the buffers
-            # grow in a round that needs more)
-            start, n_rows, width = self.model.shared_block
-            counts = self.split.train.counts()
-            own = min(n_rows, int(1.25 * n * float(counts.mean())) + 1)
-            columns = start + own * width
+            # the columns where the round's clients differ only
+            columns = shared_rows_columns(self.model.shared_block, n,
+                                          float(self.split.train.counts().mean()))
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
                             private_dim=self.model.dim if self.model.has_private else 0,
                             features=fed.needs_features,

@@ -210,6 +210,19 @@ def coordinatewise_numpy(
     return out, kept, bad_kept
 
 
+@njit(inline="always", fastmath={"contract"})
+def _add_kept_row(arrays, r, k0, bw, w, keep, num):
+    """num[q, k] += w · arrays[q][r, k0 + k] where keep[k], for every array q: a row's
+    part of the window's weighted sums (one expression, so that the fused kernel and the
+    shared columns' kernel take the same operations)."""
+    for q in range(len(arrays)):
+        a = arrays[q][r, k0:k0 + bw]
+        nm = num[q]
+        for k in range(bw):
+            # a select, not a product with 0: 0 · NaN would be NaN
+            nm[k] += w * np.float64(a[k]) if keep[k] else 0.0
+
+
 @njit(cache=True, parallel=True, fastmath={"contract"})
 def _coordinatewise_numba(F, arrays, check, outs, over, weights, rows, comps, mode, t, block,
                           nchunks):
@@ -366,12 +379,7 @@ def _coordinatewise_numba(F, arrays, check, outs, over, weights, rows, comps, mo
                 kept[c, i] += cnt
                 if cnt == 0:
                     continue
-                for q in range(nq):
-                    a = arrays[q][i, k0:k0 + bw]
-                    nm = num[q]
-                    for k in range(bw):
-                        # a select, not a product with 0: 0 · NaN would be NaN
-                        nm[k] += w * np.float64(a[k]) if keep[k] else 0.0
+                _add_kept_row(arrays, i, k0, bw, w, keep, num)
             for q in range(nq):
                 o = outs[q]
                 nm = num[q]
@@ -551,11 +559,7 @@ def _trim_shared_numba(Fs, arrays, cls, outs, weights, keep_pat, block, nchunks)
                     den[k] += w if kk else 0.0
                 if cnt == 0:
                     continue
-                for q in range(nq):
-                    a = arrays[q][cls[i], k0:k0 + bw]
-                    nm = num[q]
-                    for k in range(bw):
-                        nm[k] += w * np.float64(a[k]) if keep[k] else 0.0
+                _add_kept_row(arrays, cls[i], k0, bw, w, keep, num)
             for q in range(nq):
                 o = outs[q]
                 nm = num[q]

@@ -47,20 +47,6 @@ def calls(monkeypatch):
     return seen
 
 
-def _corrupt_one_upload(monkeypatch):
-    """Adam's client rule writes NaN into one upload of every batch of more than 5 rows."""
-    from rfrs_ref.optim.adam import Adam
-
-    honest = Adam.client_rule_batch
-
-    def corrupt(self, state, grads, t, out, backend="numba", **kw):
-        honest(self, state, grads, t, out, backend=backend, **kw)
-        if out["theta"].shape[0] > 5:
-            out["theta"][5, 3] = np.nan
-
-    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
-
-
 def _same_but_scores(full, shared, label, D, dtype):
     """The states bit for bit; the records equal but for Krum's scores, which are within
     twice the distance kernel's bound of each other (each a sum of m distances)."""
@@ -118,14 +104,13 @@ def test_classic_krum_and_the_fallbacks(params, calls):
     _same_but_scores(full, shared, params, trainer.model.n_params(), np.float32)
 
 
-def test_an_upload_that_fails_verification_runs_the_round_in_full(monkeypatch, calls):
+def test_an_upload_that_fails_verification_runs_the_round_in_full(corrupt_one_upload, calls):
     """A part not certainly verified (here a client rule that writes NaN into one client's
     upload) sends the round to the path that holds every row, which excludes the upload
     as any round does."""
     config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
                          model_params={"dim": 8}, defense="krum", detect="gradient", seed=2)
     trainer = Trainer(config)
-    _corrupt_one_upload(monkeypatch)
     full = _rounds(trainer, shared=False, rounds=2)
     shared = _rounds(trainer, shared=True, rounds=2)
     assert calls == {"called": 2, "returned": 0}
@@ -211,11 +196,10 @@ def test_the_trainer_holds_only_the_columns_where_clients_differ(calls):
     _same_but_scores(full, (state, records), "compact", D, np.float32)
 
 
-def test_a_compact_round_that_fails_verification_holds_every_row(monkeypatch, calls):
+def test_a_compact_round_that_fails_verification_holds_every_row(corrupt_one_upload, calls):
     config = TrainConfig(dataset="synthetic", dataset_params=WIDE, client_fraction=0.2,
                          model_params={"dim": 8}, defense="krum", detect="parameter", seed=2)
     trainer = Trainer(config)
-    _corrupt_one_upload(monkeypatch)
     # the round that falls back holds every row in one batch (RoundBuffers.full), as
     # buffers of every row do: the corruption then hits the same one client
     full = _rounds(trainer, shared=False, rounds=2, full=True)
