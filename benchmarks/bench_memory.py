@@ -11,10 +11,11 @@ within 2.5 GB. Cases: A-FRS (the weighted mean, no attack), "No defense" under
 the ascent attack at α = 0.4, A-RFRS (Krum on recovered gradients) and RFA
 (parameter space) under the same attack, holding every upload and with
 ``low_memory`` (``--low-memory``: the uploads 16 clients at a time, the
-weighed clients' computed twice), and A-RFRS and the trimmed mean with every
-client's rows in full where their rounds compute the rows the clients share once and
-hold the columns where they differ only (docs/performance.md, "Robust rounds on
-shared rows"). Prints the machine, then a table: peak GiB,
+weighed clients' computed twice, on the columns where the clients differ), and
+A-RFRS (held and in low memory) and the trimmed mean with every client's rows in
+full where their rounds compute the rows the clients share once and hold the
+columns where they differ only (docs/performance.md, "Robust rounds on shared
+rows"). Prints the machine, then a table: peak GiB,
 the round buffers' GiB, the median round time and, for low memory, the
 time of the second computation.
 """
@@ -65,7 +66,9 @@ CASES = [
     ("A-RFRS, ascent, every row", {**ASCENT, "defense": "krum", "detect": "gradient"}, False,
      False),
     ("A-RFRS, ascent, low memory", {**ASCENT, "defense": "krum", "detect": "gradient"}, True,
-     False),
+     True),
+    ("A-RFRS, ascent, low mem., every row", {**ASCENT, "defense": "krum", "detect": "gradient"},
+     True, False),
     ("RFA, ascent", {**ASCENT, "defense": "rfa", "detect": "parameter"}, False, True),
     ("RFA, ascent, low memory", {**ASCENT, "defense": "rfa", "detect": "parameter"}, True, True),
     ("Trmean, ascent", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False, True),
@@ -83,19 +86,19 @@ def main(argv=None) -> None:
     print(describe())
     print(f"{args.dataset}, {args.rounds} rounds per case, a fresh process each "
           f"(RFRS_DATA_DIR={os.environ.get('RFRS_DATA_DIR', 'unset')})")
-    print(f"{'case':<30} {'peak, GiB':>10} {'buffers, GiB':>13} {'round, s':>9} {'again, s':>9}")
+    print(f"{'case':<36} {'peak, GiB':>10} {'buffers, GiB':>13} {'round, s':>9} {'again, s':>9}")
     for name, fields, low, shared in CASES:
         out = subprocess.run([sys.executable, "-c", _CHILD, args.dataset, str(args.rounds),
                               json.dumps(fields), "1" if low else "0", "1" if shared else "0"],
                              capture_output=True, text=True, cwd="/")
         if out.returncode != 0:
-            print(f"{name:<30} failed: {out.stderr.strip().splitlines()[-1:]}")
+            print(f"{name:<36} failed: {out.stderr.strip().splitlines()[-1:]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         if low and not r["recomputes"]:
             name += " (not applicable)"
         again = "" if r["again"] != r["again"] else f"{r['again']:.3f}"
-        print(f"{name:<30} {r['peak']:>10.2f} {r['buffers']:>13.2f} {r['round']:>9.3f} {again:>9}")
+        print(f"{name:<36} {r['peak']:>10.2f} {r['buffers']:>13.2f} {r['round']:>9.3f} {again:>9}")
 
 
 if __name__ == "__main__":

@@ -167,9 +167,10 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     rule combines by weights, with verification: ``Federation.recomputes_uploads``)
     counts the features of n clients and the other buffers of 16 only. A run whose rounds
     compute the rows the clients share once (``rounds_compare_shared_rows``: Krum, A-RFRS,
-    RFA with FISM) counts the gradients of 16 clients and the features and uploads of n
-    clients on the columns where they differ: FISM's P and 1.25 times the mean number of
-    items of n users of Q's rows (the buffers' own allocation, ``Trainer.buffers``).
+    RFA, the median and the trimmed mean with FISM) counts the gradients of 16 clients and
+    the features and uploads of n clients (in low memory, the uploads of 16) on the
+    columns where they differ: FISM's P and 1.25 times the mean number of items of n
+    users of Q's rows (the buffers' own allocation, ``Trainer.buffers``).
     """
     from rfrs_ref.optim import OPTIMIZERS
 
@@ -182,14 +183,16 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
                                           rounds_recompute_uploads, shared_rows_columns)
 
     values = rows * D
-    if low_memory and rounds_recompute_uploads(c):
-        values = (n + min(n, GRADIENT_BATCH) * (1 + a)) * D
-    elif rounds_compare_shared_rows(c):
+    cols = D  # the columns of the features and uploads
+    if rounds_compare_shared_rows(c):
         from rfrs_ref.model import MODELS
 
         block = MODELS.get(c.model)(n_items=items, **c.model_params).shared_block
-        values = (min(n, GRADIENT_BATCH) * D
-                  + n * (1 + a) * shared_rows_columns(block, n, _mean_items(c)))
+        cols = shared_rows_columns(block, n, _mean_items(c))
+    if low_memory and rounds_recompute_uploads(c):
+        values = min(n, GRADIENT_BATCH) * D + (n + min(n, GRADIENT_BATCH) * a) * cols
+    elif cols < D:
+        values = min(n, GRADIENT_BATCH) * D + n * (1 + a) * cols
     return int(values * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
 
 

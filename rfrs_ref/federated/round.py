@@ -137,7 +137,9 @@ class Federation:
         (:attr:`keeps_gradients`), no client keeps private state, and no trace wants the
         uploads. The round then computes the uploads twice, once for the features and
         verification, once, for the clients the rule weighs, for the weighted sums
-        (:func:`_recomputed_round`). The numba backend only."""
+        (:func:`_recomputed_round`; on the columns where the clients differ only, in a
+        round that computes the shared rows once, :func:`_shared_rows_compared_round`).
+        The numba backend only."""
         rule = self.rule
         return (self.low_memory and self.backend == "numba" and self.verify
                 and getattr(rule, "combines_by_weights", False)
@@ -207,12 +209,12 @@ def rounds_recompute_uploads(config) -> bool:
 
 
 def rounds_compare_shared_rows(config) -> bool:
-    """Whether the rounds of a run of ``config`` (without ``low_memory``) compute the rows
-    the clients share once and hold the columns where they differ only
-    (:attr:`Federation.compares_shared_rows`), asked as :func:`rounds_recompute_uploads`
-    asks."""
+    """Whether the rounds of a run of ``config`` compute the rows the clients share once
+    and hold the columns where they differ only (:attr:`Federation.compares_shared_rows`;
+    with ``low_memory`` too, whose rounds then hold the uploads of a batch of clients on
+    those columns), asked as :func:`rounds_recompute_uploads` asks."""
     fed = _federation_without_data(config, low_memory=False)
-    return fed is not None and fed.compares_shared_rows and not fed.recomputes_uploads
+    return fed is not None and fed.compares_shared_rows
 
 
 def _federation_without_data(config, low_memory: bool):
@@ -293,12 +295,14 @@ class RoundBuffers:
         #: scratch arrays an attack keeps from round to round
         self.attack_workspace: dict = {}
 
-    def full(self, features: bool) -> "RoundBuffers":
+    def full(self, features: bool, rows: int | None = None) -> "RoundBuffers":
         """Buffers of the same run with every row and column (a streamed or compact
-        round that has to hold every upload after all)."""
+        round that has to hold every upload after all); ``rows``: gradients and uploads
+        of that many clients only, every column (a compact round in low memory that
+        falls back to the round on full rows in low memory)."""
         return RoundBuffers(self.n_max, self.n_params, self.dtype, self.names,
                             private_dim=self.private_dim, features=features,
-                            shared_rows=self.shared_rows)
+                            shared_rows=self.shared_rows, grad_rows=rows, upload_rows=rows)
 
     def flat(self, name: str, size: int) -> np.ndarray:
         """The first ``size`` values of buffer ``name`` (``"features"`` or an uploaded
@@ -306,8 +310,9 @@ class RoundBuffers:
         by one with a tenth more columns than they need (its values are not kept)."""
         arr = self.features if name == "features" else self.uploads[name]
         if arr.size < size:
-            cols = min(self.n_params, -(-size // self.n_max) * 11 // 10 + 1)
-            arr = np.empty((self.n_max, cols), self.dtype)
+            rows = arr.shape[0]
+            cols = min(self.n_params, -(-size // rows) * 11 // 10 + 1)
+            arr = np.empty((rows, cols), self.dtype)
             if name == "features":
                 self.features = arr
             else:
@@ -367,10 +372,13 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
         out = _shared_rows_compared_round(fed, state, rd, buf)  # Alg. 1 and 2, shared rows once
         if out is not None:
             return out
-        # a part not certainly verified: the round as below, holding every row
+        # a part not certainly verified: the round as below, on every row (in low memory,
+        # still a batch of uploads at a time)
         rd = _sample(fed, t)
         if buf.compact:
-            buf = buf.full(fed.needs_features)
+            low = buf.uploads["theta"].shape[0] < rd.clients.size
+            buf = buf.full(fed.needs_features,
+                           rows=buf.uploads["theta"].shape[0] if low else None)
     if buf.uploads["theta"].shape[0] < rd.clients.size and fed.recomputes_uploads:
         return _recomputed_round(fed, state, rd, buf)           # Alg. 1 and 2, uploads twice
     if buf.uploads["theta"].shape[0] < rd.clients.size:
@@ -652,6 +660,12 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     and, on S, each column from its one or two class values (``Rule.aggregate_by_columns``:
     the kernel's own operations, so the state and record of full rows bit for bit).
 
+    In low memory (``Federation.recomputes_uploads``: buffers of fewer upload rows than
+    clients) step 2 verifies and keeps the features of each batch as it comes and holds
+    the uploads of one batch only, and step 4 computes the weighed clients' uploads on C
+    a second time, a batch at a time (as :func:`_recomputed_round` does on full rows):
+    the same state and record as the round that holds them, bit for bit.
+
     Every upload, feature and verdict is the one the round holding every row computes,
     and so are the sums given the weights (the same operations in the same order as
     ``combine_rows``). The distances are the same sums grouped otherwise: each is within
@@ -685,48 +699,100 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     def rows_of(flat, m):
         return flat[:m * start].reshape(m, start), flat[m * start:m * (start + q)].reshape(m, q)
 
-    size = n * (start + q)
-    X = rows_of(buf.flat("features", size), n)
-    U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, size), n)
+    # low memory (``Federation.recomputes_uploads``): uploads of a batch of clients at a
+    # time, verified as they come, and those the rule weighs computed again for the sums
+    low = buf.uploads["theta"].shape[0] < n
+    batch = min(GRADIENT_BATCH, buf.grads.shape[0], buf.uploads["theta"].shape[0])
+    held = batch if low else n
+    X = rows_of(buf.flat("features", n * (start + q)), n)
+    U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, held * (start + q)), held)
                                                      for k in arrays))]
     S = [{k: state[k][:start] for k in arrays},
          {k: state[k][start:].reshape(n_rows, width)[own].ravel() for k in arrays}]
     negatives = _negatives(fed, rd)
-    losses = np.empty(n)
-    batch = min(GRADIENT_BATCH, buf.grads.shape[0])
-    for lo in range(0, n, batch):
-        hi = min(n, lo + batch)
+
+    def uploads_of(sel, r0):
+        """Gradients, attack and client rule of sampled clients ``sel`` (a slice or an
+        index array) into U's rows from r0; returns their losses."""
+        m = clients[sel].size
         tick = time.perf_counter()
-        G = rows_of(buf.grads.reshape(-1), hi - lo)
-        losses[lo:hi] = model.grads_batch(
-            state["theta"], fed.train, clients[lo:hi], G[0], q_rows=own, out_q=G[1],
-            negatives=None if negatives is None else negatives[lo:hi], backend=fed.backend)
+        G = rows_of(buf.grads.reshape(-1), m)
+        negs = None
+        if negatives is not None:
+            negs = negatives[sel] if isinstance(sel, slice) else [negatives[i] for i in sel]
+        out = model.grads_batch(state["theta"], fed.train, clients[sel], G[0], q_rows=own,
+                                out_q=G[1], negatives=negs, backend=fed.backend)
         rd.timing["gradients"] += time.perf_counter() - tick
-        _own_attack_inplace(fed, rd, rd.byz[lo:hi], G)
+        _own_attack_inplace(fed, rd, rd.byz[sel], G)
         tick = time.perf_counter()
         for Sp, Gp, Up in zip(S, G, U):
             if Gp.shape[1]:
-                opt.client_rule_batch(Sp, Gp, t, {k: Up[k][lo:hi] for k in arrays},
+                opt.client_rule_batch(Sp, Gp, t, {k: Up[k][r0:r0 + m] for k in arrays},
                                       backend=fed.backend)
         rd.timing["client_rule"] += time.perf_counter() - tick
-    tick = time.perf_counter()
-    for Sp, Up, Xp in zip(S, U, X):
-        if Xp.shape[1] and not opt.features_verify_batch(Sp, Up, t, Xp, space,
-                                                         backend=fed.backend)[0].all():
+        return out
+
+    def verified(lo, hi, r0):
+        """The features of sampled clients lo..hi − 1 (uploads from U's row r0) and
+        whether every one of them certainly passes verification."""
+        tick = time.perf_counter()
+        for Sp, Up, Xp in zip(S, U, X):
+            if Xp.shape[1] and not opt.features_verify_batch(
+                    Sp, {k: Up[k][r0:r0 + hi - lo] for k in arrays}, t, Xp[lo:hi], space,
+                    backend=fed.backend)[0].all():
+                return False
+        rd.timing["features_verification"] += time.perf_counter() - tick
+        return True
+
+    losses = np.empty(n)
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        losses[lo:hi] = uploads_of(slice(lo, hi), 0 if low else lo)
+        if low and not verified(lo, hi, 0):
             return None
-    rd.timing["features_verification"] += time.perf_counter() - tick
+    if not low and not verified(0, n, 0):
+        return None
     rd.features = space
     attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
     # the rule: on the distances (C's by the kernel, S's by class), or column by column
     tick = time.perf_counter()
     x_s = x_sh.reshape(-1, n_rows, width)[:, nobody].reshape(x_sh.shape[0], -1)
     layout = (start, n_rows, width, own, nobody)
-    by_columns = getattr(fed.rule, "trims_by_column", False)
-    agg = (_trimmed_by_columns if by_columns else _weighed_by_distances)(
-        fed, state, rd, buf, layout, X, U, x_s, u_sh, cls)
+
+    def add_uploads(weights, acc):
+        """Σᵢ wᵢ · uploadᵢ on C into acc (name -> [P's part, the owned rows' part], float64):
+        the held rows, or, in low memory, the weighed clients' uploads again, a batch at
+        a time (batches of a multiple of four rows: the same sums, bit for bit)."""
+        from rfrs_ref.aggregate.combine import add_rows_inplace
+
+        if not low:
+            for k in arrays:
+                for Up, a in zip(U, acc[k]):
+                    if a.size:
+                        add_rows_inplace(Up[k], weights, a)
+            return
+        again = time.perf_counter()
+        timing = dict(rd.timing)
+        live = np.flatnonzero(weights != 0)
+        step = batch - batch % 4 if batch >= 4 else batch  # the sums' group of rows
+        for b0 in range(0, live.size, step):
+            part = live[b0:b0 + step]
+            uploads_of(part, 0)
+            for k in arrays:
+                for Up, a in zip(U, acc[k]):
+                    if a.size:
+                        add_rows_inplace(Up[k][:part.size], weights[part], a)
+        rd.timing.clear()
+        rd.timing.update(timing)
+        rd.timing["uploads_again"] = time.perf_counter() - again
+
+    if getattr(fed.rule, "trims_by_column", False):
+        agg = _trimmed_by_columns(fed, state, rd, buf, layout, X, U, x_s, u_sh, cls)
+    else:
+        agg = _weighed_by_distances(fed, state, rd, buf, layout, X, add_uploads, x_s, u_sh, cls)
     if agg is None:
         return None  # the rule needs the rows themselves: the round on full rows
-    rd.timing["aggregation"] = time.perf_counter() - tick
+    rd.timing["aggregation"] = time.perf_counter() - tick - rd.timing.get("uploads_again", 0.0)
     new_state, weights, kept_m, rule_diag, f_rule = agg
     record = _record(fed, rd, new_state, losses, [], np.arange(n), weights, kept_m, rule_diag,
                      f_rule, attack_diag, None)
@@ -734,15 +800,16 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     return new_state, record
 
 
-def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
-                          cls):
+def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, add_uploads,
+                          x_s, u_sh, cls):
     """A ``weighs_by_distances`` rule's aggregate on the parts of a round on shared rows:
     the distances by parts (float64 differences with their bound for RFA), the rule's
-    weights from them, the weighted sums on C (``add_rows_inplace``) and on S
-    (``add_shared_rows``), rounded once. Returns :func:`_aggregate`'s tuple, or None
-    where the rule needs the rows themselves."""
+    weights from them, the weighted sums on C (``add_uploads(weights, acc)``, which adds
+    the held uploads or computes the weighed ones again) and on S (``add_shared_rows``),
+    rounded once. Returns :func:`_aggregate`'s tuple, or None where the rule needs the
+    rows themselves."""
     from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
-    from rfrs_ref.aggregate.combine import add_rows_inplace, finite_clients
+    from rfrs_ref.aggregate.combine import finite_clients
     from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
     from rfrs_ref.kernels.optim import add_shared_rows, threads_for
 
@@ -771,14 +838,11 @@ def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, 
     weights = result.weights
     acc = {k: np.zeros(buf.n_params) for k in arrays}
     bounds = np.array([0, n], dtype=np.int64)
-    q = own.size * width
+    owned = {k: [acc[k][:start], np.zeros(own.size * width)] for k in arrays}
+    add_uploads(weights, owned)
     for k in arrays:
-        add_rows_inplace(U[0][k], weights, acc[k][:start])
         accq = acc[k][start:].reshape(n_rows, width)
-        if q:
-            part = np.zeros(q)
-            add_rows_inplace(U[1][k], weights, part)
-            accq[own] = part.reshape(-1, width)
+        accq[own] = owned[k][1].reshape(-1, width)
         with threads_for(nobody.size * width * n):
             add_shared_rows(u_sh[k], cls, weights, bounds, nobody, width, accq.reshape(-1))
     new_state = {k: acc[k].astype(buf.dtype) for k in arrays}

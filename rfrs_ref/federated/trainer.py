@@ -385,8 +385,9 @@ class Trainer:
         n = clients_per_round(self.data.n_users, self.config.client_fraction)
         fed = self.federation
         columns = None
-        if shared_rows and not full and fed.compares_shared_rows and not fed.recomputes_uploads:
-            # the columns where the round's clients differ only
+        if shared_rows and not full and fed.compares_shared_rows:
+            # the columns where the round's clients differ only (in low memory: the
+            # features of n clients and the uploads of a batch)
             columns = shared_rows_columns(self.model.shared_block, n,
                                           float(self.split.train.counts().mean()))
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,

@@ -260,24 +260,27 @@ def test_an_existing_cluster_without_shared_files(ex, tmp_path):
 
 def test_a_low_memory_sweep_gives_the_same_results(ex, tmp_path, monkeypatch):
     """``run_sweep(low_memory=True)`` reaches the workers' trainers: the robust run holds
-    its uploads a batch at a time (checked through the round's timing phase
-    ``uploads_again``) and its results are the same."""
+    its uploads a batch at a time (checked through the buffers its rounds are given, on
+    full rows or on the columns where clients differ) and its results are the same."""
     from rfrs_ref.federated import round as rnd
 
     seen = []
-    recomputed = rnd._recomputed_round
 
-    def spy(*args, **kw):
-        seen.append(True)
-        return recomputed(*args, **kw)
+    def spy(inner):
+        def batched(fed, state, rd, buf, *args, **kw):
+            seen.append(buf.uploads["theta"].shape[0] < rd.clients.size)
+            return inner(fed, state, rd, buf, *args, **kw)
+        return batched
 
-    monkeypatch.setattr(rnd, "_recomputed_round", spy)
+    for name in ("_recomputed_round", "_shared_rows_compared_round"):
+        monkeypatch.setattr(rnd, name, spy(getattr(rnd, name)))
     runs = [ex.tiny_config(defense="krum", attack="ascent", byzantine_fraction=0.2,
                            client_fraction=0.2)]
     plain = run_sweep(runs, tmp_path / "plain", workers=0)
-    assert not seen
+    assert not any(seen)
+    seen.clear()
     low = run_sweep(runs, tmp_path / "low", workers=0, low_memory=True)
-    assert seen
+    assert seen and all(seen)
     a, b = (read_table(d / "results.csv") for d in (tmp_path / "plain", tmp_path / "low"))
     cols = ["dataset", "seed", "metric", "k", "value"]
     assert a[cols].equals(b[cols]) and plain.finished == low.finished == 1
@@ -357,3 +360,7 @@ def test_memory_estimates_of_rounds_on_shared_rows(ex):
     D, items, a = trainer.model.n_params(), 4000, len(trainer.optimizer.arrays)
     fixed = 3 * a * D * 8 + 1024 * items * 8 + 300e6
     assert estimate_run_memory(RunSpec(krum)) - fixed >= buf.nbytes
+    # in low memory: the features of n clients and the uploads of 16 on those columns
+    low = Trainer(krum, low_memory=True).buffers()
+    assert low.compact and low.uploads["theta"].shape[0] == 16 < low.features.shape[0]
+    assert buf.nbytes > estimate_run_memory(RunSpec(krum), True) - fixed >= low.nbytes

@@ -75,11 +75,14 @@ def digest(state) -> str:
     return h.hexdigest()[:20]
 
 
-def run(data, opt, rule, detect, attack, low_memory_rows: int | None = None) -> str | None:
+def run(data, opt, rule, detect, attack, low_memory_rows: int | None = None,
+        shared_columns: bool = False) -> str | None:
     """The digest of the server state after round ``ROUNDS``; ``low_memory_rows``: the
     run's robust rounds hold that many uploads at a time and compute them twice
     (``Trainer(low_memory=True)``; None when ``Federation.recomputes_uploads`` does not
-    hold for the run)."""
+    hold for the run), on full rows, or, ``shared_columns``, on the columns where the
+    clients differ of the rounds that compute the shared rows once (the trainer's
+    buffers' columns)."""
     from rfrs_ref.federated.config import TrainConfig
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
@@ -104,9 +107,13 @@ def run(data, opt, rule, detect, attack, low_memory_rows: int | None = None) -> 
 
         if not trainer.federation.recomputes_uploads:
             return None  # e.g. SGD, whose uploads are not verified by default
+        columns = None
+        if shared_columns:
+            assert buf.shared_columns, "the run's rounds do not compute the shared rows once"
+            columns = buf.features.shape[1]
         buf = RoundBuffers(buf.n_max, buf.n_params, buf.dtype, buf.names,
                            features=buf.features is not None, grad_rows=low_memory_rows,
-                           upload_rows=low_memory_rows)
+                           upload_rows=low_memory_rows, columns=columns)
     for t in range(1, ROUNDS + 1):
         state, _ = run_round(trainer.federation, state, t, buf, private)
     return digest(state)

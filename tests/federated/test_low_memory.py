@@ -2,7 +2,8 @@
 clients at a time, the features and verdicts built batch by batch, the rule's weights
 taken from the features, and the weighted clients' uploads computed a second time for the
 sums. The same server states and records as the rounds that hold every upload, bit for
-bit (docs/performance.md, "Robust rounds in low memory")."""
+bit, on full rows and on the columns where clients differ when the rows they share are
+computed once (docs/performance.md, "Robust rounds in low memory")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from rfrs_ref.federated.round import GRADIENT_BATCH, RoundBuffers, run_round
 from rfrs_ref.federated.trainer import Trainer
 
 SMALL = dict(n_users=200, n_items=120, n_clusters=4, mean_items=10.0)
+#: items enough that the rows of a round's clients are a small part of FISM's Q
+WIDE = dict(n_users=200, n_items=1500, n_clusters=4, mean_items=10.0)
 
 
 def _rounds(trainer, buf, rounds=3):
@@ -67,35 +70,59 @@ def test_every_optimiser_and_attack_in_the_client_rule(optimizer, attack, negati
                        byzantine_fraction=0.0 if attack == "none" else 0.3,
                        model_params={"dim": 8, "negatives": negatives})
     assert trainer.federation.recomputes_uploads
-    buf = trainer.buffers()
-    assert buf.uploads["theta"].shape[0] == GRADIENT_BATCH < 40 and buf.features.shape[0] == 40
-    _same(_rounds(trainer, trainer.buffers(full=True, shared_rows=False)), _rounds(trainer, buf),
-          (optimizer, attack))
+    _same(_rounds(trainer, trainer.buffers(full=True, shared_rows=False)),
+          _rounds(trainer, _rows(trainer, GRADIENT_BATCH)), (optimizer, attack))
     # classic Krum: one client weighed, recomputed alone
     one = _trainer(defense="krum", defense_params={"k": 1}, optimizer=optimizer, attack=attack,
                    byzantine_fraction=0.0 if attack == "none" else 0.3)
     _same(_rounds(one, one.buffers(full=True, shared_rows=False)), _rounds(one, _rows(one, 8)), "k=1")
 
 
-def test_an_upload_that_fails_verification_is_excluded_as_when_held(monkeypatch):
-    from rfrs_ref.optim.adam import Adam
-
+def test_an_upload_that_fails_verification_is_excluded_as_when_held(corrupt_by_gradient):
     trainer = _trainer(defense="krum", attack="ascent", byzantine_fraction=0.2)
-    honest = Adam.client_rule_batch
-
-    def corrupt(self, state, grads, t, out, backend="numba", **kw):
-        honest(self, state, grads, t, out, backend=backend, **kw)
-        # the clients whose gradient's bits sum to a multiple of 7, whatever their batch
-        for r in range(grads.shape[0]):
-            if int(grads[r].view(np.uint32).sum(dtype=np.uint64)) % 7 == 0:
-                out["theta"][r, 5] = np.nan
-
-    monkeypatch.setattr(Adam, "client_rule_batch", corrupt)
     full = _rounds(trainer, trainer.buffers(full=True, shared_rows=False))
     low = _rounds(trainer, _rows(trainer, 16))
     _same(full, low, "corrupt")
     excluded = [e for rec in low[1] for e in rec["excluded"]]
     assert excluded and all(e["check"] == "nonfinite" for e in excluded)
+
+
+@pytest.mark.parametrize("defense,detect", [("krum", "gradient"), ("krum", "parameter"),
+                                            ("rfa", "gradient"), ("rfa", "parameter")])
+@pytest.mark.parametrize("optimizer,negatives", [("sgd", 0), ("adam", 0), ("adagrad", 1),
+                                                 ("rmsprop", 0)])
+def test_low_memory_on_shared_rows_is_the_round_that_holds_them(defense, detect, optimizer,
+                                                                negatives, calls):
+    """A run whose rounds compute the rows the clients share once (FISM), in low memory:
+    the features of n clients and the uploads of 16 on the columns where clients differ
+    (``Trainer.buffers``), the weighed clients' uploads there computed again; the states
+    and records of the same rounds holding n uploads, bit for bit."""
+    kw = dict(defense=defense, detect=detect, optimizer=optimizer, dataset_params=WIDE,
+              model_params={"dim": 8, "negatives": negatives}, attack="ascent",
+              byzantine_fraction=0.3, verify=True)
+    low = _trainer(**kw)
+    held = Trainer(low.config)
+    assert low.federation.recomputes_uploads and low.federation.compares_shared_rows
+    buf, held_buf = low.buffers(), held.buffers()
+    assert buf.compact and buf.uploads["theta"].shape == (GRADIENT_BATCH, buf.features.shape[1])
+    assert buf.features.shape[0] == 40 and buf.nbytes < held_buf.nbytes
+    want = _rounds(held, held_buf)
+    assert calls == {"called": 3, "returned": 3}
+    _same(want, _rounds(low, buf), (defense, detect, optimizer))
+    assert calls == {"called": 6, "returned": 6}
+
+
+def test_low_memory_on_shared_rows_falls_back_to_low_memory_on_full_rows(corrupt_by_gradient,
+                                                                        calls):
+    """A part not certainly verified sends the round to the low-memory round on full rows
+    (uploads of a batch at a time still), which excludes the upload as any round does."""
+    low = _trainer(defense="krum", dataset_params=WIDE, attack="ascent", byzantine_fraction=0.2)
+    buf = low.buffers()
+    assert buf.compact
+    got = _rounds(low, buf)
+    assert calls == {"called": 3, "returned": 0}
+    _same(_rounds(low, _rows(low, GRADIENT_BATCH)), got, "fallback")
+    assert all(rec["excluded"] for rec in got[1])
 
 
 def test_the_trainer_recomputes_only_where_the_result_cannot_change():

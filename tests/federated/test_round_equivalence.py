@@ -117,6 +117,19 @@ def test_low_memory_rounds_give_the_recorded_server_state(config, ml100k):
     assert got == RECORDED["digests"][config], config
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["adam/krum/gradient/ascent", "adam/rfa/parameter/ascent",
+                                    "adagrad/krum/parameter/none"])
+def test_low_memory_rounds_on_shared_rows_give_the_recorded_server_state(config, ml100k):
+    """The same digests in low memory on the columns where the clients differ (the rows
+    they share computed once, the uploads of 4 clients held, the weighed ones computed
+    again there)."""
+    if RECORDED is None or config not in RECORDED["digests"]:
+        pytest.skip(f"{config}: no digest recorded on this CPU ({_host_cpu()})")
+    got = eq.run(ml100k, *config.split("/"), low_memory_rows=4, shared_columns=True)
+    assert got == RECORDED["digests"][config], config
+
+
 @pytest.fixture(scope="module")
 def lastfm(data_dir):
     from rfrs_ref.data import load_dataset

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rfrs_ref.federated import round as round_module
 from rfrs_ref.federated.config import TrainConfig
 from rfrs_ref.federated.round import run_round
 from rfrs_ref.federated.trainer import Trainer
@@ -29,22 +28,6 @@ def _rounds(trainer, shared, rounds=4, full=False):
         rec.pop("timing")
         records.append(rec)
     return state, records
-
-
-@pytest.fixture
-def calls(monkeypatch):
-    """How many rounds took the path on shared rows, and how many of those returned one."""
-    seen = {"called": 0, "returned": 0}
-    inner = round_module._shared_rows_compared_round
-
-    def counted(*a, **kw):
-        seen["called"] += 1
-        out = inner(*a, **kw)
-        seen["returned"] += out is not None
-        return out
-
-    monkeypatch.setattr(round_module, "_shared_rows_compared_round", counted)
-    return seen
 
 
 def _same_but_scores(full, shared, label, D, dtype):
