@@ -11,8 +11,11 @@ import click
 @click.argument("results", type=click.Path())
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Write the Markdown here [default: print it].")
-@click.option("--metric", type=click.Choice(["precision", "recall", "ndcg", "hr", "mrr"]),
-              default="precision", show_default=True)
+@click.option("--metric", type=click.Choice(["precision", "recall", "ndcg", "hr", "mrr", "er",
+                                            "target_hr"]),
+              default="precision", show_default=True,
+              help="er, target_hr: the target items' exposure ratio and hit ratio of the "
+                   "targeted attack's runs, ranked lowest first.")
 @click.option("--k", "k", type=click.IntRange(min=1), default=5, show_default=True)
 def ranking(results, out, metric, k):
     """Rank the rules of RESULTS (the directory of `rfrs-ref reproduce ranking`, or its
@@ -21,10 +24,13 @@ def ranking(results, out, metric, k):
     One Markdown table per (dataset, α, attack, detection space, pre-aggregator):
     each rule's mean over seeds and its paired difference over seeds, with the
     95 % interval, against no defence and against A-RFRS (docs/defenses.md).
+    By the target items' exposure (--metric er or target_hr), the targeted
+    attack's cells only, lowest first.
 
     \b
     Example:
       rfrs-ref ranking results/ranking --out ranking.md
+      rfrs-ref ranking results/ranking --metric er --k 5
     """
     from rfrs_ref.experiments.ranking import (check_k, judged_pairs, ranking_markdown,
                                               ranking_rows)

@@ -31,6 +31,9 @@ over seeds (same seed = same split, client sampling and Byzantine set) and
 its 95 % Student-t interval against no defence (the mean, no
 pre-aggregator) and against A-RFRS (Krum on recovered gradients, no
 pre-aggregator), computed by :func:`rfrs_ref.experiments.claims.paired_difference`.
+By the targets' exposure (``metric`` ``er`` or ``target_hr``, recorded by the
+targeted attack's runs only) the rules rank the other way, least exposure
+first, over the cells of that attack alone.
 """
 
 from __future__ import annotations
@@ -56,6 +59,11 @@ FALLBACK = {"bulyan": "reduce-f"}
 NO_DEFENSE = ("mean", "parameter", "none")
 A_RFRS = ("krum", "gradient", "none")
 METRIC, K = "precision", 5
+#: metrics of the target items of an item-promotion attack (ER@K, the targets' hit ratio),
+#: recorded by its runs only: lower is better, so a rule protects where Δ vs no defence < 0
+LOWER_IS_BETTER = ("er", "target_hr")
+#: how a table's head names a metric
+_SHORT = {"precision": "P", "er": "ER", "target_hr": "Target HR"}
 
 
 def rules() -> tuple[str, ...]:
@@ -138,6 +146,8 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
                                  key=lambda a: (ATTACKS + (a,)).index(a)):
                 sub = t[(t["dataset"] == dataset) & (t["attack"] == attack)
                         & np.isclose(t["alpha"].astype(float), alpha)]
+                if metric in LOWER_IS_BETTER and not (sub["metric"] == metric).any():
+                    continue  # an attack without target items: nothing exposed to rank
                 for pre, _ in PRES:
                     for space in SPACES:
                         cell = []
@@ -163,8 +173,9 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
                                     metric=metric, k=k, series_col="_cell",
                                     confidence=confidence)
                             cell.append(rec)
+                        sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
                         cell.sort(key=lambda r: (r["diverged"], r["mean"] is None,
-                                                 -(r["mean"] or 0.0), r["rule"]))
+                                                 sign * (r["mean"] or 0.0), r["rule"]))
                         for i, r in enumerate(cell, 1):
                             r["rank"] = i
                         rows.extend(cell)
@@ -199,10 +210,17 @@ def check_k(table, metric: str = METRIC, k: int = K) -> None:
     without any finished run passes (the caller reports that there is nothing to
     rank).
 
+    A target metric (ER, the targets' hit ratio) that no finished run recorded is
+    refused too: a table of the ascent attack alone has no targets to rank by.
+
     Raises:
         ValueError: naming the K asked for and the recorded ones.
     """
     ks = recorded_ks(table, metric)
+    if not ks and metric in LOWER_IS_BETTER and (_prepare(table)["status"] == "ok").any():
+        raise ValueError(f"no run recorded {metric}: only the runs of an attack with target "
+                         "items (a-ra) do; rank these results by precision, recall, ndcg, "
+                         "hr or mrr")
     if ks and int(k) not in ks:
         raise ValueError(f"no run recorded {metric}@{k}; the runs recorded {metric} at "
                          f"K = {', '.join(map(str, ks))} (choose one with --k)")
@@ -226,8 +244,10 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
     if not rows:
         return "No finished run of the ranking experiment in this table.\n"
     level = f"{round(confidence * 100)} %"
-    mname = f"{'P' if metric == 'precision' else metric}@{k}"
-    lines = [f"Rules ranked by {mname} (mean over the finished seeds). Δ: the paired "
+    mname = f"{_SHORT.get(metric, metric)}@{k}"
+    order = (" (the target items' exposure: lowest first, and a rule protects where Δ vs no "
+             "defence is below 0)" if metric in LOWER_IS_BETTER else "")
+    lines = [f"Rules ranked by {mname}{order} (mean over the finished seeds). Δ: the paired "
              f"difference rule − reference over the seeds both finished, with its {level} "
              "Student-t interval; no defence = the mean without pre-aggregator, A-RFRS = Krum "
              "on recovered gradients without pre-aggregator. A rule that diverged on more "

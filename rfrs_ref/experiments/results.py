@@ -44,7 +44,10 @@ popularity baseline on the same clients, docs/training.md "Evaluation") and
 ``value`` its final value (NaN for a metric a run did not record, e.g. NDCG
 of a run made before it existed). A run with a validation split
 (``valid_fraction > 0``) also has ``valid_<metric>`` and
-``valid_popularity_<metric>`` rows, measured on its validation items. Every row carries
+``valid_popularity_<metric>`` rows, measured on its validation items, and a run
+with target items (an item-promotion attack such as ``a-ra``) ``er`` and
+``target_hr`` rows: the targets' exposure ratio ER@K and hit ratio among the
+evaluated clients' top K (:mod:`rfrs_ref.metrics`). Every row carries
 the run's configuration (``dataset``, ``model``, ``optimizer``, ``defense``,
 ``detect``, ``attack``, ``alpha`` (= byzantine_fraction), ``seed``, ``trial``,
 ``rounds`` ..., the ``*_params`` as JSON), its paper name (``method``), its
@@ -130,11 +133,15 @@ STORE_FILES = (f"{TABLE}.csv", f"{RUNS_TABLE}.csv", f"{SUMMARY}.csv", f"{SUMMARY
 #: the names of a results directory's own tables (``results.parquet`` too): no other
 #: command's output may take one of them
 TABLE_NAMES = frozenset({*STORE_FILES, f"{TABLE}.parquet"})
+#: a ranking's metrics, and those of target items (a run with an item-promotion attack), as
+#: its final evaluation names them (rfrs_ref.metrics, not imported here: it compiles kernels)
+METRIC_NAMES = ("precision", "recall", "ndcg", "hr", "mrr")
+TARGET_METRIC_NAMES = ("er", "target_hr")
 METRICS = ("precision", "recall", "popularity_precision", "popularity_recall",
            "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr")
 #: how the tables name each metric
 METRIC_LABELS = {"precision": "Precision", "recall": "Recall", "ndcg": "NDCG", "hr": "HR",
-                 "mrr": "MRR", **{f"popularity_{m}": f"Popularity {n}" for m, n in (
+                 "mrr": "MRR", "er": "ER", "target_hr": "Target HR", **{f"popularity_{m}": f"Popularity {n}" for m, n in (
                      ("precision", "precision"), ("recall", "recall"), ("ndcg", "NDCG"),
                      ("hr", "HR"), ("mrr", "MRR"))}}
 
@@ -858,6 +865,11 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
             v = source.get(f"{name}@{k}")
             rows.append({**base, "k": int(k), "metric": metric,
                          "value": float("nan") if v is None else float(v)})
+    for k in config.ks:  # a run with target items (an item-promotion attack): their exposure
+        for name in TARGET_METRIC_NAMES:
+            v = model.get(f"{name}@{k}")
+            if v is not None:
+                rows.append({**base, "k": int(k), "metric": name, "value": float(v)})
     valid = final.get("valid")
     if valid:  # runs with a validation split: the metrics that choose hyperparameters
         for k in config.ks:
@@ -884,7 +896,7 @@ def non_finite_metric(final: Mapping, ks) -> tuple[str, object] | None:
     parts += [("valid ", valid.get("model") or {}), ("valid popularity ", valid.get("popularity") or {})]
     for prefix, source in parts:
         for k in ks:
-            for name in ("precision", "recall", "ndcg", "hr", "mrr"):
+            for name in (*METRIC_NAMES, *TARGET_METRIC_NAMES):
                 v = source.get(f"{name}@{k}")
                 if v is None:
                     continue
@@ -1356,7 +1368,8 @@ def _telling_apart(summary, columns: Sequence[str]) -> list[str]:
     return cols
 
 
-def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "ndcg", "hr", "mrr"),
+def summary_markdown(summary, metrics: Sequence[str] = ("precision", "recall", "ndcg", "hr", "mrr",
+                                                     "er", "target_hr"),
                      label_columns: Sequence[str] = ()) -> str:
     """Markdown tables (one per metric): a row per configuration, a column per K, mean ± std.
 

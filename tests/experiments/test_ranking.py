@@ -193,8 +193,8 @@ def _write(table: pd.DataFrame, d) -> None:
     from rfrs_ref.experiments.results import write_table
 
     t = table.copy()
-    t["key"] = [f"{r}-{s}-{p}-{seed}" for r, s, p, seed in zip(
-        t["label_series"], t["label_space"], t["label_pre"], t["seed"])]
+    t["key"] = [f"{r}-{s}-{p}-{seed}-{a}" for r, s, p, seed, a in zip(
+        t["label_series"], t["label_space"], t["label_pre"], t["seed"], t["attack"])]
     t["method"], t["trial"] = t["label_series"], t["seed"]
     write_table(t, d)
     (d / "results.parquet").unlink(missing_ok=True)  # the CSV form, as committed
@@ -349,3 +349,40 @@ def test_a_finished_run_without_a_finite_value_is_refused_naming_file_and_line(t
     assert res.exit_code == 1, res.output
     assert f"{tmp_path / 'results.csv'}: line {row + 2}, series 'krum|gradient|none'" in res.output
     assert "Traceback" not in res.output and "| krum |" not in res.output
+
+
+def test_by_the_targets_exposure_the_rules_rank_lowest_first_over_the_targeted_cells(tmp_path):
+    """ER@K and the targets' hit ratio are recorded by the targeted attack's runs only: the
+    ranking by them covers those cells, least exposure first, and a rule that exposes the
+    targets less than no defence has Δ below 0; a table without them is refused."""
+    from rfrs_ref.cli.main import main
+
+    ascent = _three_seeds()
+    er = {("mean", "parameter", "none"): (0.5, 0.6, 0.7), ("krum", "gradient", "none"): (0.4, 0.5, 0.6),
+          ("median", "gradient", "none"): (0.1, 0.1, 0.2)}
+    rows = []
+    for (rule, space, pre), vals in er.items():
+        for seed, v in enumerate(vals):
+            base = {"status": "ok", "label_series": rule, "label_space": space, "label_pre": pre,
+                    "attack": "a-ra", "dataset": "ml100k", "alpha": 0.4, "seed": seed, "k": 5}
+            rows += [{**base, "metric": "precision", "value": 0.2},
+                     {**base, "metric": "er", "value": v},
+                     {**base, "metric": "target_hr", "value": v / 2}]
+    table = pd.concat([ascent, pd.DataFrame(rows)], ignore_index=True)
+    got = ranking.ranking_rows(table, "er", 5)
+    assert {r["attack"] for r in got} == {"a-ra"}
+    grad = [r for r in got if r["space"] == "gradient"]
+    assert [r["rule"] for r in grad] == ["median", "krum", "mean"]
+    assert grad[0]["vs_none"].mean == pytest.approx(-(0.4 + 0.5 + 0.5) / 3)
+    # by precision the same table ranks both attacks, highest first
+    assert {r["attack"] for r in ranking.ranking_rows(table, "precision", 5)} == {"ascent", "a-ra"}
+    _write(table, tmp_path)
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path), "--metric", "er"])
+    assert res.exit_code == 0, res.output
+    assert "Rules ranked by ER@5 (the target items' exposure: lowest first" in res.output
+    assert "| 1 | median | 0.1333 |" in res.output and "ascent" not in res.output
+    with pytest.raises(ValueError, match="no run recorded target_hr"):
+        ranking.check_k(ascent, "target_hr", 5)
+    _write(ascent, tmp_path / "ascent")
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "ascent"), "--metric", "er"])
+    assert res.exit_code == 1 and "only the runs of an attack with target items" in res.output

@@ -13,6 +13,7 @@ import pytest
 from rfrs_ref.experiments.results import (METRICS, RESULT_ID_COLUMNS, Store, StoreLocked,
                                           method_name, read_table, results_frame, store_lock,
                                           summarise, summary_markdown, tidy_rows, write_table)
+from rfrs_ref.experiments import results as results_module
 from rfrs_ref.experiments.spec import RunSpec, make_config
 
 
@@ -43,6 +44,28 @@ def test_tidy_rows_one_per_k_and_metric():
     r = rows[0]
     assert r["label_series"] == "S" and r["dataset"] == "ml100k" and r["alpha"] == 0.0
     assert r["status"] == "ok" and r["final_round"] == 4 and r["run_dir"] == f"runs/{r['key']}"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1.5, "0.3"])
+def test_a_targeted_runs_exposure_is_tabulated_and_a_non_finite_one_is_no_result(value):
+    """A run with target items records ER@K and the targets' hit ratio: rows ``er`` and
+    ``target_hr`` beside the others (none for a run without targets); an exposure that is
+    not a number in [0, 1] makes the record no finished run's."""
+    from rfrs_ref import metrics
+
+    assert (metrics.METRIC_NAMES, metrics.TARGET_METRIC_NAMES) == (
+        results_module.METRIC_NAMES, results_module.TARGET_METRIC_NAMES)
+    outcome = _outcome(0.4)
+    outcome["final"]["model"].update({"er@1": 0.25, "er@2": 0.5, "target_hr@1": 0.1,
+                                      "target_hr@2": 0.2})
+    rows = tidy_rows(_spec(), outcome)
+    assert len(rows) == 2 * len(METRICS) + 4
+    by = {(r["k"], r["metric"]): r["value"] for r in rows}
+    assert by[(2, "er")] == 0.5 and by[(1, "target_hr")] == 0.1
+    assert "| ER@1 | ER@2 |" in summary_markdown(summarise(results_frame([(_spec(), outcome)])))
+    outcome["final"]["model"]["er@2"] = value
+    rows = tidy_rows(_spec(), outcome)
+    assert len(rows) == 1 and rows[0]["status"] == "failed" and "er@2" in rows[0]["error"]
 
 
 def test_failed_run_is_one_row_with_its_error():
