@@ -12,10 +12,10 @@ the ascent attack at α = 0.4, A-RFRS (Krum on recovered gradients) and RFA
 (parameter space) under the same attack, holding every upload and with
 ``low_memory`` (``--low-memory``: the uploads 16 clients at a time, the
 weighed clients' computed twice, on the columns where the clients differ), and
-A-RFRS (held and in low memory) and the trimmed mean with every client's rows in
-full where their rounds compute the rows the clients share once and hold the
-columns where they differ only (docs/performance.md, "Robust rounds on shared
-rows"). Prints the machine, then a table: peak GiB,
+A-RFRS (held and in low memory), the trimmed mean and Meamed with every client's
+rows in full where their rounds compute the rows the clients share once and hold
+the columns where they differ only (docs/performance.md, "Robust rounds on shared
+rows"). ``--only TEXT`` runs the cases whose name contains TEXT. Prints the machine, then a table: peak GiB,
 the round buffers' GiB, the median round time and, for low memory, the
 time of the second computation.
 """
@@ -74,6 +74,9 @@ CASES = [
     ("Trmean, ascent", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False, True),
     ("Trmean, ascent, every row", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False,
      False),
+    ("Meamed, ascent", {**ASCENT, "defense": "meamed", "detect": "parameter"}, False, True),
+    ("Meamed, ascent, every row", {**ASCENT, "defense": "meamed", "detect": "parameter"}, False,
+     False),
 ]
 
 
@@ -82,12 +85,15 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="citeulike-t")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default=None, help="the cases whose name contains this text")
     args = ap.parse_args(argv)
     print(describe())
     print(f"{args.dataset}, {args.rounds} rounds per case, a fresh process each "
           f"(RFRS_DATA_DIR={os.environ.get('RFRS_DATA_DIR', 'unset')})")
     print(f"{'case':<36} {'peak, GiB':>10} {'buffers, GiB':>13} {'round, s':>9} {'again, s':>9}")
     for name, fields, low, shared in CASES:
+        if args.only and args.only.lower() not in name.lower():
+            continue
         out = subprocess.run([sys.executable, "-c", _CHILD, args.dataset, str(args.rounds),
                               json.dumps(fields), "1" if low else "0", "1" if shared else "0"],
                              capture_output=True, text=True, cwd="/")

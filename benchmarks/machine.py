@@ -66,7 +66,19 @@ def instruction_set() -> str:
         isa = "no x86 vector extension reported"
     if "fma" in flags:
         isa += ", FMA"
-    return f"{isa}; LLVM host CPU {name}"
+    return f"{isa}; LLVM host CPU {name}{numba_target()}"
+
+
+def numba_target() -> str:
+    """``"; Numba compiles for haswell"`` where NUMBA_CPU_NAME or NUMBA_CPU_FEATURES
+    makes Numba generate code for another CPU than the host (e.g. AVX2 code on an
+    AVX-512 machine: ``NUMBA_CPU_NAME=haswell``); empty otherwise."""
+    import numba
+
+    name, feats = numba.config.CPU_NAME, numba.config.CPU_FEATURES
+    if not name and not feats:
+        return ""
+    return f"; Numba compiles for {name or 'the host'}{f' ({feats})' if feats else ''}"
 
 
 def describe() -> str:

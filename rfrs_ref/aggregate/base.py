@@ -129,10 +129,13 @@ class Rule(abc.ABC):
     #: Weiszfeld steps on the matrix), not the blocked kernel's (Krum)
     distances64: ClassVar[bool] = False
     #: the rule keeps, at each coordinate, a window of ranks of that coordinate's
-    #: features alone ("trim": median, trimmed mean), so on columns where every client
-    #: of a class holds the same values it needs them once per class
-    #: (:meth:`aggregate_by_columns`; docs/performance.md, "Robust rounds on shared rows")
+    #: features alone (:attr:`window` "trim": median, trimmed mean; "nearest": Meamed),
+    #: so on columns where every client of a class holds the same values it needs them
+    #: once per class (:meth:`aggregate_by_columns`; docs/performance.md, "Robust rounds
+    #: on shared rows")
     trims_by_column: ClassVar[bool] = False
+    #: such a rule's window (``coordinatewise_combine``'s ``mode``)
+    window: ClassVar[str] = "trim"
 
     def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
         """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""
@@ -290,7 +293,7 @@ class Rule(abc.ABC):
             raise TypeError(f"{self.name} does not combine each column by a window of ranks")
         if backend != "numba":
             raise ValueError(f"aggregate_by_columns runs on the numba backend, not {backend!r}")
-        from rfrs_ref.kernels.coordinatewise import coordinatewise_combine, trim_shared_combine
+        from rfrs_ref.kernels.coordinatewise import coordinatewise_combine, window_shared_combine
 
         cls = np.asarray(cls, dtype=np.int64)
         n = cls.shape[0]
@@ -305,25 +308,30 @@ class Rule(abc.ABC):
             if np.shape(X)[1] == 0:
                 pieces.append({k: np.zeros(0, dtype=np.asarray(v).dtype) for k, v in arrays.items()})
                 continue
-            out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode="trim", t=t, backend=backend)
+            out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode=self.window, t=t,
+                                                   backend=backend)
             pieces.append(out)
             kept += k_p
             bad += b_p
             D += np.shape(X)[1]
-        res = trim_shared_combine(shared[0], shared[1], cls, w, t=t)
+        res = window_shared_combine(shared[0], shared[1], cls, w, mode=self.window, t=t)
         if res is None:
             raise NeedsRows(f"{self.name}: a shared feature is not finite")
         pieces.append(res[0])
         kept += res[1]
         D += np.shape(shared[0])[1]
         arrays_out = {k: [p[k] for p in pieces] for k in shared[1]}
-        result = AggregationResult(arrays_out, None, kept / D,
-                                   {"trim": t, "nonfinite_kept_coordinates": bad})
+        result = AggregationResult(arrays_out, None, kept / D, self._window_diagnostics(t, bad))
         return self._described(result, n, f, f_used, record, backend)
 
     def _trim(self, n: int, f: int) -> int:
-        """The trim window's t for n clients and f assumed Byzantine (``trims_by_column``)."""
+        """The window's t for n clients and f assumed Byzantine (``trims_by_column``)."""
         raise TypeError(f"{self.name} does not combine each column by a window of ranks")
+
+    def _window_diagnostics(self, t: int, bad: int) -> dict:
+        """The diagnostics :meth:`aggregate` records for a window of parameter t
+        (``trims_by_column``), ``bad`` coordinates whose window kept a non-finite value."""
+        return {"trim": t, "nonfinite_kept_coordinates": bad}
 
     def _from_distances(self, D2, finite, n_samples, f, error=None) -> AggregationResult:
         """The rule's weights from validated distances (``weighs_by_distances`` rules)."""

@@ -149,6 +149,14 @@ class Meamed(Rule):
 
     name: ClassVar[str] = "meamed"
     coordinatewise: ClassVar[bool] = True
+    trims_by_column: ClassVar[bool] = True
+    window: ClassVar[str] = "nearest"
+
+    def _trim(self, n: int, f: int) -> int:
+        return f
+
+    def _window_diagnostics(self, t: int, bad: int) -> dict:
+        return {"removed": t, "nonfinite_kept_coordinates": bad}
 
     def _condition(self, n: int, f: int) -> str | None:
         return None if n > 2 * f else "n > 2f"
@@ -157,4 +165,4 @@ class Meamed(Rule):
         out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="nearest", t=f,
                                                 backend=backend)
         D = X.shape[1]
-        return AggregationResult(out, None, kept / D, {"removed": f, "nonfinite_kept_coordinates": bad})
+        return AggregationResult(out, None, kept / D, self._window_diagnostics(f, bad))

@@ -157,7 +157,7 @@ class Federation:
         weights are a function of the features' pairwise distances alone
         (``Rule.weighs_by_distances``: Krum, hence A-RFRS, and RFA, whose Weiszfeld
         steps run on the distance matrix) or of each column's ranks alone
-        (``Rule.trims_by_column``: the median, the trimmed mean), verification on, no attack
+        (``Rule.trims_by_column``: the median, the trimmed mean, Meamed), verification on, no attack
         or an ``elementwise`` one computed in the client rule (ascent), nothing that
         reads the gradients or the uploads' rows afterwards (no monitor, no trace), no
         pre-aggregation or rule state. The numba backend only."""
@@ -637,7 +637,7 @@ def _shared_uploads(fed, state, rd: _Round):
 def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     """The round of a rule that compares every client by its features' distances
     (``Federation.compares_shared_rows``: Krum, A-RFRS, RFA) or combines each column by
-    a window of its ranks (the median, the trimmed mean), with the rows the clients
+    a window of its ranks (the median, the trimmed mean, Meamed), with the rows the clients
     share computed once (docs/performance.md, "Robust rounds on shared rows").
 
     FISM's gradient on the history embeddings Q is 2λq on every row outside the client's
@@ -851,7 +851,7 @@ def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, 
 
 def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
                         cls):
-    """A ``trims_by_column`` rule's aggregate (median, trimmed mean) on the parts of a round
+    """A ``trims_by_column`` rule's aggregate (median, trimmed mean, Meamed) on the parts of a round
     on shared rows: the fused kernel on C, and on S each column from its class values
     (``Rule.aggregate_by_columns``), the pieces put back in place. Returns
     :func:`_aggregate`'s tuple, or None where the rule needs the rows themselves."""

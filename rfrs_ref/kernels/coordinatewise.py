@@ -490,10 +490,10 @@ def coordinatewise_combine(
 
 # -- columns where every row of a class holds the same values (rounds on shared rows) --------
 
-def trim_keep_patterns(cls: np.ndarray, t: int) -> np.ndarray:
-    """bool (3, n): which rows the "trim" window (ranks t .. n − 1 − t) keeps at a column
-    where row i holds its class's value (``cls[i]`` ∈ {0, 1}), when class 0's value is
-    below class 1's (pattern 0), above it (1), or equal to it (2).
+def shared_ranks(cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ranks, counts)``: ranks (3, n) of the rows at a column where row i holds its
+    class's value (``cls[i]`` ∈ {0, 1}), when class 0's value is below class 1's
+    (pattern 0), above it (1), or equal to it (2); counts (2,) the rows of each class.
 
     Ranks are by value, ties by row index (the kernel's stable order): below, a row of the
     lower class ranks by its index among its class, a row of the upper class after every
@@ -501,9 +501,8 @@ def trim_keep_patterns(cls: np.ndarray, t: int) -> np.ndarray:
     """
     cls = np.asarray(cls, dtype=np.int64)
     n = cls.size
-    _window_sizes("trim", n, t)
     within = np.zeros(n, dtype=np.int64)
-    counts = [0, 0]
+    counts = np.zeros(2, dtype=np.int64)
     for i, c in enumerate(cls.tolist()):
         within[i] = counts[c]
         counts[c] += 1
@@ -511,25 +510,42 @@ def trim_keep_patterns(cls: np.ndarray, t: int) -> np.ndarray:
     ranks[0] = np.where(cls == 0, within, counts[0] + within)
     ranks[1] = np.where(cls == 1, within, counts[1] + within)
     ranks[2] = np.arange(n)
+    return ranks, counts
+
+
+def trim_keep_patterns(cls: np.ndarray, t: int) -> np.ndarray:
+    """bool (3, n): which rows the "trim" window (ranks t .. n − 1 − t) keeps at a column
+    of each pattern of :func:`shared_ranks` (class 0's value below, above or equal to
+    class 1's)."""
+    cls = np.asarray(cls, dtype=np.int64)
+    n = cls.size
+    _window_sizes("trim", n, t)
+    ranks, _ = shared_ranks(cls)
     return (ranks >= t) & (ranks <= n - 1 - t)
 
 
 @njit(cache=True, parallel=True, fastmath={"contract"})
-def _trim_shared_numba(Fs, arrays, cls, outs, weights, keep_pat, block, nchunks):
-    """The trim window on columns where row i holds row ``cls[i]`` of ``Fs`` and of each
-    array (module docstring of the shared columns: :func:`trim_shared_combine`). The kept
-    rows of a column follow from the order of its one or two values; the sums are the
-    fused kernel's, row by row in order (a row with nothing kept in a block is skipped, as
-    there), so the outputs are its outputs bit for bit. Returns the (3,) number of columns
-    of each pattern and whether every column's values are finite."""
+def _window_shared_numba(Fs, arrays, cls, outs, weights, ranks, counts, mode, t, block, nchunks):
+    """The window of ``mode`` on columns where row i holds row ``cls[i]`` of ``Fs`` and of
+    each array (:func:`window_shared_combine`). A column's values sorted are its lower
+    value c times (c the rows of the lower class) and then its upper value, so its
+    window of ranks is the fused kernel's, found by the same comparisons on those
+    values (for "closest" and "nearest": its median, then the window's start); the kept
+    rows are those whose stable rank (``ranks[pattern]``) lies in it, and the sums are
+    the fused kernel's, row by row in order (a row with nothing kept in a block is
+    skipped, as there), so the outputs are its outputs bit for bit. Returns the kept
+    count of each row and whether every column's values are finite."""
     nc, D = Fs.shape
     n = cls.shape[0]
     nq = len(arrays)
     nblocks = (D + block - 1) // block
-    pats = np.zeros((nchunks, 3), dtype=np.int64)
+    kept = np.zeros((nchunks, n), dtype=np.int64)
     nonfinite = np.zeros(nchunks, dtype=np.int64)
+    rem = t if mode == 2 else 2 * t  # the values the window removes
+    beta = n - rem  # and keeps
     for c in prange(nchunks):
         pat = np.empty(block, dtype=np.int64)
+        lo = np.empty(block, dtype=np.int64)
         keep = np.empty(block, dtype=np.bool_)
         den = np.empty(block)
         num = np.empty((nq, block))
@@ -546,17 +562,38 @@ def _trim_shared_numba(Fs, arrays, cls, outs, weights, keep_pat, block, nchunks)
                 elif v1 < v0:
                     p = 1
                 pat[k] = p
-                pats[c, p] += 1
+                lo[k] = t
+                if mode != 0:
+                    # the sorted column: low (c_low times), then high
+                    low = v0 if p != 1 else v1
+                    high = v1 if p != 1 else v0
+                    c_low = counts[0] if p == 0 else (counts[1] if p == 1 else n)
+                    if n % 2 == 1:
+                        med = np.float64(low if (n - 1) // 2 < c_low else high)
+                    else:
+                        ma = np.float64(low if n // 2 - 1 < c_low else high)
+                        mb = np.float64(low if n // 2 < c_low else high)
+                        mm = 0.5 * (ma + mb)
+                        keep_mm = (mm - mm == 0) | (ma - ma != 0) | (mb - mb != 0)
+                        med = mm if keep_mm else 0.5 * ma + 0.5 * mb
+                    start = 0
+                    for j in range(rem):
+                        left = np.float64(low if j < c_low else high)
+                        right = np.float64(low if j + beta < c_low else high)
+                        start += (med - left) > (right - med)
+                    lo[k] = start
                 den[k] = 0.0
             num[:, :bw] = 0.0
             for i in range(n):
                 w = weights[i]
                 cnt = np.int32(0)
                 for k in range(bw):
-                    kk = keep_pat[pat[k], i]
+                    r = ranks[pat[k], i]
+                    kk = (r >= lo[k]) & (r <= lo[k] + beta - 1)
                     keep[k] = kk
                     cnt += np.int32(kk)
                     den[k] += w if kk else 0.0
+                kept[c, i] += cnt
                 if cnt == 0:
                     continue
                 _add_kept_row(arrays, cls[i], k0, bw, w, keep, num)
@@ -565,27 +602,29 @@ def _trim_shared_numba(Fs, arrays, cls, outs, weights, keep_pat, block, nchunks)
                 nm = num[q]
                 for k in range(bw):
                     o[k0 + k] = nm[k] / den[k]
-    return pats.sum(axis=0), nonfinite.sum() == 0
+    return kept.sum(axis=0), nonfinite.sum() == 0
 
 
-def trim_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray], cls: np.ndarray,
-                        weights: np.ndarray, *, t: int):
-    """:func:`coordinatewise_combine` (``mode="trim"``, every row a candidate, numba) on
-    columns where every row of a class holds the same values: row i's feature is
-    ``features[cls[i]]`` and its upload ``arrays[name][cls[i]]`` (FISM's Q rows that no
-    sampled client owns, one row per class of client: docs/performance.md, "Robust
-    rounds on shared rows").
+def window_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray], cls: np.ndarray,
+                          weights: np.ndarray, *, mode: str, t: int):
+    """:func:`coordinatewise_combine` (every row a candidate, numba) on columns where
+    every row of a class holds the same values: row i's feature is ``features[cls[i]]``
+    and its upload ``arrays[name][cls[i]]`` (FISM's Q rows that no sampled client owns,
+    one row per class of client: docs/performance.md, "Robust rounds on shared rows").
 
-    Formula: as :func:`coordinatewise_combine`, on the rows expanded by class; the
-    kept rows of a column depend only on the order of its one or two values
-    (:func:`trim_keep_patterns`), so nothing is sorted, and the weighted sums are the
-    fused kernel's operations in its order: the same outputs and kept counts bit for
-    bit (tested against the kernel on the expanded rows).
+    Formula: as :func:`coordinatewise_combine`, on the rows expanded by class; a
+    column's sorted values are one value repeated, then the other, so its window of
+    ranks follows from the two values and the classes' counts by the kernel's own
+    comparisons, and its kept rows from their stable ranks (:func:`shared_ranks`):
+    nothing is sorted, and the weighted sums are the fused kernel's operations in its
+    order: the same outputs and kept counts bit for bit (tested against the kernel on
+    the expanded rows, every window).
 
     Args:
         features: (classes, S) float32/float64, classes 1 or 2, finite.
         arrays: name -> (classes, S) uploads, finite.
-        cls: (n,) int class of each row. weights: (n,) ≥ 0. t: the window's trim.
+        cls: (n,) int class of each row. weights: (n,) ≥ 0.
+        mode: "trim", "closest" or "nearest". t: the window's parameter.
 
     Returns:
         ``(out, kept, nonfinite_kept)`` as :func:`coordinatewise_combine`, or None when
@@ -593,23 +632,24 @@ def trim_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray], 
     """
     Fs = as_float_matrix(features, "features")
     cls = np.ascontiguousarray(cls, dtype=np.int64)
+    if mode not in MODES:
+        raise ValueError(f"unknown window {mode!r}; choose one of: {', '.join(MODES)}")
     if Fs.shape[0] not in (1, 2) or (cls.size and (cls.min() < 0 or cls.max() >= Fs.shape[0])):
         raise ValueError(f"features must hold one or two classes' rows and cls index them; "
                          f"got {Fs.shape[0]} rows and classes {sorted(set(cls.tolist()))}")
-    keep_pat = trim_keep_patterns(cls, t) if Fs.shape[0] == 2 else \
-        trim_keep_patterns(np.zeros_like(cls), t)
+    _window_sizes(mode, cls.size, t)
+    ranks, counts = shared_ranks(cls if Fs.shape[0] == 2 else np.zeros_like(cls))
     w = np.ascontiguousarray(weights, dtype=np.float64)
     mats, groups = _by_dtype(arrays, Fs.shape)
     out: dict[str, np.ndarray] = {}
     S = Fs.shape[1]
-    pats = np.zeros(3, dtype=np.int64)
+    kept = np.zeros(cls.size, dtype=np.int64)
     for dt, names in groups.items():
         ins = tuple(mats[nm] for nm in names)
         outs = tuple(np.empty(S, dtype=dt) for _ in ins)
-        pats, finite = _trim_shared_numba(Fs, ins, cls, outs, w, keep_pat, BLOCK,
-                                          n_chunks(S, BLOCK))
+        kept, finite = _window_shared_numba(Fs, ins, cls, outs, w, ranks, counts, MODES[mode], t,
+                                            BLOCK, n_chunks(S, BLOCK))
         if not finite:
             return None
         out.update(zip(names, outs))
-    kept = (pats[:, None] * keep_pat).sum(axis=0).astype(np.int64)
     return out, kept, 0

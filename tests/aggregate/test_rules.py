@@ -142,9 +142,10 @@ def test_rfa_from_distances_is_rfa_on_the_features(n, seed, hostile):
         RFA().from_distances(D2, ok, ns, 1)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(3, 14), st.integers(0, 4), st.integers(0, 2**32 - 1),
-       st.sampled_from(["median", "trmean"]), st.sampled_from([{}, {"fallback": "reduce-f"}]))
+       st.sampled_from(["median", "trmean", "meamed"]),
+       st.sampled_from([{}, {"fallback": "reduce-f"}]))
 def test_aggregate_by_columns_is_the_rule_on_the_whole_rows(n, f, seed, name, params):
     """Rule.aggregate_by_columns on parts and class-shared columns gives Rule.aggregate on
     the whole rows bit for bit (its arrays in pieces); a hostile value in a part is

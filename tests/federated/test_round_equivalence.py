@@ -204,15 +204,15 @@ def test_a_streamed_ascent_round_gives_the_same_50_rounds_on_lastfm(optimizer, l
 
 @pytest.mark.slow
 @pytest.mark.parametrize("detect", ["gradient", "parameter"])
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-@pytest.mark.parametrize("defense", ["krum", "rfa", "trmean"])
+@pytest.mark.parametrize("defense,optimizer", [
+    (d, o) for d in ("krum", "rfa", "trmean") for o in ("sgd", "adam")] + [("meamed", "adam")])
 def test_robust_rounds_on_shared_rows_give_the_same_50_rounds_on_lastfm(defense, optimizer,
                                                                       detect, lastfm):
-    """Krum (A-RFRS in gradient space), RFA and the trimmed mean under gradient ascent
+    """Krum (A-RFRS in gradient space), RFA, the trimmed mean and Meamed under gradient ascent
     (α = 0.4) on Last.fm, its 18 clients a round in two batches: computing the rows the
     clients share once (``_shared_rows_compared_round``) gives the server state of
     computing every row in full, bit for bit, after 50 rounds (d = 8, verification on).
-    The trimmed mean's columns are the kernel's operations; the distances are summed in
+    The trimmed mean's and Meamed's columns are the kernel's operations; the distances are summed in
     another grouping, and here no Krum score came within their rounding of another, nor
     did RFA's weights, 1e-15 apart, round any aggregate otherwise (docs/performance.md,
     "Robust rounds on shared rows")."""

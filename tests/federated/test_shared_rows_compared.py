@@ -132,7 +132,7 @@ def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(defense="bulyan"), dict(defense="meamed"), dict(defense="krum", attack="noise"),
+    dict(defense="bulyan"), dict(defense="cc"), dict(defense="krum", attack="noise"),
     dict(defense="krum", attack="camouflage"), dict(defense="krum", resilience=True),
     dict(defense="krum", trace=True), dict(defense="krum", pre=("nnm",)),
     dict(defense="krum", backend="numpy"), dict(defense="krum", model="fmf"),
@@ -142,7 +142,7 @@ def test_which_rounds_compute_the_shared_rows_once(kw):
                 byzantine_fraction=0.2, detect="gradient")
     assert Trainer(TrainConfig(**base, defense="krum")).federation.compares_shared_rows
     assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
-    for rule in ("rfa", "trmean", "median"):
+    for rule in ("rfa", "trmean", "median", "meamed"):
         assert Trainer(TrainConfig(**base, defense=rule, attack="ascent")).federation.compares_shared_rows
     assert not Trainer(TrainConfig(**{**base, **kw})).federation.compares_shared_rows
 
@@ -239,12 +239,13 @@ def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, at
 @pytest.mark.parametrize("detect", ["gradient", "parameter"])
 @pytest.mark.parametrize("rule,attack,negatives", [
     ("trmean", "none", 0), ("trmean", "ascent", 0), ("trmean", "ascent", 1),
-    ("median", "ascent", 0)])
+    ("median", "ascent", 0), ("meamed", "none", 0), ("meamed", "ascent", 0),
+    ("meamed", "ascent", 1)])
 def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
         optimizer, detect, rule, attack, negatives, calls):
-    """The trimmed mean and the median combine each column from its own ranks, and on the
-    shared rows from the one or two class values with the kernel's own operations: the
-    states and records of the round on full rows, bit for bit."""
+    """The trimmed mean, the median and Meamed combine each column from its own ranks, and
+    on the shared rows from the one or two class values with the kernel's own operations:
+    the states and records of the round on full rows, bit for bit."""
     config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
                          model_params={"dim": 8, "negatives": negatives}, optimizer=optimizer,
                          defense=rule, detect=detect, attack=attack, byzantine_fraction=0.3,

@@ -227,17 +227,19 @@ def test_numba_agrees_with_the_oracle_on_values_near_dbl_max(seed, mode, n, D):
 
 # -- columns shared by class (robust rounds on shared rows) --------------------------------
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 2), st.integers(1, 3 * BLOCK),
-       st.sampled_from([np.float32, np.float64]), st.floats(0.0, 0.6))
-def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S, dtype, equal):
-    """trim_shared_combine (each row holding its class's values) gives the fused kernel's
-    outputs and kept counts on the rows expanded by class, bit for bit, for every trim t,
-    columns where the classes' values are equal included."""
-    from rfrs_ref.kernels.coordinatewise import trim_shared_combine
+       st.sampled_from([np.float32, np.float64]), st.floats(0.0, 0.6),
+       st.sampled_from(["trim", "closest", "nearest"]))
+def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S, dtype, equal,
+                                                            mode):
+    """window_shared_combine (each row holding its class's values) gives the fused kernel's
+    outputs and kept counts on the rows expanded by class, bit for bit, for every window
+    and every t, columns where the classes' values are equal included."""
+    from rfrs_ref.kernels.coordinatewise import window_shared_combine
 
     rng = np.random.default_rng(seed)
-    t = int(rng.integers(0, (n - 1) // 2 + 1))
+    t = int(rng.integers(0, (n - 1 if mode == "nearest" else (n - 1) // 2) + 1))
     cls = rng.integers(0, classes, size=n)
     F = rng.normal(size=(classes, S)).astype(dtype)
     if classes == 2:
@@ -246,8 +248,10 @@ def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S
     ups = {"m": rng.normal(size=(classes, S)).astype(dtype),
            "theta": (1e3 * rng.normal(size=(classes, S))).astype(np.float32)}
     w = rng.integers(1, 60, size=n).astype(float)
-    got = trim_shared_combine(F, ups, cls, w, t=t)
-    want = coordinatewise_combine(F[cls], {k: v[cls] for k, v in ups.items()}, w, mode="trim", t=t)
+    if rng.random() < 0.3:  # values of every magnitude: the median's arithmetic decides
+        F *= np.exp(rng.normal(0, 20, size=S)).astype(dtype)
+    got = window_shared_combine(F, ups, cls, w, mode=mode, t=t)
+    want = coordinatewise_combine(F[cls], {k: v[cls] for k, v in ups.items()}, w, mode=mode, t=t)
     for k in ups:
         assert got[0][k].dtype == want[0][k].dtype
         np.testing.assert_array_equal(got[0][k].view(np.uint8), want[0][k].view(np.uint8))
@@ -256,7 +260,7 @@ def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S
 
 
 def test_shared_columns_known_answer_and_refusals():
-    from rfrs_ref.kernels.coordinatewise import trim_keep_patterns, trim_shared_combine
+    from rfrs_ref.kernels.coordinatewise import trim_keep_patterns, window_shared_combine
 
     # rows of classes 0, 1, 0, 1, 1; trim 1: ranks 1..3 kept
     pats = trim_keep_patterns(np.array([0, 1, 0, 1, 1]), 1)
@@ -266,12 +270,21 @@ def test_shared_columns_known_answer_and_refusals():
     np.testing.assert_array_equal(pats[1], [True, False, False, True, True])
     np.testing.assert_array_equal(pats[2], [False, True, True, True, False])
     F = np.array([[1.0, 5.0], [3.0, 5.0]])
-    out, kept, bad = trim_shared_combine(F, {"x": F}, np.array([0, 1, 0, 1, 1]), np.ones(5), t=1)
+    out, kept, bad = window_shared_combine(F, {"x": F}, np.array([0, 1, 0, 1, 1]), np.ones(5), mode="trim", t=1)
     np.testing.assert_array_equal(out["x"], [(3 + 1 + 3) / 3, 5.0])
     np.testing.assert_array_equal(kept, [0, 2, 2, 2, 0])
     F[1, 0] = np.nan
-    assert trim_shared_combine(F, {"x": F}, np.array([0, 1, 0, 1, 1]), np.ones(5), t=1) is None
+    assert window_shared_combine(F, {"x": F}, np.array([0, 1, 0, 1, 1]), np.ones(5), mode="trim", t=1) is None
     with pytest.raises(ValueError, match="classes"):
-        trim_shared_combine(F, {"x": F}, np.array([0, 2]), np.ones(2), t=0)
+        window_shared_combine(F, {"x": F}, np.array([0, 2]), np.ones(2), mode="trim", t=0)
     with pytest.raises(ValueError, match="window"):
         trim_keep_patterns(np.array([0, 1]), 1)
+    with pytest.raises(ValueError, match="unknown window"):
+        window_shared_combine(F, {"x": F}, np.array([0, 1]), np.ones(2), mode="mean", t=0)
+    # Meamed's window ("nearest", t = 1) of 0, 0, 1, 1, 1 at values 1 < 3: the median is
+    # 3, so the window of 4 drops the 1 of the lowest rank (row 0)
+    F = np.array([[1.0], [3.0]])
+    out, kept, _ = window_shared_combine(F, {"x": F}, np.array([0, 0, 1, 1, 1]), np.ones(5),
+                                         mode="nearest", t=1)
+    np.testing.assert_array_equal(out["x"], [(1 + 3 * 3) / 4])
+    np.testing.assert_array_equal(kept, [0, 1, 1, 1, 1])
