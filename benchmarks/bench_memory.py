@@ -12,7 +12,7 @@ the ascent attack at α = 0.4, A-RFRS (Krum on recovered gradients) and RFA
 (parameter space) under the same attack, holding every upload and with
 ``low_memory`` (``--low-memory``: the uploads 16 clients at a time, the
 weighed clients' computed twice, on the columns where the clients differ), and
-A-RFRS (held and in low memory), the trimmed mean and Meamed with every client's
+A-RFRS (held and in low memory), the trimmed mean, Meamed and Bulyan with every client's
 rows in full where their rounds compute the rows the clients share once and hold
 the columns where they differ only (docs/performance.md, "Robust rounds on shared
 rows"). ``--only TEXT`` runs the cases whose name contains TEXT. Prints the machine, then a table: peak GiB,
@@ -58,6 +58,7 @@ print(json.dumps({"peak": hwm / 2**20, "buffers": buf.nbytes / 2**30,
 """
 
 ASCENT = {"attack": "ascent", "byzantine_fraction": 0.4}
+BULYAN = {"defense": "bulyan", "detect": "parameter", "defense_params": {"fallback": "reduce-f"}}
 #: (name, configuration fields, low memory, shared rows)
 CASES = [
     ("A-FRS", {}, False, True),
@@ -77,6 +78,9 @@ CASES = [
     ("Meamed, ascent", {**ASCENT, "defense": "meamed", "detect": "parameter"}, False, True),
     ("Meamed, ascent, every row", {**ASCENT, "defense": "meamed", "detect": "parameter"}, False,
      False),
+    # n = 79 cannot meet Bulyan's n ≥ 4f + 3 at α = 0.4: the largest f it tolerates
+    ("Bulyan, ascent", {**ASCENT, **BULYAN}, False, True),
+    ("Bulyan, ascent, every row", {**ASCENT, **BULYAN}, False, False),
 ]
 
 

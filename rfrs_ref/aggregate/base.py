@@ -136,6 +136,10 @@ class Rule(abc.ABC):
     trims_by_column: ClassVar[bool] = False
     #: such a rule's window (``coordinatewise_combine``'s ``mode``)
     window: ClassVar[str] = "trim"
+    #: the rule selects its candidates by the features' pairwise distances, then keeps a
+    #: window of each coordinate's ranks among them (Bulyan): :meth:`aggregate_by_columns`
+    #: with the distances the caller computed
+    selects_by_distances: ClassVar[bool] = False
 
     def fixed_weights(self, n_samples: np.ndarray) -> np.ndarray:
         """(n,) the weights of a rule with ``has_fixed_weights``, from the nᵢ."""
@@ -278,18 +282,21 @@ class Rule(abc.ABC):
         return self._described(res, n, f, f_used, record, backend)
 
     def aggregate_by_columns(self, parts, shared, cls: np.ndarray, n_samples: np.ndarray, f: int,
-                             *, backend: str = "numba") -> AggregationResult:
-        """:meth:`aggregate` of a rule with ``trims_by_column`` on rows given by columns:
-        ``parts``, a list of (features (n, Dₚ), uploads {name: (n, Dₚ)}), and ``shared``,
-        (features (c, S), uploads {name: (c, S)}) where row i holds row ``cls[i]``.
+                             *, backend: str = "numba", distances=None) -> AggregationResult:
+        """:meth:`aggregate` of a rule with ``trims_by_column`` (or ``selects_by_distances``)
+        on rows given by columns: ``parts``, a list of (features (n, Dₚ), uploads
+        {name: (n, Dₚ)}), and ``shared``, (features (c, S), uploads {name: (c, S)}) where
+        row i holds row ``cls[i]``; ``distances``, for a rule that selects by them, the
+        squared distances of the whole rows' features and which clients are finite
+        (``(D2, finite)`` as :meth:`from_distances` takes them).
 
         Returns the result of :meth:`aggregate` on the whole rows (their columns in the
-        order parts, then shared), bit for bit, except that ``arrays[name]`` is the list
-        of its (Dₚ,) pieces, then its (S,) piece. Raises :class:`NeedsRows` where the
-        whole rows are needed (a shared feature not finite; a precondition whose
-        fallback is the mean). The numba backend.
+        order parts, then shared), bit for bit given the distances, except that
+        ``arrays[name]`` is the list of its (Dₚ,) pieces, then its (S,) piece. Raises
+        :class:`NeedsRows` where the whole rows are needed (a shared feature not finite;
+        a precondition whose fallback is the mean). The numba backend.
         """
-        if not self.trims_by_column:
+        if not (self.trims_by_column or self.selects_by_distances):
             raise TypeError(f"{self.name} does not combine each column by a window of ranks")
         if backend != "numba":
             raise ValueError(f"aggregate_by_columns runs on the numba backend, not {backend!r}")
@@ -302,31 +309,38 @@ class Rule(abc.ABC):
         f_used, record = self._resolve_f(n, f)
         if f_used is None:
             raise NeedsRows(f"{self.name}: its fallback is the mean of the whole rows")
-        t = self._trim(n, f_used)
+        rows, t, diag = self._column_plan(n, f_used, distances)
         pieces, kept, bad, D = [], np.zeros(n, dtype=np.int64), 0, 0
         for X, arrays in parts:
             if np.shape(X)[1] == 0:
                 pieces.append({k: np.zeros(0, dtype=np.asarray(v).dtype) for k, v in arrays.items()})
                 continue
             out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode=self.window, t=t,
-                                                   backend=backend)
+                                                   rows=rows, backend=backend)
             pieces.append(out)
             kept += k_p
             bad += b_p
             D += np.shape(X)[1]
-        res = window_shared_combine(shared[0], shared[1], cls, w, mode=self.window, t=t)
+        sel = np.arange(n) if rows is None else rows  # the candidates, in the kernel's order
+        res = window_shared_combine(shared[0], shared[1], cls[sel], w[sel], mode=self.window, t=t)
         if res is None:
             raise NeedsRows(f"{self.name}: a shared feature is not finite")
         pieces.append(res[0])
-        kept += res[1]
+        kept[sel] += res[1]
         D += np.shape(shared[0])[1]
         arrays_out = {k: [p[k] for p in pieces] for k in shared[1]}
-        result = AggregationResult(arrays_out, None, kept / D, self._window_diagnostics(t, bad))
+        result = AggregationResult(arrays_out, None, kept / D,
+                                   {**diag, **self._window_diagnostics(t, bad)})
         return self._described(result, n, f, f_used, record, backend)
 
     def _trim(self, n: int, f: int) -> int:
         """The window's t for n clients and f assumed Byzantine (``trims_by_column``)."""
         raise TypeError(f"{self.name} does not combine each column by a window of ranks")
+
+    def _column_plan(self, n: int, f: int, distances) -> tuple:
+        """(candidate rows or None for all, the window's t, diagnostics before the
+        window's) of :meth:`aggregate_by_columns`."""
+        return None, self._trim(n, f), {}
 
     def _window_diagnostics(self, t: int, bad: int) -> dict:
         """The diagnostics :meth:`aggregate` records for a window of parameter t

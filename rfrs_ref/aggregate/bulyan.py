@@ -59,15 +59,36 @@ class Bulyan(Rule):
 
     name: ClassVar[str] = "bulyan"
     coordinatewise: ClassVar[bool] = True
+    selects_by_distances: ClassVar[bool] = True
+    window: ClassVar[str] = "closest"
 
     def _condition(self, n: int, f: int) -> str | None:
         return None if n >= 4 * f + 3 else "n ≥ 4f + 3"
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
-        n = X.shape[0]
+        D2, ok = client_distances(X, arrays, backend)
+        rows, t, diag = self._select(D2, ok, f)
+        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="closest", t=t,
+                                                rows=rows, backend=backend)
+        return AggregationResult(out, None, kept / X.shape[1],
+                                 {**diag, **self._window_diagnostics(t, bad)})
+
+    def _column_plan(self, n, f, distances):
+        if distances is None:
+            raise ValueError("bulyan selects its clients by their distances: give distances=(D2, finite)")
+        D2, ok = distances
+        return self._select(np.asarray(D2, dtype=np.float64), np.asarray(ok, dtype=bool), f)
+
+    def _window_diagnostics(self, t: int, bad: int) -> dict:
+        return {"nonfinite_kept_coordinates": bad}
+
+    @staticmethod
+    def _select(D2, ok, f):
+        """Step 1 on the squared distances D2 (+inf for a non-finite client, ``ok`` False):
+        the selected rows (ascending), the window's t, and the selection's diagnostics."""
+        n = D2.shape[0]
         theta = n - 2 * f
         beta = theta - 2 * f
-        D2, ok = client_distances(X, arrays, backend)
         finite = np.flatnonzero(ok)
         if finite.size == 0:
             raise NothingFinite(
@@ -92,10 +113,7 @@ class Bulyan(Rule):
         # as much of the 2f as leaves at least one value.
         t = f if theta_used == theta else min(f, (theta_used - 1) // 2)
         rows = np.sort(np.array(selected, dtype=np.int64))
-        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="closest", t=t,
-                                                rows=rows, backend=backend)
         diag = {"theta": theta, "beta": beta, "selected": selected,
                 "theta_used": theta_used, "beta_used": theta_used - 2 * t,
-                "nonfinite_clients": jsonable(np.flatnonzero(~ok)),
-                "nonfinite_kept_coordinates": bad}
-        return AggregationResult(out, None, kept / X.shape[1], diag)
+                "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
+        return rows, t, diag

@@ -157,7 +157,9 @@ class Federation:
         weights are a function of the features' pairwise distances alone
         (``Rule.weighs_by_distances``: Krum, hence A-RFRS, and RFA, whose Weiszfeld
         steps run on the distance matrix) or of each column's ranks alone
-        (``Rule.trims_by_column``: the median, the trimmed mean, Meamed), verification on, no attack
+        (``Rule.trims_by_column``: the median, the trimmed mean, Meamed; or selects by the
+        distances and then keeps such a window, ``Rule.selects_by_distances``: Bulyan),
+        verification on, no attack
         or an ``elementwise`` one computed in the client rule (ascent), nothing that
         reads the gradients or the uploads' rows afterwards (no monitor, no trace), no
         pre-aggregation or rule state. The numba backend only."""
@@ -166,7 +168,8 @@ class Federation:
                                               and getattr(attack, "elementwise", False))
         return (self.backend == "numba" and self.verify and attack_ok
                 and (getattr(rule, "weighs_by_distances", False)
-                     or getattr(rule, "trims_by_column", False))
+                     or getattr(rule, "trims_by_column", False)
+                     or getattr(rule, "selects_by_distances", False))
                 and getattr(rule, "uses_features", True)
                 and not getattr(rule, "takes_round_inputs", False)
                 and not getattr(rule, "state_arrays", ())
@@ -786,7 +789,8 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
         rd.timing.update(timing)
         rd.timing["uploads_again"] = time.perf_counter() - again
 
-    if getattr(fed.rule, "trims_by_column", False):
+    if getattr(fed.rule, "trims_by_column", False) or getattr(fed.rule, "selects_by_distances",
+                                                              False):
         agg = _trimmed_by_columns(fed, state, rd, buf, layout, X, U, x_s, u_sh, cls)
     else:
         agg = _weighed_by_distances(fed, state, rd, buf, layout, X, add_uploads, x_s, u_sh, cls)
@@ -808,26 +812,12 @@ def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, 
     the held uploads or computes the weighed ones again) and on S (``add_shared_rows``),
     rounded once. Returns :func:`_aggregate`'s tuple, or None where the rule needs the
     rows themselves."""
-    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
-    from rfrs_ref.aggregate.combine import finite_clients
-    from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
+    from rfrs_ref.aggregate.base import NeedsRows, NothingFinite
     from rfrs_ref.kernels.optim import add_shared_rows, threads_for
 
     start, n_rows, width, own, nobody = layout
     n, arrays = rd.clients.size, fed.optimizer.arrays
-    ok = finite_clients(x_s, FiniteUploads())[cls]
-    for Xp in X:
-        ok &= finite_clients(Xp, FiniteUploads())
-    error = None
-    if getattr(fed.rule, "distances64", False):
-        # float64 differences of the finite clients, with their error bound (RFA)
-        live = np.flatnonzero(ok)
-        D2 = np.full((n, n), np.inf)
-        D2[np.ix_(live, live)], error = pairwise_sq_dists64_by_parts(X, x_s, cls, live)
-    else:
-        D2 = pairwise_sq_dists_by_parts(X, x_s, cls, backend=fed.backend)
-        D2[~ok, :] = np.inf  # as client_distances: a non-finite client is far from all
-        D2[:, ~ok] = np.inf
+    D2, ok, error = _distances_by_parts(fed, X, x_s, cls)
     try:
         result = fed.rule.from_distances(D2, ok, rd.n_samples, rd.f, backend=fed.backend,
                                          error=error)
@@ -849,24 +839,58 @@ def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, 
     return new_state, weights, np.asarray(result.kept, float), result.diagnostics, rd.f
 
 
+def _distances_by_parts(fed, X, x_s, cls):
+    """``(D2, finite, error)``: the squared distances of the whole rows' features summed
+    by parts (C's parts ``X``, and S's by class), +inf for a client with a non-finite
+    feature (as ``client_distances``), and which clients are finite; for a rule with
+    ``distances64`` (RFA) float64 differences of the finite clients with their relative
+    error bound, else the blocked kernel's (error None)."""
+    from rfrs_ref.aggregate.base import FiniteUploads
+    from rfrs_ref.aggregate.combine import finite_clients
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
+
+    n = cls.size
+    ok = finite_clients(x_s, FiniteUploads())[cls]
+    for Xp in X:
+        ok &= finite_clients(Xp, FiniteUploads())
+    error = None
+    if getattr(fed.rule, "distances64", False):
+        live = np.flatnonzero(ok)
+        D2 = np.full((n, n), np.inf)
+        D2[np.ix_(live, live)], error = pairwise_sq_dists64_by_parts(X, x_s, cls, live)
+    else:
+        D2 = pairwise_sq_dists_by_parts(X, x_s, cls, backend=fed.backend)
+        D2[~ok, :] = np.inf  # a non-finite client is far from all
+        D2[:, ~ok] = np.inf
+    return D2, ok, error
+
+
 def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
                         cls):
-    """A ``trims_by_column`` rule's aggregate (median, trimmed mean, Meamed) on the parts of a round
-    on shared rows: the fused kernel on C, and on S each column from its class values
-    (``Rule.aggregate_by_columns``), the pieces put back in place. Returns
-    :func:`_aggregate`'s tuple, or None where the rule needs the rows themselves."""
-    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows
+    """A ``trims_by_column`` rule's aggregate (median, trimmed mean, Meamed), or a
+    ``selects_by_distances`` one's (Bulyan: its selection on the distances by parts), on
+    the parts of a round on shared rows: the fused kernel on C, and on S each column from
+    its class values (``Rule.aggregate_by_columns``), the pieces put back in place.
+    Returns :func:`_aggregate`'s tuple, or None where the rule needs the rows
+    themselves."""
+    from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
 
     start, n_rows, width, own, nobody = layout
     arrays = fed.optimizer.arrays
     u_s = {k: u_sh[k].reshape(-1, n_rows, width)[:, nobody].reshape(x_s.shape[0], -1)
            for k in arrays}
     parts = [(Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
+    distances = None
+    if getattr(fed.rule, "selects_by_distances", False):
+        D2, ok, _ = _distances_by_parts(fed, X, x_s, cls)
+        distances = (D2, ok)
     try:
         result = fed.rule.aggregate_by_columns(parts, (x_s, u_s), cls, rd.n_samples, rd.f,
-                                               backend=fed.backend)
+                                               backend=fed.backend, distances=distances)
     except NeedsRows:
         return None
+    except NothingFinite as exc:
+        return _carry_over(fed, state, f"no finite upload ({exc})", rd.f, cls.size)
     new_state = {}
     for k in arrays:
         p_part, q_part, s_part = result.arrays[k]

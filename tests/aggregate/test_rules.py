@@ -24,6 +24,7 @@ from rfrs_ref.aggregate import (
     TrimmedMean,
     parameter_features,
 )
+from rfrs_ref.aggregate.krum import client_distances
 from rfrs_ref.params import hyperparameters
 
 HOSTILE = [np.nan, np.inf, -np.inf, 1e38, -1e38, 3.4e38]
@@ -142,9 +143,9 @@ def test_rfa_from_distances_is_rfa_on_the_features(n, seed, hostile):
         RFA().from_distances(D2, ok, ns, 1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.integers(3, 14), st.integers(0, 4), st.integers(0, 2**32 - 1),
-       st.sampled_from(["median", "trmean", "meamed"]),
+       st.sampled_from(["median", "trmean", "meamed", "bulyan"]),
        st.sampled_from([{}, {"fallback": "reduce-f"}]))
 def test_aggregate_by_columns_is_the_rule_on_the_whole_rows(n, f, seed, name, params):
     """Rule.aggregate_by_columns on parts and class-shared columns gives Rule.aggregate on
@@ -165,13 +166,15 @@ def test_aggregate_by_columns_is_the_rule_on_the_whole_rows(n, f, seed, name, pa
     X = np.concatenate([P, Q, Sx[cls]], axis=1)
     A = {"u": np.concatenate([Pu, Qu, Su[cls]], axis=1)}
     parts = [(P, {"u": Pu}), (Q, {"u": Qu})]
+    # Bulyan selects by the distances of the whole rows, which the caller computes
+    distances = client_distances(X, A, "numba") if name == "bulyan" else None
     try:
         want = rule.aggregate(X, A, ns, f)
     except PreconditionError:
         with pytest.raises(PreconditionError):
-            rule.aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, f)
+            rule.aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, f, distances=distances)
         return
-    got = rule.aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, f)
+    got = rule.aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, f, distances=distances)
     np.testing.assert_array_equal(np.concatenate(got.arrays["u"]).view(np.uint8),
                                   want.arrays["u"].view(np.uint8))
     np.testing.assert_array_equal(got.kept, want.kept)
@@ -180,6 +183,9 @@ def test_aggregate_by_columns_is_the_rule_on_the_whole_rows(n, f, seed, name, pa
         TrimmedMean(fallback="mean").aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, n)
     with pytest.raises(TypeError):
         Krum().aggregate_by_columns(parts, (Sx, {"u": Su}), cls, ns, 0)
+    with pytest.raises(ValueError, match="distances"):
+        Bulyan(fallback="reduce-f").aggregate_by_columns(
+            parts, (Sx, {"u": Su}), cls, ns, 0)
 
 
 def test_only_rules_that_weigh_by_distances_take_a_distance_matrix():

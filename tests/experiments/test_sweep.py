@@ -299,7 +299,7 @@ def test_low_memory_estimates_and_worker_plans(ex):
     # a Krum run holds the columns where its clients differ (rounds on shared rows), and
     # with low memory the features and batches of 16: each less than a run holding all
     assert estimate_run_memory(krum, True) < estimate_run_memory(krum)
-    held = RunSpec(config=ex.tiny_config(defense="bulyan", attack="ascent",
+    held = RunSpec(config=ex.tiny_config(defense="caf", attack="ascent",
                                          byzantine_fraction=0.2, **big))
     assert estimate_run_memory(krum, True) < 0.6 * estimate_run_memory(held)
     assert estimate_run_memory(trmean, True) == estimate_run_memory(trmean)
@@ -349,10 +349,11 @@ def test_memory_estimates_of_rounds_on_shared_rows(ex):
 
     big = dict(dataset_params={"n_users": 2000, "n_items": 4000, "mean_items": 12.0},
                client_fraction=0.05, attack="ascent", byzantine_fraction=0.2)
-    for rule, shared in (("krum", True), ("rfa", True), ("trmean", True), ("bulyan", False)):
+    for rule, shared in (("krum", True), ("rfa", True), ("trmean", True), ("bulyan", True),
+                         ("caf", False)):
         assert rounds_compare_shared_rows(ex.tiny_config(defense=rule, **big)) is shared, rule
     krum = ex.tiny_config(defense="krum", **big)
-    held = ex.tiny_config(defense="bulyan", **big)
+    held = ex.tiny_config(defense="caf", **big)
     assert estimate_run_memory(RunSpec(krum)) < 0.8 * estimate_run_memory(RunSpec(held))
     trainer = Trainer(krum)
     buf = trainer.buffers()

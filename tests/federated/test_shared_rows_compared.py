@@ -132,7 +132,7 @@ def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(defense="bulyan"), dict(defense="cc"), dict(defense="krum", attack="noise"),
+    dict(defense="caf"), dict(defense="cc"), dict(defense="krum", attack="noise"),
     dict(defense="krum", attack="camouflage"), dict(defense="krum", resilience=True),
     dict(defense="krum", trace=True), dict(defense="krum", pre=("nnm",)),
     dict(defense="krum", backend="numpy"), dict(defense="krum", model="fmf"),
@@ -142,7 +142,7 @@ def test_which_rounds_compute_the_shared_rows_once(kw):
                 byzantine_fraction=0.2, detect="gradient")
     assert Trainer(TrainConfig(**base, defense="krum")).federation.compares_shared_rows
     assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
-    for rule in ("rfa", "trmean", "median", "meamed"):
+    for rule in ("rfa", "trmean", "median", "meamed", "bulyan"):
         assert Trainer(TrainConfig(**base, defense=rule, attack="ascent")).federation.compares_shared_rows
     assert not Trainer(TrainConfig(**{**base, **kw})).federation.compares_shared_rows
 
@@ -240,15 +240,19 @@ def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, at
 @pytest.mark.parametrize("rule,attack,negatives", [
     ("trmean", "none", 0), ("trmean", "ascent", 0), ("trmean", "ascent", 1),
     ("median", "ascent", 0), ("meamed", "none", 0), ("meamed", "ascent", 0),
-    ("meamed", "ascent", 1)])
+    ("meamed", "ascent", 1), ("bulyan", "none", 0), ("bulyan", "ascent", 0),
+    ("bulyan", "ascent", 1)])
 def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
         optimizer, detect, rule, attack, negatives, calls):
     """The trimmed mean, the median and Meamed combine each column from its own ranks, and
-    on the shared rows from the one or two class values with the kernel's own operations:
-    the states and records of the round on full rows, bit for bit."""
+    on the shared rows from the one or two class values with the kernel's own operations;
+    Bulyan does so among the clients it selects by the distances (by parts: here no Krum
+    score of its selection came within their rounding of another): the states and
+    records of the round on full rows, bit for bit."""
     config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
                          model_params={"dim": 8, "negatives": negatives}, optimizer=optimizer,
-                         defense=rule, detect=detect, attack=attack, byzantine_fraction=0.3,
+                         defense=rule, detect=detect, attack=attack,
+                         byzantine_fraction=0.2 if rule == "bulyan" else 0.3,
                          verify=True, seed=5)
     trainer = Trainer(config)
     assert trainer.federation.compares_shared_rows
