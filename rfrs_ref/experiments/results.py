@@ -72,8 +72,8 @@ On disk the CSV form is normalised, because the run-level columns (about 50,
 the configuration among them) repeated on each of a run's 50 metric rows
 made a table ten times the size of its content: ``runs.csv`` holds them once
 per run, and ``results.csv`` holds, per metric row, the run's ``key`` and
-:data:`RESULT_ID_COLUMNS` (so that the file reads alone), ``k``, ``metric``
-and ``value``. A failed or diverged run has its one row there too, with
+:data:`RESULT_ID_COLUMNS` (dataset, α and trial, so that the file reads
+alone; the method's name is in ``runs.csv``), ``k``, ``metric`` and ``value``. A failed or diverged run has its one row there too, with
 empty ``k``, ``metric`` and ``value``. :func:`read_table` joins the two on
 ``key`` and returns the tidy table, column for column as
 :func:`results_frame` makes it; a ``results.csv`` with every column (written
@@ -122,7 +122,11 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 #: the one-row-per-run half of the tidy table's CSV form (see the module docstring)
 RUNS_TABLE = "runs"
 #: columns of results.csv besides key, k, metric and value: the run as a person reads it
-RESULT_ID_COLUMNS = ("dataset", "method", "alpha", "trial")
+RESULT_ID_COLUMNS = ("dataset", "alpha", "trial")
+#: the run-level columns a results.csv row may repeat, checked against runs.csv when it
+#: does: RESULT_ID_COLUMNS, and ``method``, which earlier versions repeated too (the paper's
+#: name of the method, the longest of them: the ranking's table passed 2 MiB with it)
+_REPEATED_COLUMNS = ("dataset", "method", "alpha", "trial")
 #: the per-round summary of a run, beside its outcome (see the module docstring)
 ROUNDS_FILE = "round_summary.json"
 TABLE = "results"
@@ -1090,7 +1094,8 @@ def read_table(path: str | os.PathLike):
             without its ``runs.csv``.
         ValueError: a file that is not a table of this form: a key of
             ``results.csv`` absent from ``runs.csv`` or present there twice, a row of
-            ``results.csv`` whose dataset, method, α or trial differ from its run's, or
+            ``results.csv`` whose dataset, α, trial (or method, in a file of an earlier
+            version) differ from its run's, or
             a column ``key`` missing (the message names the file, line and key).
     """
     import pandas as pd
@@ -1187,7 +1192,7 @@ def _joined(results, path: pathlib.Path):
     rows = results[["key", *[c for c in ROW_COLUMNS if c in results.columns]]]
     joined = rows.merge(runs, on="key", how="left", sort=False)
     # the columns results.csv repeats to be read alone must say what runs.csv says
-    for col in RESULT_ID_COLUMNS:
+    for col in _REPEATED_COLUMNS:
         if col in results.columns and col in runs.columns:
             ours, theirs = results[col].astype(str), joined[col].astype(str)
             bad = (ours != theirs).to_numpy()

@@ -163,10 +163,17 @@ def test_csv_form_refuses_a_results_file_that_its_runs_do_not_explain(tmp_path):
         [*results, results[1].replace(key, "0123456789abcdef")]) + "\n")
     with pytest.raises(ValueError, match=rf"line {len(results) + 1}: run 0123456789abcdef has no row"):
         read_table(tmp_path / "results.csv")
-    # a row that names another method than its run
+    # a row that names another α than its run
     cells = results[1].split(",")
-    cells[2] = "Krum"
+    cells[2] = "0.9"
     (tmp_path / "results.csv").write_text("\n".join([results[0], ",".join(cells)]) + "\n")
+    with pytest.raises(ValueError, match="line 2: .* alpha '0.9', but runs.csv says"):
+        read_table(tmp_path / "results.csv")
+    # an earlier version's file repeats the method too: it must say its run's
+    header, first = results[0].split(","), results[1].split(",")
+    old_form = [",".join([*header[:2], "method", *header[2:]]),
+                ",".join([*first[:2], "Krum", *first[2:]])]
+    (tmp_path / "results.csv").write_text("\n".join(old_form) + "\n")
     with pytest.raises(ValueError, match="line 2: .* method 'Krum', but runs.csv says"):
         read_table(tmp_path / "results.csv")
     # a run twice in runs.csv
