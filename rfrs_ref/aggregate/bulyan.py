@@ -68,7 +68,7 @@ class Bulyan(Rule):
     def _aggregate(self, X, arrays, n_samples, f, backend):
         D2, ok = client_distances(X, arrays, backend)
         rows, t, diag = self._select(D2, ok, f)
-        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="closest", t=t,
+        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode=self.window, t=t,
                                                 rows=rows, backend=backend)
         return AggregationResult(out, None, kept / X.shape[1],
                                  {**diag, **self._window_diagnostics(t, bad)})

@@ -162,7 +162,7 @@ class Meamed(Rule):
         return None if n > 2 * f else "n > 2f"
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
-        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode="nearest", t=f,
+        out, kept, bad = coordinatewise_combine(X, arrays, n_samples, mode=self.window, t=f,
                                                 backend=backend)
         D = X.shape[1]
         return AggregationResult(out, None, kept / D, self._window_diagnostics(f, bad))

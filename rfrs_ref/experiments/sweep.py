@@ -167,7 +167,7 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     rule combines by weights, with verification: ``Federation.recomputes_uploads``)
     counts the features of n clients and the other buffers of 16 only. A run whose rounds
     compute the rows the clients share once (``rounds_compare_shared_rows``: Krum, A-RFRS,
-    RFA, the median, the trimmed mean and Meamed with FISM) counts the gradients of 16 clients and
+    RFA, the median, the trimmed mean, Meamed and Bulyan with FISM) counts the gradients of 16 clients and
     the features and uploads of n clients (in low memory, the uploads of 16) on the
     columns where they differ: FISM's P and 1.25 times the mean number of items of n
     users of Q's rows (the buffers' own allocation, ``Trainer.buffers``).

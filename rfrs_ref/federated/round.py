@@ -25,6 +25,7 @@ run: writing into fresh memory every round costs more than the arithmetic.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any, Mapping
@@ -705,7 +706,8 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     # low memory (``Federation.recomputes_uploads``): uploads of a batch of clients at a
     # time, verified as they come, and those the rule weighs computed again for the sums
     low = buf.uploads["theta"].shape[0] < n
-    batch = min(GRADIENT_BATCH, buf.grads.shape[0], buf.uploads["theta"].shape[0])
+    # in low memory a batch is the upload buffers' rows (a multiple of 4, as the sums need)
+    batch = buf.uploads["theta"].shape[0] if low else min(GRADIENT_BATCH, buf.grads.shape[0])
     held = batch if low else n
     X = rows_of(buf.flat("features", n * (start + q)), n)
     U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, held * (start + q)), held)
@@ -774,20 +776,13 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
                     if a.size:
                         add_rows_inplace(Up[k], weights, a)
             return
-        again = time.perf_counter()
-        timing = dict(rd.timing)
-        live = np.flatnonzero(weights != 0)
-        step = batch - batch % 4 if batch >= 4 else batch  # the sums' group of rows
-        for b0 in range(0, live.size, step):
-            part = live[b0:b0 + step]
-            uploads_of(part, 0)
-            for k in arrays:
-                for Up, a in zip(U, acc[k]):
-                    if a.size:
-                        add_rows_inplace(Up[k][:part.size], weights[part], a)
-        rd.timing.clear()
-        rd.timing.update(timing)
-        rd.timing["uploads_again"] = time.perf_counter() - again
+        with _uploads_again(rd):
+            for part in _live_batches(weights, batch):
+                uploads_of(part, 0)
+                for k in arrays:
+                    for Up, a in zip(U, acc[k]):
+                        if a.size:
+                            add_rows_inplace(Up[k][:part.size], weights[part], a)
 
     if getattr(fed.rule, "trims_by_column", False) or getattr(fed.rule, "selects_by_distances",
                                                               False):
@@ -961,25 +956,39 @@ def _recomputed_round(fed, state, rd: _Round, buf: RoundBuffers):
         weights, rule_diag = result.weights, result.diagnostics
         kept_m = np.asarray(result.kept, float)
         rd.timing["aggregation"] = time.perf_counter() - tick
-        tick = time.perf_counter()
-        timing = dict(rd.timing)
-        live = np.flatnonzero(weights != 0)
         acc = {k: np.zeros(buf.n_params) for k in opt.arrays}
-        for b0 in range(0, live.size, batch):
-            part = live[b0:b0 + batch]
-            U = {k: buf.uploads[k][:part.size] for k in opt.arrays}
-            _batch_uploads(fed, state, rd, buf, 0, part.size, negatives, None, U,
-                           which=rows[part])
-            for k in opt.arrays:
-                add_rows_inplace(U[k], weights[part], acc[k])
-        rd.timing.clear()
-        rd.timing.update(timing)
-        rd.timing["uploads_again"] = time.perf_counter() - tick
+        with _uploads_again(rd):
+            for part in _live_batches(weights, batch):
+                U = {k: buf.uploads[k][:part.size] for k in opt.arrays}
+                _batch_uploads(fed, state, rd, buf, 0, part.size, negatives, None, U,
+                               which=rows[part])
+                for k in opt.arrays:
+                    add_rows_inplace(U[k], weights[part], acc[k])
         new_state = {k: acc[k].astype(buf.dtype) for k in opt.arrays}
     record = _record(fed, rd, new_state, losses, excluded, rows, weights, kept_m, rule_diag,
                      f_rule, attack_diag, None)
     record["timing"] = rd.timing
     return new_state, record
+
+
+@contextlib.contextmanager
+def _uploads_again(rd: _Round):
+    """Time a second computation of uploads (a low-memory round's weighted sums) as the
+    round's ``uploads_again`` phase, leaving the first computation's phases as they were."""
+    tick = time.perf_counter()
+    timing = dict(rd.timing)
+    yield
+    rd.timing.clear()
+    rd.timing.update(timing)
+    rd.timing["uploads_again"] = time.perf_counter() - tick
+
+
+def _live_batches(weights: np.ndarray, batch: int):
+    """The indices of the non-zero weights, ``batch`` at a time (a multiple of four: the
+    weighted sums' group of rows, so that the batches' sums are those of all rows)."""
+    live = np.flatnonzero(weights != 0)
+    for b0 in range(0, live.size, batch):
+        yield live[b0:b0 + batch]
 
 
 def _sample(fed: Federation, t: int) -> _Round:

@@ -513,17 +513,6 @@ def shared_ranks(cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ranks, counts
 
 
-def trim_keep_patterns(cls: np.ndarray, t: int) -> np.ndarray:
-    """bool (3, n): which rows the "trim" window (ranks t .. n − 1 − t) keeps at a column
-    of each pattern of :func:`shared_ranks` (class 0's value below, above or equal to
-    class 1's)."""
-    cls = np.asarray(cls, dtype=np.int64)
-    n = cls.size
-    _window_sizes("trim", n, t)
-    ranks, _ = shared_ranks(cls)
-    return (ranks >= t) & (ranks <= n - 1 - t)
-
-
 @njit(cache=True, parallel=True, fastmath={"contract"})
 def _window_shared_numba(Fs, arrays, cls, outs, weights, ranks, counts, mode, t, block, nchunks):
     """The window of ``mode`` on columns where row i holds row ``cls[i]`` of ``Fs`` and of

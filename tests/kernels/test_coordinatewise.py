@@ -260,10 +260,12 @@ def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S
 
 
 def test_shared_columns_known_answer_and_refusals():
-    from rfrs_ref.kernels.coordinatewise import trim_keep_patterns, window_shared_combine
+    from rfrs_ref.kernels.coordinatewise import shared_ranks, window_shared_combine
 
     # rows of classes 0, 1, 0, 1, 1; trim 1: ranks 1..3 kept
-    pats = trim_keep_patterns(np.array([0, 1, 0, 1, 1]), 1)
+    ranks, counts = shared_ranks(np.array([0, 1, 0, 1, 1]))
+    np.testing.assert_array_equal(counts, [2, 3])
+    pats = (ranks >= 1) & (ranks <= 3)
     # class 0 below: order 0, 2, 1, 3, 4 -> ranks 0, 2, 1, 3, 4
     np.testing.assert_array_equal(pats[0], [False, True, True, True, False])
     # class 0 above: order 1, 3, 4, 0, 2 -> ranks 3, 0, 4, 1, 2
@@ -278,7 +280,7 @@ def test_shared_columns_known_answer_and_refusals():
     with pytest.raises(ValueError, match="classes"):
         window_shared_combine(F, {"x": F}, np.array([0, 2]), np.ones(2), mode="trim", t=0)
     with pytest.raises(ValueError, match="window"):
-        trim_keep_patterns(np.array([0, 1]), 1)
+        window_shared_combine(F, {"x": F}, np.array([0, 1]), np.ones(2), mode="trim", t=1)
     with pytest.raises(ValueError, match="unknown window"):
         window_shared_combine(F, {"x": F}, np.array([0, 1]), np.ones(2), mode="mean", t=0)
     # Meamed's window ("nearest", t = 1) of 0, 0, 1, 1, 1 at values 1 < 3: the median is
