@@ -87,6 +87,20 @@ def _parse_overrides(items) -> dict:
     return out
 
 
+def _parse_alphas(text):
+    """``--alphas 0.4,0.2`` as floats (None where not given)."""
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise click.BadParameter(f"{part.strip()!r} in {text!r} is not a number; give "
+                                     f"fractions such as 0.4,0.2", param_hint="--alphas") from None
+    return tuple(out)
+
+
 class _Progress:
     """Run-level progress (:class:`rfrs_ref.cli.progress.Progress`), fed by run_sweep's events."""
 
@@ -270,6 +284,10 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
 @click.option("--datasets", default=None, help="Comma-separated datasets (overrides the figure's).")
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (seeds 0..N-1), on every dataset of the figure (add --datasets ml100k for a small run).")
 @click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of every run, on every dataset of the figure (add --datasets ml100k for a small run).")
+@click.option("--alphas", default=None, metavar="A,B,...",
+              help="Comma-separated Byzantine fractions α, run in the order given (overrides "
+                   "the figure's, e.g. --alphas 0.4,0.2; figures 4, 8, 11, 12, the ablations "
+                   "and the ranking). The tables keep the runs recorded at the others.")
 @click.option("--resilience", is_flag=True, help="Record the Definition 1–4 sums in every run.")
 @click.option("--backend", type=click.Choice(["numba", "numpy", "cuda"]), default="numba",
               show_default=True)
@@ -284,7 +302,8 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
               help="Run nothing: write the tables and figures of the runs already recorded "
                    "in the output directory (e.g. of a sweep that is not finished).")
 @_execution_options
-def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, backend, overrides,
+def reproduce(figure_name, quick, out, datasets, trials, rounds, alphas, resilience, backend,
+              overrides,
               no_plot, dry_run, no_run, scheduler, workers, threads, shared_fs, retry_failed, keep_state,
               low_memory, reuse_from):
     """Reproduce one of the paper's figures: sweep, tables, plots.
@@ -314,10 +333,13 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, resilience, bac
         fig = figure(figure_name)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="FIGURE") from None
-    scale = Scale(quick=quick, datasets=tuple(datasets.split(",")) if datasets else None,
-                  trials=trials, rounds=rounds, resilience=resilience, backend=backend,
-                  overrides=_parse_overrides(overrides))
-    scale = fig.scale(scale)
+    try:
+        scale = fig.scale(Scale(
+            quick=quick, datasets=tuple(datasets.split(",")) if datasets else None,
+            trials=trials, rounds=rounds, resilience=resilience, backend=backend,
+            overrides=_parse_overrides(overrides), fractions=_parse_alphas(alphas)))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--alphas") from None
     out = pathlib.Path(out) if out else fig.default_out(scale)
     _check_extras(workers, scheduler)
     try:

@@ -65,6 +65,7 @@ unchanged. Fig. 1 is the same in both (one run of 24 rounds).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import pathlib
@@ -110,6 +111,9 @@ class Scale:
         overrides: TrainConfig fields set in every run, after the figure's own
             (``preset`` allowed; ``*_params`` merged). Overriding a field the
             figure varies collapses its grid, which is reported as duplicate runs.
+        fractions: override the Byzantine fractions α of a figure that varies them
+            (None: the figure's own), in the order given, e.g. ``(0.4, 0.2)`` to have
+            the larger fraction's runs first.
     """
 
     quick: bool = False
@@ -119,10 +123,19 @@ class Scale:
     resilience: bool = False
     backend: str = "numba"
     overrides: tuple[tuple[str, object], ...] = ()
+    fractions: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.overrides, dict):
             object.__setattr__(self, "overrides", tuple(self.overrides.items()))
+        if self.fractions is not None:
+            fractions = tuple(dict.fromkeys(float(a) for a in self.fractions))
+            if not fractions:
+                raise ValueError("no Byzantine fraction given (fractions is empty)")
+            bad = [a for a in fractions if not (math.isfinite(a) and 0.0 <= a < 1.0)]
+            if bad:
+                raise ValueError(f"a Byzantine fraction α must lie in [0, 1), got {bad[0]!r}")
+            object.__setattr__(self, "fractions", fractions)
 
     def pick_datasets(self, full: Sequence[str]) -> tuple[str, ...]:
         if self.datasets:
@@ -130,6 +143,9 @@ class Scale:
         if self.quick:
             return tuple(d for d in full if d in QUICK_DATASETS) or tuple(full[:1])
         return tuple(full)
+
+    def pick_fractions(self, full: Sequence[float]) -> tuple[float, ...]:
+        return tuple(self.fractions) if self.fractions else tuple(full)
 
     def seeds(self) -> list[int]:
         n = self.trials or (QUICK_TRIALS if self.quick else FULL_TRIALS)
@@ -150,7 +166,8 @@ class Scale:
         rd = (f"{self.rounds} rounds" if self.rounds is not None else
               (f"each dataset's default rounds // {QUICK_ROUNDS_DIVISOR}" if self.quick
                else "each dataset's default rounds"))
-        return f"datasets {ds}; {tr} trials; {rd}"
+        fr = f"; α = {', '.join(f'{a:g}' for a in self.fractions)}" if self.fractions else ""
+        return f"datasets {ds}; {tr} trials; {rd}{fr}"
 
 
 def describe_runs(runs) -> str:
@@ -183,6 +200,8 @@ class Figure:
         series: legend order.
         datasets: the datasets of the full figure.
         trials: trials of the full figure (None: FULL_TRIALS).
+        fractions: the Byzantine fractions α the full figure compares (empty: it
+            compares none, and a scale that names some is refused).
     """
 
     id: str
@@ -198,6 +217,7 @@ class Figure:
     series: tuple[str, ...] = ()
     datasets: tuple[str, ...] = DATASETS
     trials: int | None = None
+    fractions: tuple[float, ...] = ()
 
     def runs(self, scale: Scale = Scale()) -> list[RunSpec]:
         """The figure's runs at ``scale``: those of its grid whose rule can aggregate a
@@ -240,7 +260,14 @@ class Figure:
         return kept, left
 
     def scale(self, scale: Scale) -> Scale:
-        """``scale`` with this figure's own number of trials where it sets none (not quick)."""
+        """``scale`` with this figure's own number of trials where it sets none (not quick).
+
+        Raises ValueError where ``scale`` names Byzantine fractions and the figure
+        compares none (Figs. 1, 2, 3, 7 and 10 fix theirs)."""
+        if scale.fractions and not self.fractions:
+            raise ValueError(f"Fig. {self.id} ({self.name}) compares no Byzantine fractions, so "
+                             f"--alphas does not apply to it; it applies to "
+                             f"{', '.join(i for i, f in FIGURES.items() if f.fractions)}")
         if self.trials is not None and scale.trials is None and not scale.quick:
             return dataclasses.replace(scale, trials=self.trials)
         return scale
@@ -342,7 +369,7 @@ def _defense_builder(optimizer: str, robust_name: str):
     def build(fig: Figure, scale: Scale) -> list[RunSpec]:
         cases = []
         for d in scale.pick_datasets(fig.datasets):
-            for alpha in FRACTIONS:
+            for alpha in scale.pick_fractions(fig.fractions):
                 for name, preset in DEFENSES:
                     label = robust_name if preset == "a-rfrs" else name
                     cases.append(({"series": label}, d,
@@ -390,9 +417,10 @@ def _ablation_builder(change):
     def build(fig: Figure, scale: Scale) -> list[RunSpec]:
         cases = []
         for d in scale.pick_datasets(fig.datasets):
-            for name, preset in DEFENSES:
+            for alpha, (name, preset) in itertools.product(scale.pick_fractions(fig.fractions),
+                                                           DEFENSES):
                 fields = {"optimizer": "adam", "attack": "ascent",
-                          "byzantine_fraction": ABLATION_FRACTION, "preset": preset}
+                          "byzantine_fraction": alpha, "preset": preset}
                 if change is None:
                     fields["rounds"] = ROUNDS_FACTOR * scale.rounds_for(d)
                 else:
@@ -425,33 +453,33 @@ for _fig in (
     Figure("4", "defenses", "fig:performance2",
            "Fig. 4: Precision@K of the defences under gradient ascent (Adam)",
            "defenses", _defense_builder("adam", "A-RFRS"), rows="alpha", cols="dataset",
-           series=_series("A-RFRS")),
+           series=_series("A-RFRS"), fractions=FRACTIONS),
     Figure("7", "frs-recall", "fig:recall_performance1", "Fig. 7: Recall@K of A-FRS and FMF",
            "frs", _build_frs, metric="recall", series=("A-FRS", "FMF")),
     Figure("8", "defenses-recall", "fig:recall_performance2",
            "Fig. 8: Recall@K of the defences under gradient ascent (Adam)",
            "defenses", _defense_builder("adam", "A-RFRS"), metric="recall", rows="alpha",
-           cols="dataset", series=_series("A-RFRS")),
+           cols="dataset", series=_series("A-RFRS"), fractions=FRACTIONS),
     Figure("10", "adam-sgd", "fig:adam_sgd", "Fig. 10: Precision@K of FRS based on Adam and SGD",
            "adam-sgd", _build_adam_sgd, series=("Adam", "SGD")),
     Figure("11", "momentum", "fig:momentum",
            "Fig. 11: Precision@K of the defences, SGD with momentum (S-RFRS)",
            "momentum", _defense_builder("momentum", "S-RFRS"), rows="dataset", cols="alpha",
-           series=_series("S-RFRS"), datasets=("lastfm", "ml100k")),
+           series=_series("S-RFRS"), datasets=("lastfm", "ml100k"), fractions=FRACTIONS),
     Figure("12", "adagrad", "fig:adagrad",
            "Fig. 12: Precision@K of the defences, AdaGrad (AG-RFRS)",
            "adagrad", _defense_builder("adagrad", "AG-RFRS"), rows="dataset", cols="alpha",
-           series=_series("AG-RFRS"), datasets=("lastfm", "ml100k")),
+           series=_series("AG-RFRS"), datasets=("lastfm", "ml100k"), fractions=FRACTIONS),
     *(Figure(name, name, "", f"Ablation of Fig. 4 (α = {ABLATION_FRACTION}): {title}", name,
              _ablation_builder(change), cols="dataset", series=_series("A-RFRS"),
-             datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS)
+             datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS, fractions=(ABLATION_FRACTION,))
       for name, title, change in ABLATIONS if change is not None),
     Figure("ablation-rounds", "ablation-rounds", "",
            f"Ablation of Fig. 4 (α = {ABLATION_FRACTION}) and Fig. 10 (α = 0): "
            f"{ROUNDS_FACTOR} times the rounds", "ablation-rounds", _ablation_builder(None),
            rows="alpha", cols="dataset",
            series=(*_series("A-RFRS"), *(name for name, _ in ADAM_SGD)),
-           datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS),
+           datasets=ABLATION_DATASETS, trials=ABLATION_TRIALS, fractions=(ABLATION_FRACTION,)),
 ):
     FIGURES.register(_fig.id, _fig)
 
@@ -633,15 +661,19 @@ def refuse_foreign_figures(out: pathlib.Path, files: Sequence[pathlib.Path]) -> 
 
 
 def whole_grid(fig: Figure, scale: Scale) -> list[RunSpec]:
-    """``fig``'s runs at ``scale`` on every dataset of the full figure and every one asked for,
-    in the figure's order: what its tables hold, whichever datasets a call runs.
+    """``fig``'s runs at ``scale`` on every dataset and Byzantine fraction of the full
+    figure and every one asked for, in the figure's order: what its tables hold,
+    whichever datasets and fractions a call runs.
 
-    A call restricted to some datasets (``--datasets lastfm``) thus leaves the runs
-    already recorded for the others in the directory's tables and figures, and two
-    calls that differ only in their datasets write the same tables.
+    A call restricted to some datasets (``--datasets lastfm``) or fractions
+    (``--alphas 0.4``) thus leaves the runs already recorded for the others in the
+    directory's tables and figures, and two calls that differ only in their datasets
+    or fractions write the same tables.
     """
     datasets = tuple(dict.fromkeys([*fig.datasets, *(scale.datasets or ())]))
-    return fig.runs(dataclasses.replace(scale, datasets=datasets))
+    fractions = (tuple(dict.fromkeys([*fig.fractions, *(scale.fractions or ())]))
+                 if fig.fractions else None)
+    return fig.runs(dataclasses.replace(scale, datasets=datasets, fractions=fractions))
 
 
 def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | None = None,
@@ -670,7 +702,8 @@ def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | Non
 def _build_ranking(fig: Figure, scale: Scale) -> list[RunSpec]:
     from rfrs_ref.experiments import ranking
 
-    return _grid(scale, ranking.cases(scale.pick_datasets(fig.datasets)))
+    return _grid(scale, ranking.cases(scale.pick_datasets(fig.datasets),
+                                      fractions=scale.pick_fractions(fig.fractions)))
 
 
 def _register_ranking() -> None:
@@ -680,7 +713,7 @@ def _register_ranking() -> None:
         ranking.NAME, ranking.NAME, "",
         "The defences ranked by Precision@5: every rule, with and without NNM, both detection "
         "spaces, gradient ascent and A-ra (Adam)", ranking.NAME, _build_ranking, kind="ranking",
-        datasets=ranking.DATASETS, trials=ranking.TRIALS))
+        datasets=ranking.DATASETS, trials=ranking.TRIALS, fractions=ranking.FRACTIONS))
 
 
 _register_ranking()

@@ -50,6 +50,21 @@ def test_reproduce_test_sized_figure_in_process(ex, tmp_path):
     assert res.exit_code == 0 and res.output.count(" to run ") == 2 and not other.exists()
 
 
+def test_reproduce_alphas_runs_the_fractions_given_and_refuses_what_is_not_one(tmp_path):
+    out = str(tmp_path / "o")
+    res = CliRunner().invoke(reproduce, ["4", "--quick", "--alphas", "0.4", "--dry-run",
+                                         "--out", out])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("α=0.4") == 10 and "α=0.2" not in res.output, res.output
+    for args, message in [(["4", "--alphas", "0.4,x"], "'x' in '0.4,x' is not a number"),
+                          (["4", "--alphas", "0.5,1"], "must lie in [0, 1), got 1.0"),
+                          (["3", "--alphas", "0.4"], "Fig. 3 (frs) compares no Byzantine")]:
+        res = CliRunner().invoke(reproduce, [*args, "--dry-run", "--out", out])
+        assert res.exit_code == 2 and "--alphas" in res.output and message in res.output, \
+            res.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_reproduce_no_run_tabulates_what_is_recorded_and_runs_nothing(ex, tmp_path):
     out = tmp_path / "fig10"
     args = ["10", "--quick", "--datasets", "synthetic", "--rounds", "3",

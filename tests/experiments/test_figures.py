@@ -302,3 +302,49 @@ def test_sweep_panels_never_average_several_byzantine_fractions_into_one_line(mo
                                 "label_preset": ["krum", "krum", "rfa", "rfa"]})
     plots.plot_sweep(sweep_table, tmp_path / "s")
     assert seen["rows"] is None
+
+
+def test_alphas_pick_and_order_the_fractions_of_a_grid():
+    """`--alphas 0.4,0.2` runs the figure's runs at those fractions, the first given first,
+    with the keys of the full grid's (so records are shared); the tables keep every one."""
+    from rfrs_ref.experiments.figures import whole_grid
+
+    fig = figure("4")
+    full = {r.key for r in fig.runs(Scale(datasets=("ml100k",)))}
+    picked = fig.runs(Scale(datasets=("ml100k",), fractions=(0.4, 0.2, 0.4)))
+    n = len(picked) // 2
+    assert len(picked) == 2 * 5 * FULL_TRIALS
+    assert [r.config.byzantine_fraction for r in picked] == [0.4] * n + [0.2] * n
+    assert {r.key for r in picked} <= full
+    assert [r.key for r in whole_grid(fig, Scale(fractions=(0.4,)))] == \
+        [r.key for r in whole_grid(fig, Scale())]
+    extra = whole_grid(fig, Scale(datasets=("ml100k",), fractions=(0.1,)))
+    assert {r.config.byzantine_fraction for r in extra} == {*FRACTIONS, 0.1}
+    assert {r.key for r in whole_grid(fig, Scale())} < {r.key for r in extra}
+
+
+def test_alphas_apply_to_the_ablations_and_the_ranking():
+    runs = figure("ablation-init").runs(Scale(fractions=(0.2,)))
+    assert runs and all(r.config.byzantine_fraction == 0.2 and r.config.init_scale == 1.0
+                        for r in runs)
+    rounds = figure("ablation-rounds").runs(Scale(datasets=("ml100k",), fractions=(0.3,)))
+    # Fig. 10's longer runs have no Byzantine client, whatever the fractions
+    assert {(r.labels["series"] in ("Adam", "SGD"), r.config.byzantine_fraction)
+            for r in rounds} == {(False, 0.3), (True, 0.0)}
+    ranking = figure("ranking").runs(Scale(datasets=("ml100k",), fractions=(0.4,)))
+    assert ranking and {r.config.byzantine_fraction for r in ranking} == {0.4}
+    assert len(ranking) * 2 == len(figure("ranking").runs(Scale(datasets=("ml100k",))))
+
+
+@pytest.mark.parametrize("fid", ["1", "2", "3", "7", "10"])
+def test_alphas_are_refused_by_a_figure_that_compares_no_fractions(fid):
+    with pytest.raises(ValueError, match=r"--alphas does not apply to it; it applies to 4, 8, 11"):
+        figure(fid).runs(Scale(fractions=(0.4,)))
+
+
+@pytest.mark.parametrize("fractions, message", [
+    ((), "no Byzantine fraction"), ((1.0,), "in \\[0, 1\\), got 1.0"),
+    ((-0.1,), "got -0.1"), ((math.nan,), "got nan"), ((math.inf,), "got inf")])
+def test_a_scale_refuses_fractions_outside_zero_one(fractions, message):
+    with pytest.raises(ValueError, match=message):
+        Scale(fractions=fractions)
