@@ -513,6 +513,7 @@ def run_sweep(
                              f"{foreign.name} in its output directory; move it away or choose "
                              "another output directory; nothing was run")
         refuse_links(store.path)
+        refuse_other_scale(store, table_specs)
         outcomes: dict[str, dict] = {}
         misplaced: dict[str, str] = {}  # key -> why its record is another run's
         compacted = False
@@ -726,6 +727,43 @@ def _not_a_result(outcome: dict, config) -> bool:
         return unfinished_reason(outcome, config.resolved()) is not None
     except (AttributeError, KeyError, TypeError, ValueError):  # a record not of this form
         return True
+
+
+def refuse_other_scale(store, table_specs: dict) -> None:
+    """Raise ValueError where ``store`` records finished runs (status ok or diverged, each its
+    own run's record) that the tables of this call would not hold.
+
+    A directory's tables hold the runs of one grid at one scale: a call at another scale
+    (``--trials 2`` into the directory of five trials, other ``--rounds``, a ``--set``) or
+    of another grid would rewrite them without those runs' rows, and nothing would say so.
+    A call restricted to some datasets or fractions tabulates the whole grid
+    (:func:`~rfrs_ref.experiments.figures.whole_grid`), so it keeps them and passes.
+    """
+    if not store.runs.is_dir():
+        return
+    outside = []
+    for d in sorted(store.runs.iterdir()):
+        if d.name in table_specs or not d.is_dir() or d.is_symlink():
+            continue
+        o = store.read_outcome(d.name)
+        if (o is not None and o.get("status") in ("ok", "diverged")
+                and _record_of_another_run(o, d.name) is None):
+            outside.append((d.name, o))
+    if not outside:
+        return
+    key, o = outside[0]
+    try:
+        c = RunSpec.from_json(o["spec"]).config
+        what = (f"{c.dataset}, α = {c.byzantine_fraction:g}, seed {c.seed}, "
+                f"{c.rounds} rounds")
+    except (KeyError, TypeError, ValueError, AttributeError):  # pragma: no cover - checked above
+        what = "a run"
+    raise ValueError(
+        f"{store.path} records {len(outside)} finished run(s) that this call's tables would "
+        f"not hold (the first {key}: {what}), so rewriting its tables would drop their rows: "
+        "they are runs of another scale (--trials, --rounds, --set) or another grid. Call it "
+        "at that directory's scale, or give this call a directory of its own (the default "
+        "--out names one per scale); nothing was run")
 
 
 def _record_of_another_run(outcome: dict, key: str) -> str | None:

@@ -142,9 +142,23 @@ def test_tables_hold_every_recorded_run_of_the_experiment_whatever_the_call(ex, 
         assert again.finished == 0
         for p, data in both.items():
             assert (tmp_path / p).read_bytes() == data, p
-    # without the whole grid, a call tabulates its own runs only
-    alone = run_sweep(second, tmp_path, workers=0, threads=1)
-    assert list(dict.fromkeys(alone.table["key"])) == [s.key for s in second]
+    # a call whose tables would not hold every recorded run (another scale, another grid)
+    # is refused before anything is written, rather than dropping their rows unsaid
+    for part, table in ((second, None), (first, first), (second, second)):
+        with pytest.raises(ValueError, match=r"records 2 finished run\(s\) that this call's "
+                                             r"tables would not hold .* nothing was run"):
+            run_sweep(part, tmp_path, workers=0, threads=1, table_runs=table)
+        for p, data in both.items():
+            assert (tmp_path / p).read_bytes() == data, p
+    # a failed run, a damaged record and another run's record copied in are not results:
+    # they neither count as runs the tables would drop nor stop the call
+    x = tmp_path.parent / (tmp_path.name + "-x")
+    shutil.copytree(tmp_path, x)
+    (x / "runs" / first[0].key / "outcome.json").write_text("{not json")
+    record = json.loads((x / "runs" / first[1].key / "outcome.json").read_text())
+    (x / "runs" / first[1].key / "outcome.json").write_text(
+        json.dumps({**record, "status": "failed"}))
+    assert run_sweep(second, x, workers=0, threads=1, run=False).finished == 0
 
 
 def test_a_figure_restricted_to_one_dataset_tabulates_the_others_recorded_runs():
