@@ -324,7 +324,8 @@ class Rule(abc.ABC):
         sel = np.arange(n) if rows is None else rows  # the candidates, in the kernel's order
         res = window_shared_combine(shared[0], shared[1], cls[sel], w[sel], mode=self.window, t=t)
         if res is None:
-            raise NeedsRows(f"{self.name}: a shared feature is not finite")
+            raise NeedsRows(f"{self.name}: a shared column holds a value that is not finite, "
+                            "or its weighted sum overflows")
         pieces.append(res[0])
         kept[sel] += res[1]
         D += np.shape(shared[0])[1]

@@ -617,7 +617,10 @@ def window_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray]
 
     Returns:
         ``(out, kept, nonfinite_kept)`` as :func:`coordinatewise_combine`, or None when
-        a feature is not finite (the caller runs the kernel on the expanded rows).
+        a feature is not finite, or an output is not (an upload that is not finite, a
+        float64 sum of values near ±1.8e308 that overflowed): the caller then runs the
+        kernel on the expanded rows, which counts the non-finite values it keeps and
+        combines an overflowing window without overflow, as it does for every round.
     """
     Fs = as_float_matrix(features, "features")
     cls = np.ascontiguousarray(cls, dtype=np.int64)
@@ -638,7 +641,7 @@ def window_shared_combine(features: np.ndarray, arrays: Mapping[str, np.ndarray]
         outs = tuple(np.empty(S, dtype=dt) for _ in ins)
         kept, finite = _window_shared_numba(Fs, ins, cls, outs, w, ranks, counts, MODES[mode], t,
                                             BLOCK, n_chunks(S, BLOCK))
-        if not finite:
+        if not finite or not all(np.isfinite(o).all() for o in outs):
             return None
         out.update(zip(names, outs))
     return out, kept, 0

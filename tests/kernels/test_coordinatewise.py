@@ -259,6 +259,28 @@ def test_shared_columns_give_the_kernel_on_the_expanded_rows(seed, n, classes, S
     assert got[2] == want[2] == 0
 
 
+@pytest.mark.parametrize("mode", ["trim", "closest", "nearest"])
+def test_shared_columns_whose_sum_overflows_or_whose_upload_is_not_finite_go_to_the_kernel(mode):
+    """A float64 window of values near ±1.8e308 whose weighted sum overflows, or an upload
+    that is not finite, is no result of the shared columns (it used to come out as inf,
+    counted as no non-finite value kept): None, so the caller runs the kernel on the
+    expanded rows, which combines the window without overflow and counts what it keeps."""
+    from rfrs_ref.kernels.coordinatewise import window_shared_combine
+
+    cls = np.array([0, 1, 0, 1, 1, 0, 1])
+    w = np.arange(1.0, 8.0)
+    F = np.array([[0.9 * DBL_MAX, 1.0], [0.8 * DBL_MAX, 2.0]])
+    assert window_shared_combine(F, {"x": F}, cls, w, mode=mode, t=1) is None
+    want = coordinatewise_combine(F[cls], {"x": F[cls]}, w, mode=mode, t=1)
+    assert np.isfinite(want[0]["x"]).all() and want[2] == 0
+    small = F / DBL_MAX
+    up = small.astype(np.float32)
+    up[1, 1] = np.inf
+    assert window_shared_combine(small, {"x": up}, cls, w, mode=mode, t=1) is None
+    assert coordinatewise_combine(small[cls], {"x": up[cls]}, w, mode=mode, t=1)[2] > 0
+    assert window_shared_combine(small, {"x": small}, cls, w, mode=mode, t=1) is not None
+
+
 def test_shared_columns_known_answer_and_refusals():
     from rfrs_ref.kernels.coordinatewise import shared_ranks, window_shared_combine
 
