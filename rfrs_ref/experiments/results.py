@@ -341,6 +341,18 @@ def runs_folder_above(out: str | os.PathLike) -> pathlib.Path | None:
     return None
 
 
+def figures_folder_above(out: str | os.PathLike) -> pathlib.Path | None:
+    """The ``figures/`` folder of a results directory that ``out`` is or lies inside, or
+    None: a folder named ``figures`` in a directory :func:`is_store` takes for a sweep's.
+    The sweep draws its figures there (and plot redraws them, whoever drew a file of that
+    name), so it is no place for a run's files. ``out`` is compared resolved."""
+    p = pathlib.Path(out).resolve()
+    for d in (p, *p.parents):
+        if d.name == "figures" and is_store(d.parent):
+            return d
+    return None
+
+
 def sweep_owned(out: str | os.PathLike) -> str | None:
     """Why no command but a run or a sweep may write into the directory ``out``, or None:
     the words that follow ``out`` in a refusal. ``out`` is or lies inside a run's directory
