@@ -407,6 +407,27 @@ def test_plot_refuses_a_table_value_that_is_not_a_metric(sweep_dir, tmp_path, va
     assert not (tmp_path / "fig" / "sweep.png").exists()
 
 
+@pytest.mark.parametrize("value", ["inf", "1.5", "-0.1"])
+def test_plot_refuses_a_run_at_no_byzantine_fraction(sweep_dir, tmp_path, value, refused):
+    # once: a run edited to α = inf was drawn, exit 0, in a panel "inf% Byzantine" of its own
+    out = sweep_dir / "out"
+    (out / "results.parquet").unlink(missing_ok=True)  # the CSV is the table read
+    key = sorted(p.name for p in (out / "runs").iterdir())[1]
+    first = None
+    for name in ("runs.csv", "results.csv"):  # both say the run's α (they must agree)
+        table = pd.read_csv(out / name)
+        table["alpha"] = table["alpha"].astype(object)
+        table.loc[table["key"] == key, "alpha"] = value
+        table.to_csv(out / name, index=False)
+        if name == "results.csv":
+            first = int((table["key"] == key).to_numpy().argmax()) + 2
+    for figure in ((), ("--figure", "4")):
+        refused(invoke("plot", out, *figure, "--out", tmp_path / "fig"),
+                str(out / "results.csv"), f"line {first}", f"alpha {float(value)!r}",
+                "not a Byzantine fraction")
+    assert not (tmp_path / "fig").exists()
+
+
 def test_n_counts_the_trials_in_the_mean():
     # NaN in an "ok" row means "not recorded" (a run made before the metric existed): pandas'
     # mean skips it, and n once counted every row, so a mean over 1 trial read "n = 2" (as in
