@@ -213,8 +213,9 @@ def _recorded(report, finished: str) -> str:
             + (f"{report.kept_failed} failed before (not retried), " if report.kept_failed else "")
             + (f"{report.no_result} recorded as finished or diverged without a result (a "
                "metric that is not a finite number in [0, 1], a final evaluation before the "
-               "last round, or a divergence at no round of the run or for no reason of the "
-               "trainer's; shown as failed, not retried), " if report.no_result else ""))
+               "last round, a beats_popularity its precision does not say, or a divergence "
+               "at no round of the run or for no reason of the trainer's; shown as failed, "
+               "not retried), " if report.no_result else ""))
 
 
 def _failed(report) -> bool:

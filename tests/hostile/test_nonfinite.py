@@ -266,6 +266,60 @@ def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, 
     assert "| 1 |" in (sweep_dir / "out" / "summary.md").read_text()
 
 
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), "yes", 1])
+def test_a_recorded_beats_popularity_its_metrics_do_not_say_is_no_result(sweep_dir, monkeypatch,
+                                                                          value):
+    # once: true (the model's P@5 below the popularity ranking's) went into runs.csv as
+    # True, NaN as an empty cell, and "yes" or inf stopped the tables with a traceback
+    from rfrs_ref.experiments.results import read_table
+
+    def change(o):
+        if value is True:
+            assert o["final"]["beats_popularity"] is False  # the tiny runs lose to popularity
+        o["final"]["beats_popularity"] = value
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-retry-failed",
+                 "--no-plot")
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "1 recorded as finished or diverged without a result" in res.output, res.output
+    run = read_table(sweep_dir / "out").query("key == @key")
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    assert "beats_popularity" in run["error"].iloc[0] and run["beats_popularity"].isna().all()
+
+
+@pytest.mark.parametrize("where, name, value", [
+    ("selection", "excluded_byzantine", "x"), ("selection", "excluded_honest", 1.5),
+    ("selection", "byzantine_share_kept", float("inf")), ("record", "wall_s", float("inf")),
+    ("record", "resumed_from", "x"), ("model", "n_users", "x")])
+def test_a_run_level_value_not_of_its_kind_is_left_empty(sweep_dir, monkeypatch, where, name,
+                                                         value):
+    # once: "x" or 1.5 in a count stopped the tables ("Error: invalid literal for int()",
+    # naming no file, or a traceback) until the record was moved away; inf was tabulated
+    import math
+
+    from rfrs_ref.experiments.results import RUNS_TABLE, read_table
+
+    column = {"n_users": "evaluated_clients"}.get(name, name)
+
+    def change(o):
+        target = {"selection": o["final"].setdefault("selection", {}), "record": o,
+                  "model": o["final"]["model"]}[where]
+        target[name] = value
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot")
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "2 skipped (already finished)" in res.output
+    runs = pd.read_csv(sweep_dir / "out" / f"{RUNS_TABLE}.csv")
+    assert runs.loc[runs["key"] == key, column].isna().all()
+    table = read_table(sweep_dir / "out")
+    assert (table.loc[table["key"] == key, "status"] == "ok").all()
+    assert all(math.isfinite(v) for v in runs["wall_s"].dropna())
+
+
 def _ok_rows(sweep_dir):
     from rfrs_ref.experiments.results import read_table
 
