@@ -160,6 +160,31 @@ def test_resume_of_a_finished_run_never_shows_a_non_finite_result(run_copy, tamp
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("beats_popularity", float("nan"), "beats_popularity is nan"),
+    ("beats_popularity", "no", "beats_popularity is 'no'"),
+    ("beats_popularity", "flip", "which its precision@5"),
+    ("byzantine_share_sampled", float("nan"), "byzantine_share_sampled is nan"),
+    ("byzantine_share_kept", "x", "byzantine_share_kept is 'x'")])
+def test_resume_of_a_finished_run_never_says_what_its_metrics_do_not(run_copy, field, value,
+                                                                      said, refused):
+    # it once printed "the model beats the popularity ranking" for a beats_popularity of NaN
+    # or "no" (truthy), or the opposite of its numbers; a share of "x" was a traceback
+    path = run_copy / "final_metrics.json"
+    final = json.loads(path.read_text())
+    if field == "beats_popularity":
+        final[field] = (not final[field]) if value == "flip" else value
+    else:
+        final["selection"][field] = value
+        final["selection"]["byzantine_share_sampled"] = final["selection"].get(
+            "byzantine_share_sampled") if field != "byzantine_share_kept" else 0.5
+    path.write_text(json.dumps(final))
+    before = path.read_bytes()
+    refused(invoke("train", "--resume", run_copy), "final_metrics.json", said,
+            never="the model beats")
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("array", ["theta", "m"])
 def test_resume_of_a_finished_run_with_a_non_finite_state(run_copy, array, refused):
     def poison(z):
