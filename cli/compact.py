@@ -46,19 +46,24 @@ def compact(results):
 
 
 def _directories(results) -> list[pathlib.Path]:
-    """The results directories named: each argument holding ``runs/``, else each folder in
-    it that does (sorted); an argument that is neither is a usage error."""
+    """The results directories named: each argument that a sweep wrote (``is_store``), else
+    each folder in it that is one (sorted); an argument that is neither is a usage error. A
+    folder of yours that merely holds a ``runs/`` (``rfrs-ref train``'s default place for
+    runs) is no results directory: its files are not a sweep's records to replace."""
+    from rfrs_ref.experiments.results import is_store
+
     found = []
     for arg in results:
         path = pathlib.Path(arg)
-        if (path / "runs").is_dir() or (path / "runs").is_symlink():
+        if is_store(path):
             found.append(path)
             continue
         inner = sorted(d for d in path.iterdir()
-                       if not d.is_symlink() and d.is_dir() and (d / "runs").is_dir())
+                       if not d.is_symlink() and d.is_dir() and is_store(d))
         if not inner:
             raise click.BadParameter(f"{path} is not a results directory (no runs/ folder of "
-                                     "run records) and holds none; nothing was changed",
+                                     "run records beside a sweep's tables or provenance.json) "
+                                     "and holds none; nothing was changed",
                                      param_hint="RESULTS")
         found += inner
     return found

@@ -213,8 +213,9 @@ def _recorded(report, finished: str) -> str:
             + (f"{report.kept_failed} failed before (not retried), " if report.kept_failed else "")
             + (f"{report.no_result} recorded as finished or diverged without a result (a "
                "metric that is not a finite number in [0, 1], a final evaluation before the "
-               "last round, or a divergence at no round of the run or for no reason of the "
-               "trainer's; shown as failed, not retried), " if report.no_result else ""))
+               "last round, a beats_popularity its precision does not say, or a divergence "
+               "at no round of the run or for no reason of the trainer's; shown as failed, "
+               "not retried), " if report.no_result else ""))
 
 
 def _failed(report) -> bool:
@@ -495,7 +496,8 @@ _TABLE_COLUMNS = ("key", "status", "k", "metric", "value")
 def _results_table(path: pathlib.Path):
     """The results table at ``path`` (a results directory, its results.csv or .parquet),
     refused in one line saying what to give when the file is some other table (a run's
-    metrics.csv), instead of failing later on a column it lacks."""
+    metrics.csv), instead of failing later on a column it lacks; a run's row whose α or K
+    is no number of a run is refused (:func:`~rfrs_ref.experiments.claims.check_cells`)."""
     from rfrs_ref.experiments.results import read_table, table_source
 
     table = read_table(path)
@@ -505,6 +507,10 @@ def _results_table(path: pathlib.Path):
         raise ValueError(f"{source}: not a results table of rfrs-ref (without the column(s) "
                          f"{', '.join(missing)}); give a results directory that `rfrs-ref "
                          "reproduce` or `rfrs-ref sweep` wrote, or its results.csv")
+    from rfrs_ref.experiments.claims import check_cells
+
+    # a run at α = inf was drawn in a panel "inf% Byzantine" of its own, exit 0
+    check_cells(table)
     return table
 
 
@@ -588,7 +594,7 @@ def plot(results, figure_name, out):
     try:
         table = _results_table(path)
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(_table_error(exc, path)) from exc
     _check_series(fig, table, path)
     out = pathlib.Path(out) if out else base / "figures"
     # a shared hold on the figures' directory: other plots may write beside ours, but not

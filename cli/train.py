@@ -230,9 +230,11 @@ def _refuse_out_in_a_run_directory(run_dir: pathlib.Path) -> None:
     """A new run's ``--out`` may be neither a sweep's results directory (``RESULTS``) nor one
     of its run directories (``RESULTS/runs/<key>``, whether or not that run has started:
     the sweep clears the directory when the run starts again, and would wipe this one) nor
-    lie inside any run's directory; refused before anything is written. (Continuing a
+    lie inside any run's directory, nor lie in a results directory's ``figures/`` (where its
+    sweep draws); refused before anything is written. (Continuing a
     sweep's run by hand, ``--resume RESULTS/runs/<key>``, is that run's own.)"""
-    from rfrs_ref.experiments.results import (is_store, run_directory_above, runs_folder_above,
+    from rfrs_ref.experiments.results import (figures_folder_above, is_store,
+                                              run_directory_above, runs_folder_above,
                                               store_of_run_directory)
 
     if is_store(run_dir):
@@ -256,6 +258,13 @@ def _refuse_out_in_a_run_directory(run_dir: pathlib.Path) -> None:
         raise click.UsageError(f"--out {run_dir} lies inside {runs}, the runs/ folder of the "
                                f"results directory {runs.parent}, which holds only the run "
                                "directories of its sweep; give a directory outside it")
+    figures = figures_folder_above(run_dir)
+    if figures is not None:
+        # the sweep redraws its figures there, and a plot into a run's directory is refused:
+        # the results directory's figures could no longer be drawn
+        raise click.UsageError(f"--out {run_dir} lies inside {figures}, the figures/ folder "
+                               f"of the results directory {figures.parent}, where its sweep "
+                               "draws its figures; give a directory outside it")
 
 
 def _refuse_trace_among_run_files(trace: pathlib.Path, run_dir: pathlib.Path) -> None:

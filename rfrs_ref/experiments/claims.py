@@ -217,6 +217,47 @@ def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> flo
     return f
 
 
+def check_cells(table) -> None:
+    """Refuse, with :class:`TableError` naming the line, a row of a finished or diverged run
+    (status ``ok`` or ``diverged``) whose ``alpha`` is not a Byzantine fraction (a finite
+    number in [0, 1)), and a metric row of a finished run whose ``k`` is not a whole number
+    ≥ 1 (a column the table lacks is not checked). Such a row belongs to no cell that is
+    judged or drawn: NaN matched no fraction and no K, so
+    its seed was dropped from the comparison without a word (a claim "held" on the seeds
+    left), and ±inf made a cell of its own; a run's fraction and K are numbers by
+    construction."""
+    import pandas as pd
+
+    t = table
+    scol = next((c for c in ("label_series", "method") if c in t.columns), None)
+
+    def cell(i, col):
+        v = t.at[i, col]
+        return v.item() if isinstance(v, np.generic) else v  # 2, not np.int64(2)
+
+    def refuse(i, what: str) -> None:
+        series = f"series {cell(i, scol)!r}, " if scol is not None else ""
+        seed = f"seed {cell(i, 'seed')!r}: " if "seed" in t.columns else ""
+        raise TableError(f"{_line(t, i)}{series}{seed}{what}")
+
+    if "alpha" in t.columns:
+        alpha = pd.to_numeric(t["alpha"], errors="coerce").astype(float)
+        bad = (t["status"].isin(("ok", "diverged"))
+               & ~(np.isfinite(alpha) & (alpha >= 0.0) & (alpha < 1.0)))
+        if bad.any():
+            i = t.index[bad][0]
+            refuse(i, f"alpha {cell(i, 'alpha')!r} is not a Byzantine fraction in [0, 1) (a "
+                      "run's fraction is one; this row lies in no cell of the results)")
+    k = pd.to_numeric(t["k"], errors="coerce").astype(float)
+    bad = ((t["status"] == "ok") & t["metric"].notna()
+           & ~(np.isfinite(k) & (k >= 1) & (np.mod(k, 1) == 0)))
+    if bad.any():
+        i = t.index[bad][0]
+        refuse(i, f"{cell(i, 'metric')} at k {cell(i, 'k')!r}: K is not a whole number ≥ 1 "
+                  "(a metric row of a finished run records its K; this row lies at no K of the "
+                  "results)")
+
+
 def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> set:
     """The seeds on which ``series`` diverged, in one cell (dataset, α).
 
@@ -605,6 +646,7 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
 
 def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False,
                 figure_id: str | None = None) -> list[Row]:
+    check_cells(table)
     scol = "label_series" if "label_series" in table.columns else "method"
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
     rows = []

@@ -217,11 +217,12 @@ def gzip_records(out: str | os.PathLike) -> CompactReport:
     meanwhile.
 
     Raises:
-        ValueError: ``out`` is not a results directory (no ``runs/``), or ``runs/`` is a link.
+        ValueError: ``out`` is not a results directory a sweep wrote (no ``runs/``, or
+            neither a sweep's tables nor ``provenance.json`` beside it), or ``runs/`` is a link.
         rfrs_ref.experiments.results.StoreLocked: a sweep holds the directory.
     """
-    from rfrs_ref.experiments.results import (OUTCOME, OUTCOME_GZ, gzip_bytes, record_bytes,
-                                              store_lock, two_records)
+    from rfrs_ref.experiments.results import (OUTCOME, OUTCOME_GZ, gzip_bytes, is_store,
+                                              record_bytes, store_lock, two_records)
     from rfrs_ref.files import atomic_write
     from rfrs_ref.untrusted import parse_json
 
@@ -231,9 +232,12 @@ def gzip_records(out: str | os.PathLike) -> CompactReport:
         raise ValueError(f"{runs} is a link (to {os.readlink(runs)}); rfrs-ref compresses the "
                          "records inside the results directory it is given, never through a "
                          "link; nothing was changed")
-    if not runs.is_dir():
+    if not runs.is_dir() or not is_store(out):
+        # a folder of the user's with a runs/ of its own (train's default place for runs) is
+        # not a sweep's: its files are not records to replace
         raise ValueError(f"{out} is not a results directory (it has no runs/ folder of run "
-                         "records); nothing was changed")
+                         "records beside a sweep's tables or provenance.json); nothing was "
+                         "changed")
     report = CompactReport()
     with store_lock(out):
         for d in sorted(runs.iterdir()):

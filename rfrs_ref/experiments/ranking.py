@@ -42,7 +42,7 @@ import os
 import pathlib
 from typing import Sequence
 
-from rfrs_ref.experiments.claims import CONFIDENCE, _values, paired_difference
+from rfrs_ref.experiments.claims import CONFIDENCE, _values, check_cells, paired_difference
 
 NAME = "ranking"
 DATASETS = ("lastfm", "ml100k")
@@ -118,6 +118,7 @@ def _prepare(table):
         raise ValueError(f"not a results table of the ranking experiment (missing column(s) "
                          f"{', '.join(missing)}); give the directory written by "
                          "rfrs-ref reproduce ranking")
+    check_cells(table)  # a row of no fraction or no K is refused, not dropped
     t = table.copy()
     t["_cell"] = [_resolve(_key(r, s, p)) for r, s, p in zip(t["label_series"].astype(str),
                                                                 t["label_space"].astype(str),

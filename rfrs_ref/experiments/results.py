@@ -341,6 +341,18 @@ def runs_folder_above(out: str | os.PathLike) -> pathlib.Path | None:
     return None
 
 
+def figures_folder_above(out: str | os.PathLike) -> pathlib.Path | None:
+    """The ``figures/`` folder of a results directory that ``out`` is or lies inside, or
+    None: a folder named ``figures`` in a directory :func:`is_store` takes for a sweep's.
+    The sweep draws its figures there (and plot redraws them, whoever drew a file of that
+    name), so it is no place for a run's files. ``out`` is compared resolved."""
+    p = pathlib.Path(out).resolve()
+    for d in (p, *p.parents):
+        if d.name == "figures" and is_store(d.parent):
+            return d
+    return None
+
+
 def sweep_owned(out: str | os.PathLike) -> str | None:
     """Why no command but a run or a sweep may write into the directory ``out``, or None:
     the words that follow ``out`` in a refusal. ``out`` is or lies inside a run's directory
@@ -810,9 +822,26 @@ def _config_columns(config) -> dict:
     return row
 
 
+def _count(v) -> int | None:
+    """A record's count or round (untrusted JSON) for an integer column: an int, else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _share(v, upper: float = 1.0) -> float | None:
+    """A record's fraction (or, with ``upper`` inf, a time) for a float column: a finite
+    number in [0, upper], else None (NaN, ±inf, text: no such value is tabulated)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return v if ok and 0.0 <= v <= upper else None
+
+
 def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[dict]:
     """The tidy rows of one run (one per K × metric; a single row for a failed or
-    diverged run)."""
+    diverged run).
+
+    The run-level columns read from the record (untrusted JSON) hold only values of their
+    kind: a count or round that is not an integer, a share that is not a finite number in
+    [0, 1], a wall time that is not a finite number ≥ 0, a ``beats_popularity`` that is not
+    a boolean is left empty, neither tabulated nor a reason for the tables to fail."""
     try:
         config = spec.config.resolved()
     except Exception:  # noqa: BLE001 - an invalid configuration is reported as given
@@ -823,9 +852,11 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
         "seed": config.seed, **_config_columns(config),
         "status": run_status(outcome, getattr(config, "rounds", None)),
         "error": outcome.get("error"),
-        "traceback": outcome.get("traceback"), "wall_s": outcome.get("wall_s"),
+        "traceback": outcome.get("traceback"),
+        "wall_s": _share(outcome.get("wall_s"), math.inf),
         "started": outcome.get("started"), "finished": outcome.get("finished"),
-        "worker": _worker(outcome.get("worker")), "resumed_from": outcome.get("resumed_from"),
+        "worker": _worker(outcome.get("worker")),
+        "resumed_from": _count(outcome.get("resumed_from")),
         "version": (outcome.get("versions") or {}).get("rfrs_ref"),
         "run_dir": f"runs/{key}",
     }
@@ -838,13 +869,13 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
     final = outcome.get("final") or {}
     sel = final.get("selection") or {}
     base.update({
-        "final_round": final.get("round"),
-        "beats_popularity": final.get("beats_popularity"),
-        "byzantine_share_sampled": sel.get("byzantine_share_sampled"),
-        "byzantine_share_kept": sel.get("byzantine_share_kept"),
-        "excluded_byzantine": sel.get("excluded_byzantine"),
-        "excluded_honest": sel.get("excluded_honest"),
-        "evaluated_clients": (final.get("model") or {}).get("n_users"),
+        "final_round": _count(final.get("round")),
+        "beats_popularity": b if isinstance(b := final.get("beats_popularity"), bool) else None,
+        "byzantine_share_sampled": _share(sel.get("byzantine_share_sampled")),
+        "byzantine_share_kept": _share(sel.get("byzantine_share_kept")),
+        "excluded_byzantine": _count(sel.get("excluded_byzantine")),
+        "excluded_honest": _count(sel.get("excluded_honest")),
+        "evaluated_clients": _count((final.get("model") or {}).get("n_users")),
     })
     if outcome.get("status") in ("ok", "diverged"):
         reason = unfinished_reason(outcome, config)
@@ -857,6 +888,7 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
                 else "the run is not counted as diverged")
             base.pop("diverged_round", None)
             base.pop("diverged_reason", None)
+            base["beats_popularity"] = None  # no result beats anything
             return [{**base, "k": None, "metric": None, "value": None}]
     if outcome.get("status") != "ok":
         return [{**base, "k": None, "metric": None, "value": None}]
@@ -954,6 +986,17 @@ def unfinished_reason(outcome: Mapping, config) -> str | None:
         # a finished run's metrics are finite numbers by construction (a non-finite score
         # makes the run diverge)
         return f"records {bad[0]} = {bad[1]!r}, not a finite number in [0, 1]"
+    beats = final.get("beats_popularity")
+    if beats is not None:
+        # the trainer writes whether the model's precision@max K beats the popularity
+        # ranking's: a record that says otherwise (or NaN, "yes") says what no run said
+        kmax = max(config.ks)
+        model = (final.get("model") or {}).get(f"precision@{kmax}")
+        pop = (final.get("popularity") or {}).get(f"precision@{kmax}")
+        if not isinstance(beats, bool) or (model is not None and pop is not None
+                                           and beats != (model > pop)):
+            return (f"records beats_popularity = {beats!r}, which its precision@{kmax} "
+                    f"({model!r} against the popularity ranking's {pop!r}) does not say")
     return None
 
 

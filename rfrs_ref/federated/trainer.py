@@ -982,7 +982,9 @@ class RunDirectory:
         """The final evaluation of a run that finished, once its files prove it finished
         with a finite model: the checkpoint and tables (:meth:`check_resumable`), a
         ``final_metrics.json`` whose model and popularity metrics are all finite numbers,
-        and a ``state.npz`` whose arrays are all finite. Writes nothing.
+        whose ``beats_popularity`` is the boolean its precision at the largest K says and
+        whose Byzantine shares are numbers in [0, 1], and a ``state.npz`` whose arrays are
+        all finite. Writes nothing.
 
         Raises :class:`CheckpointError` naming the file otherwise: a NaN or ±inf read back
         from a finished run (a damaged or edited file) is never shown as its result.
@@ -1006,6 +1008,25 @@ class RunDirectory:
         if bad:
             raise CheckpointError(f"{path}: {bad[0]} is {values[bad[0]]!r}, not a finite number "
                                   f"({len(bad)} such value(s)); {restore}")
+        # what the summary prints besides the metrics: whether the model beats the popularity
+        # ranking (the trainer writes the comparison of precision at the largest K) and the
+        # Byzantine shares; a NaN or "no" read back printed "beats", true is checked too
+        kmax = max(trainer.config.ks)
+        mine, popular = (final[part].get(f"precision@{kmax}") for part in ("model", "popularity"))
+        beats = final["beats_popularity"]
+        says = mine > popular if mine is not None and popular is not None else None
+        if not isinstance(beats, bool) or beats != says:
+            raise CheckpointError(f"{path}: beats_popularity is {beats!r}, which its "
+                                  f"precision@{kmax} ({mine!r} against the popularity ranking's "
+                                  f"{popular!r}) does not say; {restore}")
+        sel = final["selection"]
+        shares = {n: sel.get(n) for n in ("byzantine_share_sampled", "byzantine_share_kept")} \
+            if isinstance(sel, dict) else {"selection": sel}
+        bad = [n for n, v in shares.items() if isinstance(v, bool)
+               or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0]
+        if bad:
+            raise CheckpointError(f"{path}: {bad[0]} is {shares[bad[0]]!r}, not a share in "
+                                  f"[0, 1]; {restore}")
         problem = _resilience_problem(final.get("resilience"), final.get("resilience_non_finite"))
         if problem:
             raise CheckpointError(f"{path}: {problem}; {restore}")

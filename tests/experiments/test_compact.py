@@ -160,6 +160,24 @@ def test_the_command_takes_folders_of_results_and_refuses_what_is_none(tmp_path)
     assert res.exit_code == 2 and "not a results directory" in res.output
 
 
+def test_a_users_folder_with_a_runs_folder_of_its_own_is_left_as_it_is(tmp_path):
+    # `compact PROJECT` (or a folder holding it) where PROJECT/runs/ is the user's own (train's
+    # default place for runs) replaced the user's runs/exp/outcome.json by a .gz and removed it
+    project = tmp_path / "project"
+    mine = project / "runs" / "exp"
+    mine.mkdir(parents=True)
+    (mine / OUTCOME).write_text('{"my": "notes"}\n')
+    runner = CliRunner()
+    for arg in (project, tmp_path):
+        res = runner.invoke(main, ["compact", str(arg)])
+        assert res.exit_code == 2 and "not a results directory" in res.output, res.output
+    with pytest.raises(ValueError, match="not a results directory"):
+        gzip_records(project)
+    assert sorted(p.name for p in mine.iterdir()) == [OUTCOME]
+    assert (mine / OUTCOME).read_text() == '{"my": "notes"}\n'
+    assert not (project / ".lock").exists()
+
+
 def test_a_directory_a_sweep_holds_is_refused(tmp_path):
     from rfrs_ref.experiments.results import StoreLocked, store_lock
 

@@ -160,6 +160,31 @@ def test_resume_of_a_finished_run_never_shows_a_non_finite_result(run_copy, tamp
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("beats_popularity", float("nan"), "beats_popularity is nan"),
+    ("beats_popularity", "no", "beats_popularity is 'no'"),
+    ("beats_popularity", "flip", "which its precision@5"),
+    ("byzantine_share_sampled", float("nan"), "byzantine_share_sampled is nan"),
+    ("byzantine_share_kept", "x", "byzantine_share_kept is 'x'")])
+def test_resume_of_a_finished_run_never_says_what_its_metrics_do_not(run_copy, field, value,
+                                                                      said, refused):
+    # it once printed "the model beats the popularity ranking" for a beats_popularity of NaN
+    # or "no" (truthy), or the opposite of its numbers; a share of "x" was a traceback
+    path = run_copy / "final_metrics.json"
+    final = json.loads(path.read_text())
+    if field == "beats_popularity":
+        final[field] = (not final[field]) if value == "flip" else value
+    else:
+        final["selection"][field] = value
+        final["selection"]["byzantine_share_sampled"] = final["selection"].get(
+            "byzantine_share_sampled") if field != "byzantine_share_kept" else 0.5
+    path.write_text(json.dumps(final))
+    before = path.read_bytes()
+    refused(invoke("train", "--resume", run_copy), "final_metrics.json", said,
+            never="the model beats")
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("array", ["theta", "m"])
 def test_resume_of_a_finished_run_with_a_non_finite_state(run_copy, array, refused):
     def poison(z):
@@ -264,6 +289,60 @@ def test_a_recorded_non_finite_metric_is_never_a_result(sweep_dir, monkeypatch, 
     row = _summary_row(sweep_dir, "precision", 1)
     assert row["n"] == 1 and np.isfinite(row["mean"])
     assert "| 1 |" in (sweep_dir / "out" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), "yes", 1])
+def test_a_recorded_beats_popularity_its_metrics_do_not_say_is_no_result(sweep_dir, monkeypatch,
+                                                                          value):
+    # once: true (the model's P@5 below the popularity ranking's) went into runs.csv as
+    # True, NaN as an empty cell, and "yes" or inf stopped the tables with a traceback
+    from rfrs_ref.experiments.results import read_table
+
+    def change(o):
+        if value is True:
+            assert o["final"]["beats_popularity"] is False  # the tiny runs lose to popularity
+        o["final"]["beats_popularity"] = value
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-retry-failed",
+                 "--no-plot")
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "1 recorded as finished or diverged without a result" in res.output, res.output
+    run = read_table(sweep_dir / "out").query("key == @key")
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    assert "beats_popularity" in run["error"].iloc[0] and run["beats_popularity"].isna().all()
+
+
+@pytest.mark.parametrize("where, name, value", [
+    ("selection", "excluded_byzantine", "x"), ("selection", "excluded_honest", 1.5),
+    ("selection", "byzantine_share_kept", float("inf")), ("record", "wall_s", float("inf")),
+    ("record", "resumed_from", "x"), ("model", "n_users", "x")])
+def test_a_run_level_value_not_of_its_kind_is_left_empty(sweep_dir, monkeypatch, where, name,
+                                                         value):
+    # once: "x" or 1.5 in a count stopped the tables ("Error: invalid literal for int()",
+    # naming no file, or a traceback) until the record was moved away; inf was tabulated
+    import math
+
+    from rfrs_ref.experiments.results import RUNS_TABLE, read_table
+
+    column = {"n_users": "evaluated_clients"}.get(name, name)
+
+    def change(o):
+        target = {"selection": o["final"].setdefault("selection", {}), "record": o,
+                  "model": o["final"]["model"]}[where]
+        target[name] = value
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot")
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "2 skipped (already finished)" in res.output
+    runs = pd.read_csv(sweep_dir / "out" / f"{RUNS_TABLE}.csv")
+    assert runs.loc[runs["key"] == key, column].isna().all()
+    table = read_table(sweep_dir / "out")
+    assert (table.loc[table["key"] == key, "status"] == "ok").all()
+    assert all(math.isfinite(v) for v in runs["wall_s"].dropna())
 
 
 def _ok_rows(sweep_dir):
@@ -405,6 +484,27 @@ def test_plot_refuses_a_table_value_that_is_not_a_metric(sweep_dir, tmp_path, va
     refused(invoke("plot", out, "--out", tmp_path / "fig"), str(path), f"line {i + 1}",
             "precision@5", said)
     assert not (tmp_path / "fig" / "sweep.png").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "1.5", "-0.1"])
+def test_plot_refuses_a_run_at_no_byzantine_fraction(sweep_dir, tmp_path, value, refused):
+    # once: a run edited to α = inf was drawn, exit 0, in a panel "inf% Byzantine" of its own
+    out = sweep_dir / "out"
+    (out / "results.parquet").unlink(missing_ok=True)  # the CSV is the table read
+    key = sorted(p.name for p in (out / "runs").iterdir())[1]
+    first = None
+    for name in ("runs.csv", "results.csv"):  # both say the run's α (they must agree)
+        table = pd.read_csv(out / name)
+        table["alpha"] = table["alpha"].astype(object)
+        table.loc[table["key"] == key, "alpha"] = value
+        table.to_csv(out / name, index=False)
+        if name == "results.csv":
+            first = int((table["key"] == key).to_numpy().argmax()) + 2
+    for figure in ((), ("--figure", "4")):
+        refused(invoke("plot", out, *figure, "--out", tmp_path / "fig"),
+                str(out / "results.csv"), f"line {first}", f"alpha {float(value)!r}",
+                "not a Byzantine fraction")
+    assert not (tmp_path / "fig").exists()
 
 
 def test_n_counts_the_trials_in_the_mean():

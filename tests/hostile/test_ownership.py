@@ -762,6 +762,24 @@ def test_train_never_writes_into_a_results_directory(tmp_path, tiny_sweep, refus
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.parametrize("inside", ["figures", "figures/mine"])
+def test_train_never_writes_into_a_results_directorys_figures_folder(tmp_path, tiny_sweep, inside,
+                                                                     refused):
+    # `train --out RESULTS/figures` made the folder where the sweep draws a run directory:
+    # the next sweep into RESULTS wrote its tables and stopped with "--out RESULTS/figures is
+    # or lies inside the run directory", and no figure of the results could be drawn again
+    spec, key, _ = _source(tmp_path, tiny_sweep)
+    store = tmp_path / "src"
+    out = store / inside
+    before = files(store)
+    refused(invoke("train", *SMALL, "--rounds", 1, "--out", out), f"--out {out}",
+            "the figures/ folder of the results directory")
+    assert files(store) == before
+    res = invoke("sweep", spec, "--out", store, "--workers", 0)
+    assert res.exit_code == 0, res.output
+    assert (store / "figures" / "sweep.png").is_file()
+
+
 def test_train_may_write_beside_a_users_own_results_csv(tmp_path):
     # a folder of the user's with a results.csv of its own (not a sweep's) is no results
     # directory: a run goes there as before

@@ -52,6 +52,20 @@ def test_a_value_that_is_no_metric_is_refused(tmp_path, value, refused):
     refused(res, path, f"line {i + 2}", "trmean", "seed 1")
 
 
+@pytest.mark.parametrize("column, value", [("alpha", float("nan")), ("alpha", float("inf")),
+                                           ("alpha", -0.2), ("k", float("nan")),
+                                           ("k", float("inf"))])
+def test_a_row_of_no_fraction_or_no_k_is_refused_not_dropped(tmp_path, column, value, refused):
+    """trmean's seed 1 with α or K NaN matched no cell: trmean ranked on two seeds, exit 0; with
+    α = inf it was ranked first in a cell 'α = inf' of its own."""
+    rows = _rows(GOOD)
+    i = next(i for i, r in enumerate(rows) if r["label_series"] == "trmean" and r["seed"] == 1)
+    rows[i][column] = value
+    res, path = _ranking(tmp_path, rows)
+    refused(res, path, f"line {i + 2}", "trmean", "seed 1",
+            "alpha" if column == "alpha" else "K is not a whole number")
+
+
 def test_a_seed_recorded_twice_is_refused(tmp_path, refused):
     """Averaged into trmean's mean before: its rank came from four runs over three seeds."""
     res, path = _ranking(tmp_path, _rows(GOOD) + _rows({("trmean", "gradient", 0): 0.9}))

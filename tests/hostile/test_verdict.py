@@ -72,6 +72,19 @@ def test_a_value_that_is_no_metric_is_refused(tmp_path, value, fragment, refused
              "seed 2", fragment)
 
 
+@pytest.mark.parametrize("column, value", [("alpha", float("nan")), ("alpha", float("inf")),
+                                           ("alpha", 1.5), ("alpha", "x"), ("k", float("nan")),
+                                           ("k", float("inf")), ("k", 2.5)])
+def test_a_row_of_no_fraction_or_no_k_is_refused_not_dropped(tmp_path, column, value, refused):
+    """SGD's seed 2 with α or K NaN matched no cell: the claim 'held' on the 4 seeds left,
+    exit 0; with α = inf it also made a row of its own."""
+    rows = _rows(GOOD)
+    i = next(i for i, r in enumerate(rows) if r["label_series"] == "SGD" and r["seed"] == 2)
+    rows[i][column] = value
+    refused(_verdict(_store(tmp_path, rows)), "adam-sgd/results.csv", f"line {i + 2}", "'SGD'",
+            "seed 2", "alpha" if column == "alpha" else "K is not a whole number")
+
+
 def test_a_metric_the_tables_take_is_one_the_verdict_takes(tmp_path):
     """One bound for a metric (results.METRIC_MAX): an NDCG that rounds 5e-10 above 1, which
     the tables count as a finished run's, was refused by the verdict as no metric."""
