@@ -889,3 +889,15 @@ def test_a_keyboard_interrupt_of_the_user_still_stops_the_python_api():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("rule, cls, option", [("cc", "CenteredClipping", "tau=NaN"),
+                                               ("cc", "CenteredClipping", "tau=1e999"),
+                                               ("cc", "CenteredClipping", "iterations=0"),
+                                               ("rfa", "RFA", "nu=-1")])
+def test_an_rfrs_rule_option_it_rejects_is_one_line(rule, cls, option):
+    """--adapter rfrs builds rfrs-ref's rule from --option: a value the rule rejects (a NaN or
+    infinite τ) ended the run with the rule's traceback instead of a one-line refusal."""
+    res = _cli("--rule", rule, "--callable", f"rfrs_ref.aggregate:{cls}", "--adapter", "rfrs",
+               "--option", option, "--max-examples", "1")
+    _refused(res, option.split("=")[0])
