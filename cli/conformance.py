@@ -319,7 +319,7 @@ def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, 
         name = adapter or A.guess_adapter(target, obj)
         try:
             fn = A.adapt(obj, name, **opts)
-        except (A.AdapterError, TypeError) as exc:
+        except (A.AdapterError, TypeError, ValueError, KeyError) as exc:  # a hyperparameter it rejects
             raise click.ClickException(str(exc)) from exc
         ref_opts = _parse_options(rule_options, "--rule-option")
         if not ref_opts and name == "rfrs":  # rfrs-ref's rule compared with itself, same options

@@ -1536,6 +1536,11 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
             ok = expected == got
         else:
             ok = agreement.agrees(expected, got, *((0.0, 0.0) if exact else (rtol, atol)))
+            if ok and exact and math.isfinite(agreement.as_float(expected)) \
+                    and math.isfinite(agreement.as_float(got)):
+                # Python compares an int and a float by value, exactly: 2**53 + 1 is not the
+                # float 2**53, which it rounds to in float64
+                ok = expected == got
         if ok:
             return None
         tol = None if exact else float(agreement.tolerance(agreement.as_float(expected), rtol, atol))
@@ -1592,6 +1597,12 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
         bad = e != g  # integers beyond 2**53 would collide in float64
     elif how == "exact" or e.dtype.kind in "iub" or g.dtype.kind in "iub":
         bad = agreement.disagree(e, g)  # an integer on either side is compared exactly
+        if (e.dtype.kind in "iu") != (g.dtype.kind in "iu"):
+            # in float64 an int64 beyond 2**53 rounds to a float it is not: compare the
+            # finite pairs as Python numbers, an int and a float by value, exactly
+            with np.errstate(invalid="ignore"):
+                fin = np.isfinite(e.astype(np.float64)) & np.isfinite(g.astype(np.float64))
+            bad = bad | (fin & (e.astype(object) != g.astype(object)))
     else:
         bad = agreement.disagree(e, g, rtol, atol)
         tol = agreement.tolerance(e, rtol, atol)

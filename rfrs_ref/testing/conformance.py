@@ -346,9 +346,23 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
     of ``strategy``; keep the last (= shrunk) failure. What the code under test raises
     fails the law (:func:`_no_exit`), a BaseException included; a Ctrl-C of the user stops
     the run."""
+    uncompared = [0]  # examples the law had nothing to compare on (L.NOT_COMPARED)
+
+    def counted(example):
+        if check(example) is L.NOT_COMPARED:
+            uncompared[0] += 1
+
     with _interrupts_told_apart() as own_interrupts:
-        return _run_law_guarded(spec, strategy, _no_exit(check, own_interrupts), describe,
-                                max_examples, seed, examples)
+        res = _run_law_guarded(spec, strategy, _no_exit(counted, own_interrupts), describe,
+                               max_examples, seed, examples)
+    if res.status == "holds" and res.examples and uncompared[0] >= res.examples:
+        # e.g. a rule returning NaN everywhere: NaN agrees with itself in any order and
+        # after any shift, so the law compared nothing and must not read as holding
+        res = dataclasses.replace(res, status="skipped", message=(
+            f"nothing was compared on any of the {res.examples} examples: the output was "
+            "non-finite at every coordinate where rfrs-ref's is finite (a non-finite output "
+            "agrees with itself; finite_output and the reference law judge it)"))
+    return res
 
 
 def _run_law_guarded(spec: LawSpec, strategy, check: Callable[[Any], None],
@@ -528,9 +542,10 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
         checker = getattr(L, spec.name)
         opts = spec.options
         examples = S.hostile_examples(**kw)
-        if spec.name in ("reference_rule", "permutation_invariance"):
+        if spec.name in ("reference_rule", "permutation_invariance", "translation_equivariance"):
             # the permutation law measures its rounding on rfrs-ref's aggregate, never the
-            # candidate's
+            # candidate's; it and the translation law compare the candidate with itself, and
+            # need rfrs-ref's aggregate to tell a round where it compared nothing (NaN = NaN)
             ref = _reference(rule, reference_options)
             opts = {**opts, "reference": lambda case, ref=ref: ref}  # an option's callable is per example
         if spec.name == "reference_rule":
@@ -538,7 +553,7 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
 
         def check(case, checker=checker, opts=opts, name=spec.name):
             try:
-                checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
+                return checker(rule_fn, case, **{k: (v(case) if callable(v) else v) for k, v in opts.items()})
             except L.LawViolation as exc:
                 if name != "reference_rule":
                     raise
@@ -775,7 +790,7 @@ def run_pre_conformance(pre: str, pre_fn: Callable, *, max_examples: int = 50,
 
         def check(case, checker=checker, name=spec.name):
             try:
-                checker(pre_fn, case, reference=ref)
+                return checker(pre_fn, case, reference=ref)
             except L.LawViolation as exc:
                 if name not in ("reference_pre", "weighted_mixing"):
                     raise
@@ -881,7 +896,7 @@ def run_attack_conformance(attack: str, attack_fn: Callable, *, max_examples: in
 
         def check(case, checker=checker, opts=opts, name=spec.name):
             try:
-                checker(attack_fn, case, reference=ref, **opts)
+                return checker(attack_fn, case, reference=ref, **opts)
             except L.LawViolation as exc:
                 if name != "reference_attack":
                     raise

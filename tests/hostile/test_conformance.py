@@ -889,3 +889,79 @@ def test_a_keyboard_interrupt_of_the_user_still_stops_the_python_api():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("rule, cls, option", [("cc", "CenteredClipping", "tau=NaN"),
+                                               ("cc", "CenteredClipping", "tau=1e999"),
+                                               ("cc", "CenteredClipping", "iterations=0"),
+                                               ("rfa", "RFA", "nu=-1")])
+def test_an_rfrs_rule_option_it_rejects_is_one_line(rule, cls, option):
+    """--adapter rfrs builds rfrs-ref's rule from --option: a value the rule rejects (a NaN or
+    infinite τ) ended the run with the rule's traceback instead of a one-line refusal."""
+    res = _cli("--rule", rule, "--callable", f"rfrs_ref.aggregate:{cls}", "--adapter", "rfrs",
+               "--option", option, "--max-examples", "1")
+    _refused(res, option.split("=")[0])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("rule,law", [("median", "permutation_invariance"),
+                                      ("median", "translation_equivariance"),
+                                      ("mean", "permutation_invariance"),
+                                      ("mean", "translation_equivariance")])
+def test_a_rule_returning_nan_everywhere_does_not_hold_the_laws_that_compare_it_with_itself(rule, law,
+                                                                                             value):
+    """permutation_invariance and translation_equivariance compare the candidate with itself
+    (two orders of the rows; rule(X) + c with rule(X + c)), and NaN agrees with NaN: a rule
+    returning NaN, or +inf, on every round held both. A law that compared nothing on every
+    example is skipped, never holding."""
+    import numpy as np
+
+    from rfrs_ref.testing import adapters
+    from rfrs_ref.testing.conformance import run_rule_conformance
+
+    def constant(X, ns, f):
+        return np.full(X.shape[1], value)
+
+    (res,) = run_rule_conformance(rule, adapters.vector(constant), max_examples=5, laws=[law])
+    assert res.status == "skipped" and "nothing was compared" in res.message, res
+
+
+def test_a_rule_non_finite_on_hostile_rounds_only_still_holds_them():
+    """Non-finite on the rounds with a hostile row only (as Flower's median): the laws compare
+    it on the other rounds, and judge its order and shift there (finite_output judges the rest)."""
+    import numpy as np
+
+    from rfrs_ref.testing import adapters
+    from rfrs_ref.testing.conformance import run_rule_conformance
+
+    def nan_median(X, ns, f):
+        return np.median(np.asarray(X, dtype=np.float64), axis=0)
+
+    res = run_rule_conformance("median", adapters.vector(nan_median), max_examples=10,
+                               laws=["permutation_invariance", "translation_equivariance",
+                                     "finite_output"])
+    assert [r.status for r in res] == ["fails", "holds", "holds"], res
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+def test_a_pre_aggregator_or_attack_returning_nan_everywhere_does_not_hold_its_permutation_law(value):
+    import numpy as np
+
+    from rfrs_ref.testing.conformance import run_attack_conformance, run_pre_conformance
+
+    for pre in ("nnm", "clip", "arc"):
+        (res,) = run_pre_conformance(pre, lambda X, ns, f: np.full(X.shape, value), max_examples=5,
+                                     laws=["permutation_equivariance"])
+        assert res.status == "skipped", (pre, res)
+    for attack, opts in (("ipm", None), ("alie", {"z": 1.5})):
+        (res,) = run_attack_conformance(attack, lambda V: np.full(V.shape[1], value), max_examples=5,
+                                        laws=["permutation_invariance"], reference_options=opts)
+        assert res.status == "skipped", (attack, res)
+
+
+def test_a_rule_returning_nan_everywhere_does_not_pass_on_the_command_line(tmp_path):
+    mod = tmp_path / "nan_rule.py"
+    mod.write_text("import numpy as np\n\ndef rule(X, ns, f):\n    return np.full(X.shape[1], np.nan)\n")
+    for law in ("permutation_invariance", "translation_equivariance"):
+        res = _cli("--rule", "median", "--callable", f"{mod}:rule", "--law", law, "--max-examples", "5")
+        _refused(res, "no law was checked", "nothing was compared")

@@ -590,6 +590,22 @@ def test_an_integer_output_stated_as_an_equal_float_still_matches(krum_case, tmp
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.parametrize("expected, got", [
+    (2**53 + 1, float(2**53)), (float(2**53), 2**53 + 1), (-(2**60) - 1, -float(2**60)),
+    ([3, 2**53 + 1], [3.0, float(2**53)]), (np.array([2**62 + 1]), np.array([float(2**62)])),
+    (np.array([4.0, float(2**53)]), np.array([4, 2**53 + 1])),
+])
+def test_an_integer_and_a_float_compare_exactly_beyond_two_to_the_53(expected, got):
+    """An integer compared with a float went through float64, where 2**53 + 1 rounds to
+    2**53: the float 2**53 matched the integer 2**53 + 1 under an exact comparison."""
+    from rfrs_ref.golden import compare_output
+
+    for spec in ({"compare": "exact"}, {"compare": "close", "rtol": 0.0, "atol": 0.0}):
+        assert compare_output("x", spec, expected, got) is not None, (spec, expected, got)
+    assert compare_output("x", {"compare": "exact"}, 2**53, float(2**53)) is None
+    assert compare_output("x", {"compare": "exact"}, [1, 2**53], np.array([1.0, float(2**53)])) is None
+
+
 def test_a_case_folder_the_index_does_not_list_fails(vectors):
     """An index cut down to one case checked that one and passed: the other case folder
     (still in the vectors) was left aside without a word."""
