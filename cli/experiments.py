@@ -46,12 +46,24 @@ def _execution_options(f):
     return f
 
 
+def missing_folders(out: pathlib.Path) -> list[pathlib.Path]:
+    """The folders of the path ``out`` that do not exist yet, ``out`` first: those a hold on
+    it makes (``cli.train._remove_if_empty`` removes them again, innermost first, while
+    they are empty)."""
+    made, p = [], pathlib.Path(out)
+    while not (p.exists() or p.is_symlink()) and p != p.parent:
+        made.append(p)
+        p = p.parent
+    return made
+
+
 def shared_hold(out: pathlib.Path):
     """A shared hold on the output directory ``out`` (acquired; the caller releases it):
     commands that only add files (plot, mechanism) may write beside each other, but not
     into a directory a run or a sweep owns, nor may one start there meanwhile; nor into a
     run's directory at all, finished or not, nor into a results directory's ``runs/`` folder
-    (:func:`~rfrs_ref.experiments.results.sweep_owned`). A refusal is one line."""
+    (:func:`~rfrs_ref.experiments.results.sweep_owned`). A refusal is one line. The hold
+    makes ``out`` and its missing parents (:func:`missing_folders`)."""
     from rfrs_ref.experiments.results import sweep_owned
     from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
@@ -62,12 +74,16 @@ def shared_hold(out: pathlib.Path):
         # runs/ folder holds the sweep's run directories only
         raise click.ClickException(f"--out {out} {why}; give a directory outside any run's "
                                    "and outside runs/; nothing was written")
+    made = missing_folders(out)
     lock = DirectoryLock(out, shared=True)
     try:
         lock.acquire()
-    except DirectoryLocked as exc:
-        raise click.ClickException(str(exc)) from None
-    except OSError as exc:
+    except (DirectoryLocked, OSError) as exc:
+        from rfrs_ref.cli.train import _remove_if_empty
+
+        _remove_if_empty(made)  # a hold refused leaves none of the folders it made
+        if isinstance(exc, DirectoryLocked):
+            raise click.ClickException(str(exc)) from None
         raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
     return lock
 
@@ -536,7 +552,7 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
         raise click.ClickException(_table_error(exc, source)) from exc
     # the shared hold a figure's plot takes (see plot): without it, sweep.png and sweep.pdf
     # went into a directory a live run or sweep owns
-    existed = figures.exists()
+    made = missing_folders(figures)  # figures and the parents the hold makes
     lock = shared_hold(figures)
     try:
         paths = plot_sweep(table, figures / "sweep", notes=notes)
@@ -546,11 +562,10 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
         raise click.ClickException(write_error(exc, f"the figures into {figures}")) from exc
     finally:
         lock.release()
-        if not existed:
-            try:
-                figures.rmdir()  # only when nothing was drawn: a failed plot leaves no folder
-            except OSError:
-                pass
+        from rfrs_ref.cli.train import _remove_if_empty
+
+        # only the empty ones: a plot that failed leaves none of the folders it made
+        _remove_if_empty(made)
     for n in notes:  # a line drawn over fewer runs than the table holds is said
         click.echo(f"note: {n}", err=True)
     return paths
@@ -600,7 +615,7 @@ def plot(results, figure_name, out):
     # a shared hold on the figures' directory: other plots may write beside ours, but not
     # into a directory a run or a sweep owns (a sweep owns its results directory, not the
     # figures/ folder in it, so a sweep under way can be plotted)
-    existed = out.exists()
+    made = missing_folders(out)  # out and the parents the hold makes
     lock = shared_hold(out)
     notes: list[str] = []
     try:
@@ -611,11 +626,10 @@ def plot(results, figure_name, out):
         raise click.ClickException(write_error(exc, f"the figures into {out}")) from exc
     finally:
         lock.release()
-        if not existed:
-            try:
-                out.rmdir()  # only when nothing was drawn: a failed plot leaves no empty folder
-            except OSError:
-                pass
+        from rfrs_ref.cli.train import _remove_if_empty
+
+        # only the empty ones: a plot that failed leaves none of the folders it made
+        _remove_if_empty(made)
     for p in paths:
         click.echo(f"figure: {p}")
     for n in notes:  # a line drawn over fewer runs than the table holds is said

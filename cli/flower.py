@@ -140,12 +140,28 @@ def _refuse_if_diverged(run_dir) -> None:
             f"{final.get('what')}); it has no final model. {run_dir}/final_metrics.json says so")
 
 
-def _summary(result, run_dir) -> None:
-    final = result.final
-    k = max(result.config.ks)
-    click.echo(f"after round {final['round']}: Precision@{k} "
-               f"{final['model'][f'precision@{k}']:.4f} (popularity "
-               f"{final['popularity'][f'precision@{k}']:.4f}); results: {run_dir}")
+def _summary(final: dict, ks, run_dir, how: str = "", after: str = "") -> None:
+    """The run's final Precision@K (the largest K) beside the popularity ranking's, once
+    every metric of ``final`` is a finite number in [0, 1] (``results.non_finite_metric``,
+    the check the tables make of a finished run's record): a NaN or ±inf is never shown as
+    the run's result, but refused naming the metric and ``run_dir``'s final_metrics.json.
+    ``how``: words after the round (time, nodes); ``after``: words after the results."""
+    from rfrs_ref.experiments.results import non_finite_metric
+
+    k = max(ks)
+    where = pathlib.Path(run_dir) / "final_metrics.json"
+    if not isinstance(final, dict):
+        raise click.ClickException(f"{where}: not a run's final evaluation (a JSON object); "
+                                   "the run has no result to show")
+    shown = {"": (final.get("model") or {}).get(f"precision@{k}"),
+             "popularity ": (final.get("popularity") or {}).get(f"precision@{k}")}
+    bad = non_finite_metric(final, ks) or next(((f"{part}precision@{k}", v)
+                                                 for part, v in shown.items() if v is None), None)
+    if bad is not None:
+        raise click.ClickException(f"{where}: {bad[0]} is {bad[1]!r}, not a finite number in "
+                                   "[0, 1]; the run has no result to show")
+    click.echo(f"after round {final.get('round')}{how}: Precision@{k} {shown['']:.4f} (popularity "
+               f"{shown['popularity ']:.4f}); results: {run_dir}{after}")
 
 
 @click.group("flower")
@@ -185,7 +201,7 @@ def simulate(cpus, **p) -> None:
     except (RuntimeError, ValueError) as exc:  # the run ended without finishing (diverged...)
         _refuse_if_diverged(p["out"])
         raise click.ClickException(" ".join(str(exc).split())) from None
-    _summary(out["result"], p["out"])
+    _summary(out["result"].final, out["result"].config.ks, p["out"])
 
 
 @flower.command("deploy")
@@ -229,9 +245,10 @@ def deploy(nodes, timeout, round_timeout, kill_node, **p) -> None:
         _refuse_if_diverged(p["out"])
         raise click.ClickException(str(exc)) from None
     _refuse_if_diverged(p["out"])
-    final = json.loads((pathlib.Path(p["out"]) / "final_metrics.json").read_text())
-    k = max(config.resolved().ks)
-    click.echo(f"after round {final['round']} ({out['seconds']:.0f} s on {nodes} nodes): "
-               f"Precision@{k} {final['model'][f'precision@{k}']:.4f} (popularity "
-               f"{final['popularity'][f'precision@{k}']:.4f}); results: {p['out']}; logs: "
-               f"{out['logs']}")
+    try:
+        final = json.loads((pathlib.Path(p["out"]) / "final_metrics.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"{p['out']}/final_metrics.json: {exc}; the run has no "
+                                   "result to show") from None
+    _summary(final, config.resolved().ks, p["out"],
+             how=f" ({out['seconds']:.0f} s on {nodes} nodes)", after=f"; logs: {out['logs']}")

@@ -1371,11 +1371,14 @@ _CASE_FILE = re.compile(r"case\.json|(in|out)\.[^/]+\.npy")
 
 def _refuse_foreign(root: pathlib.Path, where: str, cases) -> None:
     """Refuse, before anything is written, a directory the export would take from its
-    owner: a run's directory (a sweep clears it when the run starts again), an
-    ``index.json`` that is not an index of golden vectors (the export replaces it), or,
-    where no such index is, a case folder holding files an export does not write (the
-    export removes and rewrites case folders)."""
-    from rfrs_ref.experiments.results import run_directory_above
+    owner: a run's directory (a sweep clears it when the run starts again), a results
+    directory that a sweep wrote (its tables are there), its ``runs/`` folder or a folder in
+    it (every entry there is a run directory of the sweep) or its ``figures/`` (where the
+    sweep draws), an ``index.json`` that is not an index of golden vectors (the export
+    replaces it), or, where no such index is, a case folder holding files an export does
+    not write (the export removes and rewrites case folders)."""
+    from rfrs_ref.experiments.results import (figures_folder_above, is_store,
+                                              run_directory_above, runs_folder_above)
 
     owner = run_directory_above(root)
     if owner is not None:
@@ -1383,6 +1386,19 @@ def _refuse_foreign(root: pathlib.Path, where: str, cases) -> None:
                  else f"lies in the directory of a run, {owner}")
         raise GoldenFormatError(f"{root} {where}, which is that run's alone (a sweep clears "
                                 "it when the run starts again); export into another directory")
+    if is_store(root):
+        raise GoldenFormatError(f"{root} is a results directory (a sweep's tables are there), "
+                                "which is its sweep's; export into another directory")
+    runs = runs_folder_above(root)
+    if runs is not None:
+        raise GoldenFormatError(f"{root} is or lies inside {runs}, the runs/ folder of the "
+                                f"results directory {runs.parent}, which holds only the run "
+                                "directories of its sweep; export into another directory")
+    figures = figures_folder_above(root)
+    if figures is not None:
+        raise GoldenFormatError(f"{root} is or lies inside {figures}, the figures/ folder of "
+                                f"the results directory {figures.parent}, where its sweep "
+                                "draws its figures; export into another directory")
     index = root / "index.json"
     if index.exists() or index.is_symlink():
         try:

@@ -217,7 +217,11 @@ def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> flo
     return f
 
 
-def check_cells(table) -> None:
+#: the statuses a results table gives a run (``results.run_status``)
+STATUSES = ("ok", "failed", "diverged")
+
+
+def check_cells(table, cells: Sequence[str] = ()) -> None:
     """Refuse, with :class:`TableError` naming the line, a row of a finished or diverged run
     (status ``ok`` or ``diverged``) whose ``alpha`` is not a Byzantine fraction (a finite
     number in [0, 1)), and a metric row of a finished run whose ``k`` is not a whole number
@@ -225,7 +229,14 @@ def check_cells(table) -> None:
     judged or drawn: NaN matched no fraction and no K, so
     its seed was dropped from the comparison without a word (a claim "held" on the seeds
     left), and ±inf made a cell of its own; a run's fraction and K are numbers by
-    construction."""
+    construction.
+
+    So is a row whose ``status`` is empty or not one of :data:`STATUSES`, and a row of a
+    finished or diverged run with an empty (or blank) cell that selects its cell: its
+    ``dataset``, its series (``label_series``, else ``method``), each column of ``cells``
+    the caller selects on too (the ranking's ``label_space``, ``label_pre``, ``attack``),
+    and, in a finished run's row, its ``metric``. Every run records them; a failed run's
+    row, in no cell, is not checked."""
     import pandas as pd
 
     t = table
@@ -240,6 +251,24 @@ def check_cells(table) -> None:
         seed = f"seed {cell(i, 'seed')!r}: " if "seed" in t.columns else ""
         raise TableError(f"{_line(t, i)}{series}{seed}{what}")
 
+    def empty(col):
+        return t[col].isna() | (t[col].astype(str).str.strip() == "")
+
+    bad = empty("status") | ~t["status"].astype(str).isin(STATUSES)
+    if bad.any():
+        i = t.index[bad][0]
+        what = ("column status is empty" if empty("status")[i]
+                else f"status {cell(i, 'status')!r} is not one of {', '.join(STATUSES)}")
+        refuse(i, f"{what} (every run's row records its outcome, {', '.join(STATUSES)}; this "
+                  "row lies in no cell of the results)")
+    outcome = t["status"].isin(("ok", "diverged"))
+    for col, rows in ([(c, outcome) for c in ("dataset", scol, *cells) if c in t.columns]
+                      + [("metric", t["status"] == "ok")]):
+        bad = rows & empty(col)
+        if bad.any():
+            i = t.index[bad][0]
+            refuse(i, f"column {col} is empty in a {cell(i, 'status')} run's row (every "
+                      f"such row records its {col}; this row lies in no cell of the results)")
     if "alpha" in t.columns:
         alpha = pd.to_numeric(t["alpha"], errors="coerce").astype(float)
         bad = (t["status"].isin(("ok", "diverged"))

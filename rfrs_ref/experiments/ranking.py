@@ -118,7 +118,8 @@ def _prepare(table):
         raise ValueError(f"not a results table of the ranking experiment (missing column(s) "
                          f"{', '.join(missing)}); give the directory written by "
                          "rfrs-ref reproduce ranking")
-    check_cells(table)  # a row of no fraction or no K is refused, not dropped
+    # a row of no fraction, no K or an empty cell of its own is refused, not dropped
+    check_cells(table, ("label_space", "label_pre", "attack"))
     t = table.copy()
     t["_cell"] = [_resolve(_key(r, s, p)) for r, s, p in zip(t["label_series"].astype(str),
                                                                 t["label_space"].astype(str),

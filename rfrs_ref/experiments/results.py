@@ -1238,12 +1238,19 @@ def _joined(results, path: pathlib.Path):
     for col in _REPEATED_COLUMNS:
         if col in results.columns and col in runs.columns:
             ours, theirs = results[col].astype(str), joined[col].astype(str)
-            bad = (ours != theirs).to_numpy()
+            both = (results[col].isna() & joined[col].isna()).to_numpy()  # "nan" == "nan"
+            bad = (ours != theirs).to_numpy(dtype=bool, na_value=True) | both
             if bad.any():
                 i = int(bad.argmax())
-                raise ValueError(f"{path}, line {i + 2}: run {results['key'].iloc[i]} has "
-                                 f"{col} {ours.iloc[i]!r}, but {runs_path.name} says "
-                                 f"{theirs.iloc[i]!r}")
+                where = f"{path}, line {i + 2}: run {results['key'].iloc[i]}"
+                if both[i]:  # empty in both: they agree, on a value no run has
+                    what = (": nan is not a Byzantine fraction (a number in [0, 1)), which "
+                            "every run records" if col == "alpha" else
+                            ", which every run records")
+                    raise ValueError(f"{where} has no {col} (empty or NaN here and in "
+                                     f"{runs_path.name}){what}")
+                raise ValueError(f"{where} has {col} {ours.iloc[i]!r}, but {runs_path.name} "
+                                 f"says {theirs.iloc[i]!r}")
     return _ordered(joined)
 
 

@@ -135,6 +135,24 @@ def _written(tmp_path):
     return df
 
 
+@pytest.mark.parametrize("column, fragment", [
+    ("alpha", "has no alpha (empty or NaN here and in runs.csv): nan is not a Byzantine fraction"),
+    ("dataset", "has no dataset (empty or NaN here and in runs.csv), which every run records")])
+def test_a_column_empty_in_both_files_is_said_to_be_empty(tmp_path, column, fragment):
+    """An α NaN in results.csv and in runs.csv was refused as "run … has alpha nan, but
+    runs.csv says nan": a disagreement where the two files agree, on no fraction."""
+    _written(tmp_path)
+    for name in ("results.csv", "runs.csv"):
+        t = pd.read_csv(tmp_path / name)
+        t[column] = t[column].astype(object)
+        t.loc[0, column] = None
+        t.to_csv(tmp_path / name, index=False)
+    with pytest.raises(ValueError) as err:
+        read_table(tmp_path / "results.csv")
+    assert "line 2: run " in str(err.value) and fragment in str(err.value), str(err.value)
+    assert "but runs.csv says" not in str(err.value)
+
+
 def test_csv_form_is_one_row_per_run_beside_one_row_per_metric(tmp_path):
     df = _written(tmp_path)
     runs = pd.read_csv(tmp_path / "runs.csv")

@@ -132,3 +132,36 @@ def test_out_is_refused_where_train_refuses_it_or_flower_files_are(tmp_path, mon
     (fresh / "notes.txt").write_text("mine")
     res = _run(command, "--out", str(fresh))
     assert started == [str(fresh)], res.output
+
+
+@pytest.mark.parametrize("part, value", [("model", float("nan")), ("popularity", float("inf")),
+                                         ("model", 1e300), ("model", None), ("popularity", "x")])
+def test_the_summary_never_shows_a_metric_that_is_no_number_as_the_result(tmp_path, part, value):
+    """simulate and deploy printed 'Precision@5 nan (popularity ...)', exit 0, from a final
+    evaluation whose P@K was NaN (deploy reads it back from final_metrics.json)."""
+    import click
+
+    from rfrs_ref.cli.flower import _summary
+
+    final = {"round": 3, "model": {"precision@1": 0.2, "precision@5": 0.1},
+             "popularity": {"precision@1": 0.1, "precision@5": 0.05}}
+    _summary(final, (1, 5), tmp_path)  # the sound one is shown
+    final[part]["precision@5"] = value
+    if value is None:
+        del final[part]["precision@5"]
+    with pytest.raises(click.ClickException) as err:
+        _summary(final, (1, 5), tmp_path)
+    msg = err.value.message
+    assert str(tmp_path / "final_metrics.json") in msg and "precision@5" in msg, msg
+    assert "not a finite number" in msg, msg
+    with pytest.raises(click.ClickException):
+        _summary(["not", "a", "record"], (1, 5), tmp_path)
+
+
+def test_the_summary_of_a_sound_run(tmp_path, capsys):
+    from rfrs_ref.cli.flower import _summary
+
+    final = {"round": 3, "model": {"precision@5": 0.1}, "popularity": {"precision@5": 0.05}}
+    _summary(final, (5,), tmp_path, how=" (9 s on 2 nodes)", after="; logs: L")
+    assert capsys.readouterr().out == (f"after round 3 (9 s on 2 nodes): Precision@5 0.1000 "
+                                       f"(popularity 0.0500); results: {tmp_path}; logs: L\n")

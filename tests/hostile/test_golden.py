@@ -801,3 +801,23 @@ def test_export_never_writes_into_a_runs_directory(tmp_path, where):
     before = sorted(os.listdir(run))
     _refused(_cli("export", out, "--only", "optim/sgd-*"), "run", "another directory")
     assert sorted(os.listdir(run)) == before
+
+
+@pytest.mark.parametrize("out, fragment", [
+    ("results", "is a results directory"), ("results/runs", "the runs/ folder"),
+    ("results/runs/vectors", "the runs/ folder"), ("results/figures", "the figures/ folder"),
+    ("results/figures/v", "the figures/ folder")])
+def test_export_never_writes_into_a_results_directory_its_runs_or_its_figures(tmp_path, out,
+                                                                               fragment):
+    """`golden export RESULTS/runs` put case folders among the sweep's run directories (the
+    sweep reads each entry as a run), `golden export RESULTS` its index among the tables,
+    exit 0: only a run's own directory was refused."""
+    store = tmp_path / "results"
+    (store / "runs" / "0123456789abcdef").mkdir(parents=True)
+    (store / "figures").mkdir()
+    (store / "results.csv").write_text("key,k,metric,value\n")
+    (store / "provenance.json").write_text("{}")
+    before = sorted(str(p.relative_to(store)) for p in store.rglob("*"))
+    _refused(_cli("export", tmp_path / out, "--only", "optim/sgd-*"), fragment,
+             "another directory")
+    assert sorted(str(p.relative_to(store)) for p in store.rglob("*")) == before

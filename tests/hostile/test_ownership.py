@@ -536,6 +536,28 @@ def test_a_figure_stopped_half_way_leaves_the_previous_one_whole(tiny_results, t
     assert "No space left on device" in res.output
 
 
+@pytest.mark.parametrize("figure", [("--figure", "3"), ()])
+def test_a_failed_plot_leaves_none_of_the_folders_it_made(tiny_results, tmp_path, monkeypatch,
+                                                          figure):
+    """`plot --out a/b/figs` made a, a/b and a/b/figs; a plot that then failed removed only
+    figs, leaving a/b behind."""
+    import matplotlib.figure
+
+    def full_disk(self, fname, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full_disk)
+    out = tmp_path / "a" / "b" / "figs"
+    res = invoke("plot", tiny_results, *figure, "--out", out)
+    assert res.exit_code == 1 and "No space left on device" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
+    # a folder that was there is left, with what it holds
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "mine.txt").write_text("x")
+    assert invoke("plot", tiny_results, *figure, "--out", out).exit_code == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "mine.txt"]
+
+
 # -- a user's directory as a sweep's output ----------------------------------------------------
 @pytest.mark.parametrize("name, text", [
     ("results.csv", "precious,table\n"),

@@ -66,6 +66,20 @@ def test_a_row_of_no_fraction_or_no_k_is_refused_not_dropped(tmp_path, column, v
             "alpha" if column == "alpha" else "K is not a whole number")
 
 
+@pytest.mark.parametrize("column", ["status", "dataset", "label_series", "label_space",
+                                    "label_pre", "attack", "metric"])
+def test_a_row_with_an_empty_cell_that_selects_it_is_refused_not_dropped(tmp_path, column,
+                                                                         refused):
+    """trmean's seed 1 with any of these empty matched no cell: trmean ranked on two seeds,
+    exit 0."""
+    rows = _rows(GOOD)
+    i = next(i for i, r in enumerate(rows) if r["label_series"] == "trmean" and r["seed"] == 1)
+    rows[i][column] = None
+    res, path = _ranking(tmp_path, rows)
+    refused(res, path, f"line {i + 2}", "seed 1",
+            f"column {column} is empty")
+
+
 def test_a_seed_recorded_twice_is_refused(tmp_path, refused):
     """Averaged into trmean's mean before: its rank came from four runs over three seeds."""
     res, path = _ranking(tmp_path, _rows(GOOD) + _rows({("trmean", "gradient", 0): 0.9}))

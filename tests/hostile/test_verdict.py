@@ -85,6 +85,38 @@ def test_a_row_of_no_fraction_or_no_k_is_refused_not_dropped(tmp_path, column, v
             "seed 2", "alpha" if column == "alpha" else "K is not a whole number")
 
 
+@pytest.mark.parametrize("column, value", [("status", None), ("status", "0k"), ("dataset", None),
+                                           ("label_series", None), ("label_series", " "),
+                                           ("metric", None)])
+def test_a_row_with_an_empty_cell_that_selects_it_is_refused_not_dropped(tmp_path, column, value,
+                                                                         refused):
+    """SGD's seed 2 with an empty status, dataset, series or metric matched no cell: the
+    claim 'held' on the 4 seeds left, exit 0."""
+    rows = _rows(GOOD)
+    i = next(i for i, r in enumerate(rows) if r["label_series"] == "SGD" and r["seed"] == 2)
+    rows[i][column] = value
+    refused(_verdict(_store(tmp_path, rows)), "adam-sgd/results.csv", f"line {i + 2}", "seed 2",
+            f"status {value!r} is not one of" if value == "0k" else f"column {column} is empty")
+
+
+def test_a_diverged_row_with_no_dataset_is_refused(tmp_path, refused):
+    """A divergence of SGD's seed 3 whose dataset is empty was counted nowhere."""
+    rows = _rows(GOOD) + _rows({("SGD", 3): None}, status="diverged")
+    rows = [r for r in rows if not (r["label_series"] == "SGD" and r["seed"] == 3
+                                    and r["status"] == "ok")]
+    rows[-1]["dataset"] = None
+    refused(_verdict(_store(tmp_path, rows)), "adam-sgd/results.csv", f"line {len(rows) + 1}",
+            "seed 3", "column dataset is empty in a diverged run's row")
+
+
+def test_a_failed_row_may_leave_its_cells_empty(tmp_path):
+    """A failed run is in no cell: its empty dataset or series is not a reason to refuse."""
+    rows = _rows(GOOD) + [{**r, "dataset": None, "label_series": None}
+                          for r in _rows({("SGD", 9): None}, status="failed")]
+    res = _verdict(_store(tmp_path, rows))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
 def test_a_metric_the_tables_take_is_one_the_verdict_takes(tmp_path):
     """One bound for a metric (results.METRIC_MAX): an NDCG that rounds 5e-10 above 1, which
     the tables count as a finished run's, was refused by the verdict as no metric."""
