@@ -141,10 +141,13 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
 
     t = _prepare(table)
     rows = []
-    for dataset in [d for d in DATASETS if d in set(t["dataset"])] + sorted(
-            set(t["dataset"]) - set(DATASETS)):
-        for alpha in sorted({float(a) for a in t.loc[t["dataset"] == dataset, "alpha"]}):
-            for attack in sorted(set(t.loc[t["dataset"] == dataset, "attack"]),
+    # the cells come from the rows that name them: a failed run may leave its cells empty
+    # (check_cells refuses that of a finished one), and NaN is no dataset, fraction or attack
+    datasets = set(t["dataset"].dropna())
+    for dataset in [d for d in DATASETS if d in datasets] + sorted(datasets - set(DATASETS)):
+        here = t[t["dataset"] == dataset]
+        for alpha in sorted({float(a) for a in here["alpha"].dropna()}):
+            for attack in sorted(set(here["attack"].dropna()),
                                  key=lambda a: (ATTACKS + (a,)).index(a)):
                 sub = t[(t["dataset"] == dataset) & (t["attack"] == attack)
                         & np.isclose(t["alpha"].astype(float), alpha)]

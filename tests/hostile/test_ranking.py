@@ -129,3 +129,15 @@ def test_a_table_named_through_a_link_is_ranked(tmp_path):
     os.symlink(tmp_path / "real", tmp_path / "ranking")
     res = CliRunner().invoke(main, ["ranking", str(tmp_path / "ranking")])
     assert res.exit_code == 0 and "| 1 | krum |" in res.output, res.output
+
+
+def test_a_failed_run_with_empty_cells_beside_another_dataset_is_no_crash(tmp_path):
+    """A failed run may leave its cells empty; beside a dataset outside the ranking's own,
+    its NaN dataset was sorted with the names (TypeError: a traceback, no ranking)."""
+    rows = _rows(GOOD) + [{**r, "dataset": "synthetic"} for r in _rows(GOOD)]
+    rows.append({"status": "failed", "label_series": "krum", "label_space": "gradient",
+                 "label_pre": "none", "attack": None, "dataset": None, "alpha": None,
+                 "seed": 3, "metric": None, "k": None, "value": None})
+    res, _ = _ranking(tmp_path, rows)
+    assert res.exit_code == 0, res.output
+    assert res.output.count("| 1 | krum |") == 2 and "nan" not in res.output.lower(), res.output
