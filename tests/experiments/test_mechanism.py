@@ -243,3 +243,22 @@ def test_a_round_without_an_honest_pair_measures_nan_and_its_table_is_accepted()
     assert math.isnan(row["honest_cos_mean"]) and math.isnan(row["honest_to_others_cos"])
     row.update(round=1, byzantine_share_sampled=0.75, byzantine_share_kept=0.75, loss=1.0)
     check_frame(mechanism_frame([row]), "t.csv")
+
+
+def test_a_failed_mechanism_leaves_none_of_the_folders_it_made(ex, tmp_path, monkeypatch):
+    """The hold on --out made it and its missing parents; a measurement that failed left
+    them behind, empty. A folder that existed before is kept."""
+    from rfrs_ref.cli.main import main
+    from rfrs_ref.experiments import mechanism
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mechanism, "measure_run", fail)
+    sets = ["--set", "client_fraction=0.1", "--set",
+            f"dataset_params={json.dumps(ex.TINY_DATA)}"]
+    out = tmp_path / "a" / "b"
+    res = CliRunner().invoke(main, ["mechanism", "4", "--dataset", "synthetic", "--alpha", "0.4",
+                                    "--rounds", "2", "--series", "Krum", *sets, "--out", str(out)])
+    assert res.exit_code != 0
+    assert not (tmp_path / "a").exists()
