@@ -714,21 +714,26 @@ def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False,
 
 
 def scale_options(d: pathlib.Path, dataset: str, figure_id: str) -> str:
-    """The ``reproduce`` options (``--rounds N``, ``--trials N``) that made the runs of
-    ``dataset`` in results directory ``d`` where they depart from figure ``figure_id``'s own
-    grid, read from ``d/runs.csv``; "" when they do not, or when it cannot tell. A verdict
-    row's command then repeats the runs it judged, not the full grid."""
+    """The ``reproduce`` options (``--rounds N``, ``--trials N``, ``--alphas A,B``) that
+    made the runs of ``dataset`` in results directory ``d`` where they depart from figure
+    ``figure_id``'s own grid, read from ``d/runs.csv``; "" when they do not, or when it
+    cannot tell. A verdict row's command then repeats the runs it judged, not the full
+    grid (``--alphas`` where some of the figure's fractions have no run of the dataset:
+    citeulike-a's Fig. 4 at α = 0.2 and 0.4 only)."""
     from rfrs_ref.experiments.figures import Scale, figure
 
     try:
         import pandas as pd
 
-        runs = pd.read_csv(d / "runs.csv", usecols=lambda col: col in ("dataset", "rounds", "trial"))
+        runs = pd.read_csv(d / "runs.csv",
+                           usecols=lambda col: col in ("dataset", "rounds", "trial", "alpha"))
         here = runs[runs["dataset"] == dataset]
         rounds = {int(r) for r in here["rounds"].dropna()}
         trials = int(here["trial"].max()) + 1
         fig = figure(figure_id)
         usual = fig.runs(fig.scale(Scale(datasets=(dataset,))))
+        alphas = ({float(a) for a in here["alpha"].dropna()} if "alpha" in here.columns
+                  else set())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return ""
     opts = ""
@@ -736,6 +741,9 @@ def scale_options(d: pathlib.Path, dataset: str, figure_id: str) -> str:
         opts += f" --rounds {rounds.pop()}"
     if trials != (fig.trials or len({s.config.seed for s in usual})):
         opts += f" --trials {trials}"
+    own = [a for a in fig.fractions if any(math.isclose(a, b) for b in alphas)]
+    if own and len(own) < len(fig.fractions) and len(own) == len(alphas):
+        opts += f" --alphas {','.join(f'{a:g}' for a in own)}"
     return opts
 
 

@@ -662,18 +662,23 @@ def refuse_foreign_figures(out: pathlib.Path, files: Sequence[pathlib.Path]) -> 
 
 def whole_grid(fig: Figure, scale: Scale) -> list[RunSpec]:
     """``fig``'s runs at ``scale`` on every dataset and Byzantine fraction of the full
-    figure and every one asked for, in the figure's order: what its tables hold,
-    whichever datasets and fractions a call runs.
+    figure and every one asked for, and for as many trials as the figure's own at that
+    scale or as asked, whichever is more, in the figure's order: what its tables hold,
+    whichever datasets, fractions and trials a call runs.
 
-    A call restricted to some datasets (``--datasets lastfm``) or fractions
-    (``--alphas 0.4``) thus leaves the runs already recorded for the others in the
-    directory's tables and figures, and two calls that differ only in their datasets
-    or fractions write the same tables.
+    A call restricted to some datasets (``--datasets lastfm``), fractions
+    (``--alphas 0.4``) or fewer trials (``--datasets citeulike-a --trials 2`` into the
+    directory of five) thus leaves the runs already recorded for the others in the
+    directory's tables and figures, and two calls that differ only in these write the
+    same tables. (The tables list recorded runs only: the grid's other runs add no row.)
     """
     datasets = tuple(dict.fromkeys([*fig.datasets, *(scale.datasets or ())]))
     fractions = (tuple(dict.fromkeys([*fig.fractions, *(scale.fractions or ())]))
                  if fig.fractions else None)
-    return fig.runs(dataclasses.replace(scale, datasets=datasets, fractions=fractions))
+    own = len(fig.scale(dataclasses.replace(scale, trials=None)).seeds())
+    trials = max(own, len(fig.scale(scale).seeds()))
+    return fig.runs(dataclasses.replace(scale, datasets=datasets, fractions=fractions,
+                                        trials=trials))
 
 
 def reproduce(fig: Figure, scale: Scale = Scale(), out: str | pathlib.Path | None = None,

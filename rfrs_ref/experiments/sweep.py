@@ -734,9 +734,9 @@ def refuse_other_scale(store, table_specs: dict) -> None:
     own run's record) that the tables of this call would not hold.
 
     A directory's tables hold the runs of one grid at one scale: a call at another scale
-    (``--trials 2`` into the directory of five trials, other ``--rounds``, a ``--set``) or
-    of another grid would rewrite them without those runs' rows, and nothing would say so.
-    A call restricted to some datasets or fractions tabulates the whole grid
+    (other ``--rounds``, a ``--set``) or of another grid (a sweep file's) would rewrite
+    them without those runs' rows, and nothing would say so. A figure's call restricted
+    to some datasets, fractions or fewer trials tabulates the whole grid
     (:func:`~rfrs_ref.experiments.figures.whole_grid`), so it keeps them and passes.
     """
     if not store.runs.is_dir():
@@ -761,7 +761,7 @@ def refuse_other_scale(store, table_specs: dict) -> None:
     raise ValueError(
         f"{store.path} records {len(outside)} finished run(s) that this call's tables would "
         f"not hold (the first {key}: {what}), so rewriting its tables would drop their rows: "
-        "they are runs of another scale (--trials, --rounds, --set) or another grid. Call it "
+        "they are runs of another scale (--rounds, --set) or another grid. Call it "
         "at that directory's scale, or give this call a directory of its own (the default "
         "--out names one per scale); nothing was run")
 

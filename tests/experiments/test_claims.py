@@ -317,6 +317,16 @@ def test_the_command_of_a_reduced_run_repeats_its_scale(tmp_path):
                   "trial": range(5)}).to_csv(full / "runs.csv", index=False)
     assert scale_options(full, "ml100k", "10") == ""
     assert scale_options(tmp_path / "nowhere", "ml100k", "10") == ""
+    # Fig. 4 on a dataset run at some of its fractions only: the command runs those
+    fig4 = tmp_path / "defenses"
+    fig4.mkdir()
+    rows = [{"dataset": ds, "rounds": DEFAULT_ROUNDS[ds], "trial": t, "alpha": a}
+            for ds, alphas, trials in (("ml100k", (0.2, 0.3, 0.4), 5),
+                                       ("citeulike-a", (0.4, 0.2), 2))
+            for a in alphas for t in range(trials)]
+    pd.DataFrame(rows).to_csv(fig4 / "runs.csv", index=False)
+    assert scale_options(fig4, "ml100k", "4") == ""
+    assert scale_options(fig4, "citeulike-a", "4") == " --trials 2 --alphas 0.2,0.4"
 
 
 @pytest.mark.parametrize("value", [float("nan"), None, float("inf"), -float("inf")])

@@ -14,7 +14,7 @@ import pytest
 
 from rfrs_ref.experiments.committed import (COMMITTED_GLOBS, PROVENANCE, committed_files,
                                             read_provenance)
-from rfrs_ref.experiments.figures import Scale, figure, reproduce
+from rfrs_ref.experiments.figures import QUICK_TRIALS, Scale, figure, reproduce
 from rfrs_ref.experiments.results import OUTCOME, ROUNDS_FILE, Store, read_rounds
 from rfrs_ref.experiments.spec import RunSpec
 from rfrs_ref.experiments.sweep import run_sweep
@@ -172,6 +172,15 @@ def test_a_figure_restricted_to_one_dataset_tabulates_the_others_recorded_runs()
     # a dataset outside the figure's own is added after them
     extra = whole_grid(fig, Scale(datasets=("synthetic",), rounds=2))
     assert [r.config.dataset for r in extra][-1] == "synthetic"
+    # fewer trials than the figure's keep the others' rows; more add theirs
+    full = [r.key for r in whole_grid(fig, Scale())]
+    assert [r.key for r in whole_grid(fig, Scale(datasets=("citeulike-a",), trials=2))] == full
+    more = whole_grid(fig, Scale(trials=7))
+    assert set(full) < {r.key for r in more} and {r.config.seed for r in more} == set(range(7))
+    quick = whole_grid(fig, Scale(quick=True, trials=1))
+    assert {r.config.seed for r in quick} == set(range(QUICK_TRIALS))
+    abl = figure("ablation-exact")
+    assert {r.config.seed for r in whole_grid(abl, Scale(trials=1))} == set(range(abl.trials))
 
 
 def _committed_dirs():
