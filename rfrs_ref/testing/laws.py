@@ -85,12 +85,14 @@ from rfrs_ref.testing.adapters import Outcome, OutputError, real_array, weighted
 from rfrs_ref.testing.strategies import GradientSequence, PairCase, RoundCase, unanimous
 
 U64 = 2.0**-53
-#: what a law that compares the candidate with itself (two orders of the rows, a shifted
-#: round) returns when the example left it nothing to compare: the candidate's output was
-#: non-finite at every coordinate where rfrs-ref's is finite, and a non-finite value agrees
-#: with itself in any order and after any shift. The runner reports a law that compared
-#: nothing on every example as skipped, never as holding (a rule returning NaN everywhere
-#: held permutation_invariance and translation_equivariance)
+#: what a law returns when the example left it nothing to compare: for a law that compares
+#: the candidate with itself (two orders of the rows, a shifted round), the candidate's
+#: output was non-finite at every coordinate where rfrs-ref's is finite (a non-finite value
+#: agrees with itself in any order and after any shift), or the shift could not be applied
+#: exactly (translation_equivariance); for camouflage_same_theta, the attack applied at no
+#: coordinate. The runner reports a law that compared nothing on every example as skipped,
+#: never as holding (a rule returning NaN everywhere held permutation_invariance and
+#: translation_equivariance; every attack held camouflage_same_theta under β₁ = 0)
 NOT_COMPARED = "not compared"
 
 
@@ -1303,11 +1305,14 @@ def theorem4(opt, case: PairCase) -> None:
     _root_chain("theorem4", opt, case, b4, 1.0 - b4)
 
 
-def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
+def camouflage_same_theta(camouflage: Callable, case: PairCase):
     """Where camouflage applies, the camouflaged θ equals the honest θ to rounding
     while the recovered gradient differs (docs/conformance.md); where rfrs-ref's attack
     camouflages some coordinate, the attack under test must change at least one of
-    those (an attack that changes nothing would hold every other clause).
+    those (an attack that changes nothing would hold every other clause). An example
+    where neither rfrs-ref's attack nor the one under test changes any coordinate
+    compared nothing: :data:`NOT_COMPARED` (with β₁ = 0 the equation has no solution
+    anywhere, and the law held "on every example" without checking one).
 
     ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
     apply). θ is compared with the tolerance the attack promises:
@@ -1334,7 +1339,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
                            f"{k}, g = {_r(g[k])}, rfrs-ref's g̃ = {_r(ref_gt[k])}) but the attack "
                            "changed none of them", coordinate=k)
     if not where.any():
-        return
+        return NOT_COMPARED
     A, B = _up(opt, st, g, t, law), _up(opt, st, gt, t, law)
     step = np.abs(A["theta"] - st["theta"])
     u = _input_u(case)  # a float32 example: the attack may compute g̃ in float32
@@ -1351,6 +1356,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
         k = int(same[0])
         raise LawViolation(law, f"coordinate {k}: the recovered gradient equals g although the "
                            "attack changed it", coordinate=k)
+    return None
 
 
 # -- pre-aggregator laws ------------------------------------------------------------------------
