@@ -374,6 +374,8 @@ class Trace:
     header: dict
     rounds: list[dict]
     path: str = ""
+    #: the file's line number of the header, then of each round (empty: not read from a file)
+    lines: list[int] = dataclasses.field(default_factory=list)
 
 
 #: how deeply a trace line may nest lists and objects (rfrs-ref writes 4 levels)
@@ -462,6 +464,75 @@ def _check_all_arrays(trace: Trace) -> None:
                                        f"{', '.join(arrays)}); the reference must record every array")
 
 
+#: relative slack of the checks of a reference's sums against its own norms: the two are
+#: computed in float64 from the same values, each with a relative rounding of at most
+#: D·2⁻⁵³ (summed in any order), far below it
+SUMS_SLACK = 1e-9
+
+
+def _check_sums_consistent(trace: Trace) -> None:
+    """The reference's state sums are consistent with its own state norms.
+
+    A's ``abs_sum`` S sets the tolerance of B's sums (rtol·S, rtol·7S): an inflated S
+    accepts any sums of B, so A's is checked against what A itself records, per array
+    x with a finite norm N = ‖x‖₂ and a finite S, with D = ``n_params`` values (every
+    state array has one per parameter): N ≤ S ≤ √D·N (Σ|x| ≥ ‖x‖₂, and Cauchy–Schwarz),
+    and |sum| ≤ S, |weighted_sum| ≤ 7S, |phase_sum| ≤ 2S (weights in [1, 7] and [1, 2)),
+    each within a relative D·2⁻⁵³ + :data:`SUMS_SLACK`. Without a usable ``n_params`` the
+    upper bound is not checked. Raises :class:`TraceFormatError` naming the file, line,
+    round and array."""
+    D = trace.header.get("n_params")
+    D = D if _is_int(D) and D >= 1 else None
+    slack = SUMS_SLACK + (D or 1) * 2.0**-53
+    objs = [(0, trace.header.get("initial"))] + [(r["round"], r) for r in trace.rounds]
+    for i, (t, obj) in enumerate(objs):
+        if not isinstance(obj, dict):
+            continue
+        norms, sums = obj.get("state_norms"), obj.get("state_sums")
+        if not isinstance(norms, dict) or not isinstance(sums, dict):
+            continue
+        for k, x in sums.items():
+            if not isinstance(x, dict):
+                continue
+            S, N = _finite_number(x.get("abs_sum")), _finite_number(norms.get(k))
+            if S is None:
+                continue
+            problem = ""
+            if S < 0:
+                problem = "Σ|x| ≥ 0"
+            elif N is not None and S < N * (1.0 - slack):
+                problem = f"Σ|x| ≥ ‖x‖₂ = {float(N)!r} (state_norms.{k})"
+            elif N is not None and D is not None and S > math.sqrt(D) * N * (1.0 + slack) + 1e-300:
+                problem = (f"Σ|x| ≤ √D·‖x‖₂ = {float(math.sqrt(D) * N)!r} (D = n_params = {D}, "
+                           f"‖x‖₂ = state_norms.{k} = {float(N)!r})")
+            else:
+                for stat, c in (("sum", 1.0), ("weighted_sum", float(SUM_PERIOD)), ("phase_sum", 2.0)):
+                    v = _finite_number(x.get(stat))
+                    if v is not None and abs(v) > c * S * (1.0 + slack) + 1e-300:
+                        problem = (f"Σ|x| ≥ |{stat}|{'' if c == 1 else f'/{c:g}'} = {float(abs(v) / c)!r} "
+                                   f"({stat} = {float(v)!r})")
+                        break
+            if problem:
+                line = f":{trace.lines[i]}" if i < len(trace.lines) else ""
+                where = "the header's initial state" if t == 0 else f"round {t}"
+                raise TraceFormatError(
+                    f"{trace.path or 'trace A'}{line}: {where}: state_sums.{k}.abs_sum = {float(S)!r} breaks "
+                    f"{problem}, which the trace's own values require; the reference's Σ|x| "
+                    "sets the tolerance of the other trace's sums, so it must be the state's "
+                    "(docs/traces.md)")
+
+
+def _finite_number(v) -> float | None:
+    """``v`` as a finite float, None for null, a non-number or a non-finite number."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def read_trace(path) -> Trace:
     """Read and validate a trace file (header, then round lines in increasing order).
 
@@ -500,6 +571,7 @@ def read_trace(path) -> Trace:
         if head is None:
             _check_header(obj, where)
             head = obj
+            numbers = [lineno]
             continue
         missing = [k for k in REQUIRED_FIELDS if k not in obj]
         if missing:
@@ -513,9 +585,10 @@ def read_trace(path) -> Trace:
         if obj["state_norms"] is None:
             raise TraceFormatError(f"{where}: state_norms must be an object (array name -> norm)")
         rounds.append(obj)
+        numbers.append(lineno)
     if head is None:
         raise TraceFormatError(f"{path}: empty trace (no header line)")
-    return Trace(head, rounds, str(path))
+    return Trace(head, rounds, str(path), numbers)
 
 
 # -- comparing ----------------------------------------------------------------------------------
@@ -857,6 +930,7 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     ta = a if isinstance(a, Trace) else read_trace(a)
     tb = b if isinstance(b, Trace) else read_trace(b)
     _check_all_arrays(ta)
+    _check_sums_consistent(ta)
     if not ta.rounds and not tb.rounds:
         # two headers alone compare no round: "the traces agree" would report a check
         # that never happened (e.g. two runs interrupted before their first round)

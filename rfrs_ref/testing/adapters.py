@@ -15,7 +15,9 @@ name        what the callable is
 ==========  ==================================================================
 ``vector``  ``fn(features, n_samples, f) -> (D,)`` aggregated vector
 ``weights`` ``fn(features, n_samples, f) -> (n,)`` weights (the vector is
-            ``Σ wᵢ xᵢ`` over the rows with wᵢ > 0)
+            ``Σ wᵢ xᵢ`` over the rows with wᵢ ≠ 0, the rows as given: a
+            copy taken before the call, so that a callable overwriting
+            its input cannot choose what its weights combine)
 ``result``  ``fn(features, n_samples, f) ->`` an object or mapping with
             ``weights`` and/or ``vector`` (or ``arrays['x']``), e.g. an
             rfrs-ref :class:`~rfrs_ref.aggregate.AggregationResult`
@@ -238,8 +240,9 @@ def weights(fn, **options) -> RuleFn:
     """``fn(features, n_samples, f, **options) -> (n,)`` weights."""
 
     def call(features, n_samples, f):
+        given = np.array(features, copy=True)  # what the weights combine, whatever fn does to its input
         w = _as_weights(fn(features, n_samples, f, **options), features.shape[0], _name(fn))
-        return Outcome(weighted_vector(features, w), w)
+        return Outcome(weighted_vector(given, w), w)
 
     call.__name__ = _name(fn)
     return call
@@ -255,6 +258,7 @@ def result(fn, **options) -> RuleFn:
         return getattr(obj, key, None)
 
     def call(features, n_samples, f):
+        given = np.array(features, copy=True)  # what weights alone combine (see ``weights``)
         out = fn(features, n_samples, f, **options)
         w = get(out, "weights")
         v, field = get(out, "vector"), "vector"
@@ -268,7 +272,7 @@ def result(fn, **options) -> RuleFn:
             if w is None:
                 raise OutputError(f"{_name(fn)} returned neither 'vector' nor 'weights' "
                                   f"(got {type(out).__name__})", received_type=type(out).__name__)
-            return Outcome(weighted_vector(features, w), w)
+            return Outcome(weighted_vector(given, w), w)
         return Outcome(_as_vector(v, features.shape[1], f"{_name(fn)} (its {field!r})"), w)
 
     call.__name__ = _name(fn)

@@ -340,6 +340,20 @@ def _named(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
+#: why a law compared nothing on an example (:data:`L.NOT_COMPARED`), by law
+_NOTHING_COMPARED = {
+    "": ("the output was non-finite at every coordinate where rfrs-ref's is finite (a "
+         "non-finite output agrees with itself; finite_output and the reference law judge it)"),
+    "translation_equivariance": (
+        "the output was non-finite at every coordinate where rfrs-ref's is finite (a non-finite "
+        "output agrees with itself; finite_output and the reference law judge it), or the shift "
+        "could not be added exactly and rounding reordered some column's values"),
+    "camouflage_same_theta": (
+        "neither rfrs-ref's attack nor the one under test changed any coordinate (Eq. 6 has no "
+        "solution that keeps θ: e.g. β₁ = 0)"),
+}
+
+
 def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Callable[[Any], dict],
              max_examples: int, seed: int | None, examples=()) -> LawResult:
     """Run ``check`` on ``examples`` (tried first, always), then on ``max_examples`` examples
@@ -359,9 +373,8 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
         # e.g. a rule returning NaN everywhere: NaN agrees with itself in any order and
         # after any shift, so the law compared nothing and must not read as holding
         res = dataclasses.replace(res, status="skipped", message=(
-            f"nothing was compared on any of the {res.examples} examples: the output was "
-            "non-finite at every coordinate where rfrs-ref's is finite (a non-finite output "
-            "agrees with itself; finite_output and the reference law judge it)"))
+            f"nothing was compared on any of the {res.examples} examples: "
+            + _NOTHING_COMPARED.get(spec.name, _NOTHING_COMPARED[""])))
     return res
 
 
@@ -679,7 +692,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
                     # the object itself, not the copies _Isolated hands it
                     L.inputs_unchanged(target._obj, case)
                 elif name == "camouflage_same_theta":
-                    L.camouflage_same_theta(lambda s, g, t, o: camouflage(s, g, t, target), case)
+                    return L.camouflage_same_theta(lambda s, g, t, o: camouflage(s, g, t, target), case)
                 else:
                     getattr(L, name)(target, case)
 

@@ -21,7 +21,7 @@ Aggregation checkers take ``rule(features, n_samples, f) -> Outcome`` (see
 - ``bulyan_range``: [lo − w, hi + w] with w = hi − lo, Bulyan's guarantee.
 - ``permutation_invariance``: reordering the clients permutes the weights and
   leaves the aggregate unchanged (rows in general position: no ties).
-- ``translation_equivariance``: rule(X + c) = rule(X) + c (float64 features).
+- ``translation_equivariance``: rule(X + c) = rule(X) + c, the shift exact in float64 (:func:`exact_shift`).
 - ``unanimity``: when every honest row is the same x, the aggregate is x.
 - ``reference_rule``: the output (aggregate and, when both expose them, weights) is
   rfrs-ref's rule's on the same round, ties broken by index as rfrs-ref breaks them.
@@ -85,12 +85,14 @@ from rfrs_ref.testing.adapters import Outcome, OutputError, real_array, weighted
 from rfrs_ref.testing.strategies import GradientSequence, PairCase, RoundCase, unanimous
 
 U64 = 2.0**-53
-#: what a law that compares the candidate with itself (two orders of the rows, a shifted
-#: round) returns when the example left it nothing to compare: the candidate's output was
-#: non-finite at every coordinate where rfrs-ref's is finite, and a non-finite value agrees
-#: with itself in any order and after any shift. The runner reports a law that compared
-#: nothing on every example as skipped, never as holding (a rule returning NaN everywhere
-#: held permutation_invariance and translation_equivariance)
+#: what a law returns when the example left it nothing to compare: for a law that compares
+#: the candidate with itself (two orders of the rows, a shifted round), the candidate's
+#: output was non-finite at every coordinate where rfrs-ref's is finite (a non-finite value
+#: agrees with itself in any order and after any shift), or the shift could not be applied
+#: exactly (translation_equivariance); for camouflage_same_theta, the attack applied at no
+#: coordinate. The runner reports a law that compared nothing on every example as skipped,
+#: never as holding (a rule returning NaN everywhere held permutation_invariance and
+#: translation_equivariance; every attack held camouflage_same_theta under β₁ = 0)
 NOT_COMPARED = "not compared"
 
 
@@ -386,30 +388,90 @@ def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0, reference=N
     return None
 
 
-def translation_equivariance(rule, case: RoundCase, rtol: float = 0.0, reference=None):
-    """rule(X + c) = rule(X) + c, on float64 features (a float32 shift would round
-    the rows differently and may reorder near-ties). With ``reference`` (rfrs-ref's
-    rule, as the runner passes it), an example where both aggregates are non-finite at
-    every coordinate where rfrs-ref's aggregate of X is finite compared nothing:
-    :data:`NOT_COMPARED`."""
-    law = "translation_equivariance"
-    X = case.features.astype(np.float64)
-    c = case.shift
+#: significant bits the translation law keeps of each shift cₖ: every finite entry up to
+#: 2^(52 − SHIFT_BITS)·|cₖ| is then shifted exactly (docs/conformance.md)
+SHIFT_BITS = 12
+
+
+def exact_shift(X, c, bits: int = SHIFT_BITS):
+    """Rows ``A`` close to ``X`` and a shift ``c′`` close to ``c`` such that ``A + c′`` is
+    exact in float64 wherever it can be: the pair the translation law compares.
+
+    X + c in float64 rounds each entry by up to half an ulp of |x + c|, and rounding can
+    make two distinct values equal (1e-33 and −7e-34 both become c): a rule that ranks
+    the values then breaks the new tie by index and keeps another client, whose nᵢ weighs
+    differently, and rule(X + c) moves by a fraction of the kept values' spread, not by a
+    rounding. No tolerance covers that, so the law shifts exactly instead: cₖ is rounded
+    to ``bits`` significant bits (a multiple of 2^(eₖ − bits), |cₖ| < 2^eₖ), and every
+    finite entry x with |x| < 2^E, E = max(e_x, eₖ) ≤ eₖ + 52 − bits, is rounded to a
+    multiple of Q = 2^(E − 52): x′ and c′ are then multiples of Q with |x′ + c′| ≤ 2^(E + 1)
+    = 2^53·Q, so x′ + c′ is a float64. The rounding of x is at most 2^(E − 53): x's last
+    bit when |x| ≥ |c|, and below |c|·2^-52 (what x + c would lose anyway) when smaller.
+
+    Returns (A, B, c′, exact): B = A + c′ as float64, and ``exact`` (n, D) True where that
+    sum is exact (every finite entry but those beyond 2^(eₖ + 52 − bits), such as a
+    Byzantine 1e30 beside a shift of 1; non-finite entries are True: NaN and ±inf shift to
+    themselves).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    _, ec = np.frexp(c)
+    cq = np.where(c == 0.0, 0.0, np.ldexp(np.round(np.ldexp(c, bits - ec)), ec - bits))
+    fin = np.isfinite(X)
+    _, ex = np.frexp(np.where(fin, X, 0.0))
+    ex = np.where(X == 0.0, ec[None, :], ex)  # 0 + c is c: exact whatever c
+    E = np.maximum(ex, ec[None, :])
+    exact = ~fin | (cq[None, :] == 0.0) | (E <= ec[None, :] + 52 - bits)
+    shiftable = fin & exact & (cq[None, :] != 0.0)  # a zero shift leaves the rows as they are
+    q_exp = np.maximum(E - 52, -1074)  # Q a power of two, never below the smallest subnormal
+    A = X.copy()
+    A[shiftable] = np.ldexp(np.round(np.ldexp(X[shiftable], -q_exp[shiftable])), q_exp[shiftable])
     with np.errstate(all="ignore"):
-        Xc = X + c
-    a = _outcome(rule, X, case.n_samples, case.f, law)
-    b = _outcome(rule, Xc, case.n_samples, case.f, law)
-    scale = _honest_scale(case) + float(np.abs(c).max(initial=0.0))
+        B = A + cq
+    return A, B, cq, exact
+
+
+def _order_kept(A, B) -> bool:
+    """Whether every column of ``B`` orders its finite entries as ``A``'s does, ties
+    included (sign(Bᵢ − Bⱼ) = sign(Aᵢ − Aⱼ) for every pair finite in both)."""
+    fin = np.isfinite(A) & np.isfinite(B)
+    with np.errstate(all="ignore"):
+        sa = np.sign(A[:, None, :] - A[None, :, :])
+        sb = np.sign(B[:, None, :] - B[None, :, :])
+    both = fin[:, None, :] & fin[None, :, :]
+    return bool((sa[both] == sb[both]).all())
+
+
+def translation_equivariance(rule, case: RoundCase, rtol: float = 0.0, reference=None):
+    """rule(A + c′) = rule(A) + c′ with A + c′ exact in float64 (:func:`exact_shift`: the
+    example's rows and shift rounded so that the shift does not round; features as float64).
+
+    A shift that rounds may reorder near-ties and change which clients a rule keeps, so
+    the law compares exact shifts only: an entry too large for c′ to be added exactly
+    (|x| > 2^(52 − SHIFT_BITS)·|c|) is shifted with rounding, and an example where that
+    rounding changed the order of some column's values (made or broke a tie) compares
+    nothing: :data:`NOT_COMPARED`. With ``reference`` (rfrs-ref's rule, as the runner
+    passes it), so does an example where both aggregates are non-finite at every
+    coordinate where rfrs-ref's aggregate of A is finite. A violation reports the rows
+    and shift the rule was given (A, c′)."""
+    law = "translation_equivariance"
+    A, B, c, exact = exact_shift(case.features, case.shift)
+    if not exact.all() and not _order_kept(A, B):
+        return NOT_COMPARED
+    given = dataclasses.replace(case, features=A, shift=c)
+    a = _outcome(rule, A, case.n_samples, case.f, law)
+    b = _outcome(rule, B, case.n_samples, case.f, law)
+    scale = _honest_scale(given) + float(np.abs(c).max(initial=0.0))
     with np.errstate(all="ignore"):
         expected = a.vector + c
     ok = _vectors_close(expected, b.vector, scale, U64, rtol)
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
         raise LawViolation(law, f"coordinate {k}: rule(X) + c = {_r(expected[k])} but rule(X + c) = "
-                           f"{_r(b.vector[k])} (c = {_r(c[k])})", coordinate=k,
+                           f"{_r(b.vector[k])} (c = {_r(c[k])})", example=given, coordinate=k,
                            expected=float(expected[k]), got=float(b.vector[k]))
     if reference is not None:
-        R = _outcome(reference, X, case.n_samples, case.f, law)
+        R = _outcome(reference, A, case.n_samples, case.f, law)
         if not _compared(R.vector, a.vector, b.vector):
             return NOT_COMPARED
     return None
@@ -1243,11 +1305,14 @@ def theorem4(opt, case: PairCase) -> None:
     _root_chain("theorem4", opt, case, b4, 1.0 - b4)
 
 
-def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
+def camouflage_same_theta(camouflage: Callable, case: PairCase):
     """Where camouflage applies, the camouflaged θ equals the honest θ to rounding
     while the recovered gradient differs (docs/conformance.md); where rfrs-ref's attack
     camouflages some coordinate, the attack under test must change at least one of
-    those (an attack that changes nothing would hold every other clause).
+    those (an attack that changes nothing would hold every other clause). An example
+    where neither rfrs-ref's attack nor the one under test changes any coordinate
+    compared nothing: :data:`NOT_COMPARED` (with β₁ = 0 the equation has no solution
+    anywhere, and the law held "on every example" without checking one).
 
     ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
     apply). θ is compared with the tolerance the attack promises:
@@ -1274,7 +1339,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
                            f"{k}, g = {_r(g[k])}, rfrs-ref's g̃ = {_r(ref_gt[k])}) but the attack "
                            "changed none of them", coordinate=k)
     if not where.any():
-        return
+        return NOT_COMPARED
     A, B = _up(opt, st, g, t, law), _up(opt, st, gt, t, law)
     step = np.abs(A["theta"] - st["theta"])
     u = _input_u(case)  # a float32 example: the attack may compute g̃ in float32
@@ -1291,6 +1356,7 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase) -> None:
         k = int(same[0])
         raise LawViolation(law, f"coordinate {k}: the recovered gradient equals g although the "
                            "attack changed it", coordinate=k)
+    return None
 
 
 # -- pre-aggregator laws ------------------------------------------------------------------------

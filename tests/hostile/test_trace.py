@@ -564,8 +564,10 @@ def test_the_vacuous_bound_of_a_state_sum_is_its_value_not_its_scale(tmp_path, a
     lines = _lines()
     for r in lines[1:]:
         r["state_sums"] = copy.deepcopy(sums)
+    lines[0]["n_params"] = 1000  # Σ|x| = 30 with ‖x‖₂ = 2.5 needs D ≥ 144 values
     a = _write(tmp_path / "a.jsonl", lines)
     zeros = [json.loads(x) for x in open(_zeros(tmp_path))]
+    zeros[0]["n_params"] = 1000
     for r in zeros[1:]:
         r["state_sums"] = {k: {stat: 0.0 for stat in v} for k, v in sums.items()}
     b = _write(tmp_path / "b.jsonl", zeros)
@@ -724,3 +726,37 @@ def test_a_trace_of_another_dataset_is_noted_as_another_run_is(ref, tmp_path):
     assert "the datasets differ in name ('tiny' vs 'ml100k')" in res.output, res.output
     assert "the run configurations differ in seed (1 vs True)" in res.output, res.output
     assert "users" not in res.output  # a key of one header only is no difference
+
+
+def _consistent_sums(lines):
+    """State sums that agree with the synthetic norms (D = 4; ‖m‖ = 0.1t, ‖θ‖ = 1.5 + t)."""
+    for r in lines[1:]:
+        t = r["round"]
+        r["state_sums"] = {"m": {"sum": 0.05 * t, "weighted_sum": 0.2 * t, "abs_sum": 0.15 * t, "phase_sum": 0.1 * t},
+                           "theta": {"sum": 1.0, "weighted_sum": 5.0, "abs_sum": 1.6 * (1.5 + t), "phase_sum": 3.0}}
+    return lines
+
+
+@pytest.mark.parametrize("stat, value, broken", [
+    ("abs_sum", 1e30, "Σ|x| ≤ √D·‖x‖₂ = 7"),  # ‖θ‖ = 3.5 with D = 4 values: Σ|x| ≤ 7
+    ("abs_sum", 3.0, "Σ|x| ≥ ‖x‖₂ = 3.5"),
+    ("abs_sum", -1.0, "Σ|x| ≥ 0"),
+    ("sum", 100.0, "Σ|x| ≥ |sum| = 100"),
+    ("weighted_sum", -700.0, "Σ|x| ≥ |weighted_sum|/7 = 100"),
+    ("phase_sum", 200.0, "Σ|x| ≥ |phase_sum|/2 = 100"),
+])
+def test_a_reference_whose_sums_contradict_its_own_norms_is_refused(tmp_path, refused, stat, value, broken):
+    """A's Σ|x| sets the tolerance of B's sums: with Σ|x| = 1e30 recorded for an array of
+    norm 3.5 and 4 values, B's sums agreed within 1e24 whatever they were."""
+    a_lines = _consistent_sums(_lines())
+    assert _cli(_write(tmp_path / "ok.jsonl", a_lines), _write(tmp_path / "ok2.jsonl", a_lines)).exit_code == 0
+    a_lines[2]["state_sums"]["theta"][stat] = value
+    a = _write(tmp_path / "a.jsonl", a_lines)
+    b_lines = copy.deepcopy(a_lines)  # its round 2 sums of θ are anything A's scale lets through
+    b_lines[2]["state_sums"]["theta"].update(
+        {k: v for k, v in {"sum": -1e20, "weighted_sum": 3e20, "phase_sum": 1e18}.items() if k != stat})
+    b = _write(tmp_path / "b.jsonl", b_lines)
+    refused(_cli(a, b, "--no-checksums"), "a.jsonl:3: round 2: state_sums.theta.abs_sum", broken,
+            "the trace's own values require")
+    with pytest.raises(T.TraceFormatError, match="round 2"):
+        T.compare(a, a)

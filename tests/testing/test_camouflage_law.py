@@ -35,3 +35,13 @@ def test_both_documented_forms_of_the_camouflage_hold():
     r, = run_optimizer_conformance("adam", Adam, max_examples=100, laws=["camouflage_same_theta"],
                                    camouflage=paper_form)
     assert r.status == "holds", r.message
+
+
+def test_camouflage_that_applies_nowhere_is_skipped_not_holding():
+    """With β₁ = 0 Eq. 6 has no solution that keeps θ: neither rfrs-ref's attack nor the one
+    under test changes a coordinate on any example, and the law "held (36 examples)"."""
+    r, = run_optimizer_conformance("adam", Adam(beta1=0.0), max_examples=30, laws=["camouflage_same_theta"])
+    assert r.status == "skipped" and "changed any coordinate" in r.message, r
+    r, = run_optimizer_conformance("adam", Adam(beta1=0.0), max_examples=30, laws=["camouflage_same_theta"],
+                                   camouflage=lambda state, g, t, opt: np.array(g, dtype=np.float64))
+    assert r.status == "skipped", r
