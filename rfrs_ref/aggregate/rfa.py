@@ -31,9 +31,16 @@ class RFA(Rule):
 
     Conventions: the stopping test differs from Pillutla et al.'s relative
     change of the objective, which stops far from the median when one row is
-    huge (see :func:`rfrs_ref.kernels.weiszfeld.geometric_median`). The
-    diagnostics report the iterations, whether the test was met
-    (``converged``), the objective history and the start.
+    huge (see :func:`rfrs_ref.kernels.weiszfeld.geometric_median`). Where the
+    iteration from the mean does not meet the test within ``max_iter`` steps (a far
+    group pulls the mean out, and Weiszfeld comes back by a constant factor a
+    step), it runs again from the coordinate-wise median of the finite rows, and
+    the iterate of the lower objective is taken (ties: the one from the mean);
+    a round that converges from the mean is unchanged. The diagnostics report the
+    iterations (of the run taken), whether the test was met (``converged``), the
+    objective history, the start (``"median (the mean did not converge)"`` where
+    the restart is taken), ``restarted`` and, where it is true,
+    ``iterations_from_mean`` and ``iterations_from_median``.
 
     Hostile input: a client with a NaN or ±inf in its features or any upload
     has α = 0 (infinitely far); a huge finite row gets a tiny weight αᵢ.
@@ -85,8 +92,9 @@ class RFA(Rule):
                                                 nu=self.nu, tol=self.tol, max_iter=self.max_iter)
         if gm is None:
             raise NeedsRows("rfa: Weiszfeld's steps need the rows themselves here (a distance "
-                            "the matrix cannot certify, or a step within rounding of the "
-                            "stopping threshold)")
+                            "the matrix cannot certify, a step within rounding of the "
+                            "stopping threshold, or no convergence from the mean, whose "
+                            "restart from the coordinate-wise median needs the rows)")
         return self._result({}, gm, ok)
 
     def _result(self, out, gm, ok):
@@ -94,7 +102,11 @@ class RFA(Rule):
         diag = {"iterations": gm["iterations"], "converged": gm["converged"],
                 "objective": jsonable(gm["objective"]), "last_step": jsonable(gm["last_step"]),
                 "start": gm["start"], "distances": jsonable(gm["dist"]),
-                "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
+                "nonfinite_clients": jsonable(np.flatnonzero(~ok)),
+                "restarted": bool(gm.get("restarted", False))}
+        if diag["restarted"]:
+            diag["iterations_from_mean"] = gm["iterations_from_mean"]
+            diag["iterations_from_median"] = gm["iterations_from_median"]
         return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
 
     def _aggregate(self, X, arrays, n_samples, f, backend):

@@ -233,6 +233,18 @@ def geometric_median(
     rows instead (``start`` says which): from that far, Weiszfeld would need
     hundreds of steps to come back to the majority.
 
+    Restart: where the iteration from the mean ends without meeting the test
+    after ``max_iter`` > 0 steps (3 of 8 rows at 1e38 pull the mean out, and
+    Weiszfeld comes back by a constant factor a step: z at 2.9e10 after 100 steps
+    for honest rows of 1e-3), it runs again, in passes, from the coordinate-wise
+    median of the finite rows, and the result of the lower objective F is
+    returned (ties: the first). F(z1) − F(z2) is summed term by term as
+    (z1 − z2) · ((z1 − xᵢ) + (z2 − xᵢ)) / (‖z1 − xᵢ‖ + ‖z2 − xᵢ‖), since F itself
+    at the scale of a far row rounds the honest rows' part away. A restart
+    taken has ``start`` = ``"median (the mean did not converge)"`` and its own
+    ``iterations``, ``objective`` and ``converged``. An iteration that converges
+    from the mean is returned as before, bit for bit.
+
     Huge but finite rows keep a positive weight: distances whose sum of squares
     overflows are measured in scaled form (module docstring).
 
@@ -276,7 +288,9 @@ def geometric_median(
     infinitely far rows, not normalised), ``iterations``, ``converged``,
     ``objective`` (history, one value per iterate), ``last_step`` (‖z_t − z_{t−1}‖),
     ``start``, ``method`` (``"passes"``, ``"distances"``, or
-    ``"distances, then passes from step k"``).
+    ``"distances, then passes from step k"``), ``restarted`` (whether the restart
+    ran, taken or not) and, where it did, ``iterations_from_mean`` and
+    ``iterations_from_median`` (the steps of each run).
 
     ``finite`` (optional, (n,) bool) marks the rows allowed to take part, when
     the caller already knows it; rows with weight 0 never take part either.
@@ -329,7 +343,49 @@ def _geometric_median(X, weights, *, nu=1e-6, tol=1e-6, max_iter=100, backend="n
                                           backend=backend, method=method, want_z=want_z)
         if scaled is not None:
             return scaled
+    res["restarted"] = False
+    if max_iter > 0 and not res["converged"] and res["start"] == "mean":
+        # from the mean, a far group pulls z out and Weiszfeld comes back by a constant
+        # factor a step: the iteration again from the coordinate-wise median, and the
+        # result of the lower objective (ties: the first)
+        again = _geometric_median_passes(X, w, finite, nu=nu, tol=tol, max_iter=max_iter,
+                                         backend=backend, start="median")
+        again["start"] = "median (the mean did not converge)"
+        first_iterations = res["iterations"]
+        z_first = res["z"]
+        if z_first is None:
+            z_first = weiszfeld_pass(as_float_matrix(X, "X"), res["z_weights"],
+                                     backend="numba")[0]
+        if _objective_difference(X, w, finite, z_first, again["z"]) > 0:
+            res = again
+        res["restarted"] = True
+        res["iterations_from_mean"] = first_iterations
+        res["iterations_from_median"] = again["iterations"]
+    res.pop("z_weights", None)
     return res
+
+
+def _objective_difference(X, w, finite, z1, z2) -> float:
+    """F(z1) − F(z2) = Σ wᵢ (‖z1 − xᵢ‖ − ‖z2 − xᵢ‖) over the finite rows, each term
+    as (z1 − z2) · ((z1 − xᵢ) + (z2 − xᵢ)) / (‖z1 − xᵢ‖ + ‖z2 − xᵢ‖): F itself, at the
+    scale of a far row (1e38), rounds away the honest rows' part, and two iterates
+    10 orders of magnitude apart would tie. A term that is not finite that way is the
+    plain difference of the distances."""
+    delta = np.asarray(z1, dtype=np.float64) - z2
+    total = 0.0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for i in np.flatnonzero(finite):  # row by row: no float64 copy of X
+            x = np.asarray(X[i], dtype=np.float64)[None, :]
+            d1 = float(distances_to_numpy(x, z1)[0])
+            d2 = float(distances_to_numpy(x, z2)[0])
+            s = d1 + d2
+            if s == 0.0:
+                continue
+            t = float(np.dot((z1 - x[0]) / s + (z2 - x[0]) / s, delta))
+            if not np.isfinite(t):
+                t = d1 - d2
+            total += float(w[i]) * t
+    return total
 
 
 def _geometric_median_scaled(X, w, finite, *, nu, tol, max_iter, backend, method, want_z):
@@ -362,19 +418,32 @@ def _geometric_median_scaled(X, w, finite, *, nu, tol, max_iter, backend, method
     return res
 
 
-def _geometric_median_passes(X, w, finite, *, nu, tol, max_iter, backend, resume=None) -> dict:
+def _median_start(X, finite):
+    """The coordinate-wise median of the finite rows, and every row's distance to it."""
+    z = np.median(np.asarray(X, dtype=np.float64)[finite], axis=0)
+    return z, distances_to_numpy(X, z)
+
+
+def _geometric_median_passes(X, w, finite, *, nu, tol, max_iter, backend, resume=None,
+                             start="auto") -> dict:
     """The iteration in passes over X; ``resume`` = (z, dist, iterations, objective,
-    step) continues one that the distances path started."""
+    step) continues one that the distances path started. ``start``: ``"auto"`` (the
+    weighted mean, or the coordinate-wise median where every distance to the mean
+    exceeds √ of the float64 range) or ``"median"``."""
+    if start not in ("auto", "median"):
+        raise ValueError(f"unknown start {start!r}; choose one of: auto, median")
     if resume is None:
-        alpha = np.where(finite, w, 0.0)
-        z, dist = weiszfeld_pass(X, alpha, backend=backend)
-        start = "mean"
-        if not (dist[finite] <= SQRT_DBL_MAX).any():
-            # Weiszfeld from that far out approaches the majority by a constant factor
-            # per step: hundreds of steps from 1e200
-            start = "median"
-            z = np.median(np.asarray(X, dtype=np.float64)[finite], axis=0)
-            dist = distances_to_numpy(X, z)
+        if start == "median":
+            z, dist = _median_start(X, finite)
+        else:
+            alpha = np.where(finite, w, 0.0)
+            z, dist = weiszfeld_pass(X, alpha, backend=backend)
+            start = "mean"
+            if not (dist[finite] <= SQRT_DBL_MAX).any():
+                # Weiszfeld from that far out approaches the majority by a constant
+                # factor per step: hundreds of steps from 1e200
+                start = "median"
+                z, dist = _median_start(X, finite)
         dist = np.where(finite, dist, np.inf)
         use = np.isfinite(dist) & finite
         objective = [float(np.dot(w[use], dist[use]))]
@@ -467,7 +536,9 @@ def geometric_median_weights_on_matrix(Dm: np.ndarray, error: float, weights: np
         within rounding of the stopping threshold); otherwise None: that iteration
         needs the rows themselves (z, or the passes), and the caller must give them.
         With ``Dm`` the matrix :func:`pairwise_sq_dists64` computes and ``error`` its
-        ``sq_dists64_error``, the weights are those of the rows, bit for bit.
+        ``sq_dists64_error``, the weights are those of the rows, bit for bit. None too
+        where the iteration ends unconverged after ``max_iter`` > 0 steps: the rows'
+        iteration then restarts from the coordinate-wise median, which needs the rows.
     """
     w = np.asarray(weights, dtype=np.float64)
     finite = np.asarray(finite, dtype=bool) & (w > 0)
@@ -482,6 +553,11 @@ def geometric_median_weights_on_matrix(Dm: np.ndarray, error: float, weights: np
                                max_iter=max_iter, z_of=None, passes=None, want_z=False)
     if res is None or (finite & ~np.isfinite(res["dist"])).any():
         return None
+    if max_iter > 0 and not res["converged"]:
+        # the rows' iteration restarts from the coordinate-wise median, which needs them
+        return None
+    res.pop("z_weights")
+    res["restarted"] = False
     return res
 
 
@@ -550,9 +626,11 @@ def _weiszfeld_on_matrix(Dm, eps, w, finite, rows, n, *, nu, tol, max_iter, z_of
     dist = np.full(n, np.inf)
     dist[rows] = dist_f
     z = z_of(a)[0] if want_z and z_of is not None else None
+    z_weights = np.zeros(n)
+    z_weights[rows] = a
     return {"z": z, "dist": dist, "alpha": alpha, "iterations": it,
             "converged": converged, "objective": objective, "last_step": step, "start": "mean",
-            "method": "distances"}
+            "method": "distances", "z_weights": z_weights}
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

@@ -236,6 +236,27 @@ def test_rfa_known_answer_is_the_median_in_one_dimension():
     assert res.weights[1] > 0.99
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_rfa_comes_back_from_a_far_third_by_restarting_at_the_median(backend):
+    """3 of 8 clients (35% of the weight) at 1e38, honest rows of size 1e-3: from the mean
+    Weiszfeld is still at 2.9e10 after 100 steps; the restart from the coordinate-wise
+    median reaches the honest rows' geometric median."""
+    from rfrs_ref.kernels.weiszfeld import geometric_median
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(0, 1e-3, (8, 10)).astype(np.float32)
+    X[:3] = 1e38
+    ns = np.array([29 / 3] * 3 + [54 / 5] * 5)
+    res = RFA().aggregate(X, {"x": X}, ns, 3, backend=backend)
+    honest = geometric_median(X[3:], ns[3:], backend="numpy", tol=1e-12, max_iter=1000)["z"]
+    assert np.abs(res.arrays["x"] - honest).max() < 1e-2
+    d = res.diagnostics
+    assert d["converged"] and d["restarted"]
+    assert d["start"] == "median (the mean did not converge)"
+    assert d["iterations_from_mean"] == 100 and d["iterations"] == d["iterations_from_median"]
+    assert res.weights[:3].max() < 1e-30
+
+
 def test_bulyan_known_answer():
     # n = 7, f = 1: θ = 5 selected by iterated Krum, β = 3 closest to their median
     X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [50.0], [-60.0]])

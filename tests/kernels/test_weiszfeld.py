@@ -197,6 +197,11 @@ def test_steps_on_the_matrix_agree_with_the_passes(seed, dtype, n, D, spread):
     a = geometric_median(X, w, method="passes")
     b = geometric_median(X, w, method="distances")
     np.testing.assert_array_equal(X, before)
+    if a["restarted"] and b["restarted"] and a["start"] == b["start"] != "mean":
+        # neither converged from the mean (z creeping onto the duplicated row): both
+        # took the same restart, in passes from the coordinate-wise median
+        np.testing.assert_array_equal(b["z"], a["z"])
+        return
     assert b["method"].startswith("distances") and a["method"] == "passes"
     wa, wb = a["alpha"] / a["alpha"].sum(), b["alpha"] / b["alpha"].sum()
     if a["iterations"] == b["iterations"]:
@@ -325,12 +330,13 @@ def test_the_steps_from_a_given_matrix_are_the_steps_on_the_rows(seed, dtype, n,
     got = geometric_median_weights_on_matrix(Dm, sq_dists64_error(D), w, ok)
     want = geometric_median_weights(X, np.where(ok, w, 0.0), finite=ok)
     if got is None:
-        assert want["method"] != "distances" or ok.sum() < 2
+        # ... or the rows' iteration did not converge from the mean and restarted
+        assert want["method"] != "distances" or ok.sum() < 2 or want["restarted"]
         return
     assert want["method"] == "distances"
     for k in ("alpha", "dist"):
         np.testing.assert_array_equal(got[k], want[k])
-    for k in ("iterations", "converged", "objective", "last_step", "start"):
+    for k in ("iterations", "converged", "objective", "last_step", "start", "restarted"):
         assert got[k] == want[k], k
 
 
@@ -353,3 +359,92 @@ def test_the_steps_from_a_given_matrix_refuse_what_needs_the_rows():
     assert geometric_median_weights_on_matrix(np.zeros((9, 9)), err, np.ones(9), one) is None
     many = np.ones(101, bool)
     assert geometric_median_weights_on_matrix(np.ones((101, 101)), err, np.ones(101), many) is None
+
+
+def _far_third():
+    """3 of 8 rows (35% of the weight, below the breakdown point) at 1e38 against
+    honest rows of size 1e-3: from the mean, z is still at 2.9e10 after 100 steps."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(0, 1e-3, (8, 10)).astype(np.float32)
+    X[:3] = 1e38
+    return X, np.array([29 / 3] * 3 + [54 / 5] * 5)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("want_z", [True, False])
+def test_a_far_group_the_mean_does_not_come_back_from_restarts_at_the_median(backend, want_z):
+    from rfrs_ref.kernels.weiszfeld import geometric_median_weights
+
+    X, w = _far_third()
+    res = (geometric_median(X, w, backend=backend) if want_z
+           else geometric_median_weights(X, w, backend=backend))
+    honest = geometric_median(X[3:], w[3:], backend="numpy", tol=1e-12, max_iter=1000)["z"]
+    assert res["converged"] and res["restarted"]
+    assert res["start"] == "median (the mean did not converge)"
+    assert res["iterations_from_mean"] == 100
+    assert res["iterations"] == res["iterations_from_median"] < 100
+    assert np.abs(res["z"] - honest).max() < 1e-2
+    assert res["alpha"][:3].max() < 1e-30
+    # with max_iter = 0 nothing iterates, so nothing restarts
+    assert not geometric_median(X, w, backend=backend, max_iter=0)["restarted"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
+       st.integers(2, 12), st.integers(1, 300), st.sampled_from([1e-3, 1.0]),
+       st.sampled_from([0.0, 1e3, 1e38]), st.integers(1, 40),
+       st.sampled_from(["numpy", "numba"]))
+def test_the_restart_changes_nothing_where_the_mean_converges(seed, dtype, n, D, spread, far,
+                                                              max_iter, backend):
+    """Where the iteration from the mean converges, the result is that iteration's, bit for
+    bit (the restart does not run); where it does not, the restart runs and its result is
+    taken only if its objective is lower."""
+    from rfrs_ref.kernels import weiszfeld as wz
+
+    X = _rows(seed, dtype, n, D, spread, far)
+    w = np.random.default_rng(seed).integers(1, 40, size=n).astype(float)
+    finite = np.ones(n, dtype=bool)
+    got = geometric_median(X, w, backend=backend, max_iter=max_iter)
+    kw = dict(nu=1e-6, tol=1e-6, max_iter=max_iter)
+    first = None
+    if backend == "numba" and 2 <= n <= wz.GRAM_MAX_ROWS:
+        first = wz._geometric_median_distances(X, w, finite, want_z=True, **kw)
+    if first is None:
+        first = wz._geometric_median_passes(X, w, finite, backend=backend, **kw)
+    first.pop("z_weights", None)
+    if first["converged"] or first["start"] != "mean":
+        assert got["restarted"] is False
+        assert set(got) == set(first) | {"restarted"}
+        for k in ("z", "dist", "alpha"):
+            np.testing.assert_array_equal(got[k], first[k])
+        for k in ("iterations", "converged", "objective", "last_step", "start", "method"):
+            assert got[k] == first[k], k
+        return
+    assert got["restarted"] is True
+    assert got["iterations_from_mean"] == first["iterations"] == max_iter
+    if got["start"] == "mean":
+        np.testing.assert_array_equal(got["z"], first["z"])
+    else:
+        assert got["start"] == "median (the mean did not converge)"
+        assert wz._objective_difference(X, w, finite, first["z"], got["z"]) > 0
+
+
+def test_the_steps_from_a_given_matrix_hand_an_unconverged_iteration_to_the_rows():
+    """An iteration on the matrix that ends unconverged returns None (its restart from the
+    coordinate-wise median needs the rows), and RFA's from_distances raises NeedsRows."""
+    from rfrs_ref.aggregate.base import NeedsRows
+    from rfrs_ref.aggregate.rfa import RFA
+    from rfrs_ref.kernels.distances import pairwise_sq_dists64, sq_dists64_error
+    from rfrs_ref.kernels.weiszfeld import geometric_median_weights_on_matrix
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(7, 20))
+    Dm, err = pairwise_sq_dists64(X), sq_dists64_error(20)
+    ok = np.ones(7, bool)
+    full = geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok)
+    assert full is not None and full["converged"] and full["restarted"] is False
+    assert geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=2) is None
+    with pytest.raises(NeedsRows):
+        RFA(max_iter=2).from_distances(Dm, ok, np.ones(7), 1, error=err)
+    # max_iter = 0 takes no step: the mean's weights, as before
+    assert geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=0) is not None
