@@ -213,6 +213,7 @@ def geometric_median(
     backend: str = "numba",
     finite: np.ndarray | None = None,
     method: str = "auto",
+    restart: bool = False,
 ) -> dict:
     """Smoothed Weiszfeld from the weighted mean of the finite rows.
 
@@ -233,17 +234,19 @@ def geometric_median(
     rows instead (``start`` says which): from that far, Weiszfeld would need
     hundreds of steps to come back to the majority.
 
-    Restart: where the iteration from the mean ends without meeting the test
-    after ``max_iter`` > 0 steps (3 of 8 rows at 1e38 pull the mean out, and
-    Weiszfeld comes back by a constant factor a step: z at 2.9e10 after 100 steps
-    for honest rows of 1e-3), it runs again, in passes, from the coordinate-wise
-    median of the finite rows, and the result of the lower objective F is
-    returned (ties: the first). F(z1) − F(z2) is summed term by term as
+    Restart (``restart=True``; off by default, Pillutla et al.'s iteration starts
+    at the mean and never restarts): where the iteration from the mean ends
+    without meeting the test after ``max_iter`` > 0 steps (3 of 8 rows at 1e38
+    pull the mean out, and Weiszfeld comes back by a constant factor a step: z at
+    5.4e10 after 100 steps for honest rows of 1e-3, ``converged`` False, which is
+    what ``restart=False`` returns), it runs again, in passes, from the
+    coordinate-wise median of the finite rows, and the result of the lower
+    objective F is returned (ties: the first). F(z1) − F(z2) is summed term by term as
     (z1 − z2) · ((z1 − xᵢ) + (z2 − xᵢ)) / (‖z1 − xᵢ‖ + ‖z2 − xᵢ‖), since F itself
     at the scale of a far row rounds the honest rows' part away. A restart
     taken has ``start`` = ``"median (the mean did not converge)"`` and its own
     ``iterations``, ``objective`` and ``converged``. An iteration that converges
-    from the mean is returned as before, bit for bit.
+    from the mean is returned as without the restart, bit for bit.
 
     Huge but finite rows keep a positive weight: distances whose sum of squares
     overflows are measured in scaled form (module docstring).
@@ -288,9 +291,9 @@ def geometric_median(
     infinitely far rows, not normalised), ``iterations``, ``converged``,
     ``objective`` (history, one value per iterate), ``last_step`` (‖z_t − z_{t−1}‖),
     ``start``, ``method`` (``"passes"``, ``"distances"``, or
-    ``"distances, then passes from step k"``), ``restarted`` (whether the restart
-    ran, taken or not) and, where it did, ``iterations_from_mean`` and
-    ``iterations_from_median`` (the steps of each run).
+    ``"distances, then passes from step k"``); with ``restart=True`` also
+    ``restarted`` (whether the restart ran, taken or not) and, where it did,
+    ``iterations_from_mean`` and ``iterations_from_median`` (the steps of each run).
 
     ``finite`` (optional, (n,) bool) marks the rows allowed to take part, when
     the caller already knows it; rows with weight 0 never take part either.
@@ -298,7 +301,7 @@ def geometric_median(
     final z on the distances path.
     """
     return _geometric_median(X, weights, nu=nu, tol=tol, max_iter=max_iter, backend=backend,
-                             finite=finite, method=method, want_z=True)
+                             finite=finite, method=method, want_z=True, restart=restart)
 
 
 def geometric_median_weights(X, weights, **kw) -> dict:
@@ -314,7 +317,7 @@ GRAM_RHO = 2.0 ** -30
 
 
 def _geometric_median(X, weights, *, nu=1e-6, tol=1e-6, max_iter=100, backend="numba",
-                      finite=None, method="auto", want_z=True) -> dict:
+                      finite=None, method="auto", want_z=True, restart=False) -> dict:
     if method not in ("auto", "passes", "distances"):
         raise ValueError(f"unknown method {method!r}; choose one of: auto, passes, distances")
     X = np.asarray(X)
@@ -340,9 +343,13 @@ def _geometric_median(X, weights, *, nu=1e-6, tol=1e-6, max_iter=100, backend="n
         # a finite row farther than float64's range (float64 rows near ±1e308): the
         # same iteration on the rows scaled by a power of two
         scaled = _geometric_median_scaled(X, w, finite, nu=nu, tol=tol, max_iter=max_iter,
-                                          backend=backend, method=method, want_z=want_z)
+                                          backend=backend, method=method, want_z=want_z,
+                                          restart=restart)
         if scaled is not None:
             return scaled
+    if not restart:
+        res.pop("z_weights", None)
+        return res
     res["restarted"] = False
     if max_iter > 0 and not res["converged"] and res["start"] == "mean":
         # from the mean, a far group pulls z out and Weiszfeld comes back by a constant
@@ -388,7 +395,8 @@ def _objective_difference(X, w, finite, z1, z2) -> float:
     return total
 
 
-def _geometric_median_scaled(X, w, finite, *, nu, tol, max_iter, backend, method, want_z):
+def _geometric_median_scaled(X, w, finite, *, nu, tol, max_iter, backend, method, want_z,
+                             restart=False):
     """The iteration on X · 2⁻ᵏ (ν · 2⁻ᵏ), k the least that brings every distance
     between finite rows within float64's range; z, the distances, the objective and
     the last step scaled back by 2ᵏ (a distance beyond the range is then +inf, as is
@@ -407,7 +415,8 @@ def _geometric_median_scaled(X, w, finite, *, nu, tol, max_iter, backend, method
         return None
     nu_s = float(np.ldexp(nu, -k)) or nu
     res = _geometric_median(np.ldexp(X64, -k), w, nu=nu_s, tol=tol, max_iter=max_iter,
-                            backend=backend, finite=finite, method=method, want_z=want_z)
+                            backend=backend, finite=finite, method=method, want_z=want_z,
+                            restart=restart)
     with np.errstate(over="ignore"):
         if res["z"] is not None:
             res["z"] = np.ldexp(res["z"], k)
@@ -515,7 +524,8 @@ def _geometric_median_distances(X, w, finite, *, nu, tol, max_iter, want_z):
 
 def geometric_median_weights_on_matrix(Dm: np.ndarray, error: float, weights: np.ndarray,
                                        finite: np.ndarray, *, nu: float = 1e-6,
-                                       tol: float = 1e-6, max_iter: int = 100) -> dict | None:
+                                       tol: float = 1e-6, max_iter: int = 100,
+                                       restart: bool = False) -> dict | None:
     """:func:`geometric_median_weights` from the squared distances of the rows alone,
     for a caller that computed them otherwise (the robust round on shared rows,
     docs/performance.md, "Robust rounds on shared rows").
@@ -536,9 +546,11 @@ def geometric_median_weights_on_matrix(Dm: np.ndarray, error: float, weights: np
         within rounding of the stopping threshold); otherwise None: that iteration
         needs the rows themselves (z, or the passes), and the caller must give them.
         With ``Dm`` the matrix :func:`pairwise_sq_dists64` computes and ``error`` its
-        ``sq_dists64_error``, the weights are those of the rows, bit for bit. None too
-        where the iteration ends unconverged after ``max_iter`` > 0 steps: the rows'
-        iteration then restarts from the coordinate-wise median, which needs the rows.
+        ``sq_dists64_error``, the weights are those of the rows, bit for bit. With
+        ``restart=True``, None too where the iteration ends unconverged after
+        ``max_iter`` > 0 steps: the rows' iteration then restarts from the
+        coordinate-wise median, which needs the rows (with ``restart=False``, the
+        default, the unconverged weights are returned, as the rows' iteration ends).
     """
     w = np.asarray(weights, dtype=np.float64)
     finite = np.asarray(finite, dtype=bool) & (w > 0)
@@ -553,10 +565,12 @@ def geometric_median_weights_on_matrix(Dm: np.ndarray, error: float, weights: np
                                max_iter=max_iter, z_of=None, passes=None, want_z=False)
     if res is None or (finite & ~np.isfinite(res["dist"])).any():
         return None
+    res.pop("z_weights")
+    if not restart:
+        return res
     if max_iter > 0 and not res["converged"]:
         # the rows' iteration restarts from the coordinate-wise median, which needs them
         return None
-    res.pop("z_weights")
     res["restarted"] = False
     return res
 

@@ -247,7 +247,7 @@ def test_rfa_comes_back_from_a_far_third_by_restarting_at_the_median(backend):
     X = rng.normal(0, 1e-3, (8, 10)).astype(np.float32)
     X[:3] = 1e38
     ns = np.array([29 / 3] * 3 + [54 / 5] * 5)
-    res = RFA().aggregate(X, {"x": X}, ns, 3, backend=backend)
+    res = RFA(restart=True).aggregate(X, {"x": X}, ns, 3, backend=backend)
     honest = geometric_median(X[3:], ns[3:], backend="numpy", tol=1e-12, max_iter=1000)["z"]
     assert np.abs(res.arrays["x"] - honest).max() < 1e-2
     d = res.diagnostics
@@ -255,6 +255,19 @@ def test_rfa_comes_back_from_a_far_third_by_restarting_at_the_median(backend):
     assert d["start"] == "median (the mean did not converge)"
     assert d["iterations_from_mean"] == 100 and d["iterations"] == d["iterations_from_median"]
     assert res.weights[:3].max() < 1e-30
+    # off by default (Pillutla et al.'s RFA never restarts): the iteration from the mean,
+    # still at 2.9e10 after its 100 steps, unconverged
+    plain = RFA().aggregate(X, {"x": X}, ns, 3, backend=backend)
+    assert RFA().restart is False and plain.diagnostics["hyperparameters"]["restart"] is False
+    assert 2.8e10 < np.abs(plain.arrays["x"]).max() < 3.0e10
+    p = plain.diagnostics
+    assert not p["converged"] and p["iterations"] == 100 and p["start"] == "mean"
+    assert "restarted" not in p
+
+
+def test_rfa_restart_must_be_a_bool():
+    with pytest.raises(ValueError, match="restart"):
+        RFA(restart="yes")
 
 
 def test_bulyan_known_answer():

@@ -187,17 +187,18 @@ def test_a_far_row_with_a_tiny_weight_is_refused_by_the_check():
 
 @settings(max_examples=30)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
-       st.integers(2, 12), st.integers(2, 2000), st.sampled_from([1e-3, 1.0]))
-def test_steps_on_the_matrix_agree_with_the_passes(seed, dtype, n, D, spread):
+       st.integers(2, 12), st.integers(2, 2000), st.sampled_from([1e-3, 1.0]), st.booleans())
+def test_steps_on_the_matrix_agree_with_the_passes(seed, dtype, n, D, spread, restart):
     rng = np.random.default_rng(seed)
     X = _rows(seed, dtype, n, D, spread, 0)
     X[: n // 3] *= -1  # an attacked minority on the other side
     w = rng.integers(1, 40, size=n).astype(float)
     before = X.copy()
-    a = geometric_median(X, w, method="passes")
-    b = geometric_median(X, w, method="distances")
+    a = geometric_median(X, w, method="passes", restart=restart)
+    b = geometric_median(X, w, method="distances", restart=restart)
     np.testing.assert_array_equal(X, before)
-    if a["restarted"] and b["restarted"] and a["start"] == b["start"] != "mean":
+    assert ("restarted" in a) == ("restarted" in b) == restart
+    if restart and a["restarted"] and b["restarted"] and a["start"] == b["start"] != "mean":
         # neither converged from the mean (z creeping onto the duplicated row): both
         # took the same restart, in passes from the coordinate-wise median
         np.testing.assert_array_equal(b["z"], a["z"])
@@ -305,8 +306,9 @@ def test_geometric_median_of_rows_beyond_float64_distances(backend, rows):
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
-       st.integers(2, 12), st.integers(2, 700), st.sampled_from([1e-3, 1.0]))
-def test_the_steps_from_a_given_matrix_are_the_steps_on_the_rows(seed, dtype, n, D, spread):
+       st.integers(2, 12), st.integers(2, 700), st.sampled_from([1e-3, 1.0]), st.booleans())
+def test_the_steps_from_a_given_matrix_are_the_steps_on_the_rows(seed, dtype, n, D, spread,
+                                                                 restart):
     """Given the matrix pairwise_sq_dists64 computes and its bound, the steps give the
     weights, distances and diagnostics of geometric_median_weights on the rows, bit
     for bit, wherever they stay on the matrix; where the rows' iteration would leave it
@@ -327,16 +329,19 @@ def test_the_steps_from_a_given_matrix_are_the_steps_on_the_rows(seed, dtype, n,
     Dm = np.full((n, n), np.inf)
     live = np.flatnonzero(ok)
     Dm[np.ix_(live, live)] = pairwise_sq_dists64(X, live)
-    got = geometric_median_weights_on_matrix(Dm, sq_dists64_error(D), w, ok)
-    want = geometric_median_weights(X, np.where(ok, w, 0.0), finite=ok)
+    got = geometric_median_weights_on_matrix(Dm, sq_dists64_error(D), w, ok, restart=restart)
+    want = geometric_median_weights(X, np.where(ok, w, 0.0), finite=ok, restart=restart)
     if got is None:
-        # ... or the rows' iteration did not converge from the mean and restarted
-        assert want["method"] != "distances" or ok.sum() < 2 or want["restarted"]
+        # ... or, with the restart, the rows' iteration did not converge from the mean
+        # and restarted
+        assert want["method"] != "distances" or ok.sum() < 2 or (restart and want["restarted"])
         return
     assert want["method"] == "distances"
+    assert set(got) == set(want)
     for k in ("alpha", "dist"):
         np.testing.assert_array_equal(got[k], want[k])
-    for k in ("iterations", "converged", "objective", "last_step", "start", "restarted"):
+    for k in ("iterations", "converged", "objective", "last_step", "start") + (
+            ("restarted",) if restart else ()):
         assert got[k] == want[k], k
 
 
@@ -376,8 +381,8 @@ def test_a_far_group_the_mean_does_not_come_back_from_restarts_at_the_median(bac
     from rfrs_ref.kernels.weiszfeld import geometric_median_weights
 
     X, w = _far_third()
-    res = (geometric_median(X, w, backend=backend) if want_z
-           else geometric_median_weights(X, w, backend=backend))
+    res = (geometric_median(X, w, backend=backend, restart=True) if want_z
+           else geometric_median_weights(X, w, backend=backend, restart=True))
     honest = geometric_median(X[3:], w[3:], backend="numpy", tol=1e-12, max_iter=1000)["z"]
     assert res["converged"] and res["restarted"]
     assert res["start"] == "median (the mean did not converge)"
@@ -386,7 +391,27 @@ def test_a_far_group_the_mean_does_not_come_back_from_restarts_at_the_median(bac
     assert np.abs(res["z"] - honest).max() < 1e-2
     assert res["alpha"][:3].max() < 1e-30
     # with max_iter = 0 nothing iterates, so nothing restarts
-    assert not geometric_median(X, w, backend=backend, max_iter=0)["restarted"]
+    assert not geometric_median(X, w, backend=backend, max_iter=0, restart=True)["restarted"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("want_z", [True, False])
+def test_by_default_a_far_group_leaves_the_iteration_from_the_mean_unconverged(backend, want_z):
+    """The restart is an option: by default (Pillutla et al.'s RFA) the iteration from the
+    mean is all there is, and the far third leaves z at 5.4e10 after 100 steps (the
+    aggregate, one more step, at 2.9e10), unconverged, with no restart keys in the
+    result."""
+    from rfrs_ref.kernels.weiszfeld import geometric_median_weights
+
+    X, w = _far_third()
+    res = (geometric_median(X, w, backend=backend) if want_z
+           else geometric_median_weights(X, w, backend=backend))
+    assert not res["converged"] and res["iterations"] == 100 and res["start"] == "mean"
+    assert "restarted" not in res and "iterations_from_median" not in res
+    z = res["z"] if want_z else geometric_median(X, w, backend=backend)["z"]
+    assert 5.3e10 < np.abs(z).max() < 5.5e10
+    aggregate = res["alpha"] @ X.astype(np.float64) / res["alpha"].sum()
+    assert 2.8e10 < np.abs(aggregate).max() < 3.0e10
 
 
 @settings(max_examples=40, deadline=None)
@@ -404,7 +429,7 @@ def test_the_restart_changes_nothing_where_the_mean_converges(seed, dtype, n, D,
     X = _rows(seed, dtype, n, D, spread, far)
     w = np.random.default_rng(seed).integers(1, 40, size=n).astype(float)
     finite = np.ones(n, dtype=bool)
-    got = geometric_median(X, w, backend=backend, max_iter=max_iter)
+    got = geometric_median(X, w, backend=backend, max_iter=max_iter, restart=True)
     kw = dict(nu=1e-6, tol=1e-6, max_iter=max_iter)
     first = None
     if backend == "numba" and 2 <= n <= wz.GRAM_MAX_ROWS:
@@ -441,10 +466,18 @@ def test_the_steps_from_a_given_matrix_hand_an_unconverged_iteration_to_the_rows
     X = rng.normal(size=(7, 20))
     Dm, err = pairwise_sq_dists64(X), sq_dists64_error(20)
     ok = np.ones(7, bool)
-    full = geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok)
+    full = geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, restart=True)
     assert full is not None and full["converged"] and full["restarted"] is False
-    assert geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=2) is None
+    assert geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=2,
+                                              restart=True) is None
     with pytest.raises(NeedsRows):
-        RFA(max_iter=2).from_distances(Dm, ok, np.ones(7), 1, error=err)
+        RFA(max_iter=2, restart=True).from_distances(Dm, ok, np.ones(7), 1, error=err)
     # max_iter = 0 takes no step: the mean's weights, as before
-    assert geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=0) is not None
+    assert geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=0,
+                                              restart=True) is not None
+    # without the restart (the default), the unconverged weights are returned, as the
+    # rows' iteration ends
+    two = geometric_median_weights_on_matrix(Dm, err, np.ones(7), ok, max_iter=2)
+    assert two is not None and not two["converged"] and "restarted" not in two
+    res = RFA(max_iter=2).from_distances(Dm, ok, np.ones(7), 1, error=err)
+    assert not res.diagnostics["converged"] and "restarted" not in res.diagnostics
