@@ -63,7 +63,8 @@ def shared_hold(out: pathlib.Path):
     into a directory a run or a sweep owns, nor may one start there meanwhile; nor into a
     run's directory at all, finished or not, nor into a results directory's ``runs/`` folder
     (:func:`~rfrs_ref.experiments.results.sweep_owned`). A refusal is one line. The hold
-    makes ``out`` and its missing parents (:func:`missing_folders`)."""
+    makes ``out`` and its missing parents (:func:`missing_folders`); refused, or released
+    with those folders still empty (the command failed before writing), it removes them."""
     from rfrs_ref.experiments.results import sweep_owned
     from rfrs_ref.files import DirectoryLock, DirectoryLocked
 
@@ -85,7 +86,21 @@ def shared_hold(out: pathlib.Path):
         if isinstance(exc, DirectoryLocked):
             raise click.ClickException(str(exc)) from None
         raise click.ClickException(f"--out {out}: {exc.strerror or exc}") from None
-    return lock
+    return _Hold(lock, made)
+
+
+class _Hold:
+    """:func:`shared_hold`'s lock: :meth:`release` frees it, then removes the folders the
+    hold made while they are empty (only a command that wrote nothing leaves them so)."""
+
+    def __init__(self, lock, made: list[pathlib.Path]) -> None:
+        self.lock, self.made = lock, made
+
+    def release(self) -> None:
+        from rfrs_ref.cli.train import _remove_if_empty
+
+        self.lock.release()
+        _remove_if_empty(self.made)
 
 
 def _parse_overrides(items) -> dict:
@@ -552,7 +567,6 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
         raise click.ClickException(_table_error(exc, source)) from exc
     # the shared hold a figure's plot takes (see plot): without it, sweep.png and sweep.pdf
     # went into a directory a live run or sweep owns
-    made = missing_folders(figures)  # figures and the parents the hold makes
     lock = shared_hold(figures)
     try:
         paths = plot_sweep(table, figures / "sweep", notes=notes)
@@ -561,11 +575,7 @@ def _plot_sweep(out: pathlib.Path, figures: pathlib.Path | None = None,
     except OSError as exc:  # a full disk, a file that cannot be replaced: said, not a traceback
         raise click.ClickException(write_error(exc, f"the figures into {figures}")) from exc
     finally:
-        lock.release()
-        from rfrs_ref.cli.train import _remove_if_empty
-
-        # only the empty ones: a plot that failed leaves none of the folders it made
-        _remove_if_empty(made)
+        lock.release()  # removes the folders the hold made, if nothing was written
     for n in notes:  # a line drawn over fewer runs than the table holds is said
         click.echo(f"note: {n}", err=True)
     return paths
@@ -615,7 +625,6 @@ def plot(results, figure_name, out):
     # a shared hold on the figures' directory: other plots may write beside ours, but not
     # into a directory a run or a sweep owns (a sweep owns its results directory, not the
     # figures/ folder in it, so a sweep under way can be plotted)
-    made = missing_folders(out)  # out and the parents the hold makes
     lock = shared_hold(out)
     notes: list[str] = []
     try:
@@ -625,11 +634,7 @@ def plot(results, figure_name, out):
     except OSError as exc:
         raise click.ClickException(write_error(exc, f"the figures into {out}")) from exc
     finally:
-        lock.release()
-        from rfrs_ref.cli.train import _remove_if_empty
-
-        # only the empty ones: a plot that failed leaves none of the folders it made
-        _remove_if_empty(made)
+        lock.release()  # removes the folders the hold made, if nothing was written
     for p in paths:
         click.echo(f"figure: {p}")
     for n in notes:  # a line drawn over fewer runs than the table holds is said

@@ -7,7 +7,7 @@ import re
 
 import click
 
-from rfrs_ref.cli.experiments import _parse_overrides, missing_folders, shared_hold, write_error
+from rfrs_ref.cli.experiments import _parse_overrides, shared_hold, write_error
 
 
 def _slug(text: str) -> str:
@@ -100,16 +100,11 @@ def mechanism(figure_name, dataset, alpha, series, seed, rounds, every, override
             raise click.ClickException(f"{r.labels['series']}: {exc}; nothing was measured "
                                        "or written") from None
     out = pathlib.Path(out)
-    made = missing_folders(out)  # out and the parents the hold makes
     lock = shared_hold(out)
     try:
         _measure(fig, runs, dataset, seed, every, out, again=again)
     finally:
-        lock.release()
-        from rfrs_ref.cli.train import _remove_if_empty
-
-        # only the empty ones: a measurement that failed leaves none of the folders it made
-        _remove_if_empty(made)
+        lock.release()  # removes the folders the hold made, if nothing was written
 
 
 def _recorded(path: pathlib.Path, spec, every: int):

@@ -290,3 +290,21 @@ def popularity_metrics(train, test, users, ks=(1, 2, 3, 4, 5), *, backend="numba
     pop = popularity_scores(train)
     return rank_metrics(lambda u: np.broadcast_to(pop, (u.size, pop.size)), train, test, users, ks,
                         backend=backend)
+
+
+def beats_popularity_problem(final, ks, *, need_precisions: bool = False) -> str | None:
+    """Why a final evaluation's ``beats_popularity`` is not what the trainer writes, the
+    boolean precision@K > the popularity ranking's at the largest K, or None where it is.
+
+    ``final`` is a record read back (untrusted JSON): a flag that is no boolean (NaN,
+    "yes") or that its precisions contradict is a problem; where a precision is absent
+    only the type is checked, unless ``need_precisions``."""
+    kmax = max(ks)
+    beats = final.get("beats_popularity")
+    model = (final.get("model") or {}).get(f"precision@{kmax}")
+    pop = (final.get("popularity") or {}).get(f"precision@{kmax}")
+    says = model > pop if model is not None and pop is not None else None
+    if isinstance(beats, bool) and (beats == says or (says is None and not need_precisions)):
+        return None
+    return (f"beats_popularity is {beats!r}, which its precision@{kmax} ({model!r} against "
+            f"the popularity ranking's {pop!r}) does not say")

@@ -986,17 +986,13 @@ def unfinished_reason(outcome: Mapping, config) -> str | None:
         # a finished run's metrics are finite numbers by construction (a non-finite score
         # makes the run diverge)
         return f"records {bad[0]} = {bad[1]!r}, not a finite number in [0, 1]"
-    beats = final.get("beats_popularity")
-    if beats is not None:
-        # the trainer writes whether the model's precision@max K beats the popularity
-        # ranking's: a record that says otherwise (or NaN, "yes") says what no run said
-        kmax = max(config.ks)
-        model = (final.get("model") or {}).get(f"precision@{kmax}")
-        pop = (final.get("popularity") or {}).get(f"precision@{kmax}")
-        if not isinstance(beats, bool) or (model is not None and pop is not None
-                                           and beats != (model > pop)):
-            return (f"records beats_popularity = {beats!r}, which its precision@{kmax} "
-                    f"({model!r} against the popularity ranking's {pop!r}) does not say")
+    if final.get("beats_popularity") is not None:
+        from rfrs_ref.metrics import beats_popularity_problem
+
+        # a record that says otherwise than its precisions (or NaN, "yes") says what no run said
+        why = beats_popularity_problem(final, config.ks)
+        if why is not None:
+            return f"records {why}"
     return None
 
 

@@ -1011,14 +1011,11 @@ class RunDirectory:
         # what the summary prints besides the metrics: whether the model beats the popularity
         # ranking (the trainer writes the comparison of precision at the largest K) and the
         # Byzantine shares; a NaN or "no" read back printed "beats", true is checked too
-        kmax = max(trainer.config.ks)
-        mine, popular = (final[part].get(f"precision@{kmax}") for part in ("model", "popularity"))
-        beats = final["beats_popularity"]
-        says = mine > popular if mine is not None and popular is not None else None
-        if not isinstance(beats, bool) or beats != says:
-            raise CheckpointError(f"{path}: beats_popularity is {beats!r}, which its "
-                                  f"precision@{kmax} ({mine!r} against the popularity ranking's "
-                                  f"{popular!r}) does not say; {restore}")
+        from rfrs_ref.metrics import beats_popularity_problem
+
+        why = beats_popularity_problem(final, trainer.config.ks, need_precisions=True)
+        if why is not None:
+            raise CheckpointError(f"{path}: {why}; {restore}")
         sel = final["selection"]
         shares = {n: sel.get(n) for n in ("byzantine_share_sampled", "byzantine_share_kept")} \
             if isinstance(sel, dict) else {"selection": sel}

@@ -464,15 +464,17 @@ def test_an_optimizer_that_overwrites_the_gradient_it_is_given_fails(cheats):
 
 
 def test_an_optimizer_that_zeroes_the_state_it_is_given_is_judged_on_the_real_state(cheats):
-    """Its uploads and recovery are right, judged on the real state: every law holds but
-    inputs_unchanged (inputs are never modified in place), which it fails."""
+    """Its uploads and recovery are right, judged on the real state: the laws of the update
+    and the recovery hold, and inputs_unchanged (inputs are never modified in place) fails,
+    whatever the draw. (camouflage_same_theta may fail it too: where the draw finds an
+    example on which its attack changes a coordinate, the state it zeroed shows.)"""
     for seed in (None, 0, 1, 2):  # a fixed example catches it, whatever the draw
         res = _cli("--optimizer", "adam", "--callable", f"{cheats}:AdamShrinkingState", "--max-examples", "10",
                    *(() if seed is None else ("--seed", seed)))
         _law_fails(res, "inputs_unchanged")
         lines = [x.strip() for x in res.output.splitlines() if x.strip().split(" ")[0] in
-                 ("recovery_exact", "update_rule", "lemma2", "theorem1", "camouflage_same_theta")]
-        assert len(lines) == 5 and all("holds" in x for x in lines), res.output
+                 ("recovery_exact", "update_rule", "lemma2", "theorem1")]
+        assert len(lines) == 4 and all("holds" in x for x in lines), res.output
 
 
 def test_a_run_whose_every_law_is_skipped_does_not_pass(cheats):

@@ -258,6 +258,22 @@ def _edit_outcome(sweep_dir, change):
     return key
 
 
+
+def _tabulated_as_no_result(invoke, sweep_dir, monkeypatch, change):
+    """Edit one record of the sweep with ``change``, run the sweep again without retrying
+    failures, and return that run's row: said as no result, tabulated as failed."""
+    from rfrs_ref.experiments.results import read_table
+
+    key = _edit_outcome(sweep_dir, change)
+    monkeypatch.chdir(sweep_dir)
+    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-retry-failed",
+                 "--no-plot")
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "1 recorded as finished or diverged without a result" in res.output, res.output
+    run = read_table(sweep_dir / "out").query("key == @key")
+    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    return run
+
 def _summary_row(sweep_dir, metric, k):
     s = pd.read_csv(sweep_dir / "out" / "summary.csv")
     return s[(s["metric"] == metric) & (s["k"] == k)].iloc[0]
@@ -303,14 +319,7 @@ def test_a_recorded_beats_popularity_its_metrics_do_not_say_is_no_result(sweep_d
             assert o["final"]["beats_popularity"] is False  # the tiny runs lose to popularity
         o["final"]["beats_popularity"] = value
 
-    key = _edit_outcome(sweep_dir, change)
-    monkeypatch.chdir(sweep_dir)
-    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-retry-failed",
-                 "--no-plot")
-    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
-    assert "1 recorded as finished or diverged without a result" in res.output, res.output
-    run = read_table(sweep_dir / "out").query("key == @key")
-    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    run = _tabulated_as_no_result(invoke, sweep_dir, monkeypatch, change)
     assert "beats_popularity" in run["error"].iloc[0] and run["beats_popularity"].isna().all()
 
 
@@ -425,20 +434,11 @@ def test_a_recorded_divergence_at_no_round_of_the_run_is_no_result(sweep_dir, mo
         o.pop("final", None)
         o["divergence"] = divergence
 
-    key = _edit_outcome(sweep_dir, change)
-    monkeypatch.chdir(sweep_dir)
-    res = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot",
-                 "--no-retry-failed")
-    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
-    assert "1 recorded as finished or diverged without a result" in res.output, res.output
-    from rfrs_ref.experiments.results import read_table
-
-    run = read_table(sweep_dir / "out").query("key == @key")
-    assert len(run) == 1 and run["status"].iloc[0] == "failed"
+    run = _tabulated_as_no_result(invoke, sweep_dir, monkeypatch, change)
     assert said in run["error"].iloc[0] and "not counted as diverged" in run["error"].iloc[0]
     again = invoke("sweep", "s.toml", "--out", "out", "--workers", 0, "--no-plot")
     assert again.exit_code == 0 and "1 skipped (already finished), 1 finished" in again.output
-    assert key in set(_ok_rows(sweep_dir)["key"])
+    assert run["key"].iloc[0] in set(_ok_rows(sweep_dir)["key"])
 
 
 @pytest.mark.parametrize("at", [99, 0, 1.5, "x"])
