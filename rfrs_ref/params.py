@@ -13,10 +13,17 @@ import dataclasses
 from typing import Any
 
 
-def hyper(default: Any, help: str, *, cli: str | None = None, choices: tuple | None = None):
-    """A hyperparameter field: ``default``, a one-line ``help``, an optional CLI name."""
+def hyper(default: Any, help: str, *, cli: str | None = None, choices: tuple | None = None,
+          absent_is_default: bool = False):
+    """A hyperparameter field: ``default``, a one-line ``help``, an optional CLI name.
+
+    ``absent_is_default``: a hyperparameter added after runs were recorded without it. A
+    configuration's JSON (and so a sweep's run key, hashed from it) leaves it out while it
+    holds its default, so the runs recorded before it existed keep their keys and are found
+    finished; set to anything else, it is written and makes another run."""
     return dataclasses.field(
-        default=default, metadata={"help": help, "cli": cli, "choices": choices}
+        default=default, metadata={"help": help, "cli": cli, "choices": choices,
+                                   "absent_is_default": absent_is_default}
     )
 
 
@@ -28,6 +35,7 @@ class HyperSpec:
     help: str
     cli: str | None  # option name without dashes, None: derived from the field name
     choices: tuple | None
+    absent_is_default: bool = False  # left out of a configuration's JSON at its default
 
 
 def hyperparameters(entry) -> list[HyperSpec]:
@@ -39,7 +47,8 @@ def hyperparameters(entry) -> list[HyperSpec]:
         default = f.default
         typ = type(default) if default is not None else str
         out.append(HyperSpec(f.name, default, typ, f.metadata["help"], f.metadata.get("cli"),
-                             f.metadata.get("choices")))
+                             f.metadata.get("choices"),
+                             bool(f.metadata.get("absent_is_default", False))))
     return out
 
 
@@ -48,6 +57,19 @@ def values(entry) -> dict[str, Any]:
     hyperparameter whose default is a float is that float (``lr = 1`` is ``lr = 1.0``),
     so that one configuration has one JSON form, and a sweep one key for it."""
     return {h.name: _as_declared(h, getattr(entry, h.name)) for h in hyperparameters(entry)}
+
+
+def recorded(entry, params: dict) -> dict:
+    """``params`` as a configuration's JSON records them for ``entry`` (a class or an
+    instance): without the hyperparameters declared ``absent_is_default`` that hold their
+    default (``True`` and ``1`` are not ``False`` and ``0``: a default is matched in value
+    and kind), so that a run recorded before such a hyperparameter existed has the JSON,
+    and the key, it had then. Other entries are kept as they are; ``params`` is not
+    modified."""
+    drop = {h.name for h in hyperparameters(entry)
+            if h.absent_is_default and h.name in params
+            and type(params[h.name]) is type(h.default) and params[h.name] == h.default}
+    return {k: v for k, v in params.items() if k not in drop}
 
 
 def _as_declared(h: HyperSpec, v: Any) -> Any:

@@ -67,7 +67,8 @@ class RFA(Rule):
     max_iter: int = hyper(100, "RFA: at most this many Weiszfeld steps", cli="rfa-max-iter")
     restart: bool = hyper(False, "RFA: where the iteration from the weighted mean ends "
                           "unconverged, run it again from the coordinate-wise median and keep "
-                          "the iterate of the lower objective", cli="rfa-restart")
+                          "the iterate of the lower objective", cli="rfa-restart",
+                          absent_is_default=True)
     fallback: str = fallback_field()
 
     name: ClassVar[str] = "rfa"

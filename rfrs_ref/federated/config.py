@@ -12,6 +12,8 @@ import json
 import math
 from typing import Any
 
+from rfrs_ref.params import recorded
+
 #: default number of rounds per dataset. Chosen so that a default run of each
 #: real dataset beats the popularity ranking clearly and finishes within
 #: minutes on a 2-core machine (see docs/training.md for the measurements).
@@ -160,7 +162,31 @@ class TrainConfig:
         d["pre"] = list(self.pre)
         if not d["pre"] and not d["pre_params"]:
             del d["pre"], d["pre_params"]
+        # a hyperparameter added after runs were recorded is left out at its default, as
+        # valid_fraction above (rfrs_ref.params.hyper's absent_is_default)
+        for field, entry in self._entries().items():
+            if entry is not None and isinstance(d.get(field), dict):
+                d[field] = recorded(entry, d[field])
         return d
+
+    def _entries(self) -> dict:
+        """The registry entry (class) of each hyperparameter field, None where the name is
+        not registered (a configuration that does not resolve is written as it is)."""
+        from rfrs_ref.aggregate import RULES
+        from rfrs_ref.attack import ATTACKS
+        from rfrs_ref.model import MODELS
+        from rfrs_ref.optim import OPTIMIZERS
+
+        out = {}
+        for field, registry, name in (("optimizer_params", OPTIMIZERS, self.optimizer),
+                                      ("defense_params", RULES, _rule_name(self.defense)),
+                                      ("attack_params", ATTACKS, self.attack),
+                                      ("model_params", MODELS, self.model)):
+            try:
+                out[field] = registry.get(name)
+            except (KeyError, TypeError, ValueError):
+                out[field] = None
+        return out
 
     #: fields that do not change a run's numbers from one round to the next: where the data
     #: are read from, the number of rounds (round t is the same whatever the total), what is

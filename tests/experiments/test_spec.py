@@ -223,3 +223,39 @@ def test_every_configuration_field_has_a_check():
 def test_checks_accept_what_the_configuration_accepts(name, value):
     c = make_config({name: value})
     assert getattr(c, name) == (tuple(value) if isinstance(value, list) else value)
+
+
+def test_a_hyperparameter_added_later_keeps_the_keys_of_the_runs_recorded_before_it():
+    """RFA's ``restart`` came after runs of RFA were recorded: at its default the
+    configuration's JSON leaves it out, so those runs keep their keys (and are found
+    finished); set, it is written and is another run."""
+    base = TrainConfig(dataset="ml100k", defense="rfa", attack="ascent", byzantine_fraction=0.4)
+    off = dataclasses.replace(base, defense_params={"restart": False})
+    on = dataclasses.replace(base, defense_params={"restart": True})
+    assert "restart" not in base.resolved().to_json()["defense_params"]
+    assert "restart" not in off.resolved().to_json()["defense_params"]
+    assert on.resolved().to_json()["defense_params"]["restart"] is True
+    assert RunSpec(off).key == RunSpec(base).key != RunSpec(on).key
+    # left out of the JSON, it comes back at its default
+    back = TrainConfig.from_json(off.resolved().to_json()).resolved()
+    assert back.defense_params["restart"] is False
+    assert TrainConfig.trajectory(off.resolved().to_json()) == TrainConfig.trajectory(
+        base.resolved().to_json())
+
+
+def test_recorded_leaves_out_only_a_later_hyperparameter_at_its_default_value_and_kind():
+    from rfrs_ref.params import hyper, recorded
+
+    @dataclasses.dataclass(frozen=True)
+    class Entry:
+        old: float = hyper(0.5, "recorded from the start")
+        new: bool = hyper(False, "added later", absent_is_default=True)
+        later: float = hyper(0.0, "added later too", absent_is_default=True)
+
+    params = {"old": 0.5, "new": False, "later": 0.0}
+    assert recorded(Entry, params) == {"old": 0.5}
+    assert params == {"old": 0.5, "new": False, "later": 0.0}  # not modified
+    assert recorded(Entry, {"old": 0.5, "new": True, "later": 1.0}) == {
+        "old": 0.5, "new": True, "later": 1.0}
+    # 0 is not False, 0 is not 0.0: a value of another kind is written as it is
+    assert recorded(Entry, {"new": 0, "later": 0}) == {"new": 0, "later": 0}
