@@ -8,7 +8,7 @@ import click
 
 
 @click.command("ranking")
-@click.argument("results", type=click.Path())
+@click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Write the Markdown here [default: print it].")
 @click.option("--metric", type=click.Choice(["precision", "recall", "ndcg", "hr", "mrr", "er",
@@ -19,28 +19,32 @@ import click
 @click.option("--k", "k", type=click.IntRange(min=1), default=5, show_default=True)
 def ranking(results, out, metric, k):
     """Rank the rules of RESULTS (the directory of `rfrs-ref reproduce ranking`, or its
-    results.csv / results.parquet) by Metric@K.
+    results.csv / results.parquet; several, one per dataset or group of datasets) by
+    Metric@K.
 
     One Markdown table per (dataset, α, attack, detection space, pre-aggregator):
     each rule's mean over seeds and its paired difference over seeds, with the
     95 % interval, against no defence and against A-RFRS (docs/defenses.md).
     By the target items' exposure (--metric er or target_hr), the targeted
-    attack's cells only, lowest first.
+    attack's cells only, lowest first. Given several directories, each dataset's
+    runs are ranked from the one directory that records them (a dataset in two is
+    refused).
 
     \b
     Example:
       rfrs-ref ranking results/ranking --out ranking.md
+      rfrs-ref ranking results/ranking results/ranking-lastfm
       rfrs-ref ranking results/ranking --metric er --k 5
     """
-    from rfrs_ref.experiments.ranking import (check_k, judged_pairs, ranking_markdown,
-                                              ranking_rows)
+    from rfrs_ref.experiments.ranking import (check_k, combine_tables, judged_pairs,
+                                              merge_rows, ranking_markdown, ranking_rows)
     from rfrs_ref.experiments.claims import TableError
     from rfrs_ref.experiments.results import (atomic_write_text, read_table, refuse_linked_input,
                                               table_files, table_source)
 
     if out is not None:
         target = pathlib.Path(out).resolve()
-        read = [f for f in table_files(results) if f.resolve() == target]
+        read = [f for r in results for f in table_files(r) if f.resolve() == target]
         if read:
             same = "" if str(read[0]) == str(out) else f" (it is {read[0]})"
             raise click.BadParameter(f"{out}: a table the ranking reads{same}, which the "
@@ -48,17 +52,32 @@ def ranking(results, out, metric, k):
                                      "file (e.g. ranking.md)",
                                      param_hint="--out")
         _refuse_out(pathlib.Path(out))
-    try:
-        refuse_linked_input(results)  # the path named may be a link, not what lies inside it
-        table = read_table(pathlib.Path(results))
+
+    def judged(one, step):
+        try:
+            return step()
+        except (ValueError, OSError, KeyError) as exc:  # TableError included: name the file
+            msg = " ".join(str(exc).split())
+            # a defect of a row names the file its line number counts in
+            where = table_source(one) if isinstance(exc, TableError) else one
+            raise click.ClickException(msg if str(where) in msg else f"{where}: {msg}") from None
+
+    def read(one):
+        refuse_linked_input(one)  # the path named may be a link, not what lies inside it
+        table = read_table(pathlib.Path(one))
         check_k(table, metric, k)
-        rows = ranking_rows(table, metric, k)
-        text = ranking_markdown(table, metric, k, rows=rows)
-    except (ValueError, OSError, KeyError) as exc:  # TableError included: name the file
-        msg = " ".join(str(exc).split())
-        # a defect of a row names the file its line number counts in
-        where = table_source(results) if isinstance(exc, TableError) else results
-        raise click.ClickException(msg if str(where) in msg else f"{where}: {msg}") from None
+        return table
+
+    tables = [(str(table_source(one)), judged(one, lambda: read(one))) for one in results]
+    try:  # each dataset from one directory, before any is ranked
+        table = combine_tables(tables)
+    except ValueError as exc:
+        raise click.ClickException(" ".join(str(exc).split())) from None
+    # each table ranked alone, so that a defect's line number is its own file's
+    rows_of = [judged(one, lambda t=t: ranking_rows(t, metric, k))
+               for one, (_, t) in zip(results, tables)]
+    rows = merge_rows(rows_of)
+    text = ranking_markdown(table, metric, k, rows=rows)
     if out is None:
         click.echo(text)
     else:
@@ -78,7 +97,8 @@ def ranking(results, out, metric, k):
         else:
             why = (f"no rule has an outcome on a seed where its reference (no defence, "
                    f"A-RFRS) has one at {metric}@{k}")
-        raise click.ClickException(f"{results}: no pair was judged: {why}; "
+        named = " ".join(str(r) for r in results)
+        raise click.ClickException(f"{named}: no pair was judged: {why}; "
                                    "run rfrs-ref reproduce ranking first")
 
 

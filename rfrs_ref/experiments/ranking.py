@@ -288,6 +288,57 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
     return "\n".join(lines)
 
 
+def combine_tables(tables: Sequence[tuple[str, object]]):
+    """One table of the ranking from the tables of several results directories, given as
+    ``(name, table)`` pairs (the name is what a message calls the table: its file).
+
+    Each dataset's runs come from one table: a dataset recorded in two (a row of it in
+    each, whatever its status) is refused, naming both, since its cells would hold two
+    runs per seed, or seeds judged against references of another sweep; so is a run key
+    in two. A directory holds the whole grid of the datasets recorded there
+    (``rfrs-ref reproduce ranking --datasets lastfm --out results/ranking-lastfm``), so
+    the ranking of several directories is the ranking of each dataset of its own. The
+    rows keep their order, table after table; the tables are not modified.
+
+    Raises:
+        ValueError: no table, a dataset or a key in two tables.
+    """
+    import pandas as pd
+
+    if not tables:
+        raise ValueError("no results table to rank")
+    seen_dataset: dict = {}
+    seen_key: dict = {}
+    for name, table in tables:
+        if "dataset" in table.columns:
+            for d in sorted({str(x) for x in table["dataset"].dropna()}):
+                if d in seen_dataset:
+                    raise ValueError(f"{seen_dataset[d]} and {name} both record runs of "
+                                     f"{d}: each dataset's runs are ranked from one results "
+                                     "directory; give one of them")
+                seen_dataset[d] = name
+        if "key" in table.columns:
+            for k in sorted({str(x) for x in table["key"].dropna()}):
+                if k in seen_key:
+                    raise ValueError(f"{seen_key[k]} and {name} both record run {k}; give each "
+                                     "results directory once")
+                seen_key[k] = name
+    if len(tables) == 1:
+        return tables[0][1]
+    return pd.concat([t for _, t in tables], ignore_index=True, sort=False)
+
+
+def merge_rows(rows_of_tables: Sequence[list[dict]]) -> list[dict]:
+    """The records of :func:`ranking_rows` of tables of disjoint datasets
+    (:func:`combine_tables`), in the order :func:`ranking_rows` gives for their combined
+    table: dataset by dataset (the registered order, then the others by name), each
+    dataset's records as its own table ranked them."""
+    merged = [r for rows in rows_of_tables for r in rows]
+    known = list(DATASETS)
+    return sorted(merged, key=lambda r: (0, known.index(r["dataset"]), "")
+                  if r["dataset"] in known else (1, 0, str(r["dataset"])))
+
+
 #: how :func:`ranking_markdown`'s text begins (with rows, and without): an existing
 #: ``ranking.md`` that begins otherwise is not a ranking this package wrote
 RANKING_HEADS = ("Rules ranked by ", "No finished run of the ranking experiment")

@@ -193,8 +193,9 @@ def _write(table: pd.DataFrame, d) -> None:
     from rfrs_ref.experiments.results import write_table
 
     t = table.copy()
-    t["key"] = [f"{r}-{s}-{p}-{seed}-{a}" for r, s, p, seed, a in zip(
-        t["label_series"], t["label_space"], t["label_pre"], t["seed"], t["attack"])]
+    t["key"] = [f"{ds}-{r}-{s}-{p}-{seed}-{a}" for ds, r, s, p, seed, a in zip(
+        t["dataset"], t["label_series"], t["label_space"], t["label_pre"], t["seed"],
+        t["attack"])]
     t["method"], t["trial"] = t["label_series"], t["seed"]
     write_table(t, d)
     (d / "results.parquet").unlink(missing_ok=True)  # the CSV form, as committed
@@ -342,7 +343,7 @@ def test_a_finished_run_without_a_finite_value_is_refused_naming_file_and_line(t
 
     _write(_three_seeds(), tmp_path)
     results = pd.read_csv(tmp_path / "results.csv", dtype=str, keep_default_na=False)
-    row = results.index[results["key"].str.startswith("krum-") & (results["k"] == "5")][1]
+    row = results.index[results["key"].str.startswith("ml100k-krum-") & (results["k"] == "5")][1]
     results.loc[row, "value"] = value
     results.to_csv(tmp_path / "results.csv", index=False)
     res = CliRunner().invoke(main, ["ranking", str(tmp_path)])
@@ -386,3 +387,70 @@ def test_by_the_targets_exposure_the_rules_rank_lowest_first_over_the_targeted_c
     _write(ascent, tmp_path / "ascent")
     res = CliRunner().invoke(main, ["ranking", str(tmp_path / "ascent"), "--metric", "er"])
     assert res.exit_code == 1 and "only the runs of an attack with target items" in res.output
+
+
+def _on(table: pd.DataFrame, dataset: str, shift: float = 0.0) -> pd.DataFrame:
+    t = table.copy()
+    t["dataset"] = dataset
+    t.loc[t["value"] >= 0, "value"] += shift
+    return t
+
+
+def test_several_directories_rank_as_one_directory_holding_them_all(tmp_path):
+    """Last.fm's half of the ranking may lie in a directory of its own: ranked together,
+    the two give the ranking of one directory holding both, whatever their order."""
+    from rfrs_ref.cli.main import main
+
+    ml, fm = _three_seeds(), _on(_three_seeds(), "lastfm", shift=0.05)
+    for name, t in (("ml", ml), ("fm", fm), ("both", pd.concat([fm, ml], ignore_index=True))):
+        (tmp_path / name).mkdir()
+        _write(t, tmp_path / name)
+    one = CliRunner().invoke(main, ["ranking", str(tmp_path / "both")])
+    assert one.exit_code == 0, one.output
+    assert "### ML100K" in one.output and "### Last.fm" in one.output
+    # the registered order of the datasets (ranking.DATASETS), not the directories'
+    assert one.output.index("### Last.fm") < one.output.index("### ML100K")
+    for order in (["ml", "fm"], ["fm", "ml"]):
+        res = CliRunner().invoke(main, ["ranking", *(str(tmp_path / d) for d in order)])
+        assert res.exit_code == 0, res.output
+        assert res.output == one.output
+    # each alone ranks its own dataset only
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "fm")])
+    assert "### Last.fm" in res.output and "### ML100K" not in res.output
+
+
+def test_a_dataset_in_two_directories_is_refused_naming_both(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    for name, shift in (("a", 0.0), ("b", 0.01)):
+        (tmp_path / name).mkdir()
+        _write(_on(_three_seeds(), "ml100k", shift), tmp_path / name)
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "a"), str(tmp_path / "b"),
+                                    "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and "both record runs of ml100k" in res.output
+    assert str(tmp_path / "a" / "results.csv") in res.output
+    assert str(tmp_path / "b" / "results.csv") in res.output
+    assert not (tmp_path / "r.md").exists()
+    # the same directory twice: its keys twice
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "a"), str(tmp_path / "a")])
+    assert res.exit_code == 1 and "both record" in res.output and "Traceback" not in res.output
+
+
+def test_a_defect_of_the_second_directory_names_its_file_and_line(tmp_path):
+    from rfrs_ref.cli.main import main
+
+    (tmp_path / "ml").mkdir()
+    (tmp_path / "fm").mkdir()
+    _write(_three_seeds(), tmp_path / "ml")
+    _write(_on(_three_seeds(), "lastfm"), tmp_path / "fm")
+    path = tmp_path / "fm" / "results.csv"
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    cells = lines[1].split(",")
+    cells[head.index("value")] = "inf"
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(main, ["ranking", str(tmp_path / "ml"), str(tmp_path / "fm")])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert str(path) in res.output and "line 2" in res.output, res.output
