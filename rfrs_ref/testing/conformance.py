@@ -156,7 +156,8 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         _WEIGHTS, _FINITE,
         LawSpec("smea_eigen_bound", "kept rows spread no more than the best n − f honest rows",
                 needs_weights=True),
-        # shifted rows round differently, and exactly tied subsets (copies) may swap
+        # the shift is exact, but the covariance of shifted rows is computed with other
+        # roundings: subsets of equal eigenvalue (copies, symmetric clusters) may swap
         dataclasses.replace(_TRANS, strategy={"distinct": True}), _UNAN,
     ]),
 }
