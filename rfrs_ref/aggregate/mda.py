@@ -99,7 +99,11 @@ class MDA(Rule):
     ``itertools.combinations``, ByzFL's too). The search is exact: the NumPy
     oracle enumerates every subset, the Numba path is a branch and bound over
     the same order with the same result; on ``backend="cuda"`` the distances
-    are computed on the GPU and the search on the CPU.
+    are computed on the GPU and the search on the CPU. The subset is a function
+    of the squared distances and of which clients are finite alone
+    (``weighs_by_distances``): :meth:`from_distances` takes them from a matrix
+    the round summed by parts (docs/performance.md, "Robust rounds on shared
+    rows").
 
     Hostile input: a client with a NaN or ±inf in its features or any upload is
     infinitely far from everyone and never in S* while at most f clients are
@@ -128,6 +132,7 @@ class MDA(Rule):
     name: ClassVar[str] = "mda"
     coordinatewise: ClassVar[bool] = False
     combines_by_weights: ClassVar[bool] = True
+    weighs_by_distances: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -144,8 +149,15 @@ class MDA(Rule):
         return None
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
-        n = X.shape[0]
         D2, ok = client_distances(X, arrays, backend)
+        res = self._from_distances(D2, ok, n_samples, f, search=backend)
+        res.arrays = combine(arrays, res.weights, backend)
+        return res
+
+    def _from_distances(self, D2, ok, n_samples, f, error=None, search="numba"):
+        # the search compares squared distances only: the same subset from a matrix the
+        # round summed by parts (docs/performance.md, "Robust rounds on shared rows")
+        n = D2.shape[0]
         finite = np.flatnonzero(ok)
         if finite.size == 0:
             raise NothingFinite(
@@ -154,7 +166,8 @@ class MDA(Rule):
             )
         k = n - f
         if finite.size > k:
-            sub, d2 = min_diameter_subset(D2[np.ix_(finite, finite)], k, backend)
+            sub, d2 = min_diameter_subset(D2[np.ix_(finite, finite)], k,
+                                          "numpy" if search == "numpy" else "numba")
             chosen = finite[sub]
         else:
             # beyond the assumption (more than f non-finite clients): every finite one
@@ -163,7 +176,6 @@ class MDA(Rule):
         w = np.zeros(n)
         w[chosen] = n_samples[chosen]
         w /= w.sum()
-        out = combine(arrays, w, backend)
         diag = {"selected": jsonable(chosen), "diameter": jsonable(math.sqrt(d2)),
                 "short": int(k - chosen.size), "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
-        return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
+        return AggregationResult({}, w, (w > 0).astype(np.float64), diag)

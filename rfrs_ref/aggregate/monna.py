@@ -32,7 +32,11 @@ class MoNNA(Rule):
     :func:`~rfrs_ref.kernels.distances.pairwise_sq_dists`, one pass over X);
     ties of distance go to the smaller client index (ByzFL's ``argpartition``
     leaves their order unspecified); the choice is unweighted, the combination
-    weighted by nᵢ (ByzFL: plain mean, the same for equal nᵢ).
+    weighted by nᵢ (ByzFL: plain mean, the same for equal nᵢ). The choice is
+    a function of the pivot's squared distances and of which clients are
+    finite alone (``weighs_by_distances``): :meth:`from_distances` takes the
+    pivot's row of a matrix the round summed by parts (docs/performance.md,
+    "Robust rounds on shared rows").
 
     Hostile input: a client with a NaN or ±inf in its features or any upload is
     infinitely far from the pivot and ranks after every finite client, so it
@@ -64,6 +68,7 @@ class MoNNA(Rule):
     name: ClassVar[str] = "monna"
     coordinatewise: ClassVar[bool] = False
     combines_by_weights: ClassVar[bool] = True
+    weighs_by_distances: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,19 +84,37 @@ class MoNNA(Rule):
         return None
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
-        n = X.shape[0]
-        p = self.pivot
         ok = finite_clients(X, arrays, "numpy" if backend == "numpy" else "numba")
+        p, moved_from = self._pivot(ok)
+        d2 = pairwise_sq_dists(X[p:p + 1], X, backend=backend)[0]
+        res = self._selected(d2, ok, p, moved_from, n_samples, f)
+        res.arrays = combine(arrays, res.weights, backend)
+        return res
+
+    def _from_distances(self, D2, ok, n_samples, f, error=None):
+        # the pivot's row of a matrix the round summed by parts (docs/performance.md,
+        # "Robust rounds on shared rows"); the rule itself computes that row alone
+        p, moved_from = self._pivot(ok)
+        return self._selected(np.array(D2[p], dtype=np.float64), ok, p, moved_from,
+                              n_samples, f)
+
+    def _pivot(self, ok: np.ndarray) -> tuple[int, int | None]:
+        """(the pivot, the position given where it moved, else None)."""
+        n = ok.size
         if not ok.any():
             raise NothingFinite(f"monna: every client (n={n}) holds NaN or ±inf in its features "
                                 "or uploads; there is nothing finite to aggregate")
-        moved_from = None
-        if not ok[p]:
-            # an honest upload is finite, so this pivot is not the trusted one: measure from
-            # the next finite client rather than from a point that has no distances
-            moved_from = p
-            p = int(np.flatnonzero(np.roll(ok, -p))[0] + p) % n
-        d2 = pairwise_sq_dists(X[p:p + 1], X, backend=backend)[0]
+        p = self.pivot
+        if ok[p]:
+            return p, None
+        # an honest upload is finite, so this pivot is not the trusted one: measure from
+        # the next finite client rather than from a point that has no distances
+        return int(np.flatnonzero(np.roll(ok, -p))[0] + p) % n, p
+
+    def _selected(self, d2, ok, p, moved_from, n_samples, f) -> AggregationResult:
+        """The weights of the n − f clients nearest the pivot, ``d2`` its squared
+        distances (modified: +inf for a non-finite client)."""
+        n = ok.size
         d2[~ok] = np.inf
         k = n - f
         # finite clients first (also when distances overflow to +inf), then by
@@ -102,9 +125,8 @@ class MoNNA(Rule):
         w = np.zeros(n)
         w[kept_ids] = n_samples[kept_ids]
         w /= w.sum()
-        out = combine(arrays, w, backend)
         diag = {"pivot": p, "selected": jsonable(kept_ids), "distances": jsonable(np.sqrt(d2)),
                 "dropped_nonfinite": dropped, "nonfinite_clients": jsonable(np.flatnonzero(~ok))}
         if moved_from is not None:
             diag["pivot_moved_from"] = moved_from
-        return AggregationResult(out, w, (w > 0).astype(np.float64), diag)
+        return AggregationResult({}, w, (w > 0).astype(np.float64), diag)

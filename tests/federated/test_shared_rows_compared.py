@@ -144,6 +144,9 @@ def test_which_rounds_compute_the_shared_rows_once(kw):
     assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
     for rule in ("rfa", "trmean", "median", "meamed", "bulyan"):
         assert Trainer(TrainConfig(**base, defense=rule, attack="ascent")).federation.compares_shared_rows
+    for rule in ("mda", "monna"):
+        assert Trainer(TrainConfig(**{**base, "client_fraction": 0.05}, defense=rule,
+                                   attack="ascent")).federation.compares_shared_rows
     assert not Trainer(TrainConfig(**{**base, **kw})).federation.compares_shared_rows
 
 
@@ -198,6 +201,39 @@ def test_a_compact_round_that_fails_verification_holds_every_row(corrupt_one_upl
     for k in full[0]:
         assert np.array_equal(full[0][k], state[k]), k
     assert full[1] == records
+
+
+@pytest.mark.parametrize("rule", ["mda", "monna"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
+@pytest.mark.parametrize("detect", ["gradient", "parameter"])
+@pytest.mark.parametrize("attack", ["none", "ascent"])
+def test_mda_and_monna_on_shared_rows_give_the_rounds_of_full_rows(rule, optimizer, detect,
+                                                                     attack, calls):
+    """MDA's subset, MoNNA's nearest neighbours of the pivot, from the distances by parts:
+    the states of the rounds on full rows bit for bit, the records equal but for the
+    distances they report (MDA's diameter, MoNNA's from the pivot), within the distance
+    kernel's bound."""
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.05,
+                         model_params={"dim": 8}, optimizer=optimizer, defense=rule,
+                         detect=detect, attack=attack, byzantine_fraction=0.3, verify=True,
+                         seed=7)
+    trainer = Trainer(config)
+    assert trainer.federation.compares_shared_rows
+    full = _rounds(trainer, shared=False)
+    assert calls == {"called": 0, "returned": 0}
+    shared = _rounds(trainer, shared=True)
+    assert calls == {"called": 4, "returned": 4}
+    for k in full[0]:
+        assert np.array_equal(full[0][k].view(np.uint8), shared[0][k].view(np.uint8)), k
+    rel, ab = sq_dists_error(trainer.model.n_params(), np.dtype(config.dtype))
+    reported = "diameter" if rule == "mda" else "distances"
+    for a, b in zip(full[1], shared[1]):
+        for x, y in zip(np.ravel(a["rule"].pop(reported)), np.ravel(b["rule"].pop(reported))):
+            x, y = float(x) ** 2, float(y) ** 2  # finite: no client here is far from all
+            assert abs(x - y) <= 2 * (rel * max(x, y) + ab) * 1.01, (x, y)
+        assert a == b
+    if attack == "ascent":
+        assert any(r["n_byzantine_sampled"] for r in full[1])
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
