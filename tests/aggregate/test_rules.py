@@ -85,6 +85,23 @@ def test_krum_known_answer(backend):
     np.testing.assert_array_equal(classic.arrays["id"], [1.0])  # tie 1 vs 2 -> smaller index
 
 
+def _rows_some_hostile(seed, n):
+    """(X, nᵢ): n float32 rows of 5, up to two entries NaN, inf or 1e30."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5)).astype(np.float32)
+    for _ in range(int(rng.integers(0, 3))):
+        X[rng.integers(n), rng.integers(5)] = rng.choice([np.nan, np.inf, 1e30])
+    return X, rng.integers(1, 20, size=n)
+
+
+def _same_but_arrays(got, want):
+    """from_distances' result (no arrays) against aggregate's: weights, kept, diagnostics."""
+    assert got.arrays == {}
+    np.testing.assert_array_equal(got.weights, want.weights)
+    np.testing.assert_array_equal(got.kept, want.kept)
+    assert got.diagnostics == want.diagnostics
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(4, 12), st.integers(0, 3), st.integers(0, 2**32 - 1),
        st.sampled_from([{}, {"k": 1}, {"fallback": "mean"}, {"fallback": "reduce-f"}]))
@@ -107,10 +124,7 @@ def test_krum_from_distances_is_krum_on_the_features(n, f, seed, params):
         return
     want = rule.aggregate(X, {"x": X}, ns, f)
     got = rule.from_distances(*client_distances(X, {}, "numba"), ns, f)
-    assert got.arrays == {}
-    np.testing.assert_array_equal(got.weights, want.weights)
-    np.testing.assert_array_equal(got.kept, want.kept)
-    assert got.diagnostics == want.diagnostics
+    _same_but_arrays(got, want)
 
 
 @settings(max_examples=60, deadline=None)
@@ -121,14 +135,9 @@ def test_mda_from_distances_is_mda_on_the_features(n, f, seed, backend):
     are finite: from_distances on client_distances' matrix gives aggregate's weights,
     kept clients and diagnostics (the round on shared rows sums the uploads itself);
     non-finite clients included, beyond f too."""
-    from rfrs_ref.aggregate.krum import client_distances
     from rfrs_ref.aggregate.mda import MDA
 
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 5)).astype(np.float32)
-    for _ in range(int(rng.integers(0, 3))):
-        X[rng.integers(n), rng.integers(5)] = rng.choice([np.nan, np.inf, 1e30])
-    ns = rng.integers(1, 20, size=n)
+    X, ns = _rows_some_hostile(seed, n)
     rule = MDA()
     if not n > 2 * f:
         with pytest.raises(PreconditionError):
@@ -141,10 +150,7 @@ def test_mda_from_distances_is_mda_on_the_features(n, f, seed, backend):
         return
     want = rule.aggregate(X, {"x": X}, ns, f, backend=backend)
     got = rule.from_distances(D2, ok, ns, f, backend=backend)
-    assert got.arrays == {}
-    np.testing.assert_array_equal(got.weights, want.weights)
-    np.testing.assert_array_equal(got.kept, want.kept)
-    assert got.diagnostics == want.diagnostics
+    _same_but_arrays(got, want)
 
 
 @settings(max_examples=60, deadline=None)
@@ -159,11 +165,7 @@ def test_monna_from_distances_is_monna_on_the_features(n, f, pivot, seed, backen
     from rfrs_ref.aggregate.monna import MoNNA
     from rfrs_ref.kernels.distances import pairwise_sq_dists
 
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 5)).astype(np.float32)
-    for _ in range(int(rng.integers(0, 3))):
-        X[rng.integers(n), rng.integers(5)] = rng.choice([np.nan, np.inf, 1e30])
-    ns = rng.integers(1, 20, size=n)
+    X, ns = _rows_some_hostile(seed, n)
     rule = MoNNA(pivot=pivot)
     D2, ok = client_distances(X, {}, backend)
     if not (n > 2 * f and pivot < n):
@@ -181,10 +183,7 @@ def test_monna_from_distances_is_monna_on_the_features(n, f, pivot, seed, backen
     assert np.array_equal(finite_clients(X, {}, "numba"), ok)
     want = rule.aggregate(X, {"x": X}, ns, f, backend=backend)
     got = rule.from_distances(D2, ok, ns, f, backend=backend)
-    assert got.arrays == {}
-    np.testing.assert_array_equal(got.weights, want.weights)
-    np.testing.assert_array_equal(got.kept, want.kept)
-    assert got.diagnostics == want.diagnostics
+    _same_but_arrays(got, want)
 
 
 @settings(max_examples=40, deadline=None)

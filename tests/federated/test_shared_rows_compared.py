@@ -30,6 +30,17 @@ def _rounds(trainer, shared, rounds=4, full=False):
     return state, records
 
 
+def _full_and_shared(trainer, calls):
+    """The 4 rounds on full rows, then the same rounds on shared rows (each of which must
+    take the shared-rows path and return from it)."""
+    assert trainer.federation.compares_shared_rows
+    full = _rounds(trainer, shared=False)
+    assert calls == {"called": 0, "returned": 0}
+    shared = _rounds(trainer, shared=True)
+    assert calls == {"called": 4, "returned": 4}
+    return full, shared
+
+
 def _same_but_scores(full, shared, label, D, dtype):
     """The states bit for bit; the records equal but for Krum's scores, which are within
     twice the distance kernel's bound of each other (each a sum of m distances)."""
@@ -56,11 +67,7 @@ def test_the_round_on_shared_rows_gives_the_rounds_of_full_rows(optimizer, detec
                          defense="krum", detect=detect, attack=attack, byzantine_fraction=0.3,
                          verify=True, seed=7)
     trainer = Trainer(config)
-    assert trainer.federation.compares_shared_rows
-    full = _rounds(trainer, shared=False)
-    assert calls == {"called": 0, "returned": 0}
-    shared = _rounds(trainer, shared=True)
-    assert calls == {"called": 4, "returned": 4}
+    full, shared = _full_and_shared(trainer, calls)
     if attack == "ascent":
         assert all(r["n_byzantine_sampled"] >= 3 for r in full[1])
     _same_but_scores(full, shared, (optimizer, detect, attack), trainer.model.n_params(),
@@ -218,11 +225,7 @@ def test_mda_and_monna_on_shared_rows_give_the_rounds_of_full_rows(rule, optimiz
                          detect=detect, attack=attack, byzantine_fraction=0.3, verify=True,
                          seed=7)
     trainer = Trainer(config)
-    assert trainer.federation.compares_shared_rows
-    full = _rounds(trainer, shared=False)
-    assert calls == {"called": 0, "returned": 0}
-    shared = _rounds(trainer, shared=True)
-    assert calls == {"called": 4, "returned": 4}
+    full, shared = _full_and_shared(trainer, calls)
     for k in full[0]:
         assert np.array_equal(full[0][k].view(np.uint8), shared[0][k].view(np.uint8)), k
     rel, ab = sq_dists_error(trainer.model.n_params(), np.dtype(config.dtype))
