@@ -166,8 +166,7 @@ class MDA(Rule):
             )
         k = n - f
         if finite.size > k:
-            sub, d2 = min_diameter_subset(D2[np.ix_(finite, finite)], k,
-                                          "numpy" if search == "numpy" else "numba")
+            sub, d2 = min_diameter_subset(D2[np.ix_(finite, finite)], k, search)
             chosen = finite[sub]
         else:
             # beyond the assumption (more than f non-finite clients): every finite one
