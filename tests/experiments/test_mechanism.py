@@ -11,17 +11,23 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from rfrs_ref.experiments.mechanism import (COLUMNS, check_frame, cosines, measure_run,
-                                            mechanism_frame, round_measures,
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rfrs_ref.experiments.mechanism import (COLUMNS, _pair_quantities, check_frame, cosines,
+                                            measure_run, mechanism_frame, round_measures,
                                             spearman, squared_distances)
 from rfrs_ref.experiments.spec import RunSpec
 
+BACKENDS = ("numpy", "numba")
 
-def test_a_hand_computed_round():
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hand_computed_round(backend):
     g1, g2 = np.array([1.0, 0.0, 0.0]), np.array([0.0, 2.0, 0.0])
     G = np.vstack([g1, g2, -g1])          # the third client sends the ascent of the first
     byz = np.array([False, False, True])
-    m = round_measures(G, 0.1 * G, byz, f=0)
+    m = round_measures(G, 0.1 * G, byz, f=0, backend=backend)
     assert m["honest_cos_mean"] == pytest.approx(0.0)
     # honest mean (0.5, 1, 0): cos with g1 = 0.5/sqrt(1.25), with g2 = 1/sqrt(1.25)
     assert m["honest_to_mean_cos"] == pytest.approx((0.5 + 1.0) / 2 / math.sqrt(1.25))
@@ -34,20 +40,110 @@ def test_a_hand_computed_round():
     assert (m["n"], m["n_byzantine"], m["f"]) == (3, 1, 0)
 
 
-def test_hostile_rows_are_left_out_not_a_crash():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hostile_rows_are_left_out_not_a_crash(backend):
     G = np.array([[1.0, 0.0], [0.0, 1.0], [np.nan, 1.0], [1e38, 1e38]])
     byz = np.array([False, False, True, True])
-    m = round_measures(G, G, byz, f=1)
+    m = round_measures(G, G, byz, f=1, backend=backend)
     assert m["honest_cos_mean"] == pytest.approx(0.0)
     assert np.isfinite(m["byzantine_to_mean_cos"])  # the 1e38 row still has a direction
     # the NaN row is left out; 1e38 is finite: scores (2, 2, 2e76), norms (1, 1, 1.4e38)
     assert m["spearman_gradient"] == pytest.approx(1.0)
-    assert math.isnan(round_measures(G[1:3], G[1:3], byz[1:3], f=0)["spearman_gradient"])
+    assert math.isnan(round_measures(G[1:3], G[1:3], byz[1:3], f=0,
+                                     backend=backend)["spearman_gradient"])
     C = cosines(G)
     assert np.isnan(C[2]).all() and C[0, 0] == pytest.approx(1.0)
     assert np.isinf(squared_distances(G)[2]).all()
-    one = round_measures(G[:1], G[:1], byz[:1], f=0)
+    assert np.isinf(_pair_quantities(G, np.isfinite(G).all(axis=1))[2]).all()
+    one = round_measures(G[:1], G[:1], byz[:1], f=0, backend=backend)
     assert math.isnan(one["honest_cos_mean"]) and math.isnan(one["byzantine_to_mean_cos"])
+
+
+def test_an_unknown_backend_is_refused():
+    G = np.eye(3)
+    with pytest.raises(ValueError, match="'numpy' or 'numba', got 'cuda'"):
+        round_measures(G, G, np.zeros(3, dtype=bool), 0, backend="cuda")
+
+
+# -- the fast measures against the oracle ---------------------------------------------------
+HOSTILE = (np.nan, np.inf, -np.inf, 1e38, 1e200, 0.0)
+
+
+@st.composite
+def _round(draw, integers: bool):
+    """A round: n rows of G and P (integers times a power of 2, so that every sum of
+    squares is exact and ties fall alike in both backends, or normal draws), the
+    Byzantine mask, f, and some rows hostile (non-finite, huge, zero)."""
+    n = draw(st.integers(1, 9))
+    D = draw(st.integers(1, 40))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    if integers:
+        scale = 2.0 ** draw(st.integers(-20, 20))
+        G = rng.integers(-8, 9, size=(n, D)).astype(np.float64) * scale
+        P = rng.integers(-8, 9, size=(n, D)).astype(np.float64) * scale
+    else:
+        G = rng.normal(size=(n, D)) * 10.0 ** draw(st.integers(-30, 30))
+        P = rng.normal(size=(n, D))
+        if n > 1 and draw(st.booleans()):  # a near-copy: the distances of close rows
+            G[1] = G[0] * (1 + 1e-9)
+    byz = rng.random(n) < draw(st.sampled_from([0.0, 0.3, 0.6]))
+    for X in (G, P):
+        for i in np.flatnonzero(rng.random(n) < draw(st.sampled_from([0.0, 0.2, 0.5]))):
+            v = draw(st.sampled_from(HOSTILE))
+            if v == 0.0:
+                X[i] = 0.0
+            else:
+                X[i, rng.integers(D)] = v
+    f = draw(st.integers(0, max(0, n - 1)))
+    return G, P, byz, f
+
+
+def _agree(fast, oracle, atol):
+    assert set(fast) == set(oracle)
+    for k in oracle:
+        a, b = fast[k], oracle[k]
+        if isinstance(b, float) and math.isnan(b):
+            assert math.isnan(a), (k, a, b)
+        else:
+            assert a == pytest.approx(b, rel=atol, abs=atol), (k, a, b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_round(integers=True))
+def test_fast_measures_equal_the_oracle_on_exact_sums(case):
+    """Every measure, Spearman's included: with exact sums of squares both backends see
+    the same Krum scores and norms, ties included."""
+    G, P, byz, f = case
+    with np.errstate(all="ignore"):
+        oracle = round_measures(G, P, byz, f)
+    G0, P0 = G.copy(), P.copy()
+    _agree(round_measures(G, P, byz, f, backend="numba"), oracle, 1e-12)
+    assert np.array_equal(G, G0, equal_nan=True) and np.array_equal(P, P0, equal_nan=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_round(integers=False))
+def test_fast_measures_agree_with_the_oracle_to_rounding(case):
+    """The cosines within 1e-12 (each is a sum of at most 40 products divided by norms:
+    error a few units of D·2⁻⁵³), the distances within the kernel's bound; Spearman's
+    correlations are compared above, where no rounding can break a tie differently."""
+    from rfrs_ref.kernels.distances import sq_dists64_error
+
+    G, P, byz, f = case
+    with np.errstate(all="ignore"):
+        oracle = round_measures(G, P, byz, f)
+        fast = round_measures(G, P, byz, f, backend="numba")
+        for X in (G, P):
+            exact = squared_distances(X)
+            got = _pair_quantities(X, np.isfinite(X).all(axis=1))
+            both = np.isfinite(exact)
+            assert np.array_equal(both, np.isfinite(got))
+            assert np.all(np.abs(got[both] - exact[both])
+                          <= 4 * sq_dists64_error(X.shape[1]) * exact[both])
+    for k in ("spearman_gradient", "spearman_parameter"):
+        del oracle[k], fast[k]
+    _agree(fast, oracle, 1e-12)
 
 
 def test_spearman_by_hand():
@@ -262,3 +358,18 @@ def test_a_failed_mechanism_leaves_none_of_the_folders_it_made(ex, tmp_path, mon
                                     "--rounds", "2", "--series", "Krum", *sets, "--out", str(out)])
     assert res.exit_code != 0
     assert not (tmp_path / "a").exists()
+
+
+@settings(max_examples=100, deadline=None)
+@given(_round(integers=True), st.integers(-1000, 1000))
+def test_fast_measures_of_uploads_and_a_centre_equal_those_of_the_differences(case, shift):
+    """``mechanism`` hands the fast measures the float32 uploads θᵢ and the server's θ̄
+    instead of forming θᵢ − θ̄: the same measures, Spearman's included (exact sums)."""
+    from rfrs_ref.experiments.mechanism import _round_measures_fast
+
+    G, P, byz, f = case
+    centre = (np.arange(P.shape[1]) % 7 - 3.0) * shift
+    with np.errstate(all="ignore"):
+        theta = (P + centre).astype(np.float32)
+        oracle = round_measures(G, theta.astype(np.float64) - centre, byz, f)
+    _agree(_round_measures_fast(G, theta, byz, f, centre=centre), oracle, 1e-12)
