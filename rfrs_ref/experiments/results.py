@@ -253,14 +253,18 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
     """A file in ``out`` that a sweep would rewrite (its tables, ``provenance.json``) but that
     is not a sweep's (a user's ``results.csv``, ``summary.md``...), or None.
 
-    A directory holding ``runs/`` is a store: its tables are the sweep's to rewrite.
-    Otherwise each such file must start as a store's does (``results.csv`` and
-    ``runs.csv`` with the column ``key``, ``summary.csv`` with ``mean``, ``summary.md``
-    with a table or "_no finished runs_", ``provenance.json`` with a JSON object): a
-    sweep never overwrites a file it did not write.
+    A directory whose ``runs/`` holds a sweep's run directories and nothing else
+    (:func:`foreign_runs_entry`) is a store: its tables are the sweep's to rewrite.
+    Otherwise (no ``runs/``, an empty one, or a ``runs/`` of the user's own) each such
+    file must start as a store's does (``results.csv`` and ``runs.csv`` with the column
+    ``key``, ``summary.csv`` with ``mean``, ``summary.md`` with a table or "_no finished
+    runs_", ``provenance.json`` with a JSON object): a sweep never overwrites a file it
+    did not write.
     """
     out = pathlib.Path(out)
-    if (out / "runs").is_dir():
+    runs = out / "runs"
+    if (runs.is_dir() and not runs.is_symlink() and foreign_runs_entry(out) is None
+            and any(_RUN_KEY.fullmatch(e.name) for e in runs.iterdir())):
         return None
     for name in STORE_FILES:
         path = out / name
@@ -273,6 +277,28 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
             return path
         if path.is_symlink() or not _is_store_table(name, head):
             return path
+    return None
+
+
+def foreign_runs_entry(out: str | os.PathLike) -> pathlib.Path | None:
+    """The first entry of ``out/runs`` that is not a run directory of a sweep, or None.
+
+    A sweep's ``runs/`` holds one directory per run, named by the run's key (16 hex
+    digits), and nothing else: the sweep makes them, reads each as its run's record and
+    clears one when its run starts again. A ``runs/`` holding anything else (a user's
+    ``notes.txt``, a folder ``mystuff``, runs of another tool) is not a sweep's, and a
+    sweep given its parent as ``--out`` would mix its runs into the user's folder (and
+    take the user's tables beside it for its own: :func:`foreign_file`). Hidden entries
+    (a name starting with a dot: ``.DS_Store``, an editor's) are neither: the sweep never
+    reads or removes them. A link is refused as one (:func:`linked_entry`)."""
+    runs = pathlib.Path(out) / "runs"
+    if runs.is_symlink() or not runs.is_dir():
+        return None
+    for entry in sorted(runs.iterdir()):
+        if entry.is_symlink() or entry.name.startswith("."):
+            continue
+        if not (_RUN_KEY.fullmatch(entry.name) and entry.is_dir()):
+            return entry
     return None
 
 

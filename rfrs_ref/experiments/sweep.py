@@ -57,9 +57,10 @@ import traceback
 from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
-from rfrs_ref.experiments.results import (Store, foreign_file, frame_from_rows, refuse_links,
-                                          recordable, store_lock, summary_label_columns,
-                                          sweep_owned, tidy_rows, unfinished_reason,
+from rfrs_ref.experiments.results import (Store, foreign_file, foreign_runs_entry,
+                                          frame_from_rows, refuse_links, recordable,
+                                          store_lock, summary_label_columns, sweep_owned,
+                                          tidy_rows, unfinished_reason,
                                           write_summary, write_table)
 from rfrs_ref.experiments.spec import RunSpec, check_unique, runs_from
 from rfrs_ref.experiments.worker import execute_run, foreign_run_outcome
@@ -507,12 +508,19 @@ def run_sweep(
     started = time.perf_counter()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with store_lock(store.path):
+        refuse_links(store.path)  # a link is named as one before anything else is judged
         foreign = foreign_file(store.path)
         if foreign is not None:
             raise ValueError(f"{foreign} was not written by a sweep, and a sweep rewrites "
                              f"{foreign.name} in its output directory; move it away or choose "
                              "another output directory; nothing was run")
-        refuse_links(store.path)
+        stray = foreign_runs_entry(store.path)
+        if stray is not None:
+            raise ValueError(f"{stray} is not a run directory of a sweep: a sweep keeps its "
+                             f"runs in {store.runs}, one folder per run named by its key "
+                             "(16 hex digits) and nothing else, and this runs/ is another's; "
+                             "choose another output directory (or move it out); nothing was "
+                             "run")
         refuse_other_scale(store, table_specs)
         outcomes: dict[str, dict] = {}
         misplaced: dict[str, str] = {}  # key -> why its record is another run's

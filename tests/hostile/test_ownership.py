@@ -582,6 +582,65 @@ def test_a_sweep_never_overwrites_a_users_table(tmp_path, tiny_sweep, monkeypatc
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 
 
+@pytest.mark.parametrize("stray", ["notes.txt", "mystuff/data.csv", "0123456789abcdef.txt"])
+@pytest.mark.parametrize("table", [None, "results.csv"])
+def test_a_sweep_never_adopts_a_users_runs_folder(tmp_path, tiny_sweep, monkeypatch, stray,
+                                                  table, refused):
+    # a directory holding runs/ was taken for a store whatever runs/ held: the sweep put its
+    # run directories among the user's files there, and rewrote the user's results.csv
+    # beside it as its own table
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    out = tmp_path / "mine"
+    (out / "runs" / stray).parent.mkdir(parents=True, exist_ok=True)
+    (out / "runs" / stray).write_text("mine\n")
+    if table:
+        (out / table).write_text("precious,table\n")
+    before = files(out)
+    monkeypatch.chdir(tmp_path)
+    culprit = out / table if table else out / "runs" / stray.split("/")[0]
+    phrase = "not written by a sweep" if table else "not a run directory of a sweep"
+    refused(invoke("sweep", spec, "--out", out, "--workers", 0), culprit, phrase,
+            "nothing was run")
+    assert files(out) == before
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [stray.split("/")[0]]
+
+
+def test_an_empty_runs_folder_does_not_make_a_users_table_a_sweeps(tmp_path, tiny_sweep,
+                                                                   monkeypatch, refused):
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    out = tmp_path / "mine"
+    (out / "runs").mkdir(parents=True)
+    (out / "summary.md").write_text("# My summary\n")
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("sweep", spec, "--out", out, "--workers", 0), out / "summary.md",
+            "not written by a sweep", "nothing was run")
+    assert (out / "summary.md").read_text() == "# My summary\n"
+    assert list((out / "runs").iterdir()) == []
+
+
+def test_a_sweeps_runs_folder_with_a_hidden_file_is_still_its_own(tmp_path, tiny_sweep,
+                                                                   monkeypatch):
+    # .DS_Store and the like appear in any folder a file browser opened; the sweep never
+    # reads or removes them, and its damaged table is still its own to rewrite
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.sweep import run_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    runs = load_sweep(spec).runs
+    assert run_sweep(runs, out, workers=0).finished == 1
+    (out / "runs" / ".DS_Store").write_bytes(b"\0\1")
+    (out / "results.csv").write_text("damaged\n")
+    report = run_sweep(runs, out, workers=0)
+    assert report.skipped == 1 and report.finished == 0
+    assert (out / "results.csv").read_text().startswith("key,")
+    assert (out / "runs" / ".DS_Store").read_bytes() == b"\0\1"
+
+
 def test_a_sweeps_own_tables_are_rewritten_even_before_any_run(tmp_path, tiny_sweep, monkeypatch):
     # --no-run on a new directory writes (empty) tables and no runs/: they are the sweep's
     spec = tmp_path / "s.toml"
