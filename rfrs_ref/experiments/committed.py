@@ -121,12 +121,17 @@ def read_provenance(out: str | os.PathLike) -> dict:
 def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: int,
                 skipped: int, finished: int, failed: int, workers: int,
                 run_wall_s: Iterable[float] = (), command: list[str] | None = None,
-                diverged: int = 0, reused: int = 0) -> dict:
+                diverged: int = 0, reused: int = 0, reused_wall_s: Iterable[float] = (),
+                reused_from: Iterable[str] = ()) -> dict:
     """Append one call to ``out/provenance.json`` (atomically) and return the entry.
 
     ``runs`` counts the call's runs; ``diverged`` and ``reused`` appear in it only when
     some run diverged or was copied from another directory (so entries of other calls
-    keep their old form)."""
+    keep their old form). ``run_wall_s_sum`` is the time of the runs this call ran;
+    with copied runs, ``reused_wall_s_sum`` is the time they took where they ran (their
+    records' ``wall_s``, each record naming its host) and ``reused_from`` the
+    directories they were copied from, relative to ``out``, so that the directory's
+    provenance still says what its runs cost after the source is gone."""
     from rfrs_ref.federated.trainer import software_versions
 
     out = pathlib.Path(out)
@@ -139,6 +144,8 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
                  **({"diverged": diverged} if diverged else {}),
                  **({"reused": reused} if reused else {})},
         "run_wall_s_sum": round(float(sum(run_wall_s)), 3),
+        **({"reused_wall_s_sum": round(float(sum(reused_wall_s)), 3),
+            "reused_from": sorted(set(reused_from))} if reused else {}),
         "workers": workers,
         "command": list(sys.argv if command is None else command),
         **git_commit(),

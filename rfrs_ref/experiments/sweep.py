@@ -523,6 +523,7 @@ def run_sweep(
                              "run")
         refuse_other_scale(store, table_specs)
         outcomes: dict[str, dict] = {}
+        copied_now: list[dict] = []  # the records this call copied (reuse_from)
         misplaced: dict[str, str] = {}  # key -> why its record is another run's
         compacted = False
         for k in keys:
@@ -635,6 +636,7 @@ def run_sweep(
                 copied = _reused_outcome(k, sources, store.path)
                 if copied is not None:
                     record(by_key[k], copied)
+                    copied_now.append(copied)
                     pending.remove(k)
         data_dir = os.environ.get("RFRS_DATA_DIR")
         in_process = workers == 0 and client is None and scheduler is None
@@ -689,7 +691,9 @@ def run_sweep(
                             diverged=report.diverged, reused=report.reused,
                             workers=report.workers,
                             run_wall_s=[outcomes[k].get("wall_s") or 0.0 for k in pending
-                                        if k in outcomes])
+                                        if k in outcomes],
+                            reused_wall_s=[o.get("wall_s") or 0.0 for o in copied_now],
+                            reused_from=[o["reused_from"]["directory"] for o in copied_now])
     return report
 
 

@@ -41,6 +41,13 @@ def test_fig3_copies_fig10s_adam_run_and_runs_only_fmf(scale, tmp_path):
     assert Store(frs).read_rounds(key) == Store(adam_sgd).read_rounds(key) != []
     calls = json.loads((frs / "provenance.json").read_text())["calls"]
     assert calls[-1]["runs"]["reused"] == 1 and calls[-1]["runs"]["finished"] == 1
+    # the copied run's time, where it ran, and its source are kept beside the runs' own
+    # (the call recorded 0 s for it, and nothing of its source)
+    assert calls[-1]["reused_wall_s_sum"] == round(outcome["wall_s"], 3) > 0
+    assert calls[-1]["reused_from"] == ["../adam-sgd"]
+    assert calls[-1]["run_wall_s_sum"] == round(
+        Store(frs).read_outcome(next(k for k in table["key"].unique() if k != key))["wall_s"], 3)
+    assert "reused_from" not in json.loads((adam_sgd / "provenance.json").read_text())["calls"][-1]
     again, _ = reproduce(figure("3"), scale, frs, workers=0, plot=False, reuse_from=[adam_sgd])
     assert (again.skipped, again.reused, again.finished) == (2, 0, 0)
 
