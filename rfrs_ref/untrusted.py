@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 from typing import Any
 
 import numpy as np
@@ -55,8 +56,10 @@ def parse_json(text: str | bytes, where: str) -> Any:
 
     Refused: an object with the same key twice (JSON readers disagree on which
     value wins, so a file could show one value to a person's viewer and
-    another to this tool), and a leading UTF-8 byte order mark (the files are
-    UTF-8 without one; the message says so instead of Python's advice).
+    another to this tool), a leading UTF-8 byte order mark (the files are
+    UTF-8 without one; the message says so instead of Python's advice), and a
+    string holding a lone UTF-16 surrogate (``"\\ud800"``: half of a ``\\uXXXX``
+    pair, no character, which no report printing it as UTF-8 could write).
     """
     if isinstance(text, bytes):
         try:
@@ -68,7 +71,7 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise UntrustedFileError(f"{where}: starts with a UTF-8 byte order mark (BOM); save it "
                                  "as UTF-8 without one")
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        obj = json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise UntrustedFileError(f"{where}: duplicate key {exc.key!r} in one JSON object "
                                  "(readers disagree on which value wins); keep one") from None
@@ -80,6 +83,40 @@ def parse_json(text: str | bytes, where: str) -> Any:
     except ValueError as exc:  # e.g. an integer beyond Python's int-string conversion limit
         msg = str(exc).split(";")[0].split("\n")[0]
         raise UntrustedFileError(f"{where}: unreadable JSON number ({msg})") from None
+    if _SURROGATE.search(text) and _lone_surrogate(obj):
+        m = _LONE_ESCAPE.search(text)
+        at = (f" (at line {text.count(chr(10), 0, m.start()) + 1}, column "
+              f"{m.start() - text.rfind(chr(10), 0, m.start())})") if m else ""
+        raise UntrustedFileError(f"{where}: a string holds a lone UTF-16 surrogate{at}, half of a "
+                                 "\\uXXXX pair and no character: write the text as UTF-8, or "
+                                 "escape both halves of the pair")
+    return obj
+
+
+#: a surrogate, escaped (\ud800) or not: a fast test before :func:`_lone_surrogate`
+_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+#: an escaped high surrogate not followed by a low one, or a low one not preceded by a high one
+_LONE_ESCAPE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                          r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(obj: Any) -> bool:
+    """Whether a string (a key or a value) of parsed JSON holds a surrogate code point: one
+    that JSON's ``\\uXXXX`` escapes left unpaired, which no UTF-8 output can print."""
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def read_json(path, what: str = "file") -> Any:

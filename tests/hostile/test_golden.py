@@ -428,6 +428,17 @@ def test_a_duplicate_key_in_a_case_or_the_index(vectors):
     _refused(_cli("check", vectors), "index.json", "duplicate key 'seed'")
 
 
+def test_a_lone_surrogate_in_a_case_name_is_refused(vectors):
+    """A case named "optim/sgd-f64\\ud800" (half a UTF-16 pair: no text) in the index and
+    its case.json was printed in its FAIL line: `golden check` ended with a
+    UnicodeEncodeError traceback."""
+    name = CASE + "\ud800"
+    _edit_json(vectors / "index.json",
+               lambda d: next(c for c in d["cases"] if c["name"] == CASE).update(name=name))
+    _edit_json(vectors / CASE / "case.json", lambda d: d.update(name=name))
+    _refused(_cli("check", vectors), "index.json", "lone UTF-16 surrogate")
+
+
 def test_an_index_with_a_byte_order_mark(vectors):
     index = vectors / "index.json"
     index.write_bytes(b"\xef\xbb\xbf" + index.read_bytes())

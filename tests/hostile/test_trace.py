@@ -324,6 +324,15 @@ def test_a_line_with_a_duplicate_key_is_refused(ref, tmp_path, dup, refused):
     refused(_cli(ref, bad), "dup.jsonl:2", "duplicate key")
 
 
+def test_a_lone_surrogate_in_a_key_or_value_is_refused(ref, tmp_path, refused):
+    """A key "\\ud800" of B's rule (half a UTF-16 pair, not a character) was listed in a
+    note printed to stdout: `trace compare` ended with a UnicodeEncodeError traceback."""
+    bad = tmp_path / "b.jsonl"
+    line = json.dumps(_round(1)).replace('"rule": {', '"rule": {"\\ud800": 1.0, ', 1)
+    bad.write_text(json.dumps(HEADER) + "\n" + line + "\n")
+    refused(_cli(ref, bad), "b.jsonl:2", "lone UTF-16 surrogate")
+
+
 def test_a_bom_and_crlf_line_ends(ref, tmp_path, refused):
     """CRLF line ends are JSON whitespace (judged); a UTF-8 byte order mark is refused by name."""
     text = "".join(json.dumps(x) + "\r\n" for x in _lines())

@@ -29,6 +29,20 @@ def test_equal_keys_in_different_objects_are_fine():
         {"k": 1}, {"k": 2}, {"a": {"k": 3}, "k": 4}]
 
 
+@pytest.mark.parametrize("text", ['{"\\ud800": 1}', '["ok", "x\\udc00y"]', '{"k": "\\ude00\\ud83d"}'])
+def test_a_lone_surrogate_is_refused_naming_file_and_line(text):
+    """A JSON escape of half a UTF-16 pair ("\\ud800") parses into a string that is no
+    text: printing a note or a divergence naming it ended `trace compare` and `golden
+    check` with a UnicodeEncodeError traceback."""
+    with pytest.raises(UntrustedFileError, match=r"^f.json: .*lone UTF-16 surrogate.* line 2, column") as exc:
+        parse_json("\n" + text, "f.json")
+    assert "\n" not in str(exc.value)
+
+
+def test_a_surrogate_pair_is_one_character():
+    assert parse_json('["\\ud83d\\ude00", "\\\\ud800"]', "f") == ["\U0001F600", "\\ud800"]
+
+
 def test_a_byte_order_mark_is_refused_in_words(tmp_path):
     p = tmp_path / "bom.json"
     p.write_bytes(b"\xef\xbb\xbf{}")
