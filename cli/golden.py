@@ -80,7 +80,9 @@ def check_cmd(directory, backend, only, quiet):
     failed = [r for r in results if not r.ok]
     for r in results:
         if not (quiet and r.ok):
-            click.echo(r.line())
+            # a folder name that is not UTF-8 (b"x\xff", read as "x\udcff") is written escaped:
+            # a terminal that writes UTF-8 strictly would end the check with a traceback
+            click.echo(r.line().encode("utf-8", "backslashreplace").decode("utf-8"))
     cases = len({r.name for r in results})
     click.echo(f"{cases} cases, {len(results)} checks: {len(results) - len(failed)} ok, {len(failed)} FAIL")
     if failed:

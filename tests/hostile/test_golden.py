@@ -627,6 +627,17 @@ def test_a_case_folder_the_index_does_not_list_fails(vectors):
     assert res.exit_code == 0, res.output
 
 
+def test_an_unlisted_case_folder_whose_name_is_not_utf8_fails_in_one_line(vectors):
+    """A case folder named with a byte that is not UTF-8 (b"x\\xff", read as "x\\udcff")
+    was named in its FAIL line: on a terminal that writes UTF-8 strictly, `golden check`
+    ended with a UnicodeEncodeError traceback instead of the line."""
+    folder = os.fsencode(vectors / "optim") + b"/x\xff"
+    os.mkdir(folder)
+    shutil.copy(vectors / CASE / "case.json", os.fsdecode(folder + b"/case.json"))
+    line = _case_fails(vectors, "does not list", "not checked", name="optim/x\\udcff")
+    assert "\\udcff" in line
+
+
 # -- a case cannot loosen the tolerance rfrs-ref's export gives an output ----------------------------------
 
 def test_a_case_cannot_state_a_looser_tolerance_than_the_export(vectors):
