@@ -231,11 +231,12 @@ def _rounding_radius(case: RoundCase) -> float:
     return 4 * _u(case.features.dtype) * _honest_scale(case) * math.sqrt(case.D)
 
 
-def krum_kept_bound(rule, case: RoundCase) -> None:
-    """Every kept row (wᵢ > 0) is within (n − f − 2)/(n − 2f − 2)·diam² of some honest row."""
+def krum_kept_bound(rule, case: RoundCase) -> str | None:
+    """Every kept row (wᵢ > 0) is within (n − f − 2)/(n − 2f − 2)·diam² of some honest row
+    (:data:`NOT_COMPARED` where n ≤ 2f + 2: the bound's precondition)."""
     law = "krum_kept_bound"
     if not case.n > 2 * case.f + 2:
-        return
+        return NOT_COMPARED
     out = _outcome(rule, case.features, case.n_samples, case.f, law)
     if out.weights is None:
         raise LawViolation(law, "the rule exposes no weights (use krum_output_bound)")
@@ -273,13 +274,13 @@ def hull_distance(z: np.ndarray, H: np.ndarray) -> float:
     return float(np.linalg.norm(lam @ H - z))
 
 
-def krum_output_bound(rule, case: RoundCase) -> None:
+def krum_output_bound(rule, case: RoundCase) -> str | None:
     """The aggregate is within squared distance (n − f − 2)/(n − 2f − 2)·diam² of the
     honest features' convex hull (each kept row is, and the distance to a convex set
-    is convex)."""
+    is convex); :data:`NOT_COMPARED` where n ≤ 2f + 2 (the bound's precondition)."""
     law = "krum_output_bound"
     if not case.n > 2 * case.f + 2:
-        return
+        return NOT_COMPARED
     out = _outcome(rule, case.features, case.n_samples, case.f, law)
     z = out.vector
     if not np.isfinite(z).all():
@@ -660,7 +661,7 @@ def _at_least_as_near_the_median(R: Outcome, C: Outcome, case: RoundCase) -> boo
 def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
                    compare_weights: bool = True, tied_subsets: bool = False,
                    skip_copies: bool = False, gain: float = 1.0,
-                   nearer_median: bool = False) -> None:
+                   nearer_median: bool = False) -> str | None:
     """The candidate gives rfrs-ref's rule's output on the same round (``reference``, e.g.
     ``adapters.rfrs("krum")``): the aggregate within 64u·s + spread_rtol·r per coordinate,
     u of the features' dtype, s the largest magnitude among the reference's aggregate,
@@ -693,7 +694,7 @@ def reference_rule(rule, case: RoundCase, reference, spread_rtol: float = 0.0,
         X = case.features
         fin = X[np.isfinite(X).all(axis=1)]
         if len({row.tobytes() for row in fin}) < fin.shape[0]:
-            return
+            return NOT_COMPARED
     R = _outcome(reference, case.features, case.n_samples, case.f, law)
     C = _outcome(rule, case.features, case.n_samples, case.f, law)
     v = _reference_mismatch(R, C, case, spread_rtol, compare_weights, gain)
@@ -1024,7 +1025,7 @@ def _other_gradient(g: np.ndarray, g_hat: np.ndarray) -> np.ndarray:
     return other.astype(np.asarray(g).dtype)
 
 
-def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
+def recovery_exact(opt, case: PairCase, reference: str | None = None) -> str | None:
     """recover(state, U, t) = g within the rounding bound of docs/optimizers.md
     recovery (rfrs-ref's derived per-coordinate bound, times the verification safety
     factor), where U is rfrs-ref's upload client_rule(state, g, t): only the arrays
@@ -1054,7 +1055,8 @@ def recovery_exact(opt, case: PairCase, reference: str | None = None) -> None:
     state = {k: case.state[k] for k in ref.arrays}
     ref_up = ref.client_rule(state, case.g, case.t)
     if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up.values()):
-        return  # the rule overflows: nothing to recover (verification rejects such uploads)
+        # the rule overflows: nothing to recover (verification rejects such uploads)
+        return NOT_COMPARED
     up = opt.client_rule(state, case.g, case.t)
     _finite_where_reference_is(law, "client_rule", ref_up, up, ref.arrays)
     # recover is given the reference's upload (its arrays only, stored in the object's
@@ -1096,7 +1098,7 @@ def _step_gain(ref, t: int) -> float:
     return lr
 
 
-def update_rule(opt, case: PairCase) -> None:
+def update_rule(opt, case: PairCase) -> str | None:
     """client_rule(state, g, t) is the update rule of docs/optimizers.md: every uploaded
     array equals rfrs-ref's (``case.optimizer``, same hyperparameters) within
     C_RULE·u·(max|reference upload| + max|state|) per array, u of the dtype the
@@ -1110,7 +1112,7 @@ def update_rule(opt, case: PairCase) -> None:
     state = {k: st[k] for k in ref.arrays}
     R = ref.client_rule(state, g, t)
     if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in R.values()):
-        return  # the rule overflows: no finite reference to match
+        return NOT_COMPARED  # the rule overflows: no finite reference to match
     raw = opt.client_rule(state, g, t)
     C = _finite_where_reference_is(law, "client_rule", R, raw, ref.arrays)
     for k in ref.arrays:
@@ -1204,7 +1206,7 @@ def _inv(v, eps):
     return 1.0 / (np.sqrt(v) + eps)
 
 
-def theorem1(opt, case: PairCase) -> None:
+def theorem1(opt, case: PairCase) -> str | None:
     """Adam, for uploads built from ĝ and g on the same state (v̄ ≥ v_min):
     ‖m̂ − m‖ = (1 − β₁)‖ĝ − g‖; ‖v̂ − v‖ ≤ (1 − β₂)(‖Δg‖² + 2‖Δg‖‖g‖);
     ‖√v̂ − √v‖ ≤ ‖v̂ − v‖/(2√(β₂v_min)) (v_min > 0);
@@ -1215,7 +1217,7 @@ def theorem1(opt, case: PairCase) -> None:
     st, g, gh, t, vmin = case.state, case.g, case.g_hat, case.t, case.floor
     pair = _pair_uploads(law, opt, case)
     if pair is None:
-        return
+        return NOT_COMPARED
     # left-hand sides from the object's uploads (A, H); rounding slack from the reference's (RA, RH)
     A, H, RA, RH, u = pair
     c1, c2 = 1 - b1, 1 - b2
@@ -1246,14 +1248,14 @@ def theorem1(opt, case: PairCase) -> None:
          st["theta"], st["theta"], *[lr_t * m for m in mags], amp=1 / eps, u=_u_of(u, "theta", "m", "v"))
 
 
-def theorem2(opt, case: PairCase) -> None:
+def theorem2(opt, case: PairCase) -> str | None:
     """Momentum: ‖m̂ − m‖ = ‖ĝ − g‖ and ‖θ̂ − θ‖ = η‖ĝ − g‖."""
     law = "theorem2"
     b3, lr = _h(case.optimizer, "beta3"), _h(case.optimizer, "lr")
     st, g, gh, t = case.state, case.g, case.g_hat, case.t
     pair = _pair_uploads(law, opt, case)
     if pair is None:
-        return
+        return NOT_COMPARED
     A, H, RA, RH, u = pair
     d = nrm(gh - g)
     _close(law, "‖m̂ − m‖ = ‖ĝ − g‖", nrm(H["m"] - A["m"]), d, b3 * st["m"], g, gh, u=_u_of(u, "m"))
@@ -1261,12 +1263,12 @@ def theorem2(opt, case: PairCase) -> None:
            lr * RA["m"], lr * RH["m"], u=_u_of(u, "theta", "m"))
 
 
-def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
+def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> str | None:
     lr, eps = _h(case.optimizer, "lr"), _h(case.optimizer, "eps")
     st, g, gh, t, rmin = case.state, case.g, case.g_hat, case.t, case.floor
     pair = _pair_uploads(law, opt, case)
     if pair is None:
-        return
+        return NOT_COMPARED
     # left-hand sides from the object's uploads (A, H); rounding slack from the reference's (RA, RH)
     A, H, RA, RH, u = pair
     d = nrm(gh - g)
@@ -1293,16 +1295,16 @@ def _root_chain(law, opt, case: PairCase, decay: float, coef: float) -> None:
            st["theta"], st["theta"], steps, amp=1 / eps, u=_u_of(u, "theta", "r"))
 
 
-def theorem3(opt, case: PairCase) -> None:
+def theorem3(opt, case: PairCase) -> str | None:
     """AdaGrad (r = r̄ + g²): the chain of Theorem 1 with (decay, coef) = (1, 1), and
     ‖θ̂ − θ‖ = η·‖ĝ/(√r̂ + ε) − g/(√r + ε)‖."""
-    _root_chain("theorem3", opt, case, 1.0, 1.0)
+    return _root_chain("theorem3", opt, case, 1.0, 1.0)
 
 
-def theorem4(opt, case: PairCase) -> None:
+def theorem4(opt, case: PairCase) -> str | None:
     """RMSProp (r = β₄r̄ + (1 − β₄)g²): the chain with (decay, coef) = (β₄, 1 − β₄)."""
     b4 = _h(case.optimizer, "beta4")
-    _root_chain("theorem4", opt, case, b4, 1.0 - b4)
+    return _root_chain("theorem4", opt, case, b4, 1.0 - b4)
 
 
 def camouflage_same_theta(camouflage: Callable, case: PairCase):
@@ -1746,7 +1748,7 @@ def _attack_tolerance(V, R, gain: float) -> np.ndarray:
     return 64 * _u(V.dtype) * (np.where(np.isfinite(R), np.abs(R), 0.0) + (1 + gain) * mag) + TINY
 
 
-def ipm_direction(attack, case: RoundCase, reference=None) -> None:
+def ipm_direction(attack, case: RoundCase, reference=None) -> str | None:
     """IPM for some ϵ: the vector is −ϵ·μ, one scalar ϵ for every coordinate (μ the
     vectors' mean; coordinates where μ is not finite are not compared)."""
     law = "ipm_direction"
@@ -1755,7 +1757,7 @@ def ipm_direction(attack, case: RoundCase, reference=None) -> None:
     mu, _ = _mean_std(V)
     fin = np.isfinite(mu)
     if not fin.any():
-        return
+        return NOT_COMPARED
     j = int(np.flatnonzero(fin)[np.argmax(np.abs(mu[fin]))])
     eps = -C[j] / mu[j] if mu[j] != 0 else 0.0
     with np.errstate(all="ignore"):
@@ -1770,7 +1772,7 @@ def ipm_direction(attack, case: RoundCase, reference=None) -> None:
                            f"{_r(-eps * mu[k])}", coordinate=k, epsilon=eps)
 
 
-def alie_form(attack, case: RoundCase, reference=None) -> None:
+def alie_form(attack, case: RoundCase, reference=None) -> str | None:
     """ALIE for some z: the vector is μ − z·σ, one scalar z for every coordinate (μ the
     mean, σ the sample standard deviation, ddof 1, of the vectors; σ = 0 for a single
     vector, which is then the vector returned); coordinates where μ or σ is not finite
@@ -1781,7 +1783,7 @@ def alie_form(attack, case: RoundCase, reference=None) -> None:
     mu, sd = _mean_std(V)
     fin = np.isfinite(mu) & np.isfinite(sd)
     if not fin.any():
-        return
+        return NOT_COMPARED
     j = int(np.flatnonzero(fin)[np.argmax(sd[fin])])
     z = (mu[j] - C[j]) / sd[j] if sd[j] > 0 else 0.0
     with np.errstate(all="ignore"):

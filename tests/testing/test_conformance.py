@@ -457,3 +457,59 @@ def test_a_huge_output_does_not_widen_the_permutation_tolerance():
         laws.permutation_invariance(fn, case)
     r, = run_rule_conformance("median", fn, max_examples=EXAMPLES, laws=["permutation_invariance"])
     assert r.status == "fails", r
+
+
+class _ZerosAdam:
+    """An Adam object whose upload and recovery are zeros, with a learning rate that makes
+    rfrs-ref's own update overflow on every example."""
+    name = "adam"
+    arrays = ("theta", "m", "v")
+
+    def __init__(self, **hyper):
+        from rfrs_ref.optim import Adam
+
+        ref = Adam(lr=1.7e308)
+        for h in ("lr", "beta1", "beta2", "eps"):
+            setattr(self, h, getattr(ref, h))
+
+    def client_rule(self, state, g, t):
+        return {k: np.zeros(np.shape(g)) for k in self.arrays}
+
+    def recover(self, state, upload, t):
+        return np.zeros(np.shape(upload["theta"]))
+
+
+@pytest.mark.parametrize("law", ["recovery_exact", "theorem1"])
+def test_an_optimiser_law_says_on_how_many_examples_it_compared(law):
+    # where rfrs-ref's own update overflows the laws returned early and the runner dropped
+    # what they returned: zeros for every upload and recovery "held (26 examples)", of which
+    # only the few with a finite update (a zero gradient) were compared
+    r, = run_optimizer_conformance("adam", _ZerosAdam(), max_examples=20, laws=[law])
+    assert r.status in ("holds", "fails"), r
+    if r.status == "holds":
+        compared = int(r.message.split("compared on ")[1].split()[0])
+        assert 0 < compared < r.examples and "overflowed on every example" in r.message
+
+
+def test_a_law_that_held_where_it_compared_says_on_how_many_examples():
+    from rfrs_ref.testing.conformance import LawSpec, _run_law
+
+    spec = LawSpec("update_rule", "s", "convention")
+    r = _run_law(spec, hst.integers(0, 99), lambda x: laws.NOT_COMPARED if x % 3 else None,
+                 lambda x: {"x": x}, 30, 0)
+    compared = int(r.message.split("compared on ")[1].split()[0])
+    assert r.status == "holds" and 0 < compared < r.examples, r
+    assert "overflowed on every example" in r.message
+    assert f"({r.examples} examples; compared on {compared} of them" in format_results([r], "t")
+    r = _run_law(spec, hst.integers(0, 99), lambda x: None, lambda x: {"x": x}, 30, 0)
+    assert r.status == "holds" and r.message == "" and "examples)" in format_results([r], "t")
+
+
+def test_an_optimiser_law_that_compared_nothing_is_skipped_not_holding(monkeypatch):
+    # the same where no example has a finite update: skipped, never "holds"
+    monkeypatch.setattr(laws, "_pair_uploads", lambda *a: None)
+    r, = run_optimizer_conformance("adam", _ZerosAdam(), max_examples=20, laws=["theorem1"])
+    assert r.status == "skipped", r
+    assert "nothing was compared on any of the" in r.message
+    r, = run_optimizer_conformance("adam", _ZerosAdam(), max_examples=20, laws=["update_rule"])
+    assert r.status == "fails", r  # where the update is finite, zeros are not the rule
