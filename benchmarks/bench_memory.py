@@ -12,10 +12,11 @@ the ascent attack at α = 0.4, A-RFRS (Krum on recovered gradients) and RFA
 (parameter space) under the same attack, holding every upload and with
 ``low_memory`` (``--low-memory``: the uploads 16 clients at a time, the
 weighed clients' computed twice, on the columns where the clients differ), and
-A-RFRS (held and in low memory), the trimmed mean, Meamed and Bulyan with every client's
-rows in full where their rounds compute the rows the clients share once and hold
-the columns where they differ only (docs/performance.md, "Robust rounds on shared
-rows"). ``--only TEXT`` runs the cases whose name contains TEXT. Prints the machine, then a table: peak GiB,
+A-RFRS (held and in low memory), the trimmed mean, the median, Meamed and Bulyan with
+every client's rows in full where their rounds compute the rows the clients share once and
+hold the columns where they differ only (docs/performance.md, "Robust rounds on shared
+rows"; the median, the trimmed mean and Meamed on parameters then hold no feature rows,
+"Coordinate-wise rounds without feature rows"). ``--only TEXT`` runs the cases whose name contains TEXT. Prints the machine, then a table: peak GiB,
 the round buffers' GiB, the median round time and, for low memory, the
 time of the second computation.
 """
@@ -75,6 +76,7 @@ CASES = [
     ("Trmean, ascent", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False, True),
     ("Trmean, ascent, every row", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False,
      False),
+    ("Median, ascent", {**ASCENT, "defense": "median", "detect": "parameter"}, False, True),
     ("Meamed, ascent", {**ASCENT, "defense": "meamed", "detect": "parameter"}, False, True),
     ("Meamed, ascent, every row", {**ASCENT, "defense": "meamed", "detect": "parameter"}, False,
      False),

@@ -285,7 +285,9 @@ class Rule(abc.ABC):
                              *, backend: str = "numba", distances=None) -> AggregationResult:
         """:meth:`aggregate` of a rule with ``trims_by_column`` (or ``selects_by_distances``)
         on rows given by columns: ``parts``, a list of (features (n, Dₚ), uploads
-        {name: (n, Dₚ)}), and ``shared``, (features (c, S), uploads {name: (c, S)}) where
+        {name: (n, Dₚ)}) or of (θ (n, Dₚ), uploads, θ̄ (Dₚ,)), whose features are θᵢ − θ̄
+        computed where the kernel reads them (``coordinatewise_combine(..., base=)``;
+        a rule that ``selects_by_distances`` takes the former only), and ``shared``, (features (c, S), uploads {name: (c, S)}) where
         row i holds row ``cls[i]``; ``distances``, for a rule that selects by them, the
         squared distances of the whole rows' features and which clients are finite
         (``(D2, finite)`` as :meth:`from_distances` takes them).
@@ -311,12 +313,13 @@ class Rule(abc.ABC):
             raise NeedsRows(f"{self.name}: its fallback is the mean of the whole rows")
         rows, t, diag = self._column_plan(n, f_used, distances)
         pieces, kept, bad, D = [], np.zeros(n, dtype=np.int64), 0, 0
-        for X, arrays in parts:
+        for X, arrays, *base in parts:
             if np.shape(X)[1] == 0:
                 pieces.append({k: np.zeros(0, dtype=np.asarray(v).dtype) for k, v in arrays.items()})
                 continue
             out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode=self.window, t=t,
-                                                   rows=rows, backend=backend)
+                                                   rows=rows, backend=backend,
+                                                   base=base[0] if base else None)
             pieces.append(out)
             kept += k_p
             bad += b_p

@@ -171,7 +171,9 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     RFA, the median, the trimmed mean, Meamed and Bulyan with FISM) counts the gradients of 16 clients and
     the features and uploads of n clients (in low memory, the uploads of 16) on the
     columns where they differ: FISM's P and 1.25 times the mean number of items of n
-    users of Q's rows (the buffers' own allocation, ``Trainer.buffers``).
+    users of Q's rows (the buffers' own allocation, ``Trainer.buffers``); those of the
+    median, the trimmed mean and Meamed with parameter-space detection hold no features
+    there (``rounds_derive_features``).
     """
     from rfrs_ref.optim import OPTIMIZERS
 
@@ -181,7 +183,8 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     s = 4 if c.dtype == "float32" else 8
     rows = n * (2 + a)
     from rfrs_ref.federated.round import (GRADIENT_BATCH, rounds_compare_shared_rows,
-                                          rounds_recompute_uploads, shared_rows_columns)
+                                          rounds_derive_features, rounds_recompute_uploads,
+                                          shared_rows_columns)
 
     values = rows * D
     cols = D  # the columns of the features and uploads
@@ -193,7 +196,7 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     if low_memory and rounds_recompute_uploads(c):
         values = min(n, GRADIENT_BATCH) * D + (n + min(n, GRADIENT_BATCH) * a) * cols
     elif cols < D:
-        values = min(n, GRADIENT_BATCH) * D + n * (1 + a) * cols
+        values = min(n, GRADIENT_BATCH) * D + n * (a + (0 if rounds_derive_features(c) else 1)) * cols
     return int(values * s + 3 * a * D * 8 + 1024 * items * 8 + 300e6)
 
 

@@ -179,6 +179,21 @@ class Federation:
                 and not getattr(self.model, "has_private", False))
 
     @property
+    def derives_features(self) -> bool:
+        """Whether a round on shared rows (:attr:`compares_shared_rows`) holds no feature
+        rows on the columns where the clients differ: a rule that ``trims_by_column``
+        (the median, the trimmed mean, Meamed) with parameter-space detection ranks each
+        column on θᵢ − θ̄ computed where its kernel reads the uploaded θ
+        (``coordinatewise_combine(..., base=)``), and verification reads the uploads
+        without writing features (``verify_batch(screen=True)``, whose verdicts
+        ``features_verify_batch`` gives bit for bit). The same features, verdicts, state
+        and record as the round that holds them, with one n × |C| array fewer
+        (docs/performance.md, "Coordinate-wise rounds without feature rows")."""
+        return (self.compares_shared_rows and not self.needs_recovery
+                and getattr(self.rule, "trims_by_column", False)
+                and not getattr(self.rule, "selects_by_distances", False))
+
+    @property
     def needs_recovery(self) -> bool:
         """Whether the server materialises ĝ for every upload (verification
         recovers it on the fly when nothing else needs it)."""
@@ -219,6 +234,14 @@ def rounds_compare_shared_rows(config) -> bool:
     those columns), asked as :func:`rounds_recompute_uploads` asks."""
     fed = _federation_without_data(config, low_memory=False)
     return fed is not None and fed.compares_shared_rows
+
+
+def rounds_derive_features(config) -> bool:
+    """Whether the rounds of a run of ``config`` on shared rows hold no feature rows
+    (:attr:`Federation.derives_features`), asked as :func:`rounds_recompute_uploads`
+    asks."""
+    fed = _federation_without_data(config, low_memory=False)
+    return fed is not None and fed.derives_features
 
 
 def _federation_without_data(config, low_memory: bool):
@@ -709,7 +732,10 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     # in low memory a batch is the upload buffers' rows (a multiple of 4, as the sums need)
     batch = buf.uploads["theta"].shape[0] if low else min(GRADIENT_BATCH, buf.grads.shape[0])
     held = batch if low else n
-    X = rows_of(buf.flat("features", n * (start + q)), n)
+    # parameter features of a coordinate-wise rule: computed where the rule's kernel
+    # reads θ, never held (``Federation.derives_features``)
+    derive = fed.derives_features and not low
+    X = None if derive else rows_of(buf.flat("features", n * (start + q)), n)
     U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, held * (start + q)), held)
                                                      for k in arrays))]
     S = [{k: state[k][:start] for k in arrays},
@@ -738,13 +764,20 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
         return out
 
     def verified(lo, hi, r0):
-        """The features of sampled clients lo..hi − 1 (uploads from U's row r0) and
-        whether every one of them certainly passes verification."""
+        """The features of sampled clients lo..hi − 1 (uploads from U's row r0; none
+        when the rule derives them) and whether every one of them certainly passes
+        verification."""
         tick = time.perf_counter()
-        for Sp, Up, Xp in zip(S, U, X):
-            if Xp.shape[1] and not opt.features_verify_batch(
-                    Sp, {k: Up[k][r0:r0 + hi - lo] for k in arrays}, t, Xp[lo:hi], space,
-                    backend=fed.backend)[0].all():
+        for p, (Sp, Up) in enumerate(zip(S, U)):
+            if not Up["theta"].shape[1]:
+                continue
+            ups = {k: Up[k][r0:r0 + hi - lo] for k in arrays}
+            if derive:
+                ok = opt.verify_batch(Sp, ups, t, backend=fed.backend, screen=True)[0]
+            else:
+                ok = opt.features_verify_batch(Sp, ups, t, X[p][lo:hi], space,
+                                               backend=fed.backend)[0]
+            if not ok.all():
                 return False
         rd.timing["features_verification"] += time.perf_counter() - tick
         return True
@@ -786,7 +819,8 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
 
     if getattr(fed.rule, "trims_by_column", False) or getattr(fed.rule, "selects_by_distances",
                                                               False):
-        agg = _trimmed_by_columns(fed, state, rd, buf, layout, X, U, x_s, u_sh, cls)
+        agg = _trimmed_by_columns(fed, state, rd, buf, layout, X, U, x_s, u_sh, cls,
+                                  bases=[Sp["theta"] for Sp in S] if derive else None)
     else:
         agg = _weighed_by_distances(fed, state, rd, buf, layout, X, add_uploads, x_s, u_sh, cls)
     if agg is None:
@@ -861,11 +895,13 @@ def _distances_by_parts(fed, X, x_s, cls):
 
 
 def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
-                        cls):
+                        cls, bases=None):
     """A ``trims_by_column`` rule's aggregate (median, trimmed mean, Meamed), or a
     ``selects_by_distances`` one's (Bulyan: its selection on the distances by parts), on
     the parts of a round on shared rows: the fused kernel on C, and on S each column from
     its class values (``Rule.aggregate_by_columns``), the pieces put back in place.
+    ``bases`` (θ̄ on each part of C, ``Federation.derives_features``; X is then None):
+    the features on C are θᵢ − θ̄, computed in the kernel.
     Returns :func:`_aggregate`'s tuple, or None where the rule needs the rows
     themselves."""
     from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
@@ -874,7 +910,10 @@ def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U,
     arrays = fed.optimizer.arrays
     u_s = {k: u_sh[k].reshape(-1, n_rows, width)[:, nobody].reshape(x_s.shape[0], -1)
            for k in arrays}
-    parts = [(Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
+    if bases is None:
+        parts = [(Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
+    else:
+        parts = [(Up["theta"], FiniteUploads(Up), b) for Up, b in zip(U, bases)]
     distances = None
     if getattr(fed.rule, "selects_by_distances", False):
         D2, ok, _ = _distances_by_parts(fed, X, x_s, cls)

@@ -392,7 +392,9 @@ class Trainer:
                                           float(self.split.train.counts().mean()))
         return RoundBuffers(n, self.model.n_params(), self.dtype, self.optimizer.arrays,
                             private_dim=self.model.dim if self.model.has_private else 0,
-                            features=fed.needs_features,
+                            # rounds on shared rows that derive their features hold none
+                            features=fed.needs_features and not (columns is not None
+                                                                 and fed.derives_features),
                             grad_rows=None if full or fed.keeps_gradients else GRADIENT_BATCH,
                             upload_rows=(GRADIENT_BATCH if (fed.streams or fed.recomputes_uploads)
                                          and not full else None),

@@ -224,9 +224,12 @@ def _add_kept_row(arrays, r, k0, bw, w, keep, num):
 
 
 @njit(cache=True, parallel=True, fastmath={"contract"})
-def _coordinatewise_numba(F, arrays, check, outs, over, weights, rows, comps, mode, t, block,
-                          nchunks):
+def _coordinatewise_numba(F, base, derived, arrays, check, outs, over, weights, rows, comps, mode,
+                          t, block, nchunks):
     """The fused kernel. ``arrays``/``outs``: tuples of (n, D) inputs and (D,) outputs.
+    ``derived``: the features are ``F − base`` (``base`` (D,)), each the float64
+    difference rounded once to F's dtype where it is read (:func:`derived_features`'s
+    values); else ``F`` itself (``base`` unused).
     ``over`` (D,) bool: set where a window of finite values gave a non-finite result in
     some array (a float64 sum that overflowed), for the caller to compute again.
 
@@ -271,10 +274,19 @@ def _coordinatewise_numba(F, arrays, check, outs, over, weights, rows, comps, mo
                 i = rows[r]
                 x = F[i, k0:k0 + bw]
                 kr = keys[r]
-                for k in range(bw):
-                    v = x[k]
-                    # NaN -> +inf; ±inf stay at their own end (np.sort's order)
-                    kr[k] = v if v == v else inf
+                if derived:
+                    bs = base[k0:k0 + bw]
+                    for k in range(bw):
+                        # stored in F's dtype first: the feature is the rounded difference
+                        kr[k] = np.float64(x[k]) - np.float64(bs[k])
+                    for k in range(bw):
+                        v = kr[k]
+                        kr[k] = v if v == v else inf
+                else:
+                    for k in range(bw):
+                        v = x[k]
+                        # NaN -> +inf; ±inf stay at their own end (np.sort's order)
+                        kr[k] = v if v == v else inf
                 for q in range(nq):
                     if not check[q]:
                         continue
@@ -404,6 +416,18 @@ def _by_dtype(arrays: Mapping[str, np.ndarray], shape) -> tuple[dict, dict]:
     return mats, groups
 
 
+def derived_features(features: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """``features − base`` row by row, each the float64 difference rounded once to
+    ``features``' dtype (for float32 values the float32 subtraction's own result: a
+    float64 difference of two float32 values rounds as the float32 operation does);
+    hostile values give what the formula gives (no warning). θᵢ − θ̄, the
+    parameter-space features the round builds, as ``coordinatewise_combine(...,
+    base=)`` computes them where it reads them."""
+    F = np.asarray(features)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (F.astype(np.float64) - np.asarray(base, dtype=np.float64)).astype(F.dtype)
+
+
 def coordinatewise_combine(
     features: np.ndarray,
     arrays: Mapping[str, np.ndarray],
@@ -413,6 +437,7 @@ def coordinatewise_combine(
     t: int,
     rows: np.ndarray | None = None,
     backend: str = "numba",
+    base: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
     """Rank the candidate rows per coordinate on ``features``, keep a window of
     ranks, and combine every array over the kept rows (module docstring).
@@ -426,6 +451,12 @@ def coordinatewise_combine(
         t: trim parameter; needs s − 2t ≥ 1 (s − t ≥ 1 for ``"nearest"``).
         rows: candidate row indices (default: all n rows), e.g. Bulyan's selection.
         backend: ``"numpy"``, ``"numba"`` or ``"cuda"``.
+        base: (D,) or None. Given, the features are :func:`derived_features`
+            ``(features, base)``, θᵢ − θ̄ of parameter-space detection when
+            ``features`` is the uploaded θ and ``base`` the server's θ̄: the numba
+            kernel computes each where it reads it (the same values, bit for bit),
+            so no (n, D) feature matrix exists; the other backends, and uploads of
+            more than one dtype, build it.
 
     Returns:
         ``(out, kept, nonfinite_kept)``: aggregated arrays (D,) in each array's
@@ -433,10 +464,20 @@ def coordinatewise_combine(
         number of coordinates at which a non-finite value was kept (0 unless more
         than t values at a coordinate are non-finite).
     """
+    if base is not None and (backend != "numba"
+                             or len({np.asarray(A).dtype for A in arrays.values()}) > 1):
+        features, base = derived_features(features, base), None
     if backend == "numpy":
         return coordinatewise_numpy(features, arrays, weights, mode=mode, t=t, rows=rows)
     F = as_float_matrix(features, "features")
     n, D = F.shape
+    derived = base is not None
+    if derived:
+        base = np.ascontiguousarray(base)
+        if base.shape != (D,):
+            raise ValueError(f"base must have shape ({D},) (one value per column), got {base.shape}")
+    else:
+        base = np.zeros(0, dtype=F.dtype)
     rows_ = np.arange(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     s = rows_.size
     _window_sizes(mode, s, t)
@@ -469,8 +510,8 @@ def coordinatewise_combine(
         ins = tuple(mats[nm] for nm in names) or (F,)
         check = np.array([M is not F for M in ins], dtype=np.bool_)
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)
-        k, bcount = _coordinatewise_numba(Fg, ins, check, outs, over, w, rows_, comps, MODES[mode],
-                                          t, BLOCK, n_chunks(D, BLOCK))
+        k, bcount = _coordinatewise_numba(Fg, base, derived, ins, check, outs, over, w, rows_,
+                                          comps, MODES[mode], t, BLOCK, n_chunks(D, BLOCK))
         for nm, o in zip(names, outs):
             out[nm] = o
         if g == 0:
@@ -479,7 +520,8 @@ def coordinatewise_combine(
         # sums of finite values that overflowed (rows near ±1.8e308): those coordinates
         # are computed again by the oracle, whose ranking is the kernel's
         cols = np.flatnonzero(over)
-        redo, _, _ = coordinatewise_numpy(F[:, cols], {nm: mats[nm][:, cols] for nm in mats},
+        Fc = derived_features(F[:, cols], base[cols]) if derived else F[:, cols]
+        redo, _, _ = coordinatewise_numpy(Fc, {nm: mats[nm][:, cols] for nm in mats},
                                           w, mode=mode, t=t, rows=rows_)
         for nm in mats:
             o = out[nm]

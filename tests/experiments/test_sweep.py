@@ -365,3 +365,35 @@ def test_memory_estimates_of_rounds_on_shared_rows(ex):
     low = Trainer(krum, low_memory=True).buffers()
     assert low.compact and low.uploads["theta"].shape[0] == 16 < low.features.shape[0]
     assert buf.nbytes > estimate_run_memory(RunSpec(krum), True) - fixed >= low.nbytes
+
+
+def test_memory_estimates_of_coordinatewise_rounds_without_feature_rows(ex):
+    """The trimmed mean on parameters holds no feature rows on shared rows
+    (``rounds_derive_features``): its estimate is one n × |C| array below Krum's on
+    parameters, still no less than the buffers its trainer allocates; on recovered
+    gradients it holds them as Krum does."""
+    from rfrs_ref.experiments.sweep import estimate_run_memory
+    from rfrs_ref.federated.round import rounds_derive_features
+    from rfrs_ref.federated.trainer import Trainer
+
+    big = dict(dataset_params={"n_users": 2000, "n_items": 4000, "mean_items": 12.0},
+               client_fraction=0.05, attack="ascent", byzantine_fraction=0.2)
+    trmean = ex.tiny_config(defense="trmean", detect="parameter", **big)
+    krum = ex.tiny_config(defense="krum", detect="parameter", **big)
+    on_gradients = ex.tiny_config(defense="trmean", detect="gradient", **big)
+    assert rounds_derive_features(trmean) and not rounds_derive_features(krum)
+    assert not rounds_derive_features(on_gradients)
+    trainer = Trainer(trmean)
+    buf = trainer.buffers()
+    assert buf.compact and buf.features is None
+    n, cols = buf.uploads["theta"].shape
+    s = buf.dtype.itemsize
+    D = trainer.model.n_params()
+    # one n × |C| array (the estimate's |C| counts every interaction, the buffers the
+    # training split's: no fewer columns)
+    saved = estimate_run_memory(RunSpec(krum)) - estimate_run_memory(RunSpec(trmean))
+    assert n * cols * s <= saved < n * D * s
+    assert estimate_run_memory(RunSpec(on_gradients)) == estimate_run_memory(RunSpec(krum))
+    items, a = 4000, len(trainer.optimizer.arrays)
+    fixed = 3 * a * D * 8 + 1024 * items * 8 + 300e6
+    assert estimate_run_memory(RunSpec(trmean)) - fixed >= buf.nbytes

@@ -189,9 +189,12 @@ def test_the_trainer_holds_only_the_columns_where_clients_differ(calls):
     _same_but_scores(full, (state, records), "compact", D, np.float32)
 
 
-def test_a_compact_round_that_fails_verification_holds_every_row(corrupt_one_upload, calls):
+@pytest.mark.parametrize("defense", ["krum", "trmean"])
+def test_a_compact_round_that_fails_verification_holds_every_row(defense, corrupt_one_upload,
+                                                                 calls):
+    # (the trimmed mean's compact buffers hold no features; the round in full takes them)
     config = TrainConfig(dataset="synthetic", dataset_params=WIDE, client_fraction=0.2,
-                         model_params={"dim": 8}, defense="krum", detect="parameter", seed=2)
+                         model_params={"dim": 8}, defense=defense, detect="parameter", seed=2)
     trainer = Trainer(config)
     # the round that falls back holds every row in one batch (RoundBuffers.full), as
     # buffers of every row do: the corruption then hits the same one client
@@ -295,6 +298,12 @@ def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
                          verify=True, seed=5)
     trainer = Trainer(config)
     assert trainer.federation.compares_shared_rows
+    # the median, the trimmed mean and Meamed on parameters rank θᵢ − θ̄ computed in
+    # their kernel: the round holds no feature rows (Bulyan's distances need them)
+    derives = detect == "parameter" and rule != "bulyan"
+    assert trainer.federation.derives_features == derives
+    assert (trainer.buffers().features is None) == derives
+    assert trainer.buffers(shared_rows=False).features is not None
     full = _rounds(trainer, shared=False)
     shared = _rounds(trainer, shared=True)
     assert calls == {"called": 4, "returned": 4}

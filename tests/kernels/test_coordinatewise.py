@@ -312,3 +312,64 @@ def test_shared_columns_known_answer_and_refusals():
                                          mode="nearest", t=1)
     np.testing.assert_array_equal(out["x"], [(1 + 3 * 3) / 4])
     np.testing.assert_array_equal(kept, [0, 1, 1, 1, 1])
+
+
+@st.composite
+def derived_problems(draw):
+    """θ (n, D), θ̄ (D,), an upload m: few distinct values (ties of θ − θ̄), hostile
+    values in θ and θ̄, and θ − θ̄ that overflows float32 or rounds two θ to one feature."""
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n = draw(st.integers(1, 12))
+    D = draw(st.integers(1, BLOCK + 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    theta = (rng.integers(-3, 4, size=(n, D)) * draw(st.sampled_from([1.0, 1e-9, 0.25]))).astype(dtype)
+    base = rng.integers(-2, 3, size=D).astype(dtype)
+    if draw(st.booleans()):
+        base[rng.integers(D)] = dtype(3e38)  # θ − θ̄ overflows where θ is negative
+    if draw(st.booleans()):
+        base[rng.integers(D)] = dtype(1e8)  # θ − θ̄ rounds distinct θ to one feature
+    for _ in range(draw(st.integers(0, 6))):
+        theta[rng.integers(n), rng.integers(D)] = draw(st.sampled_from(HOSTILE))
+    if draw(st.booleans()):
+        base[rng.integers(D)] = draw(st.sampled_from(HOSTILE))
+    A = {"theta": theta, "m": rng.normal(size=(n, D)).astype(dtype)}
+    if draw(st.booleans()):
+        A["m"][rng.integers(n), rng.integers(D)] = np.nan
+    w = rng.integers(1, 6, size=n).astype(np.float64)
+    mode = draw(st.sampled_from(["trim", "closest", "nearest"]))
+    t = draw(st.integers(0, (n - 1) // 2))
+    return theta, base, A, w, mode, t
+
+
+@settings(deadline=None)
+@given(derived_problems())
+def test_features_derived_in_the_kernel_are_the_held_features(p):
+    """``base=``: the kernel ranks on θᵢ − θ̄ computed where it reads θ; the aggregate,
+    kept counts and non-finite count are those of the features held as a matrix
+    (``derived_features``, the round's own θ − θ̄), bit for bit, and the oracle builds
+    the same matrix."""
+    from rfrs_ref.kernels.coordinatewise import derived_features
+
+    theta, base, A, w, mode, t = p
+    before = {k: v.copy() for k, v in A.items()}
+    X = derived_features(theta, base)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert np.array_equal(X, np.subtract(theta, base), equal_nan=True)  # one rounding
+    held = coordinatewise_combine(X, A, w, mode=mode, t=t, backend="numba")
+    derived = coordinatewise_combine(theta, A, w, mode=mode, t=t, backend="numba", base=base)
+    for name in A:
+        assert derived[0][name].dtype == A[name].dtype
+        assert np.array_equal(held[0][name].view(np.uint8), derived[0][name].view(np.uint8)), name
+        np.testing.assert_array_equal(A[name], before[name])
+    np.testing.assert_array_equal(held[1], derived[1])
+    assert held[2] == derived[2]
+    oracle = coordinatewise_combine(theta, A, w, mode=mode, t=t, backend="numpy", base=base)
+    expected = coordinatewise_combine(X, A, w, mode=mode, t=t, backend="numpy")
+    for name in A:
+        assert np.array_equal(oracle[0][name], expected[0][name], equal_nan=True)
+
+
+def test_derived_features_refuse_a_base_of_the_wrong_length():
+    with pytest.raises(ValueError, match=r"base must have shape \(3,\)"):
+        coordinatewise_combine(np.zeros((3, 3)), {}, np.ones(3), mode="trim", t=1,
+                               base=np.zeros(2))
