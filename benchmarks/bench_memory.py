@@ -15,8 +15,8 @@ weighed clients' computed twice, on the columns where the clients differ), and
 A-RFRS (held and in low memory), the trimmed mean, the median, Meamed and Bulyan with
 every client's rows in full where their rounds compute the rows the clients share once and
 hold the columns where they differ only (docs/performance.md, "Robust rounds on shared
-rows"; the median, the trimmed mean and Meamed on parameters then hold no feature rows,
-"Coordinate-wise rounds without feature rows"). ``--only TEXT`` runs the cases whose name contains TEXT. Prints the machine, then a table: peak GiB,
+rows"; on parameters those rounds then hold no feature rows, "Parameter-space rounds
+without feature rows"). ``--only TEXT`` runs the cases whose name contains TEXT. Prints the machine, then a table: peak GiB,
 the round buffers' GiB, the median round time and, for low memory, the
 time of the second computation.
 """
@@ -71,6 +71,8 @@ CASES = [
      True),
     ("A-RFRS, ascent, low mem., every row", {**ASCENT, "defense": "krum", "detect": "gradient"},
      True, False),
+    ("Krum (parameters), ascent", {**ASCENT, "defense": "krum", "detect": "parameter"}, False,
+     True),
     ("RFA, ascent", {**ASCENT, "defense": "rfa", "detect": "parameter"}, False, True),
     ("RFA, ascent, low memory", {**ASCENT, "defense": "rfa", "detect": "parameter"}, True, True),
     ("Trmean, ascent", {**ASCENT, "defense": "trmean", "detect": "parameter"}, False, True),

@@ -181,17 +181,19 @@ class Federation:
     @property
     def derives_features(self) -> bool:
         """Whether a round on shared rows (:attr:`compares_shared_rows`) holds no feature
-        rows on the columns where the clients differ: a rule that ``trims_by_column``
-        (the median, the trimmed mean, Meamed) with parameter-space detection ranks each
-        column on θᵢ − θ̄ computed where its kernel reads the uploaded θ
-        (``coordinatewise_combine(..., base=)``), and verification reads the uploads
+        rows on the columns where the clients differ: with parameter-space detection
+        every feature is θᵢ − θ̄, which the rule's kernels compute where they read the
+        uploaded θ (the distances a column block at a time, ``pairwise_sq_dists(...,
+        base=)`` and ``pairwise_sq_dists64``; the coordinate-wise windows per column,
+        ``coordinatewise_combine(..., base=)``), and verification reads the uploads
         without writing features (``verify_batch(screen=True)``, whose verdicts
         ``features_verify_batch`` gives bit for bit). The same features, verdicts, state
         and record as the round that holds them, with one n × |C| array fewer
-        (docs/performance.md, "Coordinate-wise rounds without feature rows")."""
+        (docs/performance.md, "Parameter-space rounds without feature rows"). Not in low
+        memory (:attr:`recomputes_uploads`), whose rounds hold the features instead of
+        the uploads."""
         return (self.compares_shared_rows and not self.needs_recovery
-                and getattr(self.rule, "trims_by_column", False)
-                and not getattr(self.rule, "selects_by_distances", False))
+                and not self.recomputes_uploads)
 
     @property
     def needs_recovery(self) -> bool:
@@ -732,10 +734,10 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     # in low memory a batch is the upload buffers' rows (a multiple of 4, as the sums need)
     batch = buf.uploads["theta"].shape[0] if low else min(GRADIENT_BATCH, buf.grads.shape[0])
     held = batch if low else n
-    # parameter features of a coordinate-wise rule: computed where the rule's kernel
-    # reads θ, never held (``Federation.derives_features``)
+    # parameter features: computed where the rule's kernels read θ, never held
+    # (``Federation.derives_features``); each part of X is then the pair (θ, θ̄)
     derive = fed.derives_features and not low
-    X = None if derive else rows_of(buf.flat("features", n * (start + q)), n)
+    X = (None if derive else rows_of(buf.flat("features", n * (start + q)), n))
     U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, held * (start + q)), held)
                                                      for k in arrays))]
     S = [{k: state[k][:start] for k in arrays},
@@ -791,6 +793,8 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     if not low and not verified(0, n, 0):
         return None
     rd.features = space
+    if derive:
+        X = [(Up["theta"], Sp["theta"]) for Sp, Up in zip(S, U)]
     attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
     # the rule: on the distances (C's by the kernel, S's by class), or column by column
     tick = time.perf_counter()
@@ -819,8 +823,7 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
 
     if getattr(fed.rule, "trims_by_column", False) or getattr(fed.rule, "selects_by_distances",
                                                               False):
-        agg = _trimmed_by_columns(fed, state, rd, buf, layout, X, U, x_s, u_sh, cls,
-                                  bases=[Sp["theta"] for Sp in S] if derive else None)
+        agg = _trimmed_by_columns(fed, state, rd, buf, layout, X, U, x_s, u_sh, cls)
     else:
         agg = _weighed_by_distances(fed, state, rd, buf, layout, X, add_uploads, x_s, u_sh, cls)
     if agg is None:
@@ -870,18 +873,21 @@ def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, 
 
 def _distances_by_parts(fed, X, x_s, cls):
     """``(D2, finite, error)``: the squared distances of the whole rows' features summed
-    by parts (C's parts ``X``, and S's by class), +inf for a client with a non-finite
-    feature (as ``client_distances``), and which clients are finite; for a rule with
+    by parts (C's parts ``X``, each a matrix or a pair (θ, θ̄) of features θᵢ − θ̄, and
+    S's by class), +inf for a client with a non-finite feature (as
+    ``client_distances``), and which clients are finite; for a rule with
     ``distances64`` (RFA) float64 differences of the finite clients with their relative
     error bound, else the blocked kernel's (error None)."""
     from rfrs_ref.aggregate.base import FiniteUploads
     from rfrs_ref.aggregate.combine import finite_clients
-    from rfrs_ref.kernels.distances import pairwise_sq_dists64_by_parts, pairwise_sq_dists_by_parts
+    from rfrs_ref.kernels.distances import (derived_rows_finite, pairwise_sq_dists64_by_parts,
+                                            pairwise_sq_dists_by_parts)
 
     n = cls.size
     ok = finite_clients(x_s, FiniteUploads())[cls]
     for Xp in X:
-        ok &= finite_clients(Xp, FiniteUploads())
+        ok &= (derived_rows_finite(*Xp) if isinstance(Xp, tuple)
+               else finite_clients(Xp, FiniteUploads()))
     error = None
     if getattr(fed.rule, "distances64", False):
         live = np.flatnonzero(ok)
@@ -895,13 +901,13 @@ def _distances_by_parts(fed, X, x_s, cls):
 
 
 def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U, x_s, u_sh,
-                        cls, bases=None):
+                        cls):
     """A ``trims_by_column`` rule's aggregate (median, trimmed mean, Meamed), or a
     ``selects_by_distances`` one's (Bulyan: its selection on the distances by parts), on
     the parts of a round on shared rows: the fused kernel on C, and on S each column from
     its class values (``Rule.aggregate_by_columns``), the pieces put back in place.
-    ``bases`` (θ̄ on each part of C, ``Federation.derives_features``; X is then None):
-    the features on C are θᵢ − θ̄, computed in the kernel.
+    A part of ``X`` that is a pair (θ, θ̄) (``Federation.derives_features``) is the
+    features θᵢ − θ̄, computed in the kernels.
     Returns :func:`_aggregate`'s tuple, or None where the rule needs the rows
     themselves."""
     from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
@@ -910,10 +916,8 @@ def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U,
     arrays = fed.optimizer.arrays
     u_s = {k: u_sh[k].reshape(-1, n_rows, width)[:, nobody].reshape(x_s.shape[0], -1)
            for k in arrays}
-    if bases is None:
-        parts = [(Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
-    else:
-        parts = [(Up["theta"], FiniteUploads(Up), b) for Up, b in zip(U, bases)]
+    parts = [(Xp[0], FiniteUploads(Up), Xp[1]) if isinstance(Xp, tuple)
+             else (Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
     distances = None
     if getattr(fed.rule, "selects_by_distances", False):
         D2, ok, _ = _distances_by_parts(fed, X, x_s, cls)

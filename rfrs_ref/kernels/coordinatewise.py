@@ -58,7 +58,7 @@ import numpy as np
 from numba import njit, prange
 
 from rfrs_ref.kernels.blocks import overflow_free_mean
-from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
+from rfrs_ref.kernels.distances import as_float_matrix, derived_features, n_chunks
 
 MODES = {"trim": 0, "closest": 1, "nearest": 2}
 
@@ -414,18 +414,6 @@ def _by_dtype(arrays: Mapping[str, np.ndarray], shape) -> tuple[dict, dict]:
         mats[name] = M
         groups.setdefault(M.dtype, []).append(name)
     return mats, groups
-
-
-def derived_features(features: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """``features − base`` row by row, each the float64 difference rounded once to
-    ``features``' dtype (for float32 values the float32 subtraction's own result: a
-    float64 difference of two float32 values rounds as the float32 operation does);
-    hostile values give what the formula gives (no warning). θᵢ − θ̄, the
-    parameter-space features the round builds, as ``coordinatewise_combine(...,
-    base=)`` computes them where it reads them."""
-    F = np.asarray(features)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return (F.astype(np.float64) - np.asarray(base, dtype=np.float64)).astype(F.dtype)
 
 
 def coordinatewise_combine(

@@ -66,6 +66,101 @@ def n_chunks(D: int, block: int) -> int:
     return int(min(nblocks, 16))
 
 
+def derived_features(features: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """``features − base`` row by row, each the float64 difference rounded once to
+    ``features``' dtype (for float32 values the float32 subtraction's own result: a
+    float64 difference of two float32 values rounds as the float32 operation does);
+    hostile values give what the formula gives (no warning). θᵢ − θ̄, the
+    parameter-space features the round builds, which the kernels given ``base=``
+    compute where they read θ (:func:`pairwise_sq_dists`, :func:`pairwise_sq_dists64`,
+    :func:`rfrs_ref.kernels.coordinatewise.coordinatewise_combine`)."""
+    F = np.asarray(features)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (F.astype(np.float64) - np.asarray(base, dtype=np.float64)).astype(F.dtype)
+
+
+@njit(cache=True, inline="always")
+def _derived_tile(X, base, rows, k0, k1, Z):
+    """Z[a, :k1 − k0] = X[rows[a], k0:k1] − base[k0:k1], each the float64 difference
+    stored in Z's dtype (:func:`derived_features`' values)."""
+    for a in range(rows.shape[0]):
+        x = X[rows[a], k0:k1]
+        z = Z[a]
+        for k in range(k1 - k0):
+            z[k] = np.float64(x[k]) - np.float64(base[k0 + k])
+
+
+@njit(cache=True, parallel=True, fastmath={"reassoc"})
+def _derived_rows_finite_numba(X, base, block, zero):
+    """``zero`` (0 in X's dtype) types the sums; ``reassoc`` lets them vectorise and
+    cannot create or remove NaN."""
+    n, D = X.shape
+    out = np.empty(n, dtype=np.bool_)
+    for i in prange(n):
+        z = np.empty(block, dtype=X.dtype)
+        p = zero
+        for k0 in range(0, D, block):
+            k1 = min(D, k0 + block)
+            x = X[i, k0:k1]
+            for k in range(k1 - k0):
+                z[k] = np.float64(x[k]) - np.float64(base[k0 + k])
+            for k in range(k1 - k0):
+                p += z[k] - z[k]  # NaN iff some feature is NaN or ±inf
+        out[i] = p == 0
+    return out
+
+
+@njit(cache=True, parallel=True, fastmath={"reassoc"})
+def _rows_abs_sum_numba(X):
+    """(n,) float64: each row's Σ|value| (an upper bound of its largest), NaN or inf
+    where the row holds a NaN or ±inf (``reassoc`` lets the sum vectorise and cannot
+    remove a NaN or an inf)."""
+    n, D = X.shape
+    out = np.empty(n)
+    for i in prange(n):
+        x = X[i]
+        s = 0.0
+        for k in range(D):
+            s += abs(np.float64(x[k]))
+        out[i] = s
+    return out
+
+
+def derived_rows_finite(X: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Which rows of :func:`derived_features` ``(X, base)`` hold only finite values,
+    without building it.
+
+    A row with Σₖ|xᵢₖ| + Σₖ|base_k| below half the dtype's largest value (sums in
+    float64, within a relative 1e-9 of exact at any D here; a margin of 1% taken) has
+    every difference finite, rounded or not: one vectorised pass over X decides those;
+    the others (a non-finite value, or values near the dtype's range) are decided by
+    forming their differences.
+    """
+    Xc = as_float_matrix(X, "X")
+    base = _checked_base(base, Xc.shape[1])
+    n, D = Xc.shape
+    if D == 0:
+        return np.ones(n, dtype=bool)
+    zero = Xc.dtype.type(0)
+    big = float(np.finfo(Xc.dtype).max) / 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        b = _rows_abs_sum_numba(base.reshape(1, D))[0]
+        ok = (_rows_abs_sum_numba(Xc) + b) * 1.01 < big  # False for NaN and inf
+    unsure = np.flatnonzero(~ok)
+    if unsure.size:
+        ok[unsure] = _derived_rows_finite_numba(Xc[unsure], base, BLOCK, zero)
+    return ok
+
+
+def _checked_base(base, D: int) -> np.ndarray:
+    base = np.ascontiguousarray(base)
+    if base.shape != (D,):
+        raise ValueError(f"base must have shape ({D},) (one value per column), got {base.shape}")
+    if base.dtype not in (np.float32, np.float64):
+        base = base.astype(np.float64)
+    return base
+
+
 def pairwise_sq_dists_numpy(X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
     """Oracle: float64 (n, m) squared distances by direct differences.
 
@@ -135,8 +230,11 @@ def _one_pair(x, y, fin, safe, zero):
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks):
+def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks, base, derived):
     """Blocked kernel; ``zero`` (0 in the inputs' dtype) types the inner sums.
+    ``derived`` (symmetric only): the rows are X − base (:func:`derived_features`),
+    built a column block at a time in a tile of n × block values, then summed as
+    the rows of a held matrix are (the same loops on the same values).
 
     Column blocks are distributed over ``nchunks`` parallel chunks, each with
     its own float64 accumulator; the chunks are summed in order, so the result
@@ -150,25 +248,33 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks):
     m = Y.shape[0]
     nblocks = (D + block - 1) // block
     acc = np.zeros((nchunks, n, m))
+    all_rows = np.arange(n)
     for c in prange(nchunks):
         fin_x = np.empty(n, dtype=np.bool_)
         safe_x = np.empty(n, dtype=np.bool_)
         fin_y = np.empty(m, dtype=np.bool_)
         safe_y = np.empty(m, dtype=np.bool_)
+        Z = np.empty((n if derived else 0, block), dtype=X.dtype)
         a_c = acc[c]
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             k1 = min(D, k0 + block)
-            _block_row_flags(X, k0, k1, safe_ss, fin_x, safe_x)
+            if derived:
+                _derived_tile(X, base, all_rows, k0, k1, Z)
+            Xs = Z if derived else X
+            Ys = Xs if symmetric else Y
+            a0 = 0 if derived else k0
+            a1 = k1 - k0 if derived else k1
+            _block_row_flags(Xs, a0, a1, safe_ss, fin_x, safe_x)
             if symmetric:
                 fin_y[:] = fin_x
                 safe_y[:] = safe_x
             else:
-                _block_row_flags(Y, k0, k1, safe_ss, fin_y, safe_y)
+                _block_row_flags(Ys, a0, a1, safe_ss, fin_y, safe_y)
             for i in range(0, n, 2):
                 two = i + 1 < n
-                x0 = X[i, k0:k1]
-                x1 = X[i + 1, k0:k1] if two else x0
+                x0 = Xs[i, a0:a1]
+                x1 = Xs[i + 1, a0:a1] if two else x0
                 j = 0
                 if symmetric:
                     if two:
@@ -178,10 +284,10 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks):
                 while j < m:
                     if (two and j + 4 <= m and safe_x[i] and safe_x[i + 1] and safe_y[j]
                             and safe_y[j + 1] and safe_y[j + 2] and safe_y[j + 3]):
-                        y0 = Y[j, k0:k1]
-                        y1 = Y[j + 1, k0:k1]
-                        y2 = Y[j + 2, k0:k1]
-                        y3 = Y[j + 3, k0:k1]
+                        y0 = Ys[j, a0:a1]
+                        y1 = Ys[j + 1, a0:a1]
+                        y2 = Ys[j + 2, a0:a1]
+                        y3 = Ys[j + 3, a0:a1]
                         s00 = zero
                         s01 = zero
                         s02 = zero
@@ -190,7 +296,7 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks):
                         s11 = zero
                         s12 = zero
                         s13 = zero
-                        for k in range(k1 - k0):
+                        for k in range(a1 - a0):
                             a = x0[k]
                             e = x1[k]
                             c0 = y0[k]
@@ -223,7 +329,7 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks):
                         a_c[i + 1, j + 3] += s13
                         j += 4
                         continue
-                    yj = Y[j, k0:k1]
+                    yj = Ys[j, a0:a1]
                     a_c[i, j] += _one_pair(x0, yj, fin_x[i] and fin_y[j], safe_x[i] and safe_y[j], zero)
                     if two:
                         a_c[i + 1, j] += _one_pair(x1, yj, fin_x[i + 1] and fin_y[j],
@@ -239,7 +345,8 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks):
     return out
 
 
-def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: str = "numba") -> np.ndarray:
+def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: str = "numba",
+                      base: np.ndarray | None = None) -> np.ndarray:
     """Squared Euclidean distances between the rows of X and those of Y (or X).
 
     Formula: ``out[i, j] = Σ_k (X[i, k] − Y[j, k])²``, computed by direct
@@ -262,10 +369,21 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
         X: (n, D). Y: (m, D) or None (then the result is symmetric with a zero
             diagonal for finite rows).
         backend: ``"numpy"`` (float64 oracle), ``"numba"`` or ``"cuda"``.
+        base: (D,) or None; with Y None only. Given, the rows are
+            :func:`derived_features` ``(X, base)`` (θᵢ − θ̄ of parameter-space
+            detection): the numba kernel builds them a column block at a time, so
+            no (n, D) feature matrix exists, and returns the held rows' matrix bit
+            for bit; the other backends build the matrix.
 
     Returns:
         float64 (n, m). Pairs involving a non-finite row are +inf; NaN never occurs.
     """
+    if base is not None:
+        if Y is not None:
+            raise ValueError("base= gives the distances among the rows of X − base; Y must be None")
+        base = _checked_base(base, as_float_matrix(X, "X").shape[1])
+        if backend != "numba":
+            X, base = derived_features(X, base), None
     if backend == "numpy":
         return pairwise_sq_dists_numpy(X, Y)
     Xc = as_float_matrix(X, "X")
@@ -293,16 +411,21 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
     if n == 0 or Y_.shape[0] == 0:
         return np.zeros((n, Y_.shape[0]))
     dt = Xc.dtype.type
+    derived = base is not None
     out = _pairwise_numba(Xc, Y_, symmetric, dt(0), dt(SAFE_SS[Xc.dtype]), BLOCK,
-                          n_chunks(D, BLOCK))
+                          n_chunks(D, BLOCK), base if derived else np.zeros(0, Xc.dtype),
+                          derived)
     if symmetric:
+        def row(i):
+            return derived_features(Xc[i], base) if derived else Xc[i]
+
         # the diagonal is never computed: a non-finite row is infinitely far from
         # itself as well, as in the oracle
         off = out + np.diag(np.full(n, np.inf))
         for i in np.flatnonzero(np.isinf(off).all(axis=1)):
-            if not np.isfinite(Xc[i]).all():
+            if not np.isfinite(row(i)).all():
                 out[i, i] = np.inf
-        _copies_share_distances_inplace(Xc, out)
+        _copies_share_distances_inplace(row, out)
     return out
 
 
@@ -370,7 +493,9 @@ def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
     occurs. Inputs are not modified.
 
     Args:
-        parts: 2-D arrays of n rows each (any numbers of columns, 0 included).
+        parts: 2-D arrays of n rows each (any numbers of columns, 0 included), or
+            (θ (n, Dₚ), θ̄ (Dₚ,)) pairs whose rows are θᵢ − θ̄ (:func:`pairwise_sq_dists`'s
+            ``base=``).
         shared: (classes, S) the shared rows.
         cls: (n,) int, each row's class (an index into ``shared``).
     """
@@ -378,19 +503,28 @@ def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
     n = cls.shape[0]
     out = np.zeros((n, n))
     for p in parts:
-        if np.shape(p)[0] != n:
-            raise ValueError(f"every part must have {n} rows (one per class index), got "
-                             f"shape {np.shape(p)}")
+        p, base = _part(p, n)
         if np.shape(p)[1]:
-            out += pairwise_sq_dists(p, backend=backend)
+            out += pairwise_sq_dists(p, backend=backend, base=base)
     return out + pairwise_sq_dists(shared, backend=backend)[np.ix_(cls, cls)]
+
+
+def _part(p, n: int):
+    """(rows, base or None) of a part given as a matrix or as (θ, θ̄), checked to have n
+    rows."""
+    p, base = p if isinstance(p, tuple) else (p, None)
+    if np.shape(p)[0] != n:
+        raise ValueError(f"every part must have {n} rows (one per class index), got "
+                         f"shape {np.shape(p)}")
+    return p, base
 
 
 def pairwise_sq_dists64_by_parts(parts, shared: np.ndarray, cls: np.ndarray,
                                  rows: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """:func:`pairwise_sq_dists64` of the rows ``rows`` of the whole rows that
     :func:`pairwise_sq_dists_by_parts` describes (row i: the parts' rows i, then
-    ``shared[cls[i]]``), and the relative error bound of every entry.
+    ``shared[cls[i]]``; a part may be a (θ, θ̄) pair as there), and the relative error
+    bound of every entry.
 
     Formula: ``out[a, b] = Σ_p d_p(rows[a], rows[b]) + d_S(cls[rows[a]], cls[rows[b]])``,
     each term by :func:`pairwise_sq_dists64` (float64 differences). Each term is within
@@ -415,20 +549,19 @@ def pairwise_sq_dists64_by_parts(parts, shared: np.ndarray, cls: np.ndarray,
     out = np.zeros((rows.size, rows.size))
     worst, k = sq_dists64_error(shared.shape[1]), 1
     for p in parts:
-        if np.shape(p)[0] != n:
-            raise ValueError(f"every part must have {n} rows (one per class index), got "
-                             f"shape {np.shape(p)}")
+        p, base = _part(p, n)
         if np.shape(p)[1]:
-            out += pairwise_sq_dists64(p, rows)
+            out += pairwise_sq_dists64(p, rows, base=base)
             worst, k = max(worst, sq_dists64_error(np.shape(p)[1])), k + 1
     c = cls[rows]
     out += pairwise_sq_dists64(shared)[np.ix_(c, c)]
     return out, (worst + k * 2.0 ** -53) * 1.01
 
 
-def _copies_share_distances_inplace(X: np.ndarray, out: np.ndarray) -> None:
+def _copies_share_distances_inplace(X, out: np.ndarray) -> None:
     """Give every copy of a row (equal values, finite) the distances of its first
-    occurrence, in place on the symmetric ``out``.
+    occurrence, in place on the symmetric ``out``. ``X``: the rows, or a function of a
+    row index that returns the row (rows that are not held).
 
     The kernel sums a pair in a 2 × 4 tile or on its own, and the two round
     differently (the vectorised sums group their terms by the loop's shape), so two
@@ -442,10 +575,11 @@ def _copies_share_distances_inplace(X: np.ndarray, out: np.ndarray) -> None:
     zi, zj = np.nonzero(np.triu(out == 0.0, 1))
     if zi.size == 0:
         return
+    row = X if callable(X) else X.__getitem__
     first = np.arange(out.shape[0])
     for i, j in zip(zi.tolist(), zj.tolist()):
         r = first[i]
-        if first[j] == j and j != r and np.array_equal(X[r], X[j]):
+        if first[j] == j and j != r and np.array_equal(row(r), row(j)):
             first[j] = r
     for j in np.flatnonzero(first != np.arange(out.shape[0])):
         r = first[j]
@@ -495,32 +629,41 @@ def _pair64(x, y):
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _pairwise64_numba(X, rows, block, nchunks):
+def _pairwise64_numba(X, rows, block, nchunks, base, derived):
     """Blocked kernel over the rows ``rows`` of X: differences in float64, two rows
     against four per sweep of a block (as ``_pairwise_numba``); ``reassoc`` and
-    ``contract`` cannot create or remove inf and NaN."""
+    ``contract`` cannot create or remove inf and NaN. ``derived``: the rows are
+    X − base (:func:`derived_features`), built a block at a time in a tile."""
     m = rows.shape[0]
     D = X.shape[1]
     nblocks = (D + block - 1) // block
     acc = np.zeros((nchunks, m, m))
+    tile_rows = np.arange(m)
     for c in prange(nchunks):
         a_c = acc[c]
+        Z = np.empty((m if derived else 0, block), dtype=X.dtype)
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             k1 = min(D, k0 + block)
+            if derived:
+                _derived_tile(X, base, rows, k0, k1, Z)
+            Xs = Z if derived else X
+            rs = tile_rows if derived else rows
+            a0 = 0 if derived else k0
+            a1 = k1 - k0 if derived else k1
             for i in range(0, m, 2):
                 two = i + 1 < m
-                x0 = X[rows[i], k0:k1]
-                x1 = X[rows[i + 1], k0:k1] if two else x0
+                x0 = Xs[rs[i], a0:a1]
+                x1 = Xs[rs[i + 1], a0:a1] if two else x0
                 j = i + 1
                 if two:
                     a_c[i, i + 1] += _pair64(x0, x1)
                     j = i + 2
                 while two and j + 4 <= m:
-                    y0 = X[rows[j], k0:k1]
-                    y1 = X[rows[j + 1], k0:k1]
-                    y2 = X[rows[j + 2], k0:k1]
-                    y3 = X[rows[j + 3], k0:k1]
+                    y0 = Xs[rs[j], a0:a1]
+                    y1 = Xs[rs[j + 1], a0:a1]
+                    y2 = Xs[rs[j + 2], a0:a1]
+                    y3 = Xs[rs[j + 3], a0:a1]
                     s00 = 0.0
                     s01 = 0.0
                     s02 = 0.0
@@ -529,7 +672,7 @@ def _pairwise64_numba(X, rows, block, nchunks):
                     s11 = 0.0
                     s12 = 0.0
                     s13 = 0.0
-                    for k in range(k1 - k0):
+                    for k in range(a1 - a0):
                         a = np.float64(x0[k])
                         e = np.float64(x1[k])
                         c0 = np.float64(y0[k])
@@ -562,7 +705,7 @@ def _pairwise64_numba(X, rows, block, nchunks):
                     a_c[i + 1, j + 3] += s13
                     j += 4
                 while j < m:
-                    yj = X[rows[j], k0:k1]
+                    yj = Xs[rs[j], a0:a1]
                     a_c[i, j] += _pair64(x0, yj)
                     if two:
                         a_c[i + 1, j] += _pair64(x1, yj)
@@ -577,7 +720,8 @@ def _pairwise64_numba(X, rows, block, nchunks):
     return out
 
 
-def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None, *,
+                        base: np.ndarray | None = None) -> np.ndarray:
     """Squared distances between the rows ``rows`` of X (every row if None), with
     every difference taken in float64.
 
@@ -588,6 +732,10 @@ def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None) -> np.nda
     Weiszfeld's steps run on (:func:`rfrs_ref.kernels.weiszfeld.geometric_median`),
     where such errors are amplified by cancellation. About 1.4 times the time of the
     float32 kernel (half the vector lanes).
+
+    ``base`` (D,): the rows are :func:`derived_features` ``(X, base)`` (θᵢ − θ̄), built a
+    column block at a time in the kernel: the held rows' matrix, bit for bit, without an
+    (n, D) feature matrix.
 
     Preconditions: the selected rows are finite (the caller knows which are); an entry
     whose sum exceeds the float64 range (float64 inputs beyond about 1e154) is +inf.
@@ -600,4 +748,6 @@ def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None) -> np.nda
         raise ValueError(f"rows must index the {Xc.shape[0]} rows of X")
     if rows.size == 0 or Xc.shape[1] == 0:
         return np.zeros((rows.size, rows.size))
-    return _pairwise64_numba(Xc, rows, BLOCK64, n_chunks(Xc.shape[1], BLOCK64))
+    derived = base is not None
+    base = _checked_base(base, Xc.shape[1]) if derived else np.zeros(0, Xc.dtype)
+    return _pairwise64_numba(Xc, rows, BLOCK64, n_chunks(Xc.shape[1], BLOCK64), base, derived)

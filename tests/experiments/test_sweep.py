@@ -368,10 +368,11 @@ def test_memory_estimates_of_rounds_on_shared_rows(ex):
 
 
 def test_memory_estimates_of_coordinatewise_rounds_without_feature_rows(ex):
-    """The trimmed mean on parameters holds no feature rows on shared rows
-    (``rounds_derive_features``): its estimate is one n × |C| array below Krum's on
-    parameters, still no less than the buffers its trainer allocates; on recovered
-    gradients it holds them as Krum does."""
+    """The trimmed mean and Krum on parameters hold no feature rows on shared rows
+    (``rounds_derive_features``): the estimate is one n × |C| array below that of the
+    same rule on recovered gradients, still no less than the buffers its trainer
+    allocates; in low memory Krum holds the features of every client instead of the
+    uploads."""
     from rfrs_ref.experiments.sweep import estimate_run_memory
     from rfrs_ref.federated.round import rounds_derive_features
     from rfrs_ref.federated.trainer import Trainer
@@ -381,19 +382,21 @@ def test_memory_estimates_of_coordinatewise_rounds_without_feature_rows(ex):
     trmean = ex.tiny_config(defense="trmean", detect="parameter", **big)
     krum = ex.tiny_config(defense="krum", detect="parameter", **big)
     on_gradients = ex.tiny_config(defense="trmean", detect="gradient", **big)
-    assert rounds_derive_features(trmean) and not rounds_derive_features(krum)
+    assert rounds_derive_features(trmean) and rounds_derive_features(krum)
     assert not rounds_derive_features(on_gradients)
+    assert Trainer(krum, low_memory=True).buffers().features is not None
     trainer = Trainer(trmean)
     buf = trainer.buffers()
     assert buf.compact and buf.features is None
+    assert Trainer(krum).buffers().features is None
     n, cols = buf.uploads["theta"].shape
     s = buf.dtype.itemsize
     D = trainer.model.n_params()
     # one n × |C| array (the estimate's |C| counts every interaction, the buffers the
     # training split's: no fewer columns)
-    saved = estimate_run_memory(RunSpec(krum)) - estimate_run_memory(RunSpec(trmean))
+    saved = estimate_run_memory(RunSpec(on_gradients)) - estimate_run_memory(RunSpec(trmean))
     assert n * cols * s <= saved < n * D * s
-    assert estimate_run_memory(RunSpec(on_gradients)) == estimate_run_memory(RunSpec(krum))
+    assert estimate_run_memory(RunSpec(trmean)) == estimate_run_memory(RunSpec(krum))
     items, a = 4000, len(trainer.optimizer.arrays)
     fixed = 3 * a * D * 8 + 1024 * items * 8 + 300e6
     assert estimate_run_memory(RunSpec(trmean)) - fixed >= buf.nbytes

@@ -67,6 +67,8 @@ def test_the_round_on_shared_rows_gives_the_rounds_of_full_rows(optimizer, detec
                          defense="krum", detect=detect, attack=attack, byzantine_fraction=0.3,
                          verify=True, seed=7)
     trainer = Trainer(config)
+    # on parameters the distances build θᵢ − θ̄ a column block at a time: no feature rows
+    assert (trainer.buffers().features is None) == (detect == "parameter")
     full, shared = _full_and_shared(trainer, calls)
     if attack == "ascent":
         assert all(r["n_byzantine_sampled"] >= 3 for r in full[1])
@@ -258,6 +260,7 @@ def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, at
     trainer = Trainer(config)
     assert trainer.federation.compares_shared_rows
     full, shared = trainer.buffers(shared_rows=False), trainer.buffers()
+    assert (shared.features is None) == (detect == "parameter")
     state, _ = trainer.initial_state()
     for t in range(1, 6):
         a, ra = run_round(trainer.federation, state, t, full)
@@ -298,9 +301,9 @@ def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
                          verify=True, seed=5)
     trainer = Trainer(config)
     assert trainer.federation.compares_shared_rows
-    # the median, the trimmed mean and Meamed on parameters rank θᵢ − θ̄ computed in
-    # their kernel: the round holds no feature rows (Bulyan's distances need them)
-    derives = detect == "parameter" and rule != "bulyan"
+    # on parameters the features θᵢ − θ̄ are computed in the rules' kernels: the round
+    # holds no feature rows
+    derives = detect == "parameter"
     assert trainer.federation.derives_features == derives
     assert (trainer.buffers().features is None) == derives
     assert trainer.buffers(shared_rows=False).features is not None

@@ -225,3 +225,71 @@ def test_distances_by_parts_known_answer_and_preconditions():
     rel32, _ = sq_dists_error(2_173_440, np.float32)
     rel64, _ = sq_dists_error(2_173_440, np.float64)
     assert 1e-5 < rel32 < 2e-5 and rel64 < 1e-13
+
+
+@st.composite
+def derived_rows(draw):
+    """θ (n, D), θ̄ (D,): few distinct values (copies and ties of θ − θ̄), hostile values
+    in both, differences that overflow float32 and rows that round to one feature."""
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n = draw(st.integers(1, 11))
+    D = draw(st.integers(1, 2 * BLOCK + 7))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    theta = (rng.integers(-3, 4, size=(n, D)) * draw(st.sampled_from([1.0, 1e-3, 0.25]))
+             ).astype(dtype)
+    if n > 2 and draw(st.booleans()):
+        theta[1] = theta[0]  # a copy
+    base = rng.normal(size=D).astype(dtype)
+    if draw(st.booleans()):
+        base[rng.integers(D)] = dtype(3e38)  # θ − θ̄ overflows float32 where θ < 0
+    if draw(st.booleans()):
+        base[rng.integers(D)] = dtype(1e8)  # distinct θ round to one feature
+    if draw(st.booleans()):
+        for _ in range(draw(st.integers(1, 3))):
+            theta[rng.integers(n), rng.integers(D)] = draw(st.sampled_from(HOSTILE))
+    if draw(st.booleans()):
+        base[rng.integers(D)] = draw(st.sampled_from(HOSTILE))
+    return theta, base
+
+
+@settings(deadline=None)
+@given(derived_rows())
+def test_distances_of_features_derived_in_the_kernel_are_those_of_the_held_features(p):
+    """``base=``: the rows θᵢ − θ̄ built a column block at a time in the kernel give the
+    matrix of the held features (``derived_features``) bit for bit, float32 sums and
+    float64 differences alike, hostile rows, copies and rows made equal by rounding
+    included; ``derived_rows_finite`` says which rows are finite without building
+    them; by parts, a (θ, θ̄) part is the held part; the oracle builds the matrix."""
+    from rfrs_ref.kernels.distances import (derived_features, derived_rows_finite,
+                                            pairwise_sq_dists64, pairwise_sq_dists64_by_parts,
+                                            pairwise_sq_dists_by_parts)
+
+    theta, base = p
+    before = theta.copy()
+    X = derived_features(theta, base)
+    held = pairwise_sq_dists(X)
+    assert np.array_equal(pairwise_sq_dists(theta, base=base), held)
+    assert np.array_equal(pairwise_sq_dists(theta, base=base, backend="numpy"),
+                          pairwise_sq_dists_numpy(X))
+    finite = np.isfinite(X).all(axis=1)
+    np.testing.assert_array_equal(derived_rows_finite(theta, base), finite)
+    live = np.flatnonzero(finite)
+    assert np.array_equal(pairwise_sq_dists64(theta, live, base=base), pairwise_sq_dists64(X, live))
+    cls = np.zeros(theta.shape[0], dtype=np.int64)
+    shared = np.ones((1, 3), dtype=theta.dtype)
+    half = theta.shape[1] // 2
+    parts_held = [X[:, :half], X[:, half:]]
+    parts = [(theta[:, :half], base[:half]), (theta[:, half:], base[half:])]
+    assert np.array_equal(pairwise_sq_dists_by_parts(parts, shared, cls),
+                          pairwise_sq_dists_by_parts(parts_held, shared, cls))
+    a, ea = pairwise_sq_dists64_by_parts(parts, shared, cls, live)
+    b, eb = pairwise_sq_dists64_by_parts(parts_held, shared, cls, live)
+    assert np.array_equal(a, b) and ea == eb
+    np.testing.assert_array_equal(theta, before)
+
+
+def test_derived_distances_refuse_a_base_of_the_wrong_length_or_a_second_matrix():
+    with pytest.raises(ValueError, match=r"base must have shape \(3,\)"):
+        pairwise_sq_dists(np.zeros((2, 3)), base=np.zeros(4))
+    with pytest.raises(ValueError, match="Y must be None"):
+        pairwise_sq_dists(np.zeros((2, 3)), np.zeros((2, 3)), base=np.zeros(3))
