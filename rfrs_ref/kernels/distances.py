@@ -90,6 +90,17 @@ def _derived_tile(X, base, rows, k0, k1, Z):
             z[k] = np.float64(x[k]) - np.float64(base[k0 + k])
 
 
+@njit(cache=True, inline="always")
+def _block_source(X, base, rows, k0, k1, Z, derived):
+    """Where a kernel reads column block [k0, k1): ``(Z, 0, k1 − k0)`` with the tile of
+    derived rows filled (``derived``: row a of Z is row ``rows[a]`` of X − base), else
+    ``(X, k0, k1)``."""
+    if derived:
+        _derived_tile(X, base, rows, k0, k1, Z)
+        return Z, 0, k1 - k0
+    return X, k0, k1
+
+
 @njit(cache=True, parallel=True, fastmath={"reassoc"})
 def _derived_rows_finite_numba(X, base, block, zero):
     """``zero`` (0 in X's dtype) types the sums; ``reassoc`` lets them vectorise and
@@ -259,12 +270,8 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks, base, derive
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             k1 = min(D, k0 + block)
-            if derived:
-                _derived_tile(X, base, all_rows, k0, k1, Z)
-            Xs = Z if derived else X
+            Xs, a0, a1 = _block_source(X, base, all_rows, k0, k1, Z, derived)
             Ys = Xs if symmetric else Y
-            a0 = 0 if derived else k0
-            a1 = k1 - k0 if derived else k1
             _block_row_flags(Xs, a0, a1, safe_ss, fin_x, safe_x)
             if symmetric:
                 fin_y[:] = fin_x
@@ -645,12 +652,8 @@ def _pairwise64_numba(X, rows, block, nchunks, base, derived):
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             k1 = min(D, k0 + block)
-            if derived:
-                _derived_tile(X, base, rows, k0, k1, Z)
-            Xs = Z if derived else X
+            Xs, a0, a1 = _block_source(X, base, rows, k0, k1, Z, derived)
             rs = tile_rows if derived else rows
-            a0 = 0 if derived else k0
-            a1 = k1 - k0 if derived else k1
             for i in range(0, m, 2):
                 two = i + 1 < m
                 x0 = Xs[rs[i], a0:a1]
