@@ -408,6 +408,11 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
             low = buf.uploads["theta"].shape[0] < rd.clients.size
             buf = buf.full(fed.needs_features,
                            rows=buf.uploads["theta"].shape[0] if low else None)
+    if buf.features is None and fed.needs_features:
+        # buffers of rounds that derive their features (``Federation.derives_features``)
+        # handed to a round that holds them: take buffers with features
+        low = buf.uploads["theta"].shape[0] < rd.clients.size
+        buf = buf.full(True, rows=buf.uploads["theta"].shape[0] if low else None)
     if buf.uploads["theta"].shape[0] < rd.clients.size and fed.recomputes_uploads:
         return _recomputed_round(fed, state, rd, buf)           # Alg. 1 and 2, uploads twice
     if buf.uploads["theta"].shape[0] < rd.clients.size:
