@@ -739,14 +739,15 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     # in low memory a batch is the upload buffers' rows (a multiple of 4, as the sums need)
     batch = buf.uploads["theta"].shape[0] if low else min(GRADIENT_BATCH, buf.grads.shape[0])
     held = batch if low else n
-    # parameter features: computed where the rule's kernels read θ, never held
-    # (``Federation.derives_features``); each part of X is then the pair (θ, θ̄)
-    derive = fed.derives_features and not low
-    X = (None if derive else rows_of(buf.flat("features", n * (start + q)), n))
     U = [dict(zip(arrays, parts)) for parts in zip(*(rows_of(buf.flat(k, held * (start + q)), held)
                                                      for k in arrays))]
     S = [{k: state[k][:start] for k in arrays},
          {k: state[k][start:].reshape(n_rows, width)[own].ravel() for k in arrays}]
+    # parameter features: computed where the rule's kernels read θ, never held
+    # (``Federation.derives_features``); each part of X is then the pair (θ, θ̄)
+    derive = fed.derives_features and not low
+    X = ([(Up["theta"], Sp["theta"]) for Sp, Up in zip(S, U)] if derive
+         else rows_of(buf.flat("features", n * (start + q)), n))
     negatives = _negatives(fed, rd)
 
     def uploads_of(sel, r0):
@@ -798,8 +799,6 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
     if not low and not verified(0, n, 0):
         return None
     rd.features = space
-    if derive:
-        X = [(Up["theta"], Sp["theta"]) for Sp, Up in zip(S, U)]
     attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
     # the rule: on the distances (C's by the kernel, S's by class), or column by column
     tick = time.perf_counter()

@@ -58,7 +58,8 @@ import numpy as np
 from numba import njit, prange
 
 from rfrs_ref.kernels.blocks import overflow_free_mean
-from rfrs_ref.kernels.distances import as_float_matrix, derived_features, n_chunks
+from rfrs_ref.kernels.distances import (_checked_base, _derived_tile, as_float_matrix,
+                                        derived_features, n_chunks)
 
 MODES = {"trim": 0, "closest": 1, "nearest": 2}
 
@@ -270,23 +271,17 @@ def _coordinatewise_numba(F, base, derived, arrays, check, outs, over, weights, 
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             bw = min(D, k0 + block) - k0
+            if derived:
+                _derived_tile(F, base, rows, k0, k0 + bw, keys)
             for r in range(s):
                 i = rows[r]
-                x = F[i, k0:k0 + bw]
                 kr = keys[r]
-                if derived:
-                    bs = base[k0:k0 + bw]
-                    for k in range(bw):
-                        # stored in F's dtype first: the feature is the rounded difference
-                        kr[k] = np.float64(x[k]) - np.float64(bs[k])
-                    for k in range(bw):
-                        v = kr[k]
-                        kr[k] = v if v == v else inf
-                else:
-                    for k in range(bw):
-                        v = x[k]
-                        # NaN -> +inf; ±inf stay at their own end (np.sort's order)
-                        kr[k] = v if v == v else inf
+                # the derived features are already in the keys, in F's dtype (the tile)
+                x = kr if derived else F[i, k0:k0 + bw]
+                for k in range(bw):
+                    v = x[k]
+                    # NaN -> +inf; ±inf stay at their own end (np.sort's order)
+                    kr[k] = v if v == v else inf
                 for q in range(nq):
                     if not check[q]:
                         continue
@@ -460,12 +455,7 @@ def coordinatewise_combine(
     F = as_float_matrix(features, "features")
     n, D = F.shape
     derived = base is not None
-    if derived:
-        base = np.ascontiguousarray(base)
-        if base.shape != (D,):
-            raise ValueError(f"base must have shape ({D},) (one value per column), got {base.shape}")
-    else:
-        base = np.zeros(0, dtype=F.dtype)
+    base = _checked_base(base, D) if derived else np.zeros(0, dtype=F.dtype)
     rows_ = np.arange(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     s = rows_.size
     _window_sizes(mode, s, t)

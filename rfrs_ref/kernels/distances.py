@@ -69,7 +69,8 @@ def n_chunks(D: int, block: int) -> int:
 def derived_features(features: np.ndarray, base: np.ndarray) -> np.ndarray:
     """``features − base`` row by row, each the float64 difference rounded once to
     ``features``' dtype (for float32 values the float32 subtraction's own result: a
-    float64 difference of two float32 values rounds as the float32 operation does);
+    float64 difference of two float32 values rounds as the float32 operation does, so
+    for arrays of one dtype this is ``rfrs_ref.aggregate.base.parameter_features``);
     hostile values give what the formula gives (no warning). θᵢ − θ̄, the
     parameter-space features the round builds, which the kernels given ``base=``
     compute where they read θ (:func:`pairwise_sq_dists`, :func:`pairwise_sq_dists64`,
@@ -108,15 +109,14 @@ def _derived_rows_finite_numba(X, base, block, zero):
     n, D = X.shape
     out = np.empty(n, dtype=np.bool_)
     for i in prange(n):
-        z = np.empty(block, dtype=X.dtype)
+        row = np.array([i])
+        z = np.empty((1, block), dtype=X.dtype)
         p = zero
         for k0 in range(0, D, block):
             k1 = min(D, k0 + block)
-            x = X[i, k0:k1]
+            _derived_tile(X, base, row, k0, k1, z)
             for k in range(k1 - k0):
-                z[k] = np.float64(x[k]) - np.float64(base[k0 + k])
-            for k in range(k1 - k0):
-                p += z[k] - z[k]  # NaN iff some feature is NaN or ±inf
+                p += z[0, k] - z[0, k]  # NaN iff some feature is NaN or ±inf
         out[i] = p == 0
     return out
 
