@@ -6,20 +6,23 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import secrets
 import subprocess
 import sys
 import tempfile
 
 import click
 
-#: set in the child process that runs the code under test: the file its report goes to
-CHILD_REPORT = "RFRS_REF_CONFORMANCE_REPORT"
-_CHILD_PATH = "RFRS_REF_CONFORMANCE_PATH"
-#: the child's program: the parent's import path, then this command
-_CHILD_MAIN = ("import json, os, sys; sys.path[:] = json.loads(os.environ.pop(%r)); "
+from rfrs_ref.untrusted import describe_exception
+
+#: the child's program. Its input (stdin, JSON) is the parent's import path, the command
+#: line, the file the report goes to and a token the report must carry; all of it is read
+#: before the code under test is loaded, and none of it is in the child's environment, so
+#: neither that code nor a process it starts (another `rfrs-ref conformance`) inherits it
+_CHILD_MAIN = ("import json, sys; job = json.loads(sys.stdin.read()); sys.path[:] = job['path']; "
                "from rfrs_ref.cli.main import main; "
-               "main(['conformance', *json.loads(sys.stdin.read())], prog_name='rfrs-ref')"
-               % _CHILD_PATH)
+               "main(['conformance', *job['argv']], prog_name='rfrs-ref', "
+               "obj={'conformance_report': (job['report'], job['token'])})")
 
 
 
@@ -153,8 +156,9 @@ def conformance(rule, optimizer, pre, attack, target, adapter, options, rule_opt
       rfrs-ref conformance --attack ipm --callable byzfl.attacks:InnerProductManipulation --option tau=0.1
       rfrs-ref conformance --attack alie --callable rfrs_ref.attack:ALIE --option z=1.5
     """
-    report = os.environ.get(CHILD_REPORT)
-    if not report:
+    obj = click.get_current_context().obj
+    child = obj.get("conformance_report") if isinstance(obj, dict) else None
+    if child is None:
         # what can be refused without the code under test is refused here, at once
         _check_family(rule, optimizer, pre, attack, adapter, rule_options)
         _parse_options(options)
@@ -162,11 +166,12 @@ def conformance(rule, optimizer, pre, attack, target, adapter, options, rule_opt
         argv = _argv(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
                      rule_options, pre, attack)
         raise SystemExit(_run_isolated(argv))
+    report, token = child
     try:
         code = _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json,
                       rule_options, pre, attack)
     except click.exceptions.ClickException as exc:
-        _write_report(report, exc.exit_code)
+        _write_report(report, token, exc.exit_code)
         raise
     except Exception:  # the suite's own failure: its traceback, no report (status 1)
         raise
@@ -176,20 +181,14 @@ def conformance(rule, optimizer, pre, attack, target, adapter, options, rule_opt
         # test as it is imported or built (sys.exit(0) in a module used to end the run
         # with status 0, no law checked)
         what = (f"called exit({exc.code!r})" if isinstance(exc, SystemExit)
-                else f"raised {_named(exc)}")
+                else f"raised {describe_exception(exc)}")
         click.echo(f"Error: the code under test {what} while it was loaded or built: no law "
                    "was checked, which is not a pass.", err=True)
-        _write_report(report, 1)
+        _write_report(report, token, 1)
         raise SystemExit(1) from None
-    _write_report(report, code)
+    _write_report(report, token, code)
     if code:
         raise SystemExit(code)
-
-
-def _named(exc: BaseException) -> str:
-    """``Name: message``, or ``Name`` when the message is empty."""
-    msg = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
 def _check_family(rule, optimizer, pre, attack, adapter, rule_options) -> None:
@@ -229,25 +228,27 @@ def _run_isolated(argv: list[str]) -> int:
     The child starts with the parent's ``sys.path`` (not ``python -m``'s, which
     would put the working directory first, where a source checkout of rfrs-ref
     may shadow the installed package) and working directory, so it resolves
-    ``--callable`` as this process would. It writes its exit status to a file
-    once the suite has finished (or refused its input); a child that ends
+    ``--callable`` as this process would. It writes its exit status, with a
+    token drawn here, to a file once the suite has finished (or refused its
+    input); a report without the token is not the suite's. A child that ends
     without writing it (``os._exit(0)`` in the code under test, a segfault in
     an extension, a kill) ran no suite to the end, which is an error, whatever
     its own exit status. A child that reported
     success but then exited otherwise (an ``atexit`` hook) fails too.
     """
+    token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="rfrs-conformance-") as tmp:
         report = pathlib.Path(tmp) / "report.json"
-        env = dict(os.environ)
-        env[CHILD_REPORT] = str(report)
-        env[_CHILD_PATH] = json.dumps(sys.path)
-        # the arguments go through stdin: one of them may exceed the limit of a command line
-        proc = subprocess.run([sys.executable, "-c", _CHILD_MAIN], input=json.dumps(argv),
-                              env=env, capture_output=True, text=True, errors="replace")
+        job = {"path": sys.path, "argv": argv, "report": str(report), "token": token}
+        # the job goes through stdin: an argument may exceed the limit of a command line, and
+        # the environment would hand the report's name and token to the code under test
+        proc = subprocess.run([sys.executable, "-c", _CHILD_MAIN], input=json.dumps(job),
+                              capture_output=True, text=True, errors="replace")
         click.echo(proc.stdout, nl=False)
         click.echo(proc.stderr, nl=False, err=True)
         try:
-            reported = json.loads(report.read_text())["exit"]
+            written = json.loads(report.read_text())
+            reported = written["exit"] if written["token"] == token else None
         except (OSError, ValueError, KeyError, TypeError):
             reported = None
     if not isinstance(reported, int):
@@ -262,8 +263,8 @@ def _run_isolated(argv: list[str]) -> int:
     return reported
 
 
-def _write_report(path: str, code: int) -> None:
-    pathlib.Path(path).write_text(json.dumps({"exit": int(code)}))
+def _write_report(path: str, token: str, code: int) -> None:
+    pathlib.Path(path).write_text(json.dumps({"exit": int(code), "token": token}))
 
 
 def _check(rule, optimizer, target, adapter, options, max_examples, seed, laws, as_json, rule_options=(),

@@ -12,6 +12,11 @@ never a traceback.
 Paths read from such a file are confined to a folder (:func:`confined`): a
 relative path without ``..``, which still lies inside the folder once symbolic
 links are resolved.
+
+The conformance suite also runs code someone else wrote, and names what it
+raised or returned: :func:`describe_exception`, :func:`exception_message` and
+:func:`describe_object` never raise, whatever that code's ``__str__``, ``__repr__`` or ``__getattr__``
+do, and cut what they print to one short line.
 """
 
 from __future__ import annotations
@@ -27,6 +32,54 @@ import numpy as np
 
 class UntrustedFileError(ValueError):
     """A file handed to a checking tool cannot be used (the message names the file)."""
+
+
+def _guarded_text(render, obj, limit: int) -> str:
+    """``render(obj)`` as one line of at most ``limit`` characters, or a note saying why not."""
+    try:
+        text = render(obj)
+        if not isinstance(text, str):
+            raise TypeError(f"returned {type(text).__name__}")
+    except BaseException as exc:  # noqa: BLE001 - the code is input; even exit() here is its answer
+        try:
+            why = type(exc).__name__
+        except BaseException:  # noqa: BLE001
+            why = "an exception"
+        return f"<{render.__name__}() raised {why}>"
+    lines = text.splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[:limit] + "…"
+
+
+def _type_name(obj) -> str:
+    try:
+        name = type(obj).__name__
+        return name if isinstance(name, str) else "object"
+    except BaseException:  # noqa: BLE001 - a metaclass may define __name__ as it likes
+        return "object"
+
+
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """``Name: first line of the message``, or ``Name`` when the message is empty.
+
+    ``exc`` was raised by code under test: its ``__str__`` may raise (then the
+    message says so), return a megabyte (then it is cut to ``limit``
+    characters) or span lines (then the first is kept). Never raises.
+    """
+    msg = exception_message(exc, limit)
+    name = _type_name(exc)
+    return f"{name}: {msg}" if msg else name
+
+
+def exception_message(exc: BaseException, limit: int = 300) -> str:
+    """The first line of ``str(exc)``, as :func:`describe_exception` prints it after the name."""
+    return _guarded_text(str, exc, limit)
+
+
+def describe_object(obj, limit: int = 120) -> str:
+    """The first line of ``repr(obj)``, cut to ``limit`` characters; never raises (an object
+    of code under test may define ``__repr__`` as it likes)."""
+    return _guarded_text(repr, obj, limit)
 
 
 class _DuplicateKey(Exception):

@@ -77,6 +77,8 @@ from typing import Any
 
 import numpy as np
 
+from rfrs_ref.untrusted import describe_exception, describe_object, exception_message
+
 
 @dataclasses.dataclass
 class Outcome:
@@ -145,7 +147,7 @@ def real_array(value, shape: tuple[int, ...], what: str, meaning: str = "", *,
         arr = _to_numpy(value)
     except Exception as exc:  # a ragged list, an object NumPy cannot read
         raise OutputError(f"{what} returned {type(value).__name__}, which is not an array "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                          f"({describe_exception(exc)}); "
                           f"expected {expected}", expected_shape=list(shape),
                           received_type=type(value).__name__) from None
     kind = arr.dtype.kind
@@ -198,7 +200,7 @@ def _own(obj, registry, options: dict, what: str):
     if isinstance(obj, type):
         return obj(**options)
     if options:
-        raise AdapterError(f"options {sorted(options)} given for {what} instance {obj!r}")
+        raise AdapterError(f"options {sorted(options)} given for {what} instance {describe_object(obj)}")
     return obj
 
 
@@ -412,10 +414,11 @@ def resolve_callable(spec: str):
             hint = ("; the libraries rfrs-ref cross-checks come with its crosscheck extra: "
                     "pip install 'rfrs-ref[crosscheck]' (ByzFL: pip install --no-deps "
                     "byzfl==0.0.11), see docs/conformance.md")
-        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {exc}{hint}") from exc
+        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): "
+                           f"{exception_message(exc)}{hint}") from exc
     except Exception as exc:  # an empty or relative name, or a module that fails as it loads
-        msg = str(exc).split("\n")[0]
-        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): {type(exc).__name__}: {msg}") from None
+        raise AdapterError(f"cannot import {mod_name!r} (from {spec!r}): "
+                           f"{describe_exception(exc)}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -446,7 +449,14 @@ def adapt(obj, adapter: str, **options) -> RuleFn:
 
 
 def _name(fn) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    for attr in ("__qualname__", "__name__"):
+        try:
+            name = getattr(fn, attr, None)
+        except BaseException:  # noqa: BLE001 - the callable is input: its __getattr__ too
+            name = None
+        if isinstance(name, str) and name:
+            return name
+    return describe_object(fn)
 
 
 # -- pre-aggregators ---------------------------------------------------------------------------

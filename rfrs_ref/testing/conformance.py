@@ -26,6 +26,7 @@ import numpy as np
 from rfrs_ref.testing import laws as L
 from rfrs_ref.testing import strategies as S
 from rfrs_ref.testing.adapters import AdapterError, Outcome, OutputError
+from rfrs_ref.untrusted import describe_exception, describe_object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,18 +328,12 @@ def _no_exit(check: Callable[[Any], None], own_interrupts: bool = False) -> Call
         except KeyboardInterrupt as exc:
             if not own_interrupts:
                 raise
-            raise RuntimeError(f"the code under test raised {_named(exc)}") from None
+            raise RuntimeError(f"the code under test raised {describe_exception(exc)}") from None
         except BaseException as exc:
-            raise RuntimeError(f"the code under test raised {_named(exc)} (a BaseException, "
+            raise RuntimeError(f"the code under test raised {describe_exception(exc)} (a BaseException, "
                                "not an Exception)") from None
 
     return guarded
-
-
-def _named(exc: BaseException) -> str:
-    """``Name: message``, or ``Name`` when the message is empty."""
-    msg = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
 #: why a law compared nothing on an example (:data:`L.NOT_COMPARED`), by law
@@ -426,7 +421,7 @@ def _run_law_guarded(spec: LawSpec, strategy, check: Callable[[Any], None],
         prop()
     except Exception as exc:
         example, err = failures[-1] if failures else (None, exc)
-        msg = err.message if isinstance(err, L.LawViolation) else f"{type(err).__name__}: {err}"
+        msg = err.message if isinstance(err, L.LawViolation) else describe_exception(err)
         fixed = example is not None and any(example is e for e in examples)
         if isinstance(err, L.LawViolation) and err.example is not None:
             example = err.example  # what the code under test was given, so that it reproduces
@@ -672,7 +667,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
             fixed = ref_cls(**{n: getattr(inst, n) for n in names if hasattr(inst, n)})
         except Exception as exc:  # the object is input: its hyperparameters may be anything
             raise AdapterError(f"cannot take {kind} hyperparameters ({', '.join(names)}) from "
-                               f"{obj!r}: {type(exc).__name__}: {exc}") from None
+                               f"{describe_object(obj)}: {describe_exception(exc)}") from None
 
         def under_test(case):
             return _Isolated(inst)

@@ -979,3 +979,163 @@ def test_a_rule_returning_nan_everywhere_does_not_pass_on_the_command_line(tmp_p
     for law in ("permutation_invariance", "translation_equivariance"):
         res = _cli("--rule", "median", "--callable", f"{mod}:rule", "--law", law, "--max-examples", "5")
         _refused(res, "no law was checked", "nothing was compared")
+
+
+# -- 6. code under test that hides what it raised, or writes the suite's report ------------------------------
+
+UNPRINTABLE = textwrap.dedent('''
+    import glob
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    import numpy as np
+
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise ValueError("no message for you")
+
+        def __repr__(self):
+            raise ValueError("no repr either")
+
+
+    class UnprintableExit(BaseException):
+        def __str__(self):
+            raise ValueError("nor here")
+
+
+    def median_raising_unprintable(X, ns, f):
+        raise Unprintable()
+
+
+    def median_raising_unprintable_base(X, ns, f):
+        raise UnprintableExit()
+
+
+    def median_raising_a_megabyte(X, ns, f):
+        raise RuntimeError("x" * 1_000_000)
+
+
+    class Faceless:
+        """A callable whose repr and attribute lookups raise."""
+
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+        def __getattr__(self, name):
+            raise RuntimeError(f"no {name}")
+
+        def __call__(self, X, ns, f):
+            return np.nanmedian(np.asarray(X, dtype=np.float64), axis=0)
+
+
+    faceless = Faceless()
+
+
+    def _forge(code):
+        """Write a passing report wherever one could be expected, then end the process."""
+        paths = [os.environ.get("RFRS_REF_CONFORMANCE_REPORT")]
+        paths += [os.path.join(d, "report.json")
+                  for d in glob.glob(os.path.join(tempfile.gettempdir(), "rfrs-conformance-*"))]
+        for path in filter(None, paths):
+            with open(path, "w") as fh:
+                json.dump({"exit": code, "token": "0" * 32}, fh)
+        os._exit(0)
+
+
+    def median_forging_its_report(X, ns, f):
+        _forge(0)
+
+
+    def median_running_a_passing_check_then_ending(X, ns, f):
+        """A nested `rfrs-ref conformance` of a correct median (it passes), then os._exit(0): the
+        nested run must not report for this one."""
+        subprocess.run([sys.executable, "-m", "rfrs_ref.cli.main", "conformance", "--rule", "median",
+                        "--callable", "rfrs_ref.aggregate:Median", "--law", "coordinate_range",
+                        "--max-examples", "1"], check=True, capture_output=True)
+        os._exit(0)
+    ''')
+
+
+@pytest.fixture
+def unprintable(tmp_path, monkeypatch):
+    yield from _module(tmp_path, monkeypatch, "unprintable_impls", UNPRINTABLE)
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("median_raising_unprintable", "Unprintable: <str() raised ValueError>"),
+    ("median_raising_unprintable_base",
+     "the code under test raised UnprintableExit: <str() raised ValueError>"),
+    ("median_raising_a_megabyte", "RuntimeError: xxx"),
+])
+def test_an_exception_whose_message_cannot_be_printed_fails_its_law(unprintable, name, shown):
+    """An exception whose __str__ raised escaped the suite's formatting: the run ended with
+    `Error: Invalid value for --law: no message for you` (status 2, a wrong reason) or a
+    traceback. It fails the law, saying that its message could not be printed; a message of a
+    megabyte is cut to one short line."""
+    res = _cli("--rule", "median", "--callable", f"unprintable_impls:{name}", "--law",
+               "coordinate_range", "--max-examples", "3")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    failing = [x for x in res.output.splitlines() if "FAILS" in x]
+    assert len(failing) == 1 and shown in failing[0], res.output
+    assert "Invalid value" not in res.output
+    assert max(map(len, res.output.splitlines())) < 1000
+
+
+def test_a_callable_whose_repr_and_attributes_raise_is_still_checked(unprintable):
+    res = _cli("--rule", "median", "--callable", "unprintable_impls:faceless", "--law",
+               "coordinate_range", "--max-examples", "3")
+    assert res.exit_code == 0, res.output
+    _no_traceback(res)
+    assert "holds" in res.output
+
+
+@pytest.mark.parametrize("name", ["median_forging_its_report",
+                                  "median_running_a_passing_check_then_ending"])
+def test_a_report_the_suite_did_not_write_is_not_a_pass(unprintable, name):
+    """The child found the file for its report in its environment, and so did every process it
+    started: a passing `rfrs-ref conformance` run from the code under test, or the code itself,
+    could write `{"exit": 0}` there and end the child before the suite reported. The name now
+    reaches the child through its stdin, and a report must carry a token drawn by the parent."""
+    res = _cli("--rule", "median", "--callable", f"unprintable_impls:{name}", "--law",
+               "coordinate_range", "--max-examples", "3")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    assert "before the suite reported" in res.output and "not a pass" in res.output
+
+
+def test_describing_what_code_under_test_raised_never_raises():
+    from rfrs_ref.untrusted import describe_exception, describe_object, exception_message
+
+    class Loud(BaseException):
+        def __str__(self):
+            raise SystemExit(0)
+
+    class Meta(type):
+        @property
+        def __name__(cls):
+            raise RuntimeError("no name")
+
+    class Nameless(Exception, metaclass=Meta):
+        pass
+
+    class NotAString(Exception):
+        def __str__(self):
+            return 42
+
+    assert describe_exception(Loud()) == "Loud: <str() raised SystemExit>"
+    assert describe_exception(ValueError("first\nsecond")) == "ValueError: first"
+    assert describe_exception(KeyError()) == "KeyError"
+    assert describe_exception(Nameless("m")).endswith(": m")
+    assert exception_message(NotAString()) == "<str() raised TypeError>"
+    assert describe_exception(RuntimeError("y" * 5000), limit=10) == "RuntimeError: " + "y" * 10 + "…"
+
+    class Faceless:
+        def __repr__(self):
+            raise KeyboardInterrupt
+
+    assert describe_object(Faceless()) == "<repr() raised KeyboardInterrupt>"
