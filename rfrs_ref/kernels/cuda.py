@@ -197,7 +197,10 @@ def _weiszfeld_kernel(X, alpha, asum, z, dist):
         zk /= asum
         if not math.isfinite(zk):
             # the sum of finite rows overflowed: the overflow-free mean
-            # (rfrs_ref.kernels.blocks.overflow_free_mean), in row order
+            # (rfrs_ref.kernels.blocks.overflow_free_mean), in row order. Written out here
+            # as in the coordinate-wise kernel, not shared as a device function: compiling a
+            # kernel that calls one needs a CUDA driver in numba.cuda, and compile_ptx must
+            # work on machines without a GPU
             acc = 0.0
             lo = math.inf
             hi = -math.inf
