@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from typing import ClassVar, Mapping
 
 import numpy as np
@@ -393,6 +394,25 @@ def fallback_field():
     return hyper("error", "when n and f violate the rule's precondition: error, reduce-f "
                  "(largest f that satisfies it) or mean (no defence this round); recorded "
                  "in the diagnostics", cli="fallback", choices=FALLBACKS)
+
+
+def check_max_subsets(rule: str, max_subsets) -> None:
+    """The cap of a rule that searches the C(n, f) subsets of n − f clients (MDA, SMEA): an
+    integer ≥ 1 (a bool is not one), or ValueError naming the rule and the value."""
+    if (isinstance(max_subsets, (bool, np.bool_))
+            or not isinstance(max_subsets, (int, np.integer)) or max_subsets < 1):
+        raise ValueError(f"{rule} max_subsets must be an integer ≥ 1, got {max_subsets!r}")
+
+
+def subset_search_condition(n: int, f: int, max_subsets: int) -> str | None:
+    """The precondition a subset-searching rule's (n, f) breaks, or None: n > 2f, and
+    C(n, f) ≤ ``max_subsets`` subsets to search."""
+    if not n > 2 * f:
+        return "n > 2f"
+    if math.comb(n, f) > max_subsets:
+        return (f"C(n, f) ≤ max_subsets={max_subsets} subsets to search "
+                f"(C({n}, {f}) = {math.comb(n, f):.3g})")
+    return None
 
 
 def _check_counts(n: int, f: int) -> None:

@@ -31,7 +31,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from rfrs_ref.aggregate.base import AggregationResult, NothingFinite, Rule, combine, fallback_field, jsonable
+from rfrs_ref.aggregate.base import (
+    AggregationResult,
+    NothingFinite,
+    Rule,
+    check_max_subsets,
+    combine,
+    fallback_field,
+    jsonable,
+    subset_search_condition,
+)
 from rfrs_ref.aggregate.krum import client_distances
 from rfrs_ref.kernels.distances import pairwise_sq_dists
 from rfrs_ref.params import hyper
@@ -419,17 +428,10 @@ class SMEA(Rule):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (isinstance(self.max_subsets, (bool, np.bool_))
-                or not isinstance(self.max_subsets, (int, np.integer)) or self.max_subsets < 1):
-            raise ValueError(f"smea max_subsets must be an integer ≥ 1, got {self.max_subsets!r}")
+        check_max_subsets("smea", self.max_subsets)
 
     def _condition(self, n: int, f: int) -> str | None:
-        if not n > 2 * f:
-            return "n > 2f"
-        if math.comb(n, f) > self.max_subsets:
-            return (f"C(n, f) ≤ max_subsets={self.max_subsets} subsets to search "
-                    f"(C({n}, {f}) = {math.comb(n, f):.3g})")
-        return None
+        return subset_search_condition(n, f, self.max_subsets)
 
     def _aggregate(self, X, arrays, n_samples, f, backend):
         n = X.shape[0]
