@@ -1053,7 +1053,9 @@ UNPRINTABLE = textwrap.dedent('''
     def median_running_a_passing_check_then_ending(X, ns, f):
         """A nested `rfrs-ref conformance` of a correct median (it passes), then os._exit(0): the
         nested run must not report for this one."""
-        subprocess.run([sys.executable, "-m", "rfrs_ref.cli.main", "conformance", "--rule", "median",
+        # -P: the working directory may hold a source checkout whose rfrs_ref (without its cli)
+        # would shadow the installed one
+        subprocess.run([sys.executable, "-P", "-m", "rfrs_ref.cli.main", "conformance", "--rule", "median",
                         "--callable", "rfrs_ref.aggregate:Median", "--law", "coordinate_range",
                         "--max-examples", "1"], check=True, capture_output=True)
         os._exit(0)
