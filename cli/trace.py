@@ -38,7 +38,7 @@ def compare_cmd(a, b, rtol, atol, no_checksums, ignore):
 
     try:
         res = compare(a, b, rtol=rtol, atol=atol, checksums=not no_checksums, ignore=ignore)
-    except (ValueError, OSError) as exc:  # TraceFormatError, a non-finite tolerance
+    except (ValueError, OSError, ArithmeticError) as exc:  # TraceFormatError, a non-finite tolerance
         raise click.ClickException(str(exc)) from None
     for note in res.notes:
         click.echo(f"note: {note}")

@@ -47,7 +47,7 @@ import numpy as np
 
 from rfrs_ref import agreement
 from rfrs_ref.jsonsafe import jsonable
-from rfrs_ref.untrusted import UntrustedFileError, depth_exceeds, parse_json
+from rfrs_ref.untrusted import UntrustedFileError, depth_exceeds, describe_object, parse_json
 
 FORMAT = "rfrs-trace"
 VERSION = 1
@@ -382,6 +382,9 @@ class Trace:
 MAX_DEPTH = 32
 #: header fields that must be JSON objects when present
 _HEADER_OBJECTS = ("producer", "run", "dataset", "initial")
+#: the largest ``n_params`` a header may state (2⁴⁰, a terabyte of float32 parameters): the
+#: checks of a reference's sums allow a relative rounding of D·2⁻⁵³, which stays below 2⁻¹³
+MAX_PARAMS = 2**40
 
 
 def _is_int(x) -> bool:
@@ -409,6 +412,14 @@ def _check_state_summary(obj: dict, where: str) -> None:
                                    f"got {type(v).__name__}")
         if key == "state_checksums" and not all(isinstance(x, str) for x in v.values()):
             raise TraceFormatError(f"{where}: state_checksums must map array names to hex strings")
+        if key == "state_norms":
+            for name, x in v.items():
+                # a list or a string would count as a state compared without a norm being
+                # checked; null is the format's non-finite norm (a negative one diverges)
+                if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+                    raise TraceFormatError(
+                        f"{where}: state_norms.{describe_object(name, 60)} must be a number "
+                        f"(‖x‖₂) or null, got {describe_object(x, 60)}")
     sums = obj.get("state_sums")
     if sums is not None:
         def number(v):
@@ -442,26 +453,56 @@ def _check_header(obj: dict, where: str) -> None:
                                    f"got {type(obj[key]).__name__}")
     arrays = obj.get("state_arrays")
     if arrays is not None and not (isinstance(arrays, list) and all(isinstance(x, str) for x in arrays)):
-        raise TraceFormatError(f"{where}: state_arrays must be a list of array names, got {arrays!r}")
+        raise TraceFormatError(f"{where}: state_arrays must be a list of array names, "
+                               f"got {describe_object(arrays, 120)}")
+    D = obj.get("n_params")
+    if D is not None and not (_is_int(D) and 1 <= D <= MAX_PARAMS):
+        # 4.0 or 10**400 would switch off the checks of a reference's sums (or overflow them)
+        raise TraceFormatError(f"{where}: n_params must be an integer from 1 to 2**40 (the number "
+                               f"of parameters), got {describe_object(D, 60)}")
     _check_state_summary(obj.get("initial") or {}, where + " (initial)")
 
 
+def _state_lines(trace: Trace) -> list[tuple[int, dict]]:
+    """(round, line) of the lines that hold a state: the header's initial one (0), if it has
+    one, and every round."""
+    initial = trace.header.get("initial")
+    return ([(0, initial)] if isinstance(initial, dict) else []) + [(r["round"], r) for r in trace.rounds]
+
+
 def _check_all_arrays(trace: Trace) -> None:
-    """The reference's state norms name every array of its header's ``state_arrays``.
+    """The reference's state norms name every array of its header's ``state_arrays``, and
+    its state sums, if it records them at all, every array in every line.
 
     An array of A missing in B diverges; one missing in A itself (or all: ``{}``)
-    would be compared in neither, so the reference is refused instead."""
+    would be compared in neither, so the reference is refused instead. The sums are
+    what tells a sign flip or a permutation of an array from the reference's state: a
+    line or an array they leave out would let one agree, with no more than a note."""
     arrays = trace.header.get("state_arrays") or []
-    objs = [(0, trace.header.get("initial"))] + [(r["round"], r) for r in trace.rounds]
-    for t, obj in objs:
-        norms = (obj or {}).get("state_norms")
+    lines = _state_lines(trace)
+    with_sums = any(obj.get("state_sums") is not None for _, obj in lines)
+    name = trace.path or "trace A"
+    for t, obj in lines:
+        where = "the header's initial state" if t == 0 else f"round {t}"
+        norms = obj.get("state_norms")
         if isinstance(norms, dict):
             missing = [k for k in arrays if k not in norms]
             if missing:
-                where = "the header's initial state" if t == 0 else f"round {t}"
-                raise TraceFormatError(f"{trace.path or 'trace A'}: {where}: state_norms lacks "
+                raise TraceFormatError(f"{name}: {where}: state_norms lacks "
                                        f"{', '.join(missing)} (its header's state_arrays are "
                                        f"{', '.join(arrays)}); the reference must record every array")
+        if not with_sums:
+            continue
+        sums = obj.get("state_sums")
+        if not isinstance(sums, dict):
+            raise TraceFormatError(f"{name}: {where}: no state_sums, which other lines of the trace "
+                                   "record; the reference must record them in every line or in none")
+        needed = list(dict.fromkeys([*arrays, *(norms if isinstance(norms, dict) else ())]))
+        missing = [k for k in needed if k not in sums]
+        if missing or not sums:
+            raise TraceFormatError(f"{name}: {where}: state_sums lacks {', '.join(missing) or 'every array'} "
+                                   f"(its state arrays are {', '.join(needed) or 'not named'}); the "
+                                   "reference must record the sums of every array")
 
 
 #: relative slack of the checks of a reference's sums against its own norms: the two are
@@ -478,16 +519,20 @@ def _check_sums_consistent(trace: Trace) -> None:
     x with a finite norm N = ‖x‖₂ and a finite S, with D = ``n_params`` values (every
     state array has one per parameter): N ≤ S ≤ √D·N (Σ|x| ≥ ‖x‖₂, and Cauchy–Schwarz),
     and |sum| ≤ S, |weighted_sum| ≤ 7S, |phase_sum| ≤ 2S (weights in [1, 7] and [1, 2)),
-    each within a relative D·2⁻⁵³ + :data:`SUMS_SLACK`. Without a usable ``n_params`` the
-    upper bound is not checked. Raises :class:`TraceFormatError` naming the file, line,
-    round and array."""
+    each within a relative D·2⁻⁵³ + :data:`SUMS_SLACK` (D ≤ :data:`MAX_PARAMS`, so at most
+    2⁻¹³). A reference with sums and without ``n_params`` is refused: its upper bound could
+    not be checked. Raises :class:`TraceFormatError` naming the file, line, round and array."""
     D = trace.header.get("n_params")
-    D = D if _is_int(D) and D >= 1 else None
-    slack = SUMS_SLACK + (D or 1) * 2.0**-53
-    objs = [(0, trace.header.get("initial"))] + [(r["round"], r) for r in trace.rounds]
-    for i, (t, obj) in enumerate(objs):
-        if not isinstance(obj, dict):
-            continue
+    lines = _state_lines(trace)
+    if not any(obj.get("state_sums") is not None for _, obj in lines):
+        return
+    if not (_is_int(D) and 1 <= D <= MAX_PARAMS):  # read_trace refuses any other value
+        raise TraceFormatError(f"{trace.path or 'trace A'}: the header states no n_params, which "
+                               "the checks of the reference's state_sums against its norms need "
+                               "(Σ|x| ≤ √D·‖x‖₂); record it (docs/traces.md)")
+    slack = SUMS_SLACK + D * 2.0**-53
+    offset = 0 if isinstance(trace.header.get("initial"), dict) else 1  # trace.lines[0]: header
+    for i, (t, obj) in enumerate(lines, start=offset):
         norms, sums = obj.get("state_norms"), obj.get("state_sums")
         if not isinstance(norms, dict) or not isinstance(sums, dict):
             continue

@@ -574,9 +574,13 @@ def test_the_vacuous_bound_of_a_state_sum_is_its_value_not_its_scale(tmp_path, a
     for r in lines[1:]:
         r["state_sums"] = copy.deepcopy(sums)
     lines[0]["n_params"] = 1000  # Σ|x| = 30 with ‖x‖₂ = 2.5 needs D ≥ 144 values
+    lines[0]["initial"]["state_sums"] = {"m": dict.fromkeys(sums["m"], 0.0),
+                                         "theta": {"sum": 1.0, "weighted_sum": 5.0, "abs_sum": 2.0,
+                                                   "phase_sum": 3.0}}
     a = _write(tmp_path / "a.jsonl", lines)
     zeros = [json.loads(x) for x in open(_zeros(tmp_path))]
     zeros[0]["n_params"] = 1000
+    zeros[0]["initial"]["state_sums"] = {k: dict.fromkeys(v, 0.0) for k, v in sums.items()}
     for r in zeros[1:]:
         r["state_sums"] = {k: {stat: 0.0 for stat in v} for k, v in sums.items()}
     b = _write(tmp_path / "b.jsonl", zeros)
@@ -738,7 +742,11 @@ def test_a_trace_of_another_dataset_is_noted_as_another_run_is(ref, tmp_path):
 
 
 def _consistent_sums(lines):
-    """State sums that agree with the synthetic norms (D = 4; ‖m‖ = 0.1t, ‖θ‖ = 1.5 + t)."""
+    """State sums that agree with the synthetic norms (D = 4; ‖m‖ = 0.1t, ‖θ‖ = 1.5 + t, and
+    initially ‖m‖ = 0, ‖θ‖ = 1.5)."""
+    lines[0]["initial"]["state_sums"] = {
+        "m": {"sum": 0.0, "weighted_sum": 0.0, "abs_sum": 0.0, "phase_sum": 0.0},
+        "theta": {"sum": 1.0, "weighted_sum": 5.0, "abs_sum": 2.4, "phase_sum": 3.0}}
     for r in lines[1:]:
         t = r["round"]
         r["state_sums"] = {"m": {"sum": 0.05 * t, "weighted_sum": 0.2 * t, "abs_sum": 0.15 * t, "phase_sum": 0.1 * t},
@@ -769,3 +777,90 @@ def test_a_reference_whose_sums_contradict_its_own_norms_is_refused(tmp_path, re
             "the trace's own values require")
     with pytest.raises(T.TraceFormatError, match="round 2"):
         T.compare(a, a)
+
+
+# -- a reference that switches its own checks off ------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["a", "b"])
+@pytest.mark.parametrize("n_params", [pytest.param(10**400, id="1e400"), 4.0, True, 0, -3,
+                                      pytest.param(2**40 + 1, id="2**40+1"), "4"])
+def test_a_header_whose_parameter_count_is_not_a_count_is_refused(tmp_path, refused, which, n_params):
+    """n_params = 10**400 ended the comparison with an OverflowError traceback (D·2⁻⁵³); 4.0
+    or 10**60 switched off the check of the reference's sums against its norms."""
+    lines = _consistent_sums(_lines())
+    bad = copy.deepcopy(lines)
+    bad[0]["n_params"] = n_params
+    a = _write(tmp_path / "a.jsonl", bad if which == "a" else lines)
+    b = _write(tmp_path / "b.jsonl", bad if which == "b" else lines)
+    refused(_cli(a, b), f"{which}.jsonl:1", "n_params must be an integer from 1 to 2**40",
+            never="agree")
+
+
+def test_a_reference_with_sums_and_no_parameter_count_is_refused(tmp_path, refused):
+    """Without n_params the bound Σ|x| ≤ √D·‖x‖₂ was not checked: A's Σ|x| = 1e30 for a θ of
+    norm 3.5 let B's sums of θ be anything."""
+    lines = _consistent_sums(_lines())
+    del lines[0]["n_params"]
+    lines[2]["state_sums"]["theta"]["abs_sum"] = 1e30
+    a = _write(tmp_path / "a.jsonl", lines)
+    b_lines = copy.deepcopy(lines)
+    b_lines[2]["state_sums"]["theta"].update({"sum": -1e20, "weighted_sum": 3e20, "phase_sum": 1e18})
+    refused(_cli(a, _write(tmp_path / "b.jsonl", b_lines), "--no-checksums"), "a.jsonl",
+            "no n_params", never="agree")
+    # without sums, n_params is not needed
+    plain = _lines()
+    del plain[0]["n_params"]
+    p = _write(tmp_path / "plain.jsonl", plain)
+    assert _cli(p, p).exit_code == 0
+
+
+def _flip_m(lines):
+    """B: the reference with m's sign flipped everywhere (norms unchanged, sums negated)."""
+    out = copy.deepcopy(lines)
+    for obj in [out[0]["initial"]] + out[1:]:
+        for stat in ("sum", "weighted_sum", "phase_sum"):
+            if stat in obj.get("state_sums", {}).get("m", {}):
+                obj["state_sums"]["m"][stat] = -obj["state_sums"]["m"][stat]
+    return out
+
+
+@pytest.mark.parametrize("cut", ["only-theta", "empty", "one-round-without", "initial-without"])
+def test_a_reference_whose_sums_leave_out_an_array_or_a_line_is_refused(tmp_path, refused, cut):
+    """A reference recording the sums of θ only (or {}) let a B whose m is sign-flipped agree,
+    without even a note: the norms cannot see a sign flip, and m's sums were compared in
+    neither trace."""
+    lines = _consistent_sums(_lines())
+    a_ok = _write(tmp_path / "ok.jsonl", lines)
+    flipped = _write(tmp_path / "flipped.jsonl", _flip_m(lines))
+    res = _cli(a_ok, flipped, "--no-checksums")
+    assert res.exit_code == 1 and "state_sums.m.sum" in res.output, res.output  # the whole reference sees it
+    if cut == "only-theta":
+        for obj in [lines[0]["initial"]] + lines[1:]:
+            del obj["state_sums"]["m"]
+        where = "a.jsonl: the header's initial state: state_sums lacks m"
+    elif cut == "empty":
+        for obj in [lines[0]["initial"]] + lines[1:]:
+            obj["state_sums"] = {}
+        where = "state_sums lacks m, theta"
+    elif cut == "one-round-without":
+        del lines[2]["state_sums"]
+        where = "a.jsonl: round 2: no state_sums"
+    else:
+        del lines[0]["initial"]["state_sums"]
+        where = "a.jsonl: the header's initial state: no state_sums"
+    a = _write(tmp_path / "a.jsonl", lines)
+    refused(_cli(a, flipped, "--no-checksums"), where, never="agree")
+    with pytest.raises(T.TraceFormatError):
+        T.compare(a, a)
+
+
+@pytest.mark.parametrize("norm", [[], [1.0], "3.5", True, {"x": 1.0}])
+@pytest.mark.parametrize("where", ["initial", "round"])
+def test_a_state_norm_that_is_not_a_number_is_refused(tmp_path, refused, norm, where):
+    """state_norms.theta = [] passed the format check and counted as a state compared: a
+    trace whose norms were all [] 'agreed' with itself having compared no norm."""
+    lines = _lines()
+    (lines[0]["initial"] if where == "initial" else lines[2])["state_norms"]["theta"] = norm
+    a = _write(tmp_path / "a.jsonl", lines)
+    refused(_cli(a, a, "--no-checksums"), "a.jsonl:" + ("1" if where == "initial" else "3"),
+            "state_norms.'theta' must be a number", never="agree")
