@@ -116,15 +116,17 @@ def _recorded(path: pathlib.Path, spec, every: int):
     (:func:`rfrs_ref.experiments.mechanism.check_frame`): a cell that is not a
     measurement in its range is an error naming the file, line and column, never
     printed as a result."""
-    import pandas as pd
-
     from rfrs_ref.experiments.mechanism import check_frame
+    from rfrs_ref.experiments.results import DuplicateColumnError, read_csv_table
 
     if not path.is_file():
         return None
     try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError, UnicodeDecodeError):
+        df = read_csv_table(path)
+    except DuplicateColumnError as exc:
+        raise click.ClickException(f"{exc} (--again measures the series again, replacing "
+                                   "the file)") from None
+    except (OSError, ValueError):
         return None
     rounds = spec.config.resolved().rounds
     expected = {t for t in range(1, rounds + 1) if t % every == 0 or t == rounds}

@@ -275,6 +275,9 @@ def read_npy(path, source: str | None = None) -> np.ndarray:
             raise UntrustedFileError(f"{where}: not a readable .npy file ({msg})") from None
         if dtype.kind not in NPY_KINDS or dtype.hasobject or dtype.fields is not None:
             raise UntrustedFileError(f"{where}: dtype {dtype} is not a plain float, integer or bool")
+        if any(s < 0 for s in shape):  # NumPy's header check allows them; reshape does not
+            raise UntrustedFileError(f"{where}: the header's shape {tuple(shape)} has a negative "
+                                     "dimension")
         count = 1
         for s in shape:
             count *= int(s)

@@ -90,3 +90,17 @@ def test_read_npy_refuses_objects_and_lying_headers(tmp_path):
     p.write_bytes(p.read_bytes() + b"extra")
     with pytest.raises(UntrustedFileError, match="needs 80 bytes of data, the file holds 85"):
         read_npy(p)
+
+
+@pytest.mark.parametrize("shape", [(-1, -4), (-2, -2), (-4,), (2, -2, -1)])
+def test_read_npy_refuses_a_negative_dimension_naming_the_file(tmp_path, shape):
+    """(-2, -2) needs 4 values, which the file held: NumPy's reshape then raised 'can only
+    specify one unknown dimension', naming no file."""
+    p = tmp_path / "neg.npy"
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    count = abs(int(np.prod(shape)))
+    p.write_bytes(buf.getvalue() + np.zeros(count).tobytes())
+    with pytest.raises(UntrustedFileError, match=r"neg\.npy \(named in case\.json\): the header's shape .* "
+                                                 "has a negative dimension"):
+        read_npy(p, "case.json")

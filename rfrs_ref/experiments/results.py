@@ -1173,10 +1173,12 @@ def read_table(path: str | os.PathLike):
         if not parquet_available():
             raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install "
                              "'rfrs-ref[distributed]'); or give the results.csv beside it")
-        return pd.read_parquet(path)
+        df = pd.read_parquet(path)
+        check_unique_columns(df.columns, path)
+        return df
     if path.suffix != ".csv":
         raise ValueError(f"{path}: a results table is a .parquet or .csv file")
-    df = _read_csv(path)
+    df = read_csv_table(path)
     if "status" in df.columns or "metric" not in df.columns:
         return df  # the whole tidy table in one file (or not a tidy table: the caller says)
     return _joined(df, path)
@@ -1220,11 +1222,36 @@ def table_files(path: str | os.PathLike) -> list[pathlib.Path]:
     return [c for c in candidates if c.exists()]
 
 
-def _read_csv(path: pathlib.Path):
+class DuplicateColumnError(ValueError):
+    """A table names a column twice: which of the two holds the values is anyone's guess."""
+
+
+def check_unique_columns(names, where) -> None:
+    """Raise :class:`DuplicateColumnError` naming ``where`` and the first repeated name."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(map(str, names), start=1):
+        if name in seen:
+            raise DuplicateColumnError(
+                f"{where}: column {name[:80]!r} appears twice (columns {seen[name]} and {i}); a "
+                "table names each column once (which of the two would be read is a guess)")
+        seen[name] = i
+
+
+def read_csv_table(path: pathlib.Path):
     """``pd.read_csv(path)``; a file that is not CSV text (binary, empty, not UTF-8) is a
-    ValueError naming the file (pandas' own message does not)."""
+    ValueError naming the file (pandas' own message does not), and a header that repeats a
+    name is a :class:`DuplicateColumnError` (pandas would rename the second ``value.1`` and
+    read the first, whichever a writer meant)."""
+    import csv
+
     import pandas as pd
 
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), [])
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from None
+    check_unique_columns(header, f"{path}, line 1")
     try:
         return pd.read_csv(path)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
@@ -1241,7 +1268,7 @@ def _joined(results, path: pathlib.Path):
     if not runs_path.exists():
         raise FileNotFoundError(f"{path}: holds one row per metric and needs {runs_path.name} "
                                 f"beside it (one row per run), which is missing")
-    runs = _read_csv(runs_path)
+    runs = read_csv_table(runs_path)
     for name, t in ((path, results), (runs_path, runs)):
         if "key" not in t.columns:
             raise ValueError(f"{name}: no column 'key'; not a results table of rfrs-ref")

@@ -309,6 +309,22 @@ def test_a_recorded_table_that_is_not_a_measurement_is_refused(ex, tmp_path, col
     check_frame(pd.read_csv(csv), csv)
 
 
+def test_a_recorded_table_that_names_a_column_twice_is_refused(ex, tmp_path):
+    """pandas reads a second `byzantine_share_kept` as `byzantine_share_kept.1`: the summary
+    printed the first, whichever the file meant."""
+    from rfrs_ref.cli.main import main
+
+    args, csv = _measured(ex, tmp_path)
+    lines = csv.read_text().splitlines()
+    csv.write_text("\n".join([lines[0] + ",byzantine_share_kept"] + [x + ",0.0" for x in lines[1:]]) + "\n")
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    line = [x for x in res.output.splitlines() if x.startswith("Error")]
+    assert len(line) == 1 and str(csv) in line[0] and "'byzantine_share_kept' appears twice" in line[0], \
+        res.output
+    assert CliRunner().invoke(main, [*args, "--again"]).exit_code == 0
+
+
 def test_a_recorded_table_with_the_measurements_nan_when_too_few_rows_is_read(ex, tmp_path):
     from rfrs_ref.cli.main import main
 

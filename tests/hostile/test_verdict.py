@@ -302,6 +302,33 @@ def test_a_results_file_that_is_not_csv_is_refused_naming_it(tmp_path, content, 
     refused(res, "adam-sgd/results.csv")
 
 
+@pytest.mark.parametrize("where, column", [("results.csv", "value"), ("results.csv", "label_series"),
+                                           ("results.csv", "seed"), ("runs.csv", "label_series"),
+                                           ("runs.csv", "seed")])
+def test_a_table_that_names_a_column_twice_is_refused(tmp_path, refused, where, column):
+    """pandas reads a repeated name as `value`, `value.1` and keeps the first: a table whose
+    second `value` column said SGD beats Adam was judged on the first, which says the
+    opposite, without a word."""
+    d = tmp_path / "adam-sgd"
+    d.mkdir()
+    df = pd.DataFrame(_rows(GOOD))
+    if where == "runs.csv":  # the normalised pair: results.csv (key, metric, k, value) + runs.csv
+        df["key"] = [f"{s}-{seed}" for s, seed in zip(df["label_series"], df["seed"])]
+        runs = df.drop(columns=["metric", "k", "value"]).drop_duplicates("key")
+        df[["key", "dataset", "alpha", "seed", "k", "metric", "value"]].to_csv(d / "results.csv", index=False)
+        table, frame = d / "runs.csv", runs
+    else:
+        table, frame = d / "results.csv", df
+    lines = frame.to_csv(index=False).splitlines()
+    other = frame[column].iloc[::-1].astype(str).tolist()  # the same values in another order
+    table.write_text("\n".join([lines[0] + f",{column}"]
+                               + [f"{x},{y}" for x, y in zip(lines[1:], other)]) + "\n")
+    refused(_verdict(str(tmp_path)), f"{where}, line 1", f"column {column!r} appears twice")
+    from rfrs_ref.cli.main import main
+
+    refused(CliRunner().invoke(main, ["ranking", str(d / "results.csv")]), f"column {column!r} appears twice")
+
+
 def _elsewhere(tmp_path, rows) -> str:
     """A results table outside the folder judged."""
     d = tmp_path / "elsewhere"
