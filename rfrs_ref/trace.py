@@ -681,7 +681,8 @@ class _Comparer:
         self.exact = False  # set while visiting an EXACT_FIELDS field
         self.checksums_seen = 0  # checksums actually compared (the report may say so only then)
         self.values_seen = 0  # values compared in the rounds (0: every field ignored)
-        self.state_seen = 0  # state norms compared, header and rounds (0: no state compared)
+        self.state_seen = 0  # finite state values compared, header and rounds (0: none compared)
+        self.state_nonfinite = 0  # state values non-finite in both traces (not a comparison)
         # (bound, |A|, round, path, formula) of the finite non-zero float of A compared under
         # the tolerance whose bound is the largest: the atol at or above which a B of 0 agrees
         # with it ((1 − rtol)·|A|; |A| − rtol·c·Σ|x| for a state sum, whose tolerance is
@@ -726,8 +727,7 @@ class _Comparer:
                 self.note(f"{path}: keys present in one trace only, not compared: {', '.join(only)}")
             return
         self.values_seen += 1  # a value (or a list's length) compared
-        if path.startswith(("state_norms.", "initial.state_norms.")):
-            self.state_seen += 1
+        state = path.startswith(("state_norms.", "initial.state_norms."))
         if isinstance(a, list) and isinstance(b, list):
             if len(a) != len(b):
                 self.fail(t, path, f"{len(a)} entries", f"{len(b)} entries", "different lengths")
@@ -736,6 +736,7 @@ class _Comparer:
             return
         if a is None or b is None:
             if a is None and b is None:
+                self.state_nonfinite += state
                 return
             self.fail(t, path, a, b, "one value is missing or not finite")
         if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str):
@@ -759,6 +760,11 @@ class _Comparer:
             if not agreement.agrees(fa, fb, self.rtol, self.atol):
                 tol = float(agreement.tolerance(fa, self.rtol, self.atol))
                 self.fail(t, path, a, b, agreement.describe(fa, fb, tol, "A"))
+            # a norm non-finite in both traces matched, but compared no state
+            if state and math.isfinite(fa):
+                self.state_seen += 1
+            elif state:
+                self.state_nonfinite += 1
             return
         if type(a) is not type(b) or a != b:
             self.fail(t, path, a, b, f"different kinds of value ({type(a).__name__}, {type(b).__name__})")
@@ -843,9 +849,9 @@ class _Comparer:
                     continue
                 va, vb = xa.get(stat), xb.get(stat)
                 self.values_seen += 1
-                self.state_seen += 1
                 if va is None or vb is None:
                     if va is None and vb is None:
+                        self.state_nonfinite += 1
                         continue
                     self.fail(t, where, va, vb, "one value is missing or not finite")
                 fa, fb = agreement.as_float(va), agreement.as_float(vb)
@@ -864,6 +870,10 @@ class _Comparer:
                     if math.isfinite(fa) and math.isfinite(fb):
                         why = f"|Δ| = {abs(fb - fa):.3g} > atol + rtol·{bar} = {tol:.3g}"
                     self.fail(t, where, va, vb, why)
+                if math.isfinite(fa):
+                    self.state_seen += 1
+                else:
+                    self.state_nonfinite += 1
 
     def state_checksums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
         if not self.checksums or self.ignored(path) or a is None:
@@ -1011,9 +1021,11 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         # the rounds that compared no value of their state (an initial state alone says
         # nothing of the models the rounds trained, nor one round of the others')
         stateless: list[int] = []
+        nonfinite_rounds: list[int] = []  # of those, the rounds whose state both traces left non-finite
         for ra, rb in zip(ta.rounds, tb.rounds, strict=False):  # lengths compared after
             t = ra["round"]
             state_before = (cmp.state_seen, cmp.checksums_seen)
+            nonfinite_before = cmp.state_nonfinite
             if ra["round"] != rb["round"]:
                 cmp.fail(min(ra["round"], rb["round"]), "round", ra["round"], rb["round"],
                          "the traces record different rounds")
@@ -1048,6 +1060,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     cmp.exact = False
             if (cmp.state_seen, cmp.checksums_seen) == state_before:
                 stateless.append(t)
+                if cmp.state_nonfinite > nonfinite_before:
+                    nonfinite_rounds.append(t)
             done += 1
         if len(ta.rounds) != len(tb.rounds):
             short, long_ = ("A", "B") if len(ta.rounds) < len(tb.rounds) else ("B", "A")
@@ -1069,7 +1083,10 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                        for k in ("state_norms", "state_sums", "state_checksums"))
         rounds = (f"round {stateless[0]}" if len(stateless) == 1 else
                   f"{len(stateless)} of the {done} rounds (the first: round {stateless[0]})")
-        if recorded:
+        if stateless[0] in nonfinite_rounds:
+            why = ("every value of the state recorded there is non-finite (null, NaN or ±inf) in "
+                   "both traces (a state that is not finite is never a match)")
+        elif recorded:
             skipped = ([f"--ignore {' '.join(cmp.ignore)}"] if cmp.ignore else []) + (
                 [] if use_checksums else ["checksums not compared"])
             why = f"{' and '.join(skipped) or 'the comparison'} leaves none"

@@ -864,3 +864,20 @@ def test_a_state_norm_that_is_not_a_number_is_refused(tmp_path, refused, norm, w
     a = _write(tmp_path / "a.jsonl", lines)
     refused(_cli(a, a, "--no-checksums"), "a.jsonl:" + ("1" if where == "initial" else "3"),
             "state_norms.'theta' must be a number", never="agree")
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), float("inf")])
+def test_a_state_non_finite_in_both_traces_is_no_state_compared(tmp_path, refused, value):
+    """Two traces whose every norm and sum of a round is null (both runs diverged there)
+    'agreed' without checksums: null matched null, and counted as a state compared."""
+    lines = _consistent_sums(_lines())
+    lines[2]["state_norms"] = {"m": value, "theta": value}
+    lines[2]["state_sums"] = {k: dict.fromkeys(v, value) for k, v in lines[2]["state_sums"].items()}
+    a = _write(tmp_path / "a.jsonl", lines)
+    refused(_cli(a, a, "--no-checksums"), "no value of the state", "in round 2",
+            "non-finite (null, NaN or ±inf) in both traces", never="traces agree")
+    assert _cli(a, a).exit_code == 0  # bit-identical checksums: the same state, whatever it holds
+    # one finite norm in the round is a state compared
+    lines[2]["state_norms"]["m"] = 0.2
+    a = _write(tmp_path / "a.jsonl", lines)
+    assert _cli(a, a, "--no-checksums").exit_code == 0
