@@ -366,6 +366,25 @@ def test_a_federated_case_cannot_claim_an_endless_run(tmp_path, rounds):
                 name="federated/adam-krum-gradient-ascent-f64")
 
 
+@pytest.mark.parametrize("key", ["r\u00b2_f", "r\u0661_f", "r1\u00b9_f"])
+def test_a_round_key_of_non_ascii_digits_fails_its_case_and_the_others_run(tmp_path, key):
+    """'r²_f' passed str.isdigit and then int('²') raised: `golden check` ended with the bare
+    line `Error: invalid literal for int() with base 10: '²'`, naming no case, and checked no
+    other case."""
+    root = tmp_path / "v"
+    golden.export(root, only=["federated/adam-krum-gradient-ascent-f64", "optim/sgd-f64"])
+    case = "federated/adam-krum-gradient-ascent-f64"
+
+    def rename(d):
+        d["outputs"][key] = d["outputs"].pop("r1_f")
+
+    _edit_json(root / case / "case.json", rename)
+    line = _case_fails(root, repr(key), name=case)
+    assert "invalid literal" not in line
+    res = _cli("check", root)
+    assert any(x.startswith("ok") and "optim/sgd-f64" in x for x in res.output.splitlines()), res.output
+
+
 # -- cases that check nothing, or less than they state --------------------------------------------------
 
 @pytest.mark.parametrize("spec", [
