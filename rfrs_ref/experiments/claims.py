@@ -58,7 +58,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from rfrs_ref.experiments.results import METRIC_MAX
+from rfrs_ref.experiments.results import METRIC_MAX, TABLE_METRICS
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
 CONFIDENCE = 0.95
@@ -90,6 +90,10 @@ class Paired:
     diverged_a: int = 0
     diverged_b: int = 0
     compared: int | None = None
+    #: seeds finished by a only, by b only (a table whose two series share no seed judges
+    #: nothing, and must say so rather than "not run")
+    only_a: int = 0
+    only_b: int = 0
 
     @property
     def total(self) -> int:
@@ -221,7 +225,36 @@ def metric_value(v, where: str, metric: str, *, unrecorded: bool = False) -> flo
 STATUSES = ("ok", "failed", "diverged")
 
 
-def check_cells(table, cells: Sequence[str] = ()) -> None:
+def _spelling(v: str) -> str:
+    """A label as a reader sees it: spaces collapsed and trimmed, case folded."""
+    return " ".join(v.split()).casefold()
+
+
+def _misspelt(values, known: Sequence[str] = (), closed: bool = False) -> dict[str, str]:
+    """{value: why it selects no cell} for the labels ``values`` (a column's values, one
+    per row) that differ from another label of the column, or from a ``known`` name,
+    only in spaces or case (which of the two a row means is a guess; the spelling kept
+    is the known name, else the most common one, else the one without stray spaces),
+    and, when ``closed``, for every label that is not a known name."""
+    import pandas as pd
+
+    counts = pd.Series(values).astype(str).value_counts()
+    canon: dict[str, str] = {_spelling(v): v for v in reversed(list(known))}
+    ranked = sorted(counts.items(), key=lambda vc: (vc[0] != " ".join(vc[0].split()), -vc[1], vc[0]))
+    for v, _ in ranked:
+        canon.setdefault(_spelling(v), v)
+    out = {}
+    for v in counts.index:
+        c = canon[_spelling(v)]
+        if v != c:
+            out[v] = f"{v!r} differs from {c!r} only in spaces or case"
+        elif closed and v not in known:
+            out[v] = f"{v!r} is not one of {', '.join(map(repr, known))}"
+    return out
+
+
+def check_cells(table, cells: Sequence[str] = (), known: Mapping[str, Sequence[str]] | None = None,
+                closed: Sequence[str] = ()) -> None:
     """Refuse, with :class:`TableError` naming the line, a row of a finished or diverged run
     (status ``ok`` or ``diverged``) whose ``alpha`` is not a Byzantine fraction (a finite
     number in [0, 1)), and a metric row of a finished run whose ``k`` is not a whole number
@@ -236,7 +269,16 @@ def check_cells(table, cells: Sequence[str] = ()) -> None:
     ``dataset``, its series (``label_series``, else ``method``), each column of ``cells``
     the caller selects on too (the ranking's ``label_space``, ``label_pre``, ``attack``),
     and, in a finished run's row, its ``metric``. Every run records them; a failed run's
-    row, in no cell, is not checked."""
+    row, in no cell, is not checked.
+
+    So is such a cell whose label selects no cell: one that differs from another label of
+    its column, or from a name the caller knows (``known``: column -> names; the metric's
+    are :data:`~rfrs_ref.experiments.results.TABLE_METRICS`, the dataset's the
+    registry's), only in spaces or case (``'precision '``, ``'Precision'``, ``'A-FRS '``:
+    the row matched no cell, and its seed left the comparison without a word while the
+    verdict was judged on the others), and in a column of ``closed`` (the metric's, and
+    the ranking's detection space and pre-aggregator, whose cells are a fixed list) any
+    label that is not a known name."""
     import pandas as pd
 
     t = table
@@ -277,6 +319,17 @@ def check_cells(table, cells: Sequence[str] = ()) -> None:
             i = t.index[bad][0]
             refuse(i, f"alpha {cell(i, 'alpha')!r} is not a Byzantine fraction in [0, 1) (a "
                       "run's fraction is one; this row lies in no cell of the results)")
+    names = {"metric": TABLE_METRICS, "dataset": _dataset_names(), **(known or {})}
+    shut = {"metric", *closed}
+    for col, rows in ([(c, outcome) for c in ("dataset", scol, *cells) if c in t.columns]
+                      + [("metric", t["status"] == "ok")]):
+        why = _misspelt(t.loc[rows, col], tuple(names.get(col, ())), col in shut)
+        if why:
+            bad = rows & t[col].astype(str).isin(list(why))
+            i = t.index[bad][0]
+            refuse(i, f"column {col}: {why[str(cell(i, col))]} (this row lies in no cell of "
+                      "the results; its run would be left out of every comparison without a "
+                      "word)")
     k = pd.to_numeric(t["k"], errors="coerce").astype(float)
     bad = ((t["status"] == "ok") & t["metric"].notna()
            & ~(np.isfinite(k) & (k >= 1) & (np.mod(k, 1) == 0)))
@@ -285,6 +338,27 @@ def check_cells(table, cells: Sequence[str] = ()) -> None:
         refuse(i, f"{cell(i, 'metric')} at k {cell(i, 'k')!r}: K is not a whole number ≥ 1 "
                   "(a metric row of a finished run records its K; this row lies at no K of the "
                   "results)")
+
+
+def numeric_alpha(table):
+    """``table`` with its ``alpha`` column as floats (a copy; the table itself when it has
+    none): after :func:`check_cells` only a failed run's row (in no cell) may hold one that
+    is not a number (text), which becomes NaN instead of stopping the comparison of the
+    others with a message naming no line."""
+    import pandas as pd
+
+    if "alpha" not in table.columns:
+        return table
+    t = table.copy()
+    t["alpha"] = pd.to_numeric(t["alpha"], errors="coerce").astype(float)
+    return t
+
+
+def _dataset_names() -> tuple[str, ...]:
+    """The registry's dataset names (the labels a table's ``dataset`` is checked against)."""
+    from rfrs_ref.data.datasets import DATASETS
+
+    return tuple(DATASETS.names())
 
 
 def _diverged(table, series: str, *, dataset: str, alpha, series_col: str) -> set:
@@ -392,6 +466,48 @@ def _check_last_round(last, rounds, where: str) -> None:
                          "finish; run the sweep again (it runs such a run again)")
 
 
+#: the columns of a run that set the protocol a paired difference holds fixed: two runs of
+#: one seed are a pair only if they trained as long, on as many clients a round, on the same
+#: split of the same data (the series themselves differ in model, optimiser, defence, attack)
+PROTOCOL_COLUMNS = ("rounds", "client_fraction", "test_fraction", "valid_fraction", "dataset_params")
+
+
+def _check_same_protocol(table, series: Sequence[str], seeds, *, dataset: str, alpha,
+                         series_col: str) -> None:
+    """Refuse (:class:`TableError`) a seed whose finished runs of the ``series`` differ in a
+    column of :data:`PROTOCOL_COLUMNS` (those the table has): 600 rounds against 10 paired
+    without a word, and the verdict read like one of the protocol."""
+    import pandas as pd
+
+    cols = [c for c in PROTOCOL_COLUMNS if c in table.columns]
+    if not cols or not seeds:
+        return
+    t = table
+    sel = ((t["status"] == "ok") & (t["dataset"] == dataset)
+           & t[series_col].astype(str).isin(list(series)))
+    if alpha is not None:
+        sel &= np.isclose(t["alpha"].astype(float), float(alpha))
+    # a run's rows (one per metric) repeat its run-level columns: one row per distinct value
+    sub = t.loc[sel, ["seed", *cols]].drop_duplicates()
+    sub = sub[pd.to_numeric(sub["seed"], errors="coerce").isin(list(seeds))]  # _values checked them
+    if sub.empty:
+        return
+    vals = sub[cols].astype(object).where(sub[cols].notna(), "").astype(str)
+    vals["_seed"] = pd.to_numeric(sub["seed"]).astype(int)
+    uniq = vals.drop_duplicates(subset=["_seed", *cols])
+    clash = uniq["_seed"].duplicated(keep=False)
+    if not clash.any():
+        return
+    first = uniq[clash]
+    i, j = first.index[0], first.index[first["_seed"] == first["_seed"].iloc[0]][1]
+    col = next(c for c in cols if uniq.at[i, c] != uniq.at[j, c])
+    raise TableError(f"{_line(t, j)}series {t.at[j, series_col]!r} and {t.at[i, series_col]!r}, "
+                     f"seed {int(uniq.at[i, '_seed'])}: the runs paired differ in {col} "
+                     f"({uniq.at[j, col]!r} against {uniq.at[i, col]!r}, "
+                     f"{_line(t, i).rstrip(', ')}); a paired difference compares runs of one "
+                     "protocol (the same rounds, clients a round and split)")
+
+
 def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric: str,
                       k: int, series_col: str = "label_series",
                       confidence: float = CONFIDENCE) -> Paired:
@@ -403,6 +519,7 @@ def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric
     vb = _values(table, b, dataset=dataset, alpha=alpha, metric=metric, k=k,
                  series_col=series_col)
     seeds = sorted(set(va) & set(vb))
+    _check_same_protocol(table, (a, b), seeds, dataset=dataset, alpha=alpha, series_col=series_col)
     p = paired_interval([va[s] - vb[s] for s in seeds], confidence, seeds,
                         _mean([va[s] for s in seeds]), _mean([vb[s] for s in seeds]))
     da = _diverged(table, a, dataset=dataset, alpha=alpha, series_col=series_col)
@@ -412,6 +529,7 @@ def paired_difference(table, a: str, b: str, *, dataset: str, alpha=None, metric
         if both:  # one seed, two outcomes: neither rule of the module docstring applies
             raise TableError(f"series {series!r}, seed {both[0]}: both finished and diverged; "
                              "one run per series and seed")
+    p = dataclasses.replace(p, only_a=len(set(va) - set(vb)), only_b=len(set(vb) - set(va)))
     if not (da or db):
         return p
     both = (set(va) | da) & (set(vb) | db)  # the seeds where both have an outcome
@@ -675,8 +793,9 @@ def evaluate_claim(c: Claim, results: Mapping[str, pathlib.Path],
 
 def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False,
                 figure_id: str | None = None) -> list[Row]:
-    check_cells(table)
     scol = "label_series" if "label_series" in table.columns else "method"
+    check_cells(table, known={scol: tuple(dict.fromkeys((c.a, *c.against, *BASELINES)))})
+    table = numeric_alpha(table)
     datasets = c.datasets or tuple(_ordered(table["dataset"].dropna().unique()))
     rows = []
     for ds in datasets:
@@ -703,6 +822,11 @@ def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False,
                                                           alpha=alpha, metric=metric, k=k,
                                                           series_col=scol)
                                         if against else paired_interval([]))
+                unpaired = next((p for p in res.values() if p.total == 0 and p.only_a and p.only_b),
+                                None)
+                if unpaired is not None:  # both ran, on different seeds: nothing to pair
+                    note += (f"; no seed in common: {c.a} finished {unpaired.only_a} seed(s), "
+                             f"{against} {unpaired.only_b}, none the same")
                 if c.paper_relative is not None:
                     p = res[c.metrics[0]]
                     if p.mean_b:

@@ -42,7 +42,8 @@ import os
 import pathlib
 from typing import Sequence
 
-from rfrs_ref.experiments.claims import CONFIDENCE, _values, check_cells, paired_difference
+from rfrs_ref.experiments.claims import (CONFIDENCE, _values, check_cells, numeric_alpha,
+                                         paired_difference)
 
 NAME = "ranking"
 DATASETS = ("lastfm", "ml100k")
@@ -118,9 +119,16 @@ def _prepare(table):
         raise ValueError(f"not a results table of the ranking experiment (missing column(s) "
                          f"{', '.join(missing)}); give the directory written by "
                          "rfrs-ref reproduce ranking")
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.attack import ATTACKS as ATTACK_NAMES
+
     # a row of no fraction, no K or an empty cell of its own is refused, not dropped
-    check_cells(table, ("label_space", "label_pre", "attack"))
-    t = table.copy()
+    check_cells(table, ("label_space", "label_pre", "attack"),
+                known={"label_space": SPACES, "label_pre": tuple(p for p, _ in PRES),
+                       "label_series": tuple(RULES.names()), "attack": tuple(ATTACK_NAMES.names())},
+                closed=("label_space", "label_pre"))
+    t = numeric_alpha(table)
+    t = t.copy() if t is table else t
     t["_cell"] = [_resolve(_key(r, s, p)) for r, s, p in zip(t["label_series"].astype(str),
                                                                 t["label_space"].astype(str),
                                                                 t["label_pre"].astype(str))]

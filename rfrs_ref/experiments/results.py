@@ -143,6 +143,10 @@ METRIC_NAMES = ("precision", "recall", "ndcg", "hr", "mrr")
 TARGET_METRIC_NAMES = ("er", "target_hr")
 METRICS = ("precision", "recall", "popularity_precision", "popularity_recall",
            "ndcg", "hr", "mrr", "popularity_ndcg", "popularity_hr", "popularity_mrr")
+#: every name a results table's ``metric`` column may hold (a run with a validation split
+#: adds ``valid_`` and ``valid_popularity_`` ones)
+TABLE_METRICS = METRICS + TARGET_METRIC_NAMES + tuple(
+    f"{prefix}{m}" for prefix in ("valid_", "valid_popularity_") for m in METRIC_NAMES)
 #: how the tables name each metric
 METRIC_LABELS = {"precision": "Precision", "recall": "Recall", "ndcg": "NDCG", "hr": "HR",
                  "mrr": "MRR", "er": "ER", "target_hr": "Target HR", **{f"popularity_{m}": f"Popularity {n}" for m, n in (

@@ -1148,29 +1148,55 @@ def _changed(law: str, what: str, before: np.ndarray, after) -> None:
 
 def inputs_unchanged(opt, case: PairCase) -> None:
     """client_rule(state, g, t) and recover(state, upload, t) leave every array they are
-    given as it was (rfrs-ref's rule: inputs are never modified in place). The object is
+    given as it was (rfrs-ref's rule: inputs are never modified in place), then and
+    later, and an upload is the caller's: a later call does not change it. The object is
     called on the example's own arrays (copies of the case, compared bit for bit with
-    copies taken before the call); recover on rfrs-ref's upload stored in the dtypes
-    the object stores its upload in. Where rfrs-ref's rule overflows, only client_rule
-    is checked."""
+    copies taken before the call): client_rule on (state, g), client_rule again on
+    another gradient (after which the first upload must be as it was: a server keeps
+    every client's upload of a round, and one buffer returned to every call would give
+    it the last client's for all), then recover on rfrs-ref's upload stored in the
+    dtypes the object stores its upload in; after each call every input given so far
+    (g included: an object that keeps it and writes into it one call later modified
+    it) is checked again. Where rfrs-ref's rule overflows, only client_rule is checked."""
     law = "inputs_unchanged"
     ref, t = case.optimizer, case.t
     state = {k: np.array(case.state[k], copy=True) for k in ref.arrays}
     g = np.array(case.g, copy=True)
     before = {k: v.copy() for k, v in state.items()}, g.copy()
+
+    given = [(f"client_rule's state[{k!r}]", before[0][k], state[k]) for k in ref.arrays]
+    given.append(("client_rule's g", before[1], g))
+
+    def unchanged(call: str) -> None:
+        for what, was, now in given:
+            _changed(law, what + call, was, now)
+
     up = opt.client_rule(state, g, t)
-    for k in ref.arrays:
-        _changed(law, f"client_rule's state[{k!r}]", before[0][k], state[k])
-    _changed(law, "client_rule's g", before[1], g)
+    unchanged("")
     ref_up = ref.client_rule(before[0], before[1], t)
     if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up.values()):
         return
     checked = _upload(law, "client_rule", up, ref.arrays, int(g.shape[0]))
+    first = {k: np.array(checked[k], copy=True) for k in ref.arrays}
+    g2 = _other_gradient(before[1], before[1])
+    g2_before = g2.copy()
+    given.append(("the second client_rule call's g", g2_before, g2))
+    opt.client_rule(state, g2, t)
+    unchanged(" (after a second client_rule call)")
+    for k in ref.arrays:
+        after = np.asarray(checked[k])
+        if after.shape == first[k].shape and not np.array_equal(after, first[k], equal_nan=True):
+            j = int(np.flatnonzero(~((after == first[k]) | (np.isnan(after) & np.isnan(first[k]))))[0])
+            raise LawViolation(law, f"the upload's {k}[{j}] changed from {_r(first[k][j])} to "
+                               f"{_r(after[j])} when client_rule was called again: the upload "
+                               "shares memory with what a later call writes (a server keeps "
+                               "every upload of a round; return a new array per call)",
+                               array=k, coordinate=j)
     upload = _stored_like({k: ref_up[k] for k in ref.arrays}, checked)
     kept = {k: v.copy() for k, v in upload.items()}
     opt.recover(state, upload, t)
+    unchanged(" (after recover)")
     for k in ref.arrays:
-        _changed(law, f"recover's state[{k!r}]", before[0][k], state[k])
         _changed(law, f"recover's upload[{k!r}]", kept[k], upload[k])
 
 

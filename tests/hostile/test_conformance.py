@@ -1141,3 +1141,64 @@ def test_describing_what_code_under_test_raised_never_raises():
             raise KeyboardInterrupt
 
     assert describe_object(Faceless()) == "<repr() raised KeyboardInterrupt>"
+
+
+# -- 7. optimisers that alias: an upload overwritten later, an input changed one call later --------------
+
+ALIASING = textwrap.dedent('''
+    import numpy as np
+
+
+    class SharedBufferSGD:
+        """Returns one buffer, overwritten by every call: every upload a server keeps from a
+        round is the last client's."""
+        name = "sgd"
+        arrays = ("theta",)
+
+        def __init__(self, lr=0.01):
+            self.lr, self._buf = lr, None
+
+        def client_rule(self, state, g, t):
+            th = np.asarray(state["theta"])
+            if self._buf is None or self._buf.shape != th.shape or self._buf.dtype != th.dtype:
+                self._buf = np.empty_like(th)
+            np.subtract(th, self.lr * np.asarray(g, dtype=th.dtype), out=self._buf)
+            return {"theta": self._buf}
+
+        def recover(self, state, upload, t):
+            th = np.asarray(state["theta"], dtype=np.float64)
+            return (th - np.asarray(upload["theta"], dtype=np.float64)) / self.lr
+
+
+    class DeferredWriteSGD(SharedBufferSGD):
+        """Keeps the gradient it was given and zeroes it when recover runs."""
+
+        def client_rule(self, state, g, t):
+            self._g = g
+            th = np.asarray(state["theta"])
+            return {"theta": (th - self.lr * np.asarray(g, dtype=th.dtype)).astype(th.dtype)}
+
+        def recover(self, state, upload, t):
+            out = super().recover(state, upload, t)
+            self._g[...] = 0.0
+            return out
+''')
+
+
+@pytest.fixture
+def aliasing(tmp_path, monkeypatch):
+    yield from _module(tmp_path, monkeypatch, "aliasing_impls", ALIASING)
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("SharedBufferSGD", "changed from"),
+    ("DeferredWriteSGD", "(after recover)"),
+])
+def test_an_optimiser_that_aliases_its_uploads_or_inputs_fails(aliasing, name, shown):
+    """Both held every law: each law converted an upload as soon as it had it, and
+    inputs_unchanged looked at g only right after client_rule."""
+    res = _cli("--optimizer", "sgd", "--callable", f"aliasing_impls:{name}", "--max-examples", "5")
+    assert res.exit_code == 1, res.output
+    _no_traceback(res)
+    failing = [x for x in res.output.splitlines() if "FAILS" in x]
+    assert len(failing) == 1 and "inputs_unchanged" in failing[0] and shown in failing[0], res.output

@@ -141,3 +141,26 @@ def test_a_failed_run_with_empty_cells_beside_another_dataset_is_no_crash(tmp_pa
     res, _ = _ranking(tmp_path, rows)
     assert res.exit_code == 0, res.output
     assert res.output.count("| 1 | krum |") == 2 and "nan" not in res.output.lower(), res.output
+
+
+@pytest.mark.parametrize("column, value, said", [
+    ("metric", "precision ", "'precision ' differs from 'precision' only in spaces or case"),
+    ("metric", "Precision", "'Precision' differs from 'precision'"),
+    ("metric", "precission", "'precission' is not one of"),
+    ("label_space", "Gradient", "'Gradient' differs from 'gradient'"),
+    ("label_space", "gradients", "'gradients' is not one of 'gradient', 'parameter'"),
+    ("label_pre", "NNM", "'NNM' differs from 'nnm'"),
+    ("label_pre", "bucket", "'bucket' is not one of 'none', 'nnm'"),
+    ("label_series", "Trmean", "'Trmean' differs from 'trmean'"),
+    ("dataset", "ml100k ", "'ml100k ' differs from 'ml100k'"),
+    ("attack", "Ascent", "'Ascent' differs from 'ascent'"),
+])
+def test_a_label_that_selects_no_cell_is_refused(tmp_path, column, value, said, refused):
+    """trmean's seeds 0 and 1 with metric 'precision ' (or space 'Gradient') matched no cell:
+    trmean was ranked on seed 2 alone, first, exit 0, the other two never mentioned."""
+    rows = _rows(GOOD)
+    idx = [i for i, r in enumerate(rows) if r["label_series"] == "trmean" and r["seed"] < 2]
+    for i in idx:
+        rows[i][column] = value
+    res, path = _ranking(tmp_path, rows)
+    refused(res, path, f"line {idx[0] + 2}", f"column {column}", said)

@@ -329,6 +329,61 @@ def test_a_table_that_names_a_column_twice_is_refused(tmp_path, refused, where, 
     refused(CliRunner().invoke(main, ["ranking", str(d / "results.csv")]), f"column {column!r} appears twice")
 
 
+@pytest.mark.parametrize("column, value, said", [
+    ("metric", "precision ", "'precision ' differs from 'precision' only in spaces or case"),
+    ("metric", "Precision", "'Precision' differs from 'precision'"),
+    ("metric", "precission", "'precission' is not one of"),
+    ("label_series", "Adam ", "'Adam ' differs from 'Adam'"),
+    ("label_series", "adam", "'adam' differs from 'Adam'"),
+    ("dataset", "ml100k ", "'ml100k ' differs from 'ml100k'"),
+    ("dataset", "ML100K", "'ML100K' differs from 'ml100k'"),
+])
+def test_a_label_that_selects_no_cell_is_refused(tmp_path, column, value, said, refused):
+    """Adam's seeds 0-2 with metric 'precision ' (or series 'Adam ') matched no cell: the claim
+    was judged on seeds 3 and 4 alone, without a word; a table where Adam loses on
+    seeds 0-2 then 'held'."""
+    rows = _rows(GOOD)
+    idx = [i for i, r in enumerate(rows) if r["label_series"] == "Adam" and r["seed"] < 3]
+    for i in idx:
+        rows[i][column] = value
+    refused(_verdict(_store(tmp_path, rows)), "adam-sgd/results.csv", f"line {idx[0] + 2}",
+            f"column {column}", said)
+
+
+@pytest.mark.parametrize("column, value", [("rounds", 10), ("client_fraction", 0.5),
+                                           ("test_fraction", 0.3)])
+def test_runs_of_different_protocols_are_not_paired(tmp_path, column, value, refused):
+    """SGD's runs of 10 rounds were paired with Adam's of 600 and the verdict read like one of
+    the protocol."""
+    rows = _rows(GOOD)
+    for r in rows:
+        r.update(rounds=600, final_round=600, client_fraction=0.01, test_fraction=0.2)
+        if r["label_series"] == "SGD" and r["seed"] == 2:
+            r[column] = value
+            if column == "rounds":
+                r["final_round"] = value
+    refused(_verdict(_store(tmp_path, rows)), "adam-sgd/results.csv", "seed 2",
+            f"the runs paired differ in {column}")
+
+
+def test_a_failed_runs_fraction_that_is_no_number_does_not_stop_the_verdict(tmp_path):
+    """A failed run (in no cell) with alpha 'abc' ended the verdict with `could not convert
+    string to float: 'abc'`, naming no line."""
+    rows = _rows(GOOD) + [{"status": "failed", "label_series": "SGD", "dataset": "ml100k",
+                           "alpha": "abc", "seed": 9, "metric": None, "k": None, "value": None}]
+    res = _verdict(_store(tmp_path, rows))
+    assert res.exit_code == 0 and "| holds |" in res.output, res.output
+
+
+def test_series_that_share_no_seed_say_so(tmp_path, refused):
+    """SGD's seeds shifted by 100: the row read 'not run' and the error 'no finished runs of the
+    claims' series', though both series finished five runs."""
+    values = {(series, seed + (100 if series == "SGD" else 0)): v for (series, seed), v in GOOD.items()}
+    res = _verdict(_store(tmp_path, _rows(values)))
+    assert "no seed in common: Adam finished 5 seed(s), SGD 5, none the same" in res.output, res.output
+    refused(res, "the series compared finished no seed in common")
+
+
 def _elsewhere(tmp_path, rows) -> str:
     """A results table outside the folder judged."""
     d = tmp_path / "elsewhere"
