@@ -622,6 +622,8 @@ def read_trace(path) -> Trace:
         if missing:
             raise TraceFormatError(f"{where}: round line lacks {', '.join(missing)}")
         t = obj["round"]
+        if isinstance(t, float) and t.is_integer() and 1.0 <= t <= 2.0**53:
+            t = obj["round"] = int(t)  # a writer's 1.0 is round 1 (the numbers compare exactly)
         if not _is_int(t) or (rounds and t <= rounds[-1]["round"]) or t < 1:
             prev = rounds[-1]["round"] if rounds else 0
             raise TraceFormatError(f"{where}: round {t!r} after round {prev}: rounds are "
@@ -658,7 +660,10 @@ class Divergence:
 
     def __str__(self) -> str:
         where = "the header" if self.round == 0 else f"round {self.round}"
-        return f"traces diverge at {where}, field {self.field}: A {self.a!r}, B {self.b!r} ({self.reason})"
+        # a value may be a megabyte of text: the line shows its beginning
+        field = self.field if len(self.field) <= 200 else self.field[:197] + "..."
+        return (f"traces diverge at {where}, field {field}: A {describe_object(self.a, 200)}, "
+                f"B {describe_object(self.b, 200)} ({self.reason})")
 
 
 @dataclasses.dataclass
@@ -689,6 +694,7 @@ class _Comparer:
         # relative to its scale), which an atol must stay below to check anything (None: none)
         self.largest: tuple[float, float, int, str, str] | None = None
         self.ignore = tuple(ignore)
+        self.matched: set[str] = set()  # the --ignore paths that skipped something
         self.checksums = checksums
         self.notes = notes
         self._noted: set[str] = set()
@@ -701,7 +707,19 @@ class _Comparer:
     def ignored(self, path: str) -> bool:
         if path == "round":
             return False  # the round numbers pair the lines: always compared
-        return any(path == p or path.startswith((p + ".", p + "[")) for p in self.ignore)
+        hits = [p for p in self.ignore if path == p or path.startswith((p + ".", p + "["))]
+        self.matched.update(hits)
+        return bool(hits)
+
+    def checksums_cover(self, path: str, a, b, arrays) -> bool:
+        """Whether this line's checksums are compared for every array of A's state: the
+        headers allow them, ``--ignore`` leaves them, and A records one for each array
+        (``arrays``) and B a checksums object. Only then may the line's sums be left out
+        or incomplete: a checksum of one array, an ignored one or none says nothing of
+        the others."""
+        if not self.checksums or self.ignored(path) or not isinstance(a, dict) or not isinstance(b, dict):
+            return False
+        return bool(arrays) and all(k in a and not self.ignored(f"{path}.{k}") for k in arrays)
 
     def bound(self, bound: float, magnitude: float, t: int, path: str, formula: str) -> None:
         """Record a value of A compared under the tolerance, with the atol from which a B of 0
@@ -724,7 +742,9 @@ class _Comparer:
                 self.one_side(t, f"{path}.{k}", a.get(k), b.get(k), k in a,
                               nulls=path in ("state_norms", "initial.state_norms"))
             if only:
-                self.note(f"{path}: keys present in one trace only, not compared: {', '.join(only)}")
+                names = ", ".join(k if len(k) <= 60 else k[:57] + "..." for k in only[:20])
+                more = f" and {len(only) - 20} more" if len(only) > 20 else ""
+                self.note(f"{path}: keys present in one trace only, not compared: {names}{more}")
             return
         self.values_seen += 1  # a value (or a list's length) compared
         state = path.startswith(("state_norms.", "initial.state_norms."))
@@ -744,7 +764,7 @@ class _Comparer:
                 self.fail(t, path, a, b, "different values")
             return
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            if isinstance(a, int) or self.exact:
+            if (isinstance(a, int) and not state) or self.exact:
                 # A JSON integer in the reference is an integer quantity (a selection, a
                 # count): it compares exactly, also against a float of B (2,000,000.5 is
                 # not within rtol of client 2,000,000). Python compares an int and a float
@@ -784,7 +804,7 @@ class _Comparer:
         """Every array of A's state is in B's (a required object: no key may be dropped)."""
         if self.ignored(path) or not isinstance(a, dict) or not isinstance(b, dict):
             return
-        missing = [k for k in a if k not in b]
+        missing = [k for k in a if k not in b and not self.ignored(f"{path}.{k}")]
         if missing:
             self.fail(t, f"{path}.{missing[0]}", a[missing[0]], None, "missing in B")
 
@@ -798,16 +818,21 @@ class _Comparer:
                     if k in x and k not in y and not self.ignored(f"{path}[{i}].{k}"):
                         self.fail(t, f"{path}[{i}].{k}", x[k], None, "missing in B")
 
-    def state_sums(self, t: int, path: str, a: dict | None, b: dict | None) -> None:
+    def state_sums(self, t: int, path: str, a: dict | None, b: dict | None,
+                   checksummed: bool = False, norms=None) -> None:
         """The sums of each array of A's state (docs/traces.md), B's within atol + rtol·S,
         S from A alone: Σ|x| for the sum and Σ|x| itself, 7·Σ|x| for the weighted sum (a
         sum cancels: its error is relative to Σ|x|, as a norm's is to the norm). A trace
         without the field (written before it existed) is compared on its norms only,
-        with a note; an array of A missing in B's sums diverges."""
+        with a note; an array of A missing in B's sums diverges. ``checksummed``: this
+        line's checksums are compared for every array (:meth:`checksums_cover`), which is
+        what allows B to leave its sums out. An array whose norm A records as not finite
+        lends its Σ|x| no authority as a scale (B's sums are then compared relative to
+        their own value): a reference cannot inflate it where no bound checks it."""
         if self.ignored(path):
             return
         if a is None or b is None:
-            if a is not None and not self.checksums:
+            if a is not None and not checksummed:
                 # without checksums the sums are all that tells a sign flip or a permutation
                 # from the reference's state: a B that leaves them out cannot agree
                 self.fail(t, path, f"{len(a)} arrays' sums", None,
@@ -818,16 +843,20 @@ class _Comparer:
                 who = "A" if a is None else "B"
                 self.note(f"state_sums: trace {who} records none (written before they were): the "
                           "state was compared by its norms"
-                          + (" and checksums" if self.checksums else " only, which a sign flip or "
+                          + (" and checksums" if checksummed else " only, which a sign flip or "
                              "a permutation of an array's coordinates leaves unchanged"))
             return
         for k in a:
+            if self.ignored(f"{path}.{k}"):
+                continue
             if k not in b:
                 self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
             xa, xb = a[k], b[k]
             if not isinstance(xa, dict) or not isinstance(xb, dict):
                 self.fail(t, f"{path}.{k}", xa, xb, "different kinds of value")
             scale = xa.get("abs_sum")
+            if isinstance(norms, dict) and _finite_number(norms.get(k)) is None:
+                scale = None  # no finite norm bounds this Σ|x| (_check_sums_consistent)
             for stat in SUM_STATS + OPTIONAL_SUM_STATS:
                 where = f"{path}.{k}.{stat}"
                 if self.ignored(where):
@@ -838,7 +867,7 @@ class _Comparer:
                               "permutation keeping k mod 7 leaves unchanged")
                     continue
                 if stat in OPTIONAL_SUM_STATS and stat not in xb:
-                    if not self.checksums:
+                    if not checksummed:
                         self.fail(t, where, xa[stat], None,
                                   "missing in B, and checksums are not compared: the other "
                                   "sums cannot tell a permutation of the coordinates that keeps "
@@ -883,6 +912,8 @@ class _Comparer:
             # report must not claim that checksums were compared
             self.fail(t, path, f"{len(a)} checksums", None, "missing in B")
         for k in a:
+            if self.ignored(f"{path}.{k}"):
+                continue
             if k not in b:
                 self.fail(t, f"{path}.{k}", a[k], None, "missing in B")
             if a[k] != b[k]:
@@ -908,6 +939,16 @@ def _nonfinite(x, path: str, nulls: bool = False):
     elif isinstance(x, list):
         for i, v in enumerate(x):
             yield from _nonfinite(v, f"{path}[{i}]", nulls)
+
+
+def _arrays_of(header: dict, line: dict) -> list[str]:
+    """The arrays of a line's state: the header's ``state_arrays`` and the keys of the
+    line's norms and sums."""
+    out = list(header.get("state_arrays") or [])
+    for key in ("state_norms", "state_sums"):
+        if isinstance(line.get(key), dict):
+            out += list(line[key])
+    return list(dict.fromkeys(out))
 
 
 def _vacuous_atol(cmp: _Comparer) -> str:
@@ -996,7 +1037,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     same_repr = all(ha.get(k) == hb.get(k) for k in ("dtype", "layout", "byte_order", "checksum"))
     use_checksums = checksums and same_repr
     if checksums and not same_repr:
-        diff = [f"{k} ({ha.get(k)!r} vs {hb.get(k)!r})" for k in ("dtype", "layout", "byte_order", "checksum")
+        diff = [f"{k} ({describe_object(ha.get(k), 120)} vs {describe_object(hb.get(k), 120)})"
+                for k in ("dtype", "layout", "byte_order", "checksum")
                 if ha.get(k) != hb.get(k)]
         notes.append("checksums not compared: the traces differ in " + ", ".join(diff))
     cmp = _Comparer(rtol, atol, ignore, use_checksums, notes)
@@ -1006,16 +1048,21 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         differing = [k for k in side_a if k in side_b and not _same(side_a[k], side_b[k])]
         if differing:
             notes.append(f"{what} differ in " + ", ".join(
-                f"{k} ({side_a[k]!r} vs {side_b[k]!r})" for k in differing))
+                f"{k} ({describe_object(side_a[k], 120)} vs {describe_object(side_b[k], 120)})"
+                for k in differing))
     done = 0
     metrics_one_side = 0
+    header_checksums = 0
     try:
         for k in ("n_params", "state_arrays"):
             cmp.value(0, k, ha.get(k), hb.get(k))
         ia, ib = ha.get("initial") or {}, hb.get("initial") or {}
         cmp.same_keys(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
         cmp.value(0, "initial.state_norms", ia.get("state_norms"), ib.get("state_norms"))
-        cmp.state_sums(0, "initial.state_sums", ia.get("state_sums"), ib.get("state_sums"))
+        cmp.state_sums(0, "initial.state_sums", ia.get("state_sums"), ib.get("state_sums"),
+                       cmp.checksums_cover("initial.state_checksums", ia.get("state_checksums"),
+                                           ib.get("state_checksums"), _arrays_of(ha, ia)),
+                       ia.get("state_norms"))
         cmp.state_checksums(0, "initial.state_checksums", ia.get("state_checksums"), ib.get("state_checksums"))
         cmp.values_seen, header_checksums = 0, cmp.checksums_seen  # count the rounds' only
         # the rounds that compared no value of their state (an initial state alone says
@@ -1035,7 +1082,10 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     cmp.state_checksums(t, field, va, vb)
                     continue
                 if field == "state_sums":
-                    cmp.state_sums(t, field, va, vb)
+                    cmp.state_sums(t, field, va, vb,
+                                   cmp.checksums_cover("state_checksums", ra.get("state_checksums"),
+                                                       rb.get("state_checksums"), _arrays_of(ha, ra)),
+                                   ra.get("state_norms"))
                     continue
                 if (field in ra) != (field in rb) and field not in REQUIRED_FIELDS:
                     cmp.one_side(t, field, va, vb, field in ra)
@@ -1070,7 +1120,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
             cmp.fail(nxt, "round", None if short == "A" else nxt, nxt if short == "A" else None,
                      f"trace {short} ends after {last} rounds, trace {long_} continues")
     except _Diverged as d:
-        return TraceComparison(False, done, d.div, notes, use_checksums and cmp.checksums_seen > 0)
+        return TraceComparison(False, done, d.div, notes,
+                               use_checksums and cmp.checksums_seen > header_checksums)
     if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
         raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
                          f"{done} rounds to compare")
@@ -1103,9 +1154,15 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         raise ValueError(vacuous)
     if metrics_one_side:
         notes.append(f"metrics: recorded by one trace only on {metrics_one_side} round(s), not compared")
-    if use_checksums and not cmp.checksums_seen:
-        notes.append("checksums not compared: trace A holds none")
-    return TraceComparison(True, done, None, notes, use_checksums and cmp.checksums_seen > 0)
+    if use_checksums and cmp.checksums_seen == header_checksums:
+        notes.append("checksums not compared in the rounds: trace A holds none there, or "
+                     "--ignore left none")
+    unmatched = [p for p in cmp.ignore if p not in cmp.matched]
+    if unmatched:
+        notes.append(f"--ignore {' '.join(unmatched)}: no field of these traces has this path "
+                     "(paths are exact, without wildcards: rule.objective, metrics, state_norms.m)")
+    return TraceComparison(True, done, None, notes,
+                           use_checksums and cmp.checksums_seen > header_checksums)
 
 
 __all__ = [

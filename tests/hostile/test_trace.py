@@ -881,3 +881,122 @@ def test_a_state_non_finite_in_both_traces_is_no_state_compared(tmp_path, refuse
     lines[2]["state_norms"]["m"] = 0.2
     a = _write(tmp_path / "a.jsonl", lines)
     assert _cli(a, a, "--no-checksums").exit_code == 0
+
+
+# -- what the checksums of a line cover -------------------------------------------------------------------
+
+def _without_sums(lines):
+    out = copy.deepcopy(lines)
+    for obj in [out[0]["initial"]] + out[1:]:
+        obj.pop("state_sums", None)
+    return out
+
+
+@pytest.mark.parametrize("how", ["ignore-round", "ignore-all", "no-round-checksums", "theta-only", "empty"])
+def test_sums_may_be_left_out_only_where_every_arrays_checksum_is_compared(tmp_path, how):
+    """B with m sign-flipped and no state_sums agreed, saying 'values and checksums', when
+    --ignore state_checksums (or a reference with no, partial or empty round checksums) left
+    the round's checksums uncompared: the line's sums were excused by the headers alone."""
+    a_lines = _consistent_sums(_lines())
+    b_lines = _without_sums(_flip_m(a_lines))
+    for r in b_lines[1:]:
+        r["state_checksums"]["m"] = "ff"  # m's bytes differ
+    extra = []
+    if how == "ignore-round":
+        extra = ["--ignore", "state_checksums"]
+    elif how == "ignore-all":
+        extra = ["--ignore", "state_checksums", "--ignore", "initial.state_checksums"]
+    for r in a_lines[1:]:
+        if how == "no-round-checksums":
+            del r["state_checksums"]
+        elif how == "theta-only":
+            del r["state_checksums"]["m"]
+        elif how == "empty":
+            r["state_checksums"] = {}
+    a = _write(tmp_path / "a.jsonl", a_lines)
+    res = _cli(a, _write(tmp_path / "b.jsonl", b_lines), *extra)
+    assert res.exit_code == 1 and "state_sums" in res.output and "missing in B" in res.output, res.output
+    assert "agree:" not in res.output
+
+
+def test_the_report_claims_checksums_only_when_a_rounds_were_compared(tmp_path):
+    """With round checksums ignored, the header's initial checksums made the report say
+    'values and checksums'."""
+    lines = _consistent_sums(_lines())
+    a = _write(tmp_path / "a.jsonl", lines)
+    res = _cli(a, a, "--ignore", "state_checksums")
+    assert res.exit_code == 0 and "values (checksums not compared)" in res.output, res.output
+    assert "checksums not compared in the rounds" in res.output
+    assert "values and checksums" in _cli(a, a).output
+
+
+@pytest.mark.parametrize("field", ["state_checksums", "state_norms", "state_sums"])
+def test_ignoring_one_arrays_state_field_is_honoured(tmp_path, field):
+    """--ignore state_checksums.m still failed at state_checksums.m 'missing in B': only the
+    whole path was looked at."""
+    lines = _consistent_sums(_lines())
+    a = _write(tmp_path / "a.jsonl", lines)
+    b_lines = copy.deepcopy(lines)
+    for r in b_lines[1:]:
+        del r[field]["m"]
+    b = _write(tmp_path / "b.jsonl", b_lines)
+    assert _cli(a, b).exit_code == 1
+    res = _cli(a, b, "--ignore", f"{field}.m")
+    assert res.exit_code == 0, res.output
+
+
+def test_integer_norms_of_the_reference_are_norms(tmp_path):
+    """A writer that prints 0.0 as 0 (JavaScript): the integer norms compared exactly and
+    counted as no state, so the comparison was refused as if nothing were compared."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["state_norms"] = {"m": 1, "theta": 2}
+    a = _write(tmp_path / "a.jsonl", lines)
+    b_lines = copy.deepcopy(lines)
+    for r in b_lines[1:]:
+        r["state_norms"] = {"m": 1.0000000001, "theta": 2.0}
+    res = _cli(a, _write(tmp_path / "b.jsonl", b_lines), "--no-checksums")
+    assert res.exit_code == 0 and "the traces agree" in res.output, res.output
+
+
+def test_a_round_number_written_as_a_float_is_that_round(tmp_path):
+    lines = _lines()
+    b_lines = copy.deepcopy(lines)
+    for r in b_lines[1:]:
+        r["round"] = float(r["round"])
+    res = _cli(_write(tmp_path / "a.jsonl", lines), _write(tmp_path / "b.jsonl", b_lines))
+    assert res.exit_code == 0, res.output
+    b_lines[2]["round"] = 2.5
+    assert "round 2.5 after round 1" in _cli(_write(tmp_path / "a.jsonl", lines),
+                                             _write(tmp_path / "b.jsonl", b_lines)).output
+
+
+def test_a_megabyte_string_is_shown_cut(tmp_path):
+    lines = _lines()
+    b_lines = copy.deepcopy(lines)
+    b_lines[1]["rule"]["name"] = "x" * 1_000_000
+    lines[1]["rule"]["name"] = "krum"
+    b_lines[0]["layout"] = "y" * 1_000_000
+    res = _cli(_write(tmp_path / "a.jsonl", lines), _write(tmp_path / "b.jsonl", b_lines))
+    assert res.exit_code == 1 and "field rule.name" in res.output, res.output[:2000]
+    assert max(map(len, res.output.splitlines())) < 1000
+
+
+def test_an_ignore_path_that_matches_nothing_is_noted(ref):
+    res = _cli(ref, ref, "--ignore", "rule.objectiv", "--ignore", "rule.scores")
+    assert res.exit_code == 0
+    notes = [x for x in res.output.splitlines() if "no field of these traces has this path" in x]
+    assert len(notes) == 1 and "rule.objectiv" in notes[0] and "rule.scores" not in notes[0], res.output
+
+
+def test_the_sums_of_an_array_whose_norm_is_not_finite_set_no_scale(tmp_path):
+    """A's θ with a null norm and Σ|x| = 1e30: no bound checks that Σ|x|, and it let B's sum
+    of θ be anything within 1e24."""
+    lines = _consistent_sums(_lines())
+    lines[2]["state_norms"]["theta"] = None
+    lines[2]["state_sums"]["theta"].update(abs_sum=1e30, sum=1.0)
+    a = _write(tmp_path / "a.jsonl", lines)
+    b_lines = copy.deepcopy(lines)
+    b_lines[2]["state_sums"]["theta"]["sum"] = 1e20
+    res = _cli(a, _write(tmp_path / "b.jsonl", b_lines), "--no-checksums")
+    assert res.exit_code == 1 and "round 2, field state_sums.theta.sum" in res.output, res.output
