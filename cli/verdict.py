@@ -72,7 +72,7 @@ def verdict(results, out, claim_ids):
                 + " are in directories whose names no claim reads; the claims read "
                 + ", ".join(claim_directory_names()) + " (or such a name with a suffix, e.g. "
                 "defenses-quick): rename the directory, or reproduce into one (--out)")
-        if any("no seed in common" in r.note for r in rows):
+        if any(r.unpaired for r in rows):
             raise click.ClickException(
                 "no claim could be judged: the series compared finished no seed in common "
                 "under " + ", ".join(results) + " (a paired difference needs the same seeds; "

@@ -101,6 +101,11 @@ class Paired:
         return self.n if self.compared is None else self.compared
 
     @property
+    def disjoint(self) -> bool:
+        """Both series finished runs, on no common seed: nothing could be paired."""
+        return self.total == 0 and bool(self.only_a and self.only_b)
+
+    @property
     def diverged(self) -> bool:
         """Whether either series diverged on one of the compared seeds."""
         return bool(self.diverged_a or self.diverged_b)
@@ -341,16 +346,14 @@ def check_cells(table, cells: Sequence[str] = (), known: Mapping[str, Sequence[s
 
 
 def numeric_alpha(table):
-    """``table`` with its ``alpha`` column as floats (a copy; the table itself when it has
-    none): after :func:`check_cells` only a failed run's row (in no cell) may hold one that
+    """A copy of ``table`` with its ``alpha`` column (if any) as floats: after :func:`check_cells` only a failed run's row (in no cell) may hold one that
     is not a number (text), which becomes NaN instead of stopping the comparison of the
     others with a message naming no line."""
     import pandas as pd
 
-    if "alpha" not in table.columns:
-        return table
     t = table.copy()
-    t["alpha"] = pd.to_numeric(t["alpha"], errors="coerce").astype(float)
+    if "alpha" in t.columns:
+        t["alpha"] = pd.to_numeric(t["alpha"], errors="coerce").astype(float)
     return t
 
 
@@ -732,6 +735,11 @@ class Row:
         return vs.pop() if len(vs) == 1 else "mixed"
 
     @property
+    def unpaired(self) -> bool:
+        """Both series finished runs, but on no common seed (nothing could be paired)."""
+        return any(p.disjoint for p in self.results.values())
+
+    @property
     def n(self) -> int:
         """Seeds compared (both series finished or diverged), the least over the metrics."""
         return min((p.total for p in self.results.values()), default=0)
@@ -822,8 +830,7 @@ def _claim_rows(c: Claim, table, d: pathlib.Path, *, present_only: bool = False,
                                                           alpha=alpha, metric=metric, k=k,
                                                           series_col=scol)
                                         if against else paired_interval([]))
-                unpaired = next((p for p in res.values() if p.total == 0 and p.only_a and p.only_b),
-                                None)
+                unpaired = next((p for p in res.values() if p.disjoint), None)
                 if unpaired is not None:  # both ran, on different seeds: nothing to pair
                     note += (f"; no seed in common: {c.a} finished {unpaired.only_a} seed(s), "
                              f"{against} {unpaired.only_b}, none the same")

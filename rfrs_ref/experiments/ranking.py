@@ -128,7 +128,6 @@ def _prepare(table):
                        "label_series": tuple(RULES.names()), "attack": tuple(ATTACK_NAMES.names())},
                 closed=("label_space", "label_pre"))
     t = numeric_alpha(table)
-    t = t.copy() if t is table else t
     t["_cell"] = [_resolve(_key(r, s, p)) for r, s, p in zip(t["label_series"].astype(str),
                                                                 t["label_space"].astype(str),
                                                                 t["label_pre"].astype(str))]
