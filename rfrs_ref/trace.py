@@ -497,7 +497,7 @@ def _check_all_arrays(trace: Trace) -> None:
         if not isinstance(sums, dict):
             raise TraceFormatError(f"{name}: {where}: no state_sums, which other lines of the trace "
                                    "record; the reference must record them in every line or in none")
-        needed = list(dict.fromkeys([*arrays, *(norms if isinstance(norms, dict) else ())]))
+        needed = _arrays_of(trace.header, obj)
         missing = [k for k in needed if k not in sums]
         if missing or not sums:
             raise TraceFormatError(f"{name}: {where}: state_sums lacks {', '.join(missing) or 'every array'} "
