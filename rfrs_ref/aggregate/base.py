@@ -286,8 +286,10 @@ class Rule(abc.ABC):
                              *, backend: str = "numba", distances=None) -> AggregationResult:
         """:meth:`aggregate` of a rule with ``trims_by_column`` (or ``selects_by_distances``)
         on rows given by columns: ``parts``, a list of (features (n, Dₚ), uploads
-        {name: (n, Dₚ)}) or of (θ (n, Dₚ), uploads, θ̄ (Dₚ,)), whose features are θᵢ − θ̄
-        computed where the kernel reads them (``coordinatewise_combine(..., base=)``;
+        {name: (n, Dₚ)}), of (θ (n, Dₚ), uploads, θ̄ (Dₚ,)), whose features are θᵢ − θ̄,
+        or of (X, uploads, base, coef), whose features are ``derived_features(X, base,
+        coef)``, computed where the kernel reads them (``coordinatewise_combine(...,
+        base=, coef=)``;
         a rule that ``selects_by_distances`` takes the former only), and ``shared``, (features (c, S), uploads {name: (c, S)}) where
         row i holds row ``cls[i]``; ``distances``, for a rule that selects by them, the
         squared distances of the whole rows' features and which clients are finite
@@ -320,7 +322,8 @@ class Rule(abc.ABC):
                 continue
             out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode=self.window, t=t,
                                                    rows=rows, backend=backend,
-                                                   base=base[0] if base else None)
+                                                   base=base[0] if base else None,
+                                                   coef=base[1] if len(base) > 1 else None)
             pieces.append(out)
             kept += k_p
             bad += b_p

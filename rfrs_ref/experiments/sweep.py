@@ -171,9 +171,10 @@ def estimate_run_memory(spec: RunSpec, low_memory: bool = False) -> int:
     RFA, the median, the trimmed mean, Meamed and Bulyan with FISM) counts the gradients of 16 clients and
     the features and uploads of n clients (in low memory, the uploads of 16) on the
     columns where they differ: FISM's P and 1.25 times the mean number of items of n
-    users of Q's rows (the buffers' own allocation, ``Trainer.buffers``); with
-    parameter-space detection, out of low memory, they hold no features there
-    (``rounds_derive_features``).
+    users of Q's rows (the buffers' own allocation, ``Trainer.buffers``); out of low
+    memory, with parameter-space detection, or gradient-space detection and an
+    optimiser whose recovery reads one array (SGD, momentum, Adam), they hold no
+    features there (``rounds_derive_features``).
     """
     from rfrs_ref.optim import OPTIMIZERS
 

@@ -181,19 +181,27 @@ class Federation:
     @property
     def derives_features(self) -> bool:
         """Whether a round on shared rows (:attr:`compares_shared_rows`) holds no feature
-        rows on the columns where the clients differ: with parameter-space detection
-        every feature is θᵢ − θ̄, which the rule's kernels compute where they read the
-        uploaded θ (the distances a column block at a time, ``pairwise_sq_dists(...,
-        base=)`` and ``pairwise_sq_dists64``; the coordinate-wise windows per column,
-        ``coordinatewise_combine(..., base=)``), and verification reads the uploads
-        without writing features (``verify_batch(screen=True)``, whose verdicts
-        ``features_verify_batch`` gives bit for bit). The same features, verdicts, state
+        rows on the columns where the clients differ: every feature is then a function of
+        one uploaded array and the server's state, coordinate by coordinate
+        (``Optimizer.feature_derivation``): θᵢ − θ̄ with parameter-space detection, and
+        with gradient-space detection the recovered gradient of SGD, momentum and Adam
+        (A-RFRS: (mᵢ − β₁m̄)/(1 − β₁)). The rule's kernels compute it where they read the
+        upload (the distances a column block at a time, ``pairwise_sq_dists(...,
+        base=, coef=)`` and ``pairwise_sq_dists64``; the coordinate-wise windows per
+        column, ``coordinatewise_combine(..., base=, coef=)``). Verification reads the
+        uploads without keeping features: in parameter space ``verify_batch(screen=True)``
+        (whose verdicts ``features_verify_batch`` gives bit for bit), in gradient space
+        ``features_verify_batch`` a batch of clients at a time, its ĝ written into the
+        gradient rows the client rule has consumed. The same features, verdicts, state
         and record as the round that holds them, with one n × |C| array fewer
-        (docs/performance.md, "Parameter-space rounds without feature rows"). Not in low
-        memory (:attr:`recomputes_uploads`), whose rounds hold the features instead of
-        the uploads."""
-        return (self.compares_shared_rows and not self.needs_recovery
-                and not self.recomputes_uploads)
+        (docs/performance.md, "Parameter-space rounds without feature rows" and
+        "Gradient-space rounds without feature rows"). Not for AdaGrad and RMSProp in
+        gradient space (their recovery reads two arrays), nor in low memory
+        (:attr:`recomputes_uploads`), whose rounds hold the features instead of the
+        uploads."""
+        space = "gradient" if self.needs_recovery else "parameter"
+        return (self.compares_shared_rows and not self.recomputes_uploads
+                and self.optimizer.feature_derivation(space) is not None)
 
     @property
     def needs_recovery(self) -> bool:
@@ -324,14 +332,18 @@ class RoundBuffers:
         #: scratch arrays an attack keeps from round to round
         self.attack_workspace: dict = {}
 
-    def full(self, features: bool, rows: int | None = None) -> "RoundBuffers":
+    def full(self, features: bool, rows: int | None = None,
+             grad_rows: int | None = None) -> "RoundBuffers":
         """Buffers of the same run with every row and column (a streamed or compact
         round that has to hold every upload after all); ``rows``: gradients and uploads
         of that many clients only, every column (a compact round in low memory that
-        falls back to the round on full rows in low memory)."""
+        falls back to the round on full rows in low memory); ``grad_rows``: gradients of
+        that many clients at a time (default ``rows``)."""
         return RoundBuffers(self.n_max, self.n_params, self.dtype, self.names,
                             private_dim=self.private_dim, features=features,
-                            shared_rows=self.shared_rows, grad_rows=rows, upload_rows=rows)
+                            shared_rows=self.shared_rows,
+                            grad_rows=rows if grad_rows is None else grad_rows,
+                            upload_rows=rows)
 
     def flat(self, name: str, size: int) -> np.ndarray:
         """The first ``size`` values of buffer ``name`` (``"features"`` or an uploaded
@@ -407,12 +419,15 @@ def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: Rou
         if buf.compact:
             low = buf.uploads["theta"].shape[0] < rd.clients.size
             buf = buf.full(fed.needs_features,
-                           rows=buf.uploads["theta"].shape[0] if low else None)
+                           rows=buf.uploads["theta"].shape[0] if low else None,
+                           grad_rows=buf.grads.shape[0])
     if buf.features is None and fed.needs_features:
         # buffers of rounds that derive their features (``Federation.derives_features``)
-        # handed to a round that holds them: take buffers with features
+        # handed to a round that holds them: take buffers with features (the gradients
+        # still a batch at a time where the run's are)
         low = buf.uploads["theta"].shape[0] < rd.clients.size
-        buf = buf.full(True, rows=buf.uploads["theta"].shape[0] if low else None)
+        buf = buf.full(True, rows=buf.uploads["theta"].shape[0] if low else None,
+                       grad_rows=buf.grads.shape[0])
     if buf.uploads["theta"].shape[0] < rd.clients.size and fed.recomputes_uploads:
         return _recomputed_round(fed, state, rd, buf)           # Alg. 1 and 2, uploads twice
     if buf.uploads["theta"].shape[0] < rd.clients.size:
@@ -743,11 +758,19 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
                                                      for k in arrays))]
     S = [{k: state[k][:start] for k in arrays},
          {k: state[k][start:].reshape(n_rows, width)[own].ravel() for k in arrays}]
-    # parameter features: computed where the rule's kernels read θ, never held
-    # (``Federation.derives_features``); each part of X is then the pair (θ, θ̄)
+    # features derived where the rule's kernels read the uploads, never held
+    # (``Federation.derives_features``): each part of X is then the triple (upload array,
+    # state array, derivation): θᵢ − θ̄, or ĝᵢ of an affine recovery (Adam's from m)
     derive = fed.derives_features and not low
-    X = ([(Up["theta"], Sp["theta"]) for Sp, Up in zip(S, U)] if derive
-         else rows_of(buf.flat("features", n * (start + q)), n))
+    if derive:
+        name, coef = opt.feature_derivation(space)
+        X = [(Up[name], Sp[name], coef) for Sp, Up in zip(S, U)]
+    else:
+        X = rows_of(buf.flat("features", n * (start + q)), n)
+    # gradient-space features derived so are verified a batch at a time as they come,
+    # their ĝ written into the gradient rows the client rule has just consumed (the
+    # verdicts of the round that holds the features, from the same ĝ in the same dtype)
+    scratch = derive and space == "gradient"
     negatives = _negatives(fed, rd)
 
     def uploads_of(sel, r0):
@@ -780,7 +803,10 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
             if not Up["theta"].shape[1]:
                 continue
             ups = {k: Up[k][r0:r0 + hi - lo] for k in arrays}
-            if derive:
+            if scratch:
+                out = rows_of(buf.grads.reshape(-1), hi - lo)[p]
+                ok = opt.features_verify_batch(Sp, ups, t, out, space, backend=fed.backend)[0]
+            elif derive:
                 ok = opt.verify_batch(Sp, ups, t, backend=fed.backend, screen=True)[0]
             else:
                 ok = opt.features_verify_batch(Sp, ups, t, X[p][lo:hi], space,
@@ -796,8 +822,11 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
         losses[lo:hi] = uploads_of(slice(lo, hi), 0 if low else lo)
         if low and not verified(lo, hi, 0):
             return None
-    if not low and not verified(0, n, 0):
-        return None
+    if not low:
+        # every upload at once, or (features into the gradient rows) a batch at a time
+        for lo in range(0, n, batch if scratch else n):
+            if not verified(lo, min(n, lo + (batch if scratch else n)), lo):
+                return None
     rd.features = space
     attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)
     # the rule: on the distances (C's by the kernel, S's by class), or column by column
@@ -877,7 +906,8 @@ def _weighed_by_distances(fed, state, rd: _Round, buf: RoundBuffers, layout, X, 
 
 def _distances_by_parts(fed, X, x_s, cls):
     """``(D2, finite, error)``: the squared distances of the whole rows' features summed
-    by parts (C's parts ``X``, each a matrix or a pair (θ, θ̄) of features θᵢ − θ̄, and
+    by parts (C's parts ``X``, each a matrix or a triple (upload array, state array,
+    derivation) of features ``derived_features`` of it (θᵢ − θ̄, or ĝᵢ), and
     S's by class), +inf for a client with a non-finite feature (as
     ``client_distances``), and which clients are finite; for a rule with
     ``distances64`` (RFA) float64 differences of the finite clients with their relative
@@ -910,8 +940,9 @@ def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U,
     ``selects_by_distances`` one's (Bulyan: its selection on the distances by parts), on
     the parts of a round on shared rows: the fused kernel on C, and on S each column from
     its class values (``Rule.aggregate_by_columns``), the pieces put back in place.
-    A part of ``X`` that is a pair (θ, θ̄) (``Federation.derives_features``) is the
-    features θᵢ − θ̄, computed in the kernels.
+    A part of ``X`` that is a triple (upload array, state array, derivation)
+    (``Federation.derives_features``) is the features ``derived_features`` of it
+    (θᵢ − θ̄, or an affine recovery ĝᵢ), computed in the kernels.
     Returns :func:`_aggregate`'s tuple, or None where the rule needs the rows
     themselves."""
     from rfrs_ref.aggregate.base import FiniteUploads, NeedsRows, NothingFinite
@@ -920,7 +951,7 @@ def _trimmed_by_columns(fed, state, rd: _Round, buf: RoundBuffers, layout, X, U,
     arrays = fed.optimizer.arrays
     u_s = {k: u_sh[k].reshape(-1, n_rows, width)[:, nobody].reshape(x_s.shape[0], -1)
            for k in arrays}
-    parts = [(Xp[0], FiniteUploads(Up), Xp[1]) if isinstance(Xp, tuple)
+    parts = [(Xp[0], FiniteUploads(Up), *Xp[1:]) if isinstance(Xp, tuple)
              else (Xp, FiniteUploads(Up)) for Xp, Up in zip(X, U)]
     distances = None
     if getattr(fed.rule, "selects_by_distances", False):

@@ -59,7 +59,7 @@ from numba import njit, prange
 
 from rfrs_ref.kernels.blocks import overflow_free_mean
 from rfrs_ref.kernels.distances import (_checked_base, _derived_tile, as_float_matrix,
-                                        derived_features, n_chunks)
+                                        derivation, derived_features, n_chunks)
 
 MODES = {"trim": 0, "closest": 1, "nearest": 2}
 
@@ -225,12 +225,12 @@ def _add_kept_row(arrays, r, k0, bw, w, keep, num):
 
 
 @njit(cache=True, parallel=True, fastmath={"contract"})
-def _coordinatewise_numba(F, base, derived, arrays, check, outs, over, weights, rows, comps, mode,
+def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, weights, rows, comps, mode,
                           t, block, nchunks):
     """The fused kernel. ``arrays``/``outs``: tuples of (n, D) inputs and (D,) outputs.
-    ``derived``: the features are ``F − base`` (``base`` (D,)), each the float64
-    difference rounded once to F's dtype where it is read (:func:`derived_features`'s
-    values); else ``F`` itself (``base`` unused).
+    ``derived``: the features are derived from ``F`` (``base`` (D,), ``coef`` the
+    derivation), each the float64 value rounded once to F's dtype where it is read
+    (:func:`derived_features`'s values); else ``F`` itself (``base`` unused).
     ``over`` (D,) bool: set where a window of finite values gave a non-finite result in
     some array (a float64 sum that overflowed), for the caller to compute again.
 
@@ -272,7 +272,7 @@ def _coordinatewise_numba(F, base, derived, arrays, check, outs, over, weights, 
             k0 = b * block
             bw = min(D, k0 + block) - k0
             if derived:
-                _derived_tile(F, base, rows, k0, k0 + bw, keys)
+                _derived_tile(F, base, coef, rows, k0, k0 + bw, keys)
             for r in range(s):
                 i = rows[r]
                 kr = keys[r]
@@ -421,6 +421,7 @@ def coordinatewise_combine(
     rows: np.ndarray | None = None,
     backend: str = "numba",
     base: np.ndarray | None = None,
+    coef=None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
     """Rank the candidate rows per coordinate on ``features``, keep a window of
     ranks, and combine every array over the kept rows (module docstring).
@@ -435,11 +436,15 @@ def coordinatewise_combine(
         rows: candidate row indices (default: all n rows), e.g. Bulyan's selection.
         backend: ``"numpy"``, ``"numba"`` or ``"cuda"``.
         base: (D,) or None. Given, the features are :func:`derived_features`
-            ``(features, base)``, θᵢ − θ̄ of parameter-space detection when
-            ``features`` is the uploaded θ and ``base`` the server's θ̄: the numba
+            ``(features, base, coef)``: θᵢ − θ̄ of parameter-space detection when
+            ``features`` is the uploaded θ and ``base`` the server's θ̄, or an affine
+            recovery of the gradients (Adam's (m − β₁m̄)/(1 − β₁) with ``features``
+            the uploaded m, ``base`` m̄ and ``coef`` (β₁, 1 − β₁, False)): the numba
             kernel computes each where it reads it (the same values, bit for bit),
             so no (n, D) feature matrix exists; the other backends, and uploads of
             more than one dtype, build it.
+        coef: with ``base``, the derivation ``(a, c, flip)``
+            (:func:`rfrs_ref.kernels.distances.derivation`; None: θᵢ − θ̄).
 
     Returns:
         ``(out, kept, nonfinite_kept)``: aggregated arrays (D,) in each array's
@@ -449,13 +454,14 @@ def coordinatewise_combine(
     """
     if base is not None and (backend != "numba"
                              or len({np.asarray(A).dtype for A in arrays.values()}) > 1):
-        features, base = derived_features(features, base), None
+        features, base = derived_features(features, base, coef), None
     if backend == "numpy":
         return coordinatewise_numpy(features, arrays, weights, mode=mode, t=t, rows=rows)
     F = as_float_matrix(features, "features")
     n, D = F.shape
     derived = base is not None
     base = _checked_base(base, D) if derived else np.zeros(0, dtype=F.dtype)
+    coef = derivation(coef if derived else None)
     rows_ = np.arange(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     s = rows_.size
     _window_sizes(mode, s, t)
@@ -488,7 +494,7 @@ def coordinatewise_combine(
         ins = tuple(mats[nm] for nm in names) or (F,)
         check = np.array([M is not F for M in ins], dtype=np.bool_)
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)
-        k, bcount = _coordinatewise_numba(Fg, base, derived, ins, check, outs, over, w, rows_,
+        k, bcount = _coordinatewise_numba(Fg, base, coef, derived, ins, check, outs, over, w, rows_,
                                           comps, MODES[mode], t, BLOCK, n_chunks(D, BLOCK))
         for nm, o in zip(names, outs):
             out[nm] = o
@@ -498,7 +504,7 @@ def coordinatewise_combine(
         # sums of finite values that overflowed (rows near ±1.8e308): those coordinates
         # are computed again by the oracle, whose ranking is the kernel's
         cols = np.flatnonzero(over)
-        Fc = derived_features(F[:, cols], base[cols]) if derived else F[:, cols]
+        Fc = derived_features(F[:, cols], base[cols], coef) if derived else F[:, cols]
         redo, _, _ = coordinatewise_numpy(Fc, {nm: mats[nm][:, cols] for nm in mats},
                                           w, mode=mode, t=t, rows=rows_)
         for nm in mats:

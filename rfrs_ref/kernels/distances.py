@@ -66,44 +66,96 @@ def n_chunks(D: int, block: int) -> int:
     return int(min(nblocks, 16))
 
 
-def derived_features(features: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """``features − base`` row by row, each the float64 difference rounded once to
-    ``features``' dtype (for float32 values the float32 subtraction's own result: a
-    float64 difference of two float32 values rounds as the float32 operation does, so
-    for arrays of one dtype this is ``rfrs_ref.aggregate.base.parameter_features``);
-    hostile values give what the formula gives (no warning). θᵢ − θ̄, the
-    parameter-space features the round builds, which the kernels given ``base=``
-    compute where they read θ (:func:`pairwise_sq_dists`, :func:`pairwise_sq_dists64`,
-    :func:`rfrs_ref.kernels.coordinatewise.coordinatewise_combine`)."""
+#: the derivation of parameter-space features, θᵢ − θ̄ (:func:`derivation`)
+IDENTITY = (1.0, 1.0, False)
+
+
+def derivation(coef=None) -> np.ndarray:
+    """The float64 vector ``[a, c, flip]`` of a derivation of features from uploaded rows
+    (:func:`derived_features`), checked: ``a`` and ``c`` finite, ``c`` non-zero. None is
+    :data:`IDENTITY` (z = x − b)."""
+    a, c, flip = IDENTITY if coef is None else coef
+    a, c = float(a), float(c)
+    if not (np.isfinite(a) and np.isfinite(c) and c != 0.0):
+        raise ValueError(f"a derivation (x − a·b)/c needs a finite a and a finite, non-zero c; "
+                         f"got a={a!r}, c={c!r}")
+    return np.array([a, c, 1.0 if flip else 0.0])
+
+
+def derived_features(features: np.ndarray, base: np.ndarray, coef=None) -> np.ndarray:
+    """The features a kernel given ``base=`` (and ``coef=``) derives from the rows
+    ``features`` where it reads them, as a matrix (the oracle of those kernels).
+
+    Formula, coordinate by coordinate in float64, rounded once to ``features``' dtype,
+    with ``coef = (a, c, flip)`` (:func:`derivation`; default ``(1, 1, False)``)::
+
+        z = x − b                 (a = c = 1, flip False: the difference alone)
+        z = (x − a·b) / c         (flip False)
+        z = (a·b − x) / c         (flip True)
+
+    ``x`` the row's value, ``b`` = ``base``'s. The first is θᵢ − θ̄, the parameter-space
+    features (for float32 values the float32 subtraction's own result: a float64
+    difference of two float32 values rounds as the float32 operation does, so for
+    arrays of one dtype this is ``rfrs_ref.aggregate.base.parameter_features``); the
+    others are the recovered gradients of the optimisers whose recovery is affine in one
+    uploaded array, by the very expressions of their recovery kernels
+    (``Optimizer.feature_derivation``: momentum's m − β₃m̄, Adam's (m − β₁m̄)/(1 − β₁),
+    SGD's (θ̄ − θ)/η), so the values of ``recover_batch``, bit for bit. Hostile values
+    give what the formula gives (no warning). The kernels that take ``base=``:
+    :func:`pairwise_sq_dists`, :func:`pairwise_sq_dists64`,
+    :func:`rfrs_ref.kernels.coordinatewise.coordinatewise_combine`."""
     F = np.asarray(features)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return (F.astype(np.float64) - np.asarray(base, dtype=np.float64)).astype(F.dtype)
+    a, c, flip = derivation(coef)
+    x = F.astype(np.float64)
+    b = np.asarray(base, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if a == 1.0 and c == 1.0 and not flip:
+            z = x - b
+        elif flip:
+            z = (a * b - x) / c
+        else:
+            z = (x - a * b) / c
+        return z.astype(F.dtype)
+
+
+# Not inlined, and compiled with fast-math explicitly off: its operations keep their own
+# roundings inside the kernels that call it, whose ``contract`` flag would otherwise fuse
+# a·b and the subtraction into one FMA (another rounding than the recovery kernels').
+# Explicitly: Numba compiles a callee with its caller's fast-math flags unless it sets its
+# own
+@njit(cache=True, fastmath=False)
+def _derived_tile(X, base, coef, rows, k0, k1, Z):
+    """Z[a, :k1 − k0] = the derived rows ``rows`` of X on columns k0..k1 − 1, each the
+    float64 value rounded once to Z's dtype (:func:`derived_features`' values)."""
+    a, c, flip = coef[0], coef[1], coef[2] != 0.0
+    plain = a == 1.0 and c == 1.0 and not flip
+    for r in range(rows.shape[0]):
+        x = X[rows[r], k0:k1]
+        z = Z[r]
+        if plain:
+            for k in range(k1 - k0):
+                z[k] = np.float64(x[k]) - np.float64(base[k0 + k])
+        elif flip:
+            for k in range(k1 - k0):
+                z[k] = (a * np.float64(base[k0 + k]) - np.float64(x[k])) / c
+        else:
+            for k in range(k1 - k0):
+                z[k] = (np.float64(x[k]) - a * np.float64(base[k0 + k])) / c
 
 
 @njit(cache=True, inline="always")
-def _derived_tile(X, base, rows, k0, k1, Z):
-    """Z[a, :k1 − k0] = X[rows[a], k0:k1] − base[k0:k1], each the float64 difference
-    stored in Z's dtype (:func:`derived_features`' values)."""
-    for a in range(rows.shape[0]):
-        x = X[rows[a], k0:k1]
-        z = Z[a]
-        for k in range(k1 - k0):
-            z[k] = np.float64(x[k]) - np.float64(base[k0 + k])
-
-
-@njit(cache=True, inline="always")
-def _block_source(X, base, rows, k0, k1, Z, derived):
+def _block_source(X, base, coef, rows, k0, k1, Z, derived):
     """Where a kernel reads column block [k0, k1): ``(Z, 0, k1 − k0)`` with the tile of
-    derived rows filled (``derived``: row a of Z is row ``rows[a]`` of X − base), else
+    derived rows filled (``derived``: row a of Z is derived row ``rows[a]`` of X), else
     ``(X, k0, k1)``."""
     if derived:
-        _derived_tile(X, base, rows, k0, k1, Z)
+        _derived_tile(X, base, coef, rows, k0, k1, Z)
         return Z, 0, k1 - k0
     return X, k0, k1
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc"})
-def _derived_rows_finite_numba(X, base, block, zero):
+def _derived_rows_finite_numba(X, base, coef, block, zero):
     """``zero`` (0 in X's dtype) types the sums; ``reassoc`` lets them vectorise and
     cannot create or remove NaN."""
     n, D = X.shape
@@ -114,7 +166,7 @@ def _derived_rows_finite_numba(X, base, block, zero):
         p = zero
         for k0 in range(0, D, block):
             k1 = min(D, k0 + block)
-            _derived_tile(X, base, row, k0, k1, z)
+            _derived_tile(X, base, coef, row, k0, k1, z)
             for k in range(k1 - k0):
                 p += z[0, k] - z[0, k]  # NaN iff some feature is NaN or ±inf
         out[i] = p == 0
@@ -137,29 +189,31 @@ def _rows_abs_sum_numba(X):
     return out
 
 
-def derived_rows_finite(X: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """Which rows of :func:`derived_features` ``(X, base)`` hold only finite values,
-    without building it.
+def derived_rows_finite(X: np.ndarray, base: np.ndarray, coef=None) -> np.ndarray:
+    """Which rows of :func:`derived_features` ``(X, base, coef)`` hold only finite
+    values, without building it.
 
-    A row with Σₖ|xᵢₖ| + Σₖ|base_k| below half the dtype's largest value (sums in
-    float64, within a relative 1e-9 of exact at any D here; a margin of 1% taken) has
-    every difference finite, rounded or not: one vectorised pass over X decides those;
-    the others (a non-finite value, or values near the dtype's range) are decided by
-    forming their differences.
+    Every derived value has |z| ≤ (|x| + |a|·|b|)(1 + u)³/|c| (u the unit roundoff of
+    float64), so a row with (Σₖ|xᵢₖ| + |a|·Σₖ|b_k|)/|c| below half the dtype's largest
+    value (sums in float64, within a relative 1e-9 of exact at any D here; a margin of
+    1% taken) has every value finite, rounded or not: one vectorised pass over X decides
+    those; the others (a non-finite value, or values near the dtype's range) are decided
+    by forming their values.
     """
     Xc = as_float_matrix(X, "X")
     base = _checked_base(base, Xc.shape[1])
+    coef = derivation(coef)
     n, D = Xc.shape
     if D == 0:
         return np.ones(n, dtype=bool)
     zero = Xc.dtype.type(0)
     big = float(np.finfo(Xc.dtype).max) / 2
     with np.errstate(invalid="ignore", over="ignore"):
-        b = _rows_abs_sum_numba(base.reshape(1, D))[0]
-        ok = (_rows_abs_sum_numba(Xc) + b) * 1.01 < big  # False for NaN and inf
+        b = _rows_abs_sum_numba(base.reshape(1, D))[0] * abs(coef[0])
+        ok = (_rows_abs_sum_numba(Xc) + b) * 1.01 < big * abs(coef[1])  # False for NaN, inf
     unsure = np.flatnonzero(~ok)
     if unsure.size:
-        ok[unsure] = _derived_rows_finite_numba(Xc[unsure], base, BLOCK, zero)
+        ok[unsure] = _derived_rows_finite_numba(Xc[unsure], base, coef, BLOCK, zero)
     return ok
 
 
@@ -241,9 +295,9 @@ def _one_pair(x, y, fin, safe, zero):
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks, base, derived):
+def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks, base, coef, derived):
     """Blocked kernel; ``zero`` (0 in the inputs' dtype) types the inner sums.
-    ``derived`` (symmetric only): the rows are X − base (:func:`derived_features`),
+    ``derived`` (symmetric only): the rows are derived from X (:func:`derived_features`),
     built a column block at a time in a tile of n × block values, then summed as
     the rows of a held matrix are (the same loops on the same values).
 
@@ -270,7 +324,7 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks, base, derive
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             k1 = min(D, k0 + block)
-            Xs, a0, a1 = _block_source(X, base, all_rows, k0, k1, Z, derived)
+            Xs, a0, a1 = _block_source(X, base, coef, all_rows, k0, k1, Z, derived)
             Ys = Xs if symmetric else Y
             _block_row_flags(Xs, a0, a1, safe_ss, fin_x, safe_x)
             if symmetric:
@@ -353,7 +407,7 @@ def _pairwise_numba(X, Y, symmetric, zero, safe_ss, block, nchunks, base, derive
 
 
 def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: str = "numba",
-                      base: np.ndarray | None = None) -> np.ndarray:
+                      base: np.ndarray | None = None, coef=None) -> np.ndarray:
     """Squared Euclidean distances between the rows of X and those of Y (or X).
 
     Formula: ``out[i, j] = Σ_k (X[i, k] − Y[j, k])²``, computed by direct
@@ -377,10 +431,12 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
             diagonal for finite rows).
         backend: ``"numpy"`` (float64 oracle), ``"numba"`` or ``"cuda"``.
         base: (D,) or None; with Y None only. Given, the rows are
-            :func:`derived_features` ``(X, base)`` (θᵢ − θ̄ of parameter-space
-            detection): the numba kernel builds them a column block at a time, so
-            no (n, D) feature matrix exists, and returns the held rows' matrix bit
-            for bit; the other backends build the matrix.
+            :func:`derived_features` ``(X, base, coef)`` (θᵢ − θ̄ of parameter-space
+            detection, or an affine recovery of the gradients): the numba kernel
+            builds them a column block at a time, so no (n, D) feature matrix exists,
+            and returns the held rows' matrix bit for bit; the other backends build
+            the matrix.
+        coef: with ``base``, the derivation ``(a, c, flip)`` (:func:`derivation`).
 
     Returns:
         float64 (n, m). Pairs involving a non-finite row are +inf; NaN never occurs.
@@ -389,8 +445,9 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
         if Y is not None:
             raise ValueError("base= gives the distances among the rows of X − base; Y must be None")
         base = _checked_base(base, as_float_matrix(X, "X").shape[1])
+        coef = derivation(coef)
         if backend != "numba":
-            X, base = derived_features(X, base), None
+            X, base = derived_features(X, base, coef), None
     if backend == "numpy":
         return pairwise_sq_dists_numpy(X, Y)
     Xc = as_float_matrix(X, "X")
@@ -421,10 +478,10 @@ def pairwise_sq_dists(X: np.ndarray, Y: np.ndarray | None = None, *, backend: st
     derived = base is not None
     out = _pairwise_numba(Xc, Y_, symmetric, dt(0), dt(SAFE_SS[Xc.dtype]), BLOCK,
                           n_chunks(D, BLOCK), base if derived else np.zeros(0, Xc.dtype),
-                          derived)
+                          coef if derived else derivation(), derived)
     if symmetric:
         def row(i):
-            return derived_features(Xc[i], base) if derived else Xc[i]
+            return derived_features(Xc[i], base, coef) if derived else Xc[i]
 
         # the diagonal is never computed: a non-finite row is infinitely far from
         # itself as well, as in the oracle
@@ -501,8 +558,9 @@ def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
 
     Args:
         parts: 2-D arrays of n rows each (any numbers of columns, 0 included), or
-            (θ (n, Dₚ), θ̄ (Dₚ,)) pairs whose rows are θᵢ − θ̄ (:func:`pairwise_sq_dists`'s
-            ``base=``).
+            (θ (n, Dₚ), θ̄ (Dₚ,)) pairs whose rows are θᵢ − θ̄, or (X, base, coef)
+            triples whose rows are :func:`derived_features` ``(X, base, coef)``
+            (:func:`pairwise_sq_dists`'s ``base=`` and ``coef=``).
         shared: (classes, S) the shared rows.
         cls: (n,) int, each row's class (an index into ``shared``).
     """
@@ -510,27 +568,28 @@ def pairwise_sq_dists_by_parts(parts, shared: np.ndarray, cls: np.ndarray, *,
     n = cls.shape[0]
     out = np.zeros((n, n))
     for p in parts:
-        p, base = _part(p, n)
+        p, base, coef = _part(p, n)
         if np.shape(p)[1]:
-            out += pairwise_sq_dists(p, backend=backend, base=base)
+            out += pairwise_sq_dists(p, backend=backend, base=base, coef=coef)
     return out + pairwise_sq_dists(shared, backend=backend)[np.ix_(cls, cls)]
 
 
 def _part(p, n: int):
-    """(rows, base or None) of a part given as a matrix or as (θ, θ̄), checked to have n
-    rows."""
-    p, base = p if isinstance(p, tuple) else (p, None)
+    """(rows, base or None, coef or None) of a part given as a matrix, as (θ, θ̄) or as
+    (X, base, coef) (:func:`derived_features`), checked to have n rows."""
+    p, base, coef = (p + (None,) * (3 - len(p))) if isinstance(p, tuple) else (p, None, None)
     if np.shape(p)[0] != n:
         raise ValueError(f"every part must have {n} rows (one per class index), got "
                          f"shape {np.shape(p)}")
-    return p, base
+    return p, base, coef
 
 
 def pairwise_sq_dists64_by_parts(parts, shared: np.ndarray, cls: np.ndarray,
                                  rows: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """:func:`pairwise_sq_dists64` of the rows ``rows`` of the whole rows that
     :func:`pairwise_sq_dists_by_parts` describes (row i: the parts' rows i, then
-    ``shared[cls[i]]``; a part may be a (θ, θ̄) pair as there), and the relative error
+    ``shared[cls[i]]``; a part may be a (θ, θ̄) pair or an (X, base, coef) triple as
+    there), and the relative error
     bound of every entry.
 
     Formula: ``out[a, b] = Σ_p d_p(rows[a], rows[b]) + d_S(cls[rows[a]], cls[rows[b]])``,
@@ -556,9 +615,9 @@ def pairwise_sq_dists64_by_parts(parts, shared: np.ndarray, cls: np.ndarray,
     out = np.zeros((rows.size, rows.size))
     worst, k = sq_dists64_error(shared.shape[1]), 1
     for p in parts:
-        p, base = _part(p, n)
+        p, base, coef = _part(p, n)
         if np.shape(p)[1]:
-            out += pairwise_sq_dists64(p, rows, base=base)
+            out += pairwise_sq_dists64(p, rows, base=base, coef=coef)
             worst, k = max(worst, sq_dists64_error(np.shape(p)[1])), k + 1
     c = cls[rows]
     out += pairwise_sq_dists64(shared)[np.ix_(c, c)]
@@ -636,11 +695,11 @@ def _pair64(x, y):
 
 
 @njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def _pairwise64_numba(X, rows, block, nchunks, base, derived):
+def _pairwise64_numba(X, rows, block, nchunks, base, coef, derived):
     """Blocked kernel over the rows ``rows`` of X: differences in float64, two rows
     against four per sweep of a block (as ``_pairwise_numba``); ``reassoc`` and
     ``contract`` cannot create or remove inf and NaN. ``derived``: the rows are
-    X − base (:func:`derived_features`), built a block at a time in a tile."""
+    derived from X (:func:`derived_features`), built a block at a time in a tile."""
     m = rows.shape[0]
     D = X.shape[1]
     nblocks = (D + block - 1) // block
@@ -652,7 +711,7 @@ def _pairwise64_numba(X, rows, block, nchunks, base, derived):
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             k1 = min(D, k0 + block)
-            Xs, a0, a1 = _block_source(X, base, rows, k0, k1, Z, derived)
+            Xs, a0, a1 = _block_source(X, base, coef, rows, k0, k1, Z, derived)
             rs = tile_rows if derived else rows
             for i in range(0, m, 2):
                 two = i + 1 < m
@@ -724,7 +783,7 @@ def _pairwise64_numba(X, rows, block, nchunks, base, derived):
 
 
 def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None, *,
-                        base: np.ndarray | None = None) -> np.ndarray:
+                        base: np.ndarray | None = None, coef=None) -> np.ndarray:
     """Squared distances between the rows ``rows`` of X (every row if None), with
     every difference taken in float64.
 
@@ -736,8 +795,8 @@ def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None, *,
     where such errors are amplified by cancellation. About 1.4 times the time of the
     float32 kernel (half the vector lanes).
 
-    ``base`` (D,): the rows are :func:`derived_features` ``(X, base)`` (θᵢ − θ̄), built a
-    column block at a time in the kernel: the held rows' matrix, bit for bit, without an
+    ``base`` (D,): the rows are :func:`derived_features` ``(X, base, coef)`` (θᵢ − θ̄, or
+    an affine recovery of the gradients), built a column block at a time in the kernel: the held rows' matrix, bit for bit, without an
     (n, D) feature matrix.
 
     Preconditions: the selected rows are finite (the caller knows which are); an entry
@@ -753,4 +812,5 @@ def pairwise_sq_dists64(X: np.ndarray, rows: np.ndarray | None = None, *,
         return np.zeros((rows.size, rows.size))
     derived = base is not None
     base = _checked_base(base, Xc.shape[1]) if derived else np.zeros(0, Xc.dtype)
-    return _pairwise64_numba(Xc, rows, BLOCK64, n_chunks(Xc.shape[1], BLOCK64), base, derived)
+    return _pairwise64_numba(Xc, rows, BLOCK64, n_chunks(Xc.shape[1], BLOCK64), base,
+                             derivation(coef), derived)

@@ -76,6 +76,11 @@ class Adam(Optimizer):
         m = _as_f64(upload["m"], "upload 'm'")
         return (m - self.beta1 * _as_f64(state["m"], "state 'm'")) / (1.0 - self.beta1)
 
+    def _gradient_derivation(self):
+        # (m − β₁m̄)/(1 − β₁) as adam_recover computes it (the arguments _recover_numba
+        # passes)
+        return "m", (float(self.beta1), 1.0 - self.beta1, False)
+
     def recovery_bound(self, state, upload, t, recovered=None):
         u, tiny = tol.roundoff(*self._bound_dtypes(upload, recovered))
         g_hat = self.recover(state, upload, t) if recovered is None else _as_f64(recovered, "recovered")

@@ -176,6 +176,26 @@ class Optimizer(abc.ABC):
     def client_rule(self, state: State, g: np.ndarray, t: int) -> dict[str, np.ndarray]:
         """The upload of a client with gradient ``g`` in round ``t`` (NumPy oracle, float64)."""
 
+    def feature_derivation(self, space: str) -> tuple[str, tuple[float, float, bool]] | None:
+        """How a detection feature is derived from one uploaded array, where a kernel reads
+        it: ``(name, (a, c, flip))`` such that the feature of an upload is
+        ``rfrs_ref.kernels.distances.derived_features(upload[name], state[name], (a, c,
+        flip))``, bit for bit, or None where it is not so derived.
+
+        In parameter space every optimiser's feature is θᵢ − θ̄: ``("theta", (1, 1,
+        False))``. In gradient space it is the recovered gradient, which is such a
+        function of one array for SGD, momentum and Adam (their recovery kernels' very
+        expressions; AdaGrad's and RMSProp's recovery reads two arrays: None).
+        """
+        if space == "parameter":
+            return "theta", (1.0, 1.0, False)
+        if space != "gradient":
+            raise ValueError(f"space must be 'gradient' or 'parameter', got {space!r}")
+        return self._gradient_derivation()
+
+    def _gradient_derivation(self) -> tuple[str, tuple[float, float, bool]] | None:
+        return None
+
     @abc.abstractmethod
     def recover(self, state: State, upload: State, t: int) -> np.ndarray:
         """The server's recovery of the gradient from ``upload`` (NumPy oracle, float64)."""

@@ -52,6 +52,10 @@ class Momentum(Optimizer):
         check_round(t)
         return _as_f64(upload["m"], "upload 'm'") - self.beta3 * _as_f64(state["m"], "state 'm'")
 
+    def _gradient_derivation(self):
+        # m − β₃m̄ as momentum_recover computes it (the division by 1 is exact)
+        return "m", (float(self.beta3), 1.0, False)
+
     def recovery_bound(self, state, upload, t, recovered=None):
         u, tiny = tol.roundoff(*self._bound_dtypes(upload, recovered))
         g_hat = self.recover(state, upload, t) if recovered is None else _as_f64(recovered, "recovered")

@@ -41,6 +41,10 @@ class SGD(Optimizer):
         tb = _as_f64(state["theta"], "state 'theta'")
         return (tb - _as_f64(upload["theta"], "upload 'theta'")) / self.lr
 
+    def _gradient_derivation(self):
+        # (θ̄ − θ)/η as sgd_recover computes it: (1·θ̄ − θ)/η, flip True
+        return "theta", (1.0, float(self.lr), True)
+
     def recovery_bound(self, state, upload, t, recovered=None):
         u, tiny = tol.roundoff(*self._bound_dtypes(upload, recovered))
         g_hat = self.recover(state, upload, t) if recovered is None else _as_f64(recovered, "recovered")

@@ -370,20 +370,24 @@ def test_memory_estimates_of_rounds_on_shared_rows(ex):
 def test_memory_estimates_of_coordinatewise_rounds_without_feature_rows(ex):
     """The trimmed mean and Krum on parameters hold no feature rows on shared rows
     (``rounds_derive_features``): the estimate is one n × |C| array below that of the
-    same rule on recovered gradients, still no less than the buffers its trainer
-    allocates; in low memory Krum holds the features of every client instead of the
-    uploads."""
+    same rule on AdaGrad's recovered gradients (which read two arrays, and are held),
+    still no less than the buffers its trainer allocates; in low memory Krum holds the
+    features of every client instead of the uploads. Adam's recovered gradients (one
+    array) are derived too."""
     from rfrs_ref.experiments.sweep import estimate_run_memory
     from rfrs_ref.federated.round import rounds_derive_features
     from rfrs_ref.federated.trainer import Trainer
 
     big = dict(dataset_params={"n_users": 2000, "n_items": 4000, "mean_items": 12.0},
-               client_fraction=0.05, attack="ascent", byzantine_fraction=0.2)
+               client_fraction=0.05, attack="ascent", byzantine_fraction=0.2,
+               optimizer="adagrad")
     trmean = ex.tiny_config(defense="trmean", detect="parameter", **big)
     krum = ex.tiny_config(defense="krum", detect="parameter", **big)
     on_gradients = ex.tiny_config(defense="trmean", detect="gradient", **big)
     assert rounds_derive_features(trmean) and rounds_derive_features(krum)
     assert not rounds_derive_features(on_gradients)
+    adam = ex.tiny_config(defense="trmean", detect="gradient", **{**big, "optimizer": "adam"})
+    assert rounds_derive_features(adam) and Trainer(adam).buffers().features is None
     assert Trainer(krum, low_memory=True).buffers().features is not None
     trainer = Trainer(trmean)
     buf = trainer.buffers()

@@ -19,7 +19,10 @@ A recording may also list, under ``changed``, configurations whose results a doc
 change altered after it was made (with the reason): the test skips them on that CPU until
 they are recorded there again. RFA's steps on the distance matrix changed two of them
 (the ALIE attack in gradient space with Adam and RMSProp); rocketlake's digests of those
-were recorded again, znver4's are listed as changed.
+were recorded again, znver4's are listed as changed. The znver3 recording (an AMD EPYC
+with AVX2 only) was made from the code before the gradient-space rounds derived their
+features in the rules' kernels (docs/performance.md, "Gradient-space rounds without
+feature rows").
 """
 
 from __future__ import annotations

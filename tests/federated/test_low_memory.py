@@ -110,11 +110,12 @@ def test_low_memory_on_shared_rows_is_the_round_that_holds_them(defense, detect,
     buf, held_buf = low.buffers(), held.buffers()
     assert buf.compact and buf.uploads["theta"].shape == (GRADIENT_BATCH, buf.features.shape[1])
     assert buf.features.shape[0] == 40
-    # held on parameters, the rounds hold the uploads and no features
-    # (``Federation.derives_features``): low memory holds less where more than one array
-    # is uploaded, SGD's n + 16 rows against n
-    assert (held_buf.features is None) == (detect == "parameter")
-    assert (buf.nbytes < held_buf.nbytes) == (detect == "gradient" or optimizer != "sgd")
+    # held on parameters, or on gradients recovered from one array (SGD, momentum, Adam),
+    # the rounds hold the uploads and no features (``Federation.derives_features``): low
+    # memory holds less where more than one array is uploaded, SGD's n + 16 rows against n
+    derives = detect == "parameter" or optimizer in ("sgd", "momentum", "adam")
+    assert (held_buf.features is None) == derives
+    assert (buf.nbytes < held_buf.nbytes) == (not derives or optimizer != "sgd")
     want = _rounds(held, held_buf)
     assert calls == {"called": 3, "returned": 3}
     _same(want, _rounds(low, buf), (defense, detect, optimizer))

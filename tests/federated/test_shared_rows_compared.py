@@ -30,6 +30,13 @@ def _rounds(trainer, shared, rounds=4, full=False):
     return state, records
 
 
+def _derives(optimizer: str, detect: str) -> bool:
+    """Whether a round on shared rows derives its features in the rules' kernels: θᵢ − θ̄
+    for every optimiser, the recovered gradient for those whose recovery reads one
+    uploaded array."""
+    return detect == "parameter" or optimizer in ("sgd", "momentum", "adam")
+
+
 def _full_and_shared(trainer, calls):
     """The 4 rounds on full rows, then the same rounds on shared rows (each of which must
     take the shared-rows path and return from it)."""
@@ -67,8 +74,9 @@ def test_the_round_on_shared_rows_gives_the_rounds_of_full_rows(optimizer, detec
                          defense="krum", detect=detect, attack=attack, byzantine_fraction=0.3,
                          verify=True, seed=7)
     trainer = Trainer(config)
-    # on parameters the distances build θᵢ − θ̄ a column block at a time: no feature rows
-    assert (trainer.buffers().features is None) == (detect == "parameter")
+    # the distances build θᵢ − θ̄, or SGD's, momentum's and Adam's recovered gradients, a
+    # column block at a time: no feature rows
+    assert (trainer.buffers().features is None) == _derives(optimizer, detect)
     full, shared = _full_and_shared(trainer, calls)
     if attack == "ascent":
         assert all(r["n_byzantine_sampled"] >= 3 for r in full[1])
@@ -115,16 +123,18 @@ def test_an_upload_that_fails_verification_runs_the_round_in_full(corrupt_one_up
 def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
     """A feature that is not finite although its upload is (a recovered gradient that
     overflows) makes its client infinitely far from all, as in the round on full rows:
-    here one client's feature on P is set to +inf after the server's read."""
-    from rfrs_ref.optim.adam import Adam
+    here one client's feature on P is set to +inf after the server's read (AdaGrad, whose
+    round holds its recovered gradients: its recovery reads two arrays)."""
+    from rfrs_ref.optim.adaptive import AdaGrad
 
     config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
-                         model_params={"dim": 8}, defense="krum", detect="gradient",
-                         attack="ascent", byzantine_fraction=0.2, seed=4)
+                         model_params={"dim": 8}, optimizer="adagrad", defense="krum",
+                         detect="gradient", attack="ascent", byzantine_fraction=0.2, seed=4)
     trainer = Trainer(config)
+    assert not trainer.federation.derives_features
     n = trainer.buffers().n_max
     start = trainer.model.shared_block[0]
-    honest = Adam.features_verify_batch
+    honest = AdaGrad.features_verify_batch
 
     def overflowing(self, state, uploads, t, out, space="gradient", backend="numba", **kw):
         res = honest(self, state, uploads, t, out, space, backend, **kw)
@@ -132,12 +142,38 @@ def test_a_non_finite_feature_is_far_from_every_client(monkeypatch, calls):
             out[2, 5] = np.inf  # column 5 lies in P on both paths
         return res
 
-    monkeypatch.setattr(Adam, "features_verify_batch", overflowing)
+    monkeypatch.setattr(AdaGrad, "features_verify_batch", overflowing)
     full, shared = _rounds(trainer, shared=False), _rounds(trainer, shared=True)
     assert calls["returned"] == 4
     for r in shared[1]:
         assert r["rule"]["nonfinite_clients"] == [2] and r["kept"][2] == 0
     _same_but_scores(full, shared, "inf feature", trainer.model.n_params(), np.float32)
+
+
+def test_a_non_finite_derived_feature_is_far_from_every_client(monkeypatch, calls):
+    """Where the features are derived in the kernels (Adam's ĝ from m), which clients'
+    features are finite comes from ``derived_rows_finite`` on every part: a client it
+    finds non-finite is infinitely far from all and kept nowhere."""
+    from rfrs_ref.kernels import distances
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8}, defense="krum", detect="gradient",
+                         attack="ascent", byzantine_fraction=0.2, seed=4)
+    trainer = Trainer(config)
+    assert trainer.federation.derives_features
+    honest = distances.derived_rows_finite
+
+    def overflowing(X, base, coef=None):
+        ok = honest(X, base, coef)
+        assert coef is not None and coef[0] == 0.9  # Adam's (m − β₁m̄)/(1 − β₁)
+        ok[2] = False
+        return ok
+
+    monkeypatch.setattr(distances, "derived_rows_finite", overflowing)
+    shared = _rounds(trainer, shared=True)
+    assert calls["returned"] == 4
+    for r in shared[1]:
+        assert r["rule"]["nonfinite_clients"] == [2] and r["kept"][2] == 0
 
 
 @pytest.mark.parametrize("kw", [
@@ -173,7 +209,7 @@ def test_the_trainer_holds_only_the_columns_where_clients_differ(calls):
     start = trainer.model.shared_block[0]
     buf = trainer.buffers()
     assert buf.compact and start < buf.uploads["theta"].shape[1] < D
-    assert buf.features.shape == buf.uploads["m"].shape
+    assert buf.features is None  # Adam's ĝ is derived from m in the rules' kernels
     assert not trainer.buffers(full=True).compact
     assert not trainer.buffers(full=True).shared_columns  # read row by row after a round
     assert not trainer.buffers(shared_rows=False).compact
@@ -198,9 +234,10 @@ def test_a_compact_round_that_fails_verification_holds_every_row(defense, corrup
     config = TrainConfig(dataset="synthetic", dataset_params=WIDE, client_fraction=0.2,
                          model_params={"dim": 8}, defense=defense, detect="parameter", seed=2)
     trainer = Trainer(config)
-    # the round that falls back holds every row in one batch (RoundBuffers.full), as
-    # buffers of every row do: the corruption then hits the same one client
-    full = _rounds(trainer, shared=False, rounds=2, full=True)
+    # the round that falls back holds every row (RoundBuffers.full) and computes the
+    # gradients a batch at a time, as the run's buffers of every column do: the
+    # corruption then hits the same clients
+    full = _rounds(trainer, shared=False, rounds=2)
     buf = trainer.buffers()
     assert buf.compact
     state, private = trainer.initial_state()
@@ -260,7 +297,7 @@ def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, at
     trainer = Trainer(config)
     assert trainer.federation.compares_shared_rows
     full, shared = trainer.buffers(shared_rows=False), trainer.buffers()
-    assert (shared.features is None) == (detect == "parameter")
+    assert (shared.features is None) == _derives(optimizer, detect)
     state, _ = trainer.initial_state()
     for t in range(1, 6):
         a, ra = run_round(trainer.federation, state, t, full)
@@ -301,9 +338,9 @@ def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
                          verify=True, seed=5)
     trainer = Trainer(config)
     assert trainer.federation.compares_shared_rows
-    # on parameters the features θᵢ − θ̄ are computed in the rules' kernels: the round
-    # holds no feature rows
-    derives = detect == "parameter"
+    # the features θᵢ − θ̄ (or an affine recovery ĝᵢ) are computed in the rules'
+    # kernels: the round holds no feature rows
+    derives = _derives(optimizer, detect)
     assert trainer.federation.derives_features == derives
     assert (trainer.buffers().features is None) == derives
     assert trainer.buffers(shared_rows=False).features is not None

@@ -338,32 +338,38 @@ def derived_problems(draw):
     w = rng.integers(1, 6, size=n).astype(np.float64)
     mode = draw(st.sampled_from(["trim", "closest", "nearest"]))
     t = draw(st.integers(0, (n - 1) // 2))
-    return theta, base, A, w, mode, t
+    # θ − θ̄ (None), Adam's, momentum's and SGD's recovered gradients (a, c, flip)
+    coef = draw(st.sampled_from([None, (0.9, 1.0 - 0.9, False), (0.99, 1.0, False),
+                                 (1.0, 0.01, True)]))
+    return theta, base, A, w, mode, t, coef
 
 
 @settings(deadline=None)
 @given(derived_problems())
 def test_features_derived_in_the_kernel_are_the_held_features(p):
-    """``base=``: the kernel ranks on θᵢ − θ̄ computed where it reads θ; the aggregate,
-    kept counts and non-finite count are those of the features held as a matrix
-    (``derived_features``, the round's own θ − θ̄), bit for bit, and the oracle builds
-    the same matrix."""
+    """``base=`` (and ``coef=``): the kernel ranks on θᵢ − θ̄, or (x − a·b)/c, computed
+    where it reads the array; the aggregate, kept counts and non-finite count are those
+    of the features held as a matrix (``derived_features``, the round's own θ − θ̄ or
+    ĝ), bit for bit, and the oracle builds the same matrix."""
     from rfrs_ref.kernels.coordinatewise import derived_features
 
-    theta, base, A, w, mode, t = p
+    theta, base, A, w, mode, t, coef = p
     before = {k: v.copy() for k, v in A.items()}
-    X = derived_features(theta, base)
-    with np.errstate(invalid="ignore", over="ignore"):
-        assert np.array_equal(X, np.subtract(theta, base), equal_nan=True)  # one rounding
+    X = derived_features(theta, base, coef)
+    if coef is None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            assert np.array_equal(X, np.subtract(theta, base), equal_nan=True)  # one rounding
     held = coordinatewise_combine(X, A, w, mode=mode, t=t, backend="numba")
-    derived = coordinatewise_combine(theta, A, w, mode=mode, t=t, backend="numba", base=base)
+    derived = coordinatewise_combine(theta, A, w, mode=mode, t=t, backend="numba", base=base,
+                                     coef=coef)
     for name in A:
         assert derived[0][name].dtype == A[name].dtype
         assert np.array_equal(held[0][name].view(np.uint8), derived[0][name].view(np.uint8)), name
         np.testing.assert_array_equal(A[name], before[name])
     np.testing.assert_array_equal(held[1], derived[1])
     assert held[2] == derived[2]
-    oracle = coordinatewise_combine(theta, A, w, mode=mode, t=t, backend="numpy", base=base)
+    oracle = coordinatewise_combine(theta, A, w, mode=mode, t=t, backend="numpy", base=base,
+                                    coef=coef)
     expected = coordinatewise_combine(X, A, w, mode=mode, t=t, backend="numpy")
     for name in A:
         assert np.array_equal(oracle[0][name], expected[0][name], equal_nan=True)

@@ -249,43 +249,68 @@ def derived_rows(draw):
             theta[rng.integers(n), rng.integers(D)] = draw(st.sampled_from(HOSTILE))
     if draw(st.booleans()):
         base[rng.integers(D)] = draw(st.sampled_from(HOSTILE))
-    return theta, base
+    return theta, base, draw(st.sampled_from(DERIVATIONS))
+
+
+#: derivations (a, c, flip) of features from one array: θ − θ̄ (None), Adam's, momentum's
+#: and SGD's recovered gradients, and one that scales up (1/c > 1) towards overflow
+DERIVATIONS = [None, (0.9, 1.0 - 0.9, False), (0.99, 1.0, False), (1.0, 0.01, True),
+               (0.5, 1e-3, True)]
 
 
 @settings(deadline=None)
 @given(derived_rows())
 def test_distances_of_features_derived_in_the_kernel_are_those_of_the_held_features(p):
-    """``base=``: the rows θᵢ − θ̄ built a column block at a time in the kernel give the
-    matrix of the held features (``derived_features``) bit for bit, float32 sums and
-    float64 differences alike, hostile rows, copies and rows made equal by rounding
-    included; ``derived_rows_finite`` says which rows are finite without building
-    them; by parts, a (θ, θ̄) part is the held part; the oracle builds the matrix."""
+    """``base=`` (and ``coef=``): the rows θᵢ − θ̄, or (x − a·b)/c, built a column block at
+    a time in the kernel give the matrix of the held features (``derived_features``) bit
+    for bit, float32 sums and float64 differences alike, hostile rows, copies and rows
+    made equal by rounding included (the kernels' ``contract`` flag must not fuse a·b
+    into the subtraction); ``derived_rows_finite`` says which rows are finite without
+    building them; by parts, a (θ, θ̄) or (x, b, coef) part is the held part; the
+    oracle builds the matrix."""
     from rfrs_ref.kernels.distances import (derived_features, derived_rows_finite,
                                             pairwise_sq_dists64, pairwise_sq_dists64_by_parts,
                                             pairwise_sq_dists_by_parts)
 
-    theta, base = p
+    theta, base, coef = p
     before = theta.copy()
-    X = derived_features(theta, base)
+    X = derived_features(theta, base, coef)
     held = pairwise_sq_dists(X)
-    assert np.array_equal(pairwise_sq_dists(theta, base=base), held)
-    assert np.array_equal(pairwise_sq_dists(theta, base=base, backend="numpy"),
+    assert np.array_equal(pairwise_sq_dists(theta, base=base, coef=coef), held)
+    assert np.array_equal(pairwise_sq_dists(theta, base=base, coef=coef, backend="numpy"),
                           pairwise_sq_dists_numpy(X))
     finite = np.isfinite(X).all(axis=1)
-    np.testing.assert_array_equal(derived_rows_finite(theta, base), finite)
+    np.testing.assert_array_equal(derived_rows_finite(theta, base, coef), finite)
     live = np.flatnonzero(finite)
-    assert np.array_equal(pairwise_sq_dists64(theta, live, base=base), pairwise_sq_dists64(X, live))
+    assert np.array_equal(pairwise_sq_dists64(theta, live, base=base, coef=coef),
+                          pairwise_sq_dists64(X, live))
     cls = np.zeros(theta.shape[0], dtype=np.int64)
     shared = np.ones((1, 3), dtype=theta.dtype)
     half = theta.shape[1] // 2
     parts_held = [X[:, :half], X[:, half:]]
-    parts = [(theta[:, :half], base[:half]), (theta[:, half:], base[half:])]
+    parts = ([(theta[:, :half], base[:half]), (theta[:, half:], base[half:])] if coef is None
+             else [(theta[:, :half], base[:half], coef), (theta[:, half:], base[half:], coef)])
     assert np.array_equal(pairwise_sq_dists_by_parts(parts, shared, cls),
                           pairwise_sq_dists_by_parts(parts_held, shared, cls))
     a, ea = pairwise_sq_dists64_by_parts(parts, shared, cls, live)
     b, eb = pairwise_sq_dists64_by_parts(parts_held, shared, cls, live)
     assert np.array_equal(a, b) and ea == eb
     np.testing.assert_array_equal(theta, before)
+
+
+def test_a_derivation_is_checked_and_computed_in_float64_rounded_once():
+    from rfrs_ref.kernels.distances import derivation, derived_features
+
+    with pytest.raises(ValueError, match="non-zero c"):
+        derivation((0.9, 0.0, False))
+    with pytest.raises(ValueError, match="finite a"):
+        derivation((np.nan, 1.0, False))
+    x = np.array([[np.float32(0.1)]], dtype=np.float32)
+    b = np.array([np.float32(0.3)], dtype=np.float32)
+    exact = (np.float64(x[0, 0]) - 0.9 * np.float64(b[0])) / (1.0 - 0.9)
+    assert derived_features(x, b, (0.9, 1.0 - 0.9, False))[0, 0] == np.float32(exact)
+    assert derived_features(x, b, (1.0, 2.0, True))[0, 0] == np.float32(
+        (np.float64(b[0]) - np.float64(x[0, 0])) / 2.0)
 
 
 def test_derived_distances_refuse_a_base_of_the_wrong_length_or_a_second_matrix():

@@ -89,6 +89,24 @@ def upload_oracle(opt, state, grads, t, dtype):
     return out
 
 
+#: values written into one coordinate of an honest upload by :func:`tamper`
+TAMPER = (np.nan, np.inf, -1.0, 1e38, 0.0)
+
+
+def tamper(data, opt, uploads, values=TAMPER) -> bool:
+    """Maybe (a drawn boolean) set one drawn coordinate of one drawn array of one drawn
+    row of ``uploads`` to one of ``values`` or a drawn finite float32, in place; returns
+    whether it did."""
+    if not data.draw(st.booleans()):
+        return False
+    n, D = uploads["theta"].shape
+    r = data.draw(st.integers(0, n - 1))
+    k = data.draw(st.sampled_from(opt.arrays))
+    c = data.draw(st.integers(0, D - 1))
+    uploads[k][r, c] = data.draw(st.sampled_from(list(values)) | finite(-1e30, 1e30, np.float32))
+    return True
+
+
 def row(uploads, r):
     return {k: v[r] for k, v in uploads.items()}
 
@@ -115,5 +133,5 @@ def ot():
     return types.SimpleNamespace(
         NAMES=NAMES, DTYPES=DTYPES, cases=cases, hyperparameters=hyperparameters, finite=finite,
         empty_uploads=empty_uploads, upload_numba=upload_numba, upload_oracle=upload_oracle,
-        row=row, realistic_state=realistic_state,
+        row=row, realistic_state=realistic_state, tamper=tamper,
     )

@@ -61,13 +61,7 @@ def test_features_and_verdicts_are_those_of_the_separate_passes(name, dtype, spa
     tests), honest uploads with one coordinate possibly tampered or non-finite."""
     opt, state, grads, t = data.draw(ot.cases(name, dtype, n_max=9))
     up = ot.upload_numba(opt, state, grads, t, dtype)
-    tampered = data.draw(st.booleans())
-    if tampered:
-        r = data.draw(st.integers(0, grads.shape[0] - 1))
-        k = data.draw(st.sampled_from(opt.arrays))
-        c = data.draw(st.integers(0, grads.shape[1] - 1))
-        up[k][r, c] = data.draw(st.sampled_from([np.nan, np.inf, -1.0, 1e38, 0.0])
-                                | ot.finite(-1e30, 1e30, np.float32))
+    tampered = ot.tamper(data, opt, up)
     ok = _check(opt, state, up, t, space, dtype)
     if not tampered:
         assert ok.all()  # honest uploads always pass
@@ -129,3 +123,33 @@ def test_arguments_are_checked(rng, ot):
         opt.features_verify_batch(state, up, 2, np.zeros((3, 50), np.float32), "features")
     with pytest.raises(ValueError, match=r"shape \(3, 50\)"):
         opt.features_verify_batch(state, up, 2, np.zeros((2, 50), np.float32))
+
+
+@pytest.mark.parametrize("space", SPACES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=15)
+@given(data=st.data())
+def test_a_feature_derivation_gives_the_features_bit_for_bit(name, dtype, space, data, ot):
+    """``feature_derivation(space)`` (the features a rule's kernels derive where they read
+    one uploaded array: θᵢ − θ̄, or SGD's, momentum's and Adam's recovered gradients) gives
+    ``recover_batch``'s and θ − θ̄'s values bit for bit, tampered and non-finite uploads
+    included; AdaGrad's and RMSProp's recovery reads two arrays, and they say so."""
+    from rfrs_ref.kernels.distances import derived_features
+
+    opt, state, grads, t = data.draw(ot.cases(name, dtype, n_max=9))
+    up = ot.upload_numba(opt, state, grads, t, dtype)
+    ot.tamper(data, opt, up, (np.nan, np.inf, -np.inf, 3e38, -1e38, 0.0))
+    derivation = opt.feature_derivation(space)
+    if derivation is None:
+        assert space == "gradient" and name in ("adagrad", "rmsprop")
+        return
+    array, coef = derivation
+    X, _ = _two_calls(opt, state, up, t, space, dtype)
+    assert _same_bits(derived_features(up[array], state[array], coef), X)
+    assert name in ("adagrad", "rmsprop") or opt.feature_derivation("gradient") is not None
+
+
+def test_a_feature_derivation_names_its_space():
+    with pytest.raises(ValueError, match="'gradient' or 'parameter'"):
+        OPTIMIZERS.get("adam")().feature_derivation("features")

@@ -57,12 +57,7 @@ def test_sums_and_sure_rows_agree_with_verify_then_combine(name, dtype, data, ot
     tests), honest uploads with one coordinate possibly tampered or non-finite."""
     opt, state, grads, t = data.draw(ot.cases(name, dtype, n_max=9))
     up = ot.upload_numba(opt, state, grads, t, dtype)
-    if data.draw(st.booleans()):
-        r = data.draw(st.integers(0, grads.shape[0] - 1))
-        k = data.draw(st.sampled_from(opt.arrays))
-        c = data.draw(st.integers(0, grads.shape[1] - 1))
-        up[k][r, c] = data.draw(st.sampled_from([np.nan, np.inf, -1.0, 1e38, 0.0])
-                                | ot.finite(-1e30, 1e30, np.float32))
+    ot.tamper(data, opt, up)
     w = _weights(np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))), grads.shape[0])
     sure = _check(opt, state, up, t, w)
     honest = ot.upload_numba(opt, state, grads, t, dtype)
