@@ -226,7 +226,7 @@ def _add_kept_row(arrays, r, k0, bw, w, keep, num):
 
 @njit(cache=True, parallel=True, fastmath={"contract"})
 def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, weights, rows, comps, mode,
-                          t, block, nchunks):
+                          t, block, nchunks, nz):
     """The fused kernel. ``arrays``/``outs``: tuples of (n, D) inputs and (D,) outputs.
     ``derived``: the features are derived from ``F`` (``base`` (D,), ``coef`` the
     derivation), each the float64 value rounded once to F's dtype where it is read
@@ -280,8 +280,9 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                 x = kr if derived else F[i, k0:k0 + bw]
                 for k in range(bw):
                     v = x[k]
-                    # NaN -> +inf; ±inf stay at their own end (np.sort's order)
-                    kr[k] = v if v == v else inf
+                    # NaN -> +inf; ±inf stay at their own end (np.sort's order); + nz
+                    # as in the network below (x may be kr itself)
+                    kr[k] = (v if v == v else inf) + nz
                 for q in range(nq):
                     if not check[q]:
                         continue
@@ -289,18 +290,23 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                     for k in range(bw):
                         v = kr[k]
                         # a finite feature with a non-finite upload value ranks as +inf
-                        kr[k] = inf if (v - v == 0) & (a[k] - a[k] != 0) else v
+                        kr[k] = (inf if (v - v == 0) & (a[k] - a[k] != 0) else v) + nz
                 sr = srt[r]
                 for k in range(bw):
                     sr[k] = kr[k]
             for e in range(comps.shape[0]):
                 ra = srt[comps[e, 0]]
                 rb = srt[comps[e, 1]]
+                # + nz (−0.0, an argument, so an exact identity the compiler cannot
+                # see): without it LLVM drops the store of a value back into the
+                # place it was read from (ra[k] where x < y) and vectorises what is
+                # left as a masked store, microcoded on AMD's AVX2 cores (Zen 1-3: the
+                # network ran about four times slower there)
                 for k in range(bw):
                     x = ra[k]
                     y = rb[k]
-                    ra[k] = x if x < y else y
-                    rb[k] = y if x < y else x
+                    ra[k] = (x if x < y else y) + nz
+                    rb[k] = (y if x < y else x) + nz
             if mode == 0:
                 for k in range(bw):
                     lo_pos[k] = np.int32(t)
@@ -495,7 +501,8 @@ def coordinatewise_combine(
         check = np.array([M is not F for M in ins], dtype=np.bool_)
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)
         k, bcount = _coordinatewise_numba(Fg, base, coef, derived, ins, check, outs, over, w, rows_,
-                                          comps, MODES[mode], t, BLOCK, n_chunks(D, BLOCK))
+                                          comps, MODES[mode], t, BLOCK, n_chunks(D, BLOCK),
+                                          F.dtype.type(-0.0))
         for nm, o in zip(names, outs):
             out[nm] = o
         if g == 0:
