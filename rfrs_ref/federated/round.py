@@ -767,9 +767,9 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
         X = [(Up[name], Sp[name], coef) for Sp, Up in zip(S, U)]
     else:
         X = rows_of(buf.flat("features", n * (start + q)), n)
-    # gradient-space features derived so are verified a batch at a time as they come,
-    # their ĝ written into the gradient rows the client rule has just consumed (the
-    # verdicts of the round that holds the features, from the same ĝ in the same dtype)
+    # gradient-space features derived so are verified a batch at a time, their ĝ written
+    # into the gradient rows the client rule has consumed (the verdicts of the round
+    # that holds the features, from the same ĝ in the same dtype)
     scratch = derive and space == "gradient"
     negatives = _negatives(fed, rd)
 
