@@ -316,14 +316,14 @@ class Rule(abc.ABC):
             raise NeedsRows(f"{self.name}: its fallback is the mean of the whole rows")
         rows, t, diag = self._column_plan(n, f_used, distances)
         pieces, kept, bad, D = [], np.zeros(n, dtype=np.int64), 0, 0
-        for X, arrays, *base in parts:
+        for X, arrays, *derive in parts:
+            base, coef = (*derive, None, None)[:2]
             if np.shape(X)[1] == 0:
                 pieces.append({k: np.zeros(0, dtype=np.asarray(v).dtype) for k, v in arrays.items()})
                 continue
             out, k_p, b_p = coordinatewise_combine(X, arrays, w, mode=self.window, t=t,
                                                    rows=rows, backend=backend,
-                                                   base=base[0] if base else None,
-                                                   coef=base[1] if len(base) > 1 else None)
+                                                   base=base, coef=coef)
             pieces.append(out)
             kept += k_p
             bad += b_p

@@ -824,8 +824,9 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
             return None
     if not low:
         # every upload at once, or (features into the gradient rows) a batch at a time
-        for lo in range(0, n, batch if scratch else n):
-            if not verified(lo, min(n, lo + (batch if scratch else n)), lo):
+        step = batch if scratch else n
+        for lo in range(0, n, step):
+            if not verified(lo, min(n, lo + step), lo):
                 return None
     rd.features = space
     attack_diag = _client_rule_attack_diagnostics(fed, rd, buf.n_params)

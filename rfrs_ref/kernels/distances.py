@@ -108,13 +108,9 @@ def derived_features(features: np.ndarray, base: np.ndarray, coef=None) -> np.nd
     a, c, flip = derivation(coef)
     x = F.astype(np.float64)
     b = np.asarray(base, dtype=np.float64)
+    # (x − 1·b)/1 is x − b exactly: one formula serves θ − θ̄ too
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        if a == 1.0 and c == 1.0 and not flip:
-            z = x - b
-        elif flip:
-            z = (a * b - x) / c
-        else:
-            z = (x - a * b) / c
+        z = (a * b - x) / c if flip else (x - a * b) / c
         return z.astype(F.dtype)
 
 
@@ -128,6 +124,8 @@ def _derived_tile(X, base, coef, rows, k0, k1, Z):
     """Z[a, :k1 − k0] = the derived rows ``rows`` of X on columns k0..k1 − 1, each the
     float64 value rounded once to Z's dtype (:func:`derived_features`' values)."""
     a, c, flip = coef[0], coef[1], coef[2] != 0.0
+    # θ − θ̄ (a = c = 1) without the product and the division: the same values, and
+    # the parameter-space rounds pay nothing for the general form
     plain = a == 1.0 and c == 1.0 and not flip
     for r in range(rows.shape[0]):
         x = X[rows[r], k0:k1]

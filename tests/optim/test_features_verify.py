@@ -147,7 +147,6 @@ def test_a_feature_derivation_gives_the_features_bit_for_bit(name, dtype, space,
     array, coef = derivation
     X, _ = _two_calls(opt, state, up, t, space, dtype)
     assert _same_bits(derived_features(up[array], state[array], coef), X)
-    assert name in ("adagrad", "rmsprop") or opt.feature_derivation("gradient") is not None
 
 
 def test_a_feature_derivation_names_its_space():
