@@ -1609,6 +1609,7 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
                         message=f"expected an array of {e.dtype}, got one of {g.dtype}: a "
                         "boolean output is compared with booleans only")
     tol = None
+    ints = np.zeros(e.shape, dtype=bool)  # integers of a list that NumPy read as floats
     if e.dtype.kind in "iub" and g.dtype.kind in "iub":
         bad = e != g  # integers beyond 2**53 would collide in float64
     elif how == "exact" or e.dtype.kind in "iub" or g.dtype.kind in "iub":
@@ -1622,25 +1623,73 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
     else:
         bad = agreement.disagree(e, g, rtol, atol)
         tol = agreement.tolerance(e, rtol, atol)
+    if e.dtype.kind == "f" or g.dtype.kind == "f":
+        # a JSON list mixing integers and floats ([1, 2.5]) reads as floats: its integers
+        # (and those of a recomputed list) are still compared exactly, one by one, by value
+        ints = _int_elements(expected, e.shape) | _int_elements(got, g.shape)
+        if ints.any():
+            at = [tuple(int(i) for i in w) for w in np.argwhere(ints)]
+            # as written: float64 rounds the int 2**53 + 1 of a list to the float 2**53
+            eo = [_element(expected, w) for w in at]
+            go = [_element(got, w) for w in at]
+            bad = np.array(bad, dtype=bool, copy=True)
+            bad[ints] = agreement.disagree(e[ints], g[ints]) | np.array(
+                [_finite(x) and _finite(y) and x != y for x, y in zip(eo, go)], dtype=bool)
     if not bad.any():
         return None
     idx = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
-    tv = None if tol is None else float(np.asarray(tol)[idx] if np.ndim(tol) else tol)
-    return Mismatch(name, idx, _py(e[idx]), _py(g[idx]), tv, int(bad.sum()), int(bad.size))
+    tv = None if tol is None or ints[idx] else float(np.asarray(tol)[idx] if np.ndim(tol) else tol)
+    exact_e = _element(expected, idx) if ints[idx] else _py(e[idx])
+    exact_g = _element(got, idx) if ints[idx] else _py(g[idx])
+    return Mismatch(name, idx, exact_e, exact_g, tv, int(bad.sum()), int(bad.size))
 
 
-#: the dtypes case.json may state for an array (what export writes)
+def _int_elements(value, shape: tuple) -> np.ndarray:
+    """Which elements of ``value`` (of ``shape``, as NumPy reads it) are integers written as
+    such: the ints (not booleans) of a list, such as a JSON list that NumPy reads as floats
+    because it also holds floats. All False for an array."""
+    mask = np.zeros(shape, dtype=bool)
+    if not isinstance(value, list):
+        return mask
+    stack = [(value, ())]
+    while stack:
+        x, at = stack.pop()
+        if isinstance(x, list):
+            stack.extend((v, at + (i,)) for i, v in enumerate(x))
+        elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and len(at) == len(shape):
+            mask[at] = True
+    return mask
+
+
+def _finite(x) -> bool:
+    """Whether the number ``x`` (an int of any size, a float) is finite."""
+    return isinstance(x, int) or math.isfinite(x)
+
+
+def _element(value, idx: tuple):
+    """Element ``idx`` of ``value`` as written (a list's int stays an int)."""
+    if isinstance(value, list):
+        for i in idx:
+            value = value[i]
+        return value
+    return _py(np.asarray(value)[idx])
+
+
+#: the dtypes case.json may state for an array (what export writes), and the ``descr`` of
+#: each in the file's header
 ARRAY_DTYPES = ("float32", "float64", "int64", "bool")
+_DESCR = {"float32": "<f4", "float64": "<f8", "int64": "<i8", "bool": "|b1"}
 
 
 def _array(folder: pathlib.Path, meta: dict, key: str, where: str) -> np.ndarray:
-    """The array that entry ``key`` of case.json names, confined to the case's folder and
-    checked against the dtype and shape the entry states."""
+    """The array that entry ``key`` of case.json names, confined to the case's folder, in
+    the documented layout (``.npy`` version 1.0, C order, little-endian: ``read_npy``'s
+    ``strict``) and checked against the dtype and shape the entry states."""
     src = str(folder / "case.json")
     path = confined(folder, meta.get("file"), src, what=f"{where} {key!r}: file")
-    a = read_npy(path, src)
+    a = read_npy(path, src, strict=True)
     dtype, shape = meta.get("dtype"), meta.get("shape")
-    if dtype not in ARRAY_DTYPES or str(a.dtype.newbyteorder("=")) != dtype:
+    if dtype not in ARRAY_DTYPES or a.dtype.str != _DESCR[dtype]:
         raise GoldenFormatError(f"{src}: {where} {key!r}: {path.name} holds {a.dtype}, the case states "
                                 f"dtype {dtype!r} (one of {', '.join(ARRAY_DTYPES)})")
     if not isinstance(shape, list) or list(a.shape) != shape:
@@ -1683,14 +1732,27 @@ def load_case(folder) -> tuple[dict, dict, dict]:
     return meta, inputs, expected
 
 
-#: hyperparameters that set how long a recomputation loops, and the most a case may state:
-#: far above every export (RFA 100 steps, CC 2 iterations, 20 evaluations) and no more
-#: than rfrs-ref's own caps on subset searches; 10¹² Weiszfeld steps would never end
-LOOP_LIMITS = {"max_iter": 10_000, "iterations": 10_000, "evals": 10_000, "max_subsets": 10_000_000}
+#: the parameters a case may state that set how long a recomputation loops or how much
+#: memory it takes, and the most a case may state: far above every export, at least every
+#: reference setting, and no more than a small case needs (10¹² Weiszfeld steps or A-hum
+#: steps would never end; 10⁸ items would allocate gigabytes per client). The loop counts:
+#: RFA's ``max_iter`` (exports 100), centered clipping's ``iterations`` (2), the optimal
+#: attacks' ``evals`` (12; default 20), MDA's and SMEA's ``max_subsets`` (rfrs-ref's own
+#: cap) and a-ra's ``hum_steps`` (A-hum: 30). The sizes: a model's ``n_items`` (exports
+#: 11 and 12) and ``dim`` (3; default 64), its sampled
+#: ``negatives`` per positive (3), a-ra's ``samples`` per Byzantine client (10) and
+#: ``n_targets`` (1). Every other count a case states is bounded by its input arrays
+#: (Krum's k and bucketing's bucket size by the rows, an index by the clients), by the
+#: outputs it states (a federated run's ``rounds``, see :func:`_implausible`) or loops over
+#: nothing (an optimiser's round t sets powers, not steps).
+LOOP_LIMITS = {"max_iter": 10_000, "iterations": 10_000, "evals": 10_000, "max_subsets": 10_000_000,
+               "hum_steps": 1_000,
+               "n_items": 1_000, "dim": 64, "negatives": 100, "samples": 100, "n_targets": 100}
 
 
 def _loop_counts(x, path: str = "params"):
-    """(path, value) of every LOOP_LIMITS key nested in ``x``."""
+    """(path, key, value) of every LOOP_LIMITS key nested in ``x``, wherever it is (a rule's
+    hyperparameters, an attack's, a model's, or ``params`` itself)."""
     stack = [(x, path)]
     while stack:
         obj, where = stack.pop()
@@ -1705,14 +1767,16 @@ def _loop_counts(x, path: str = "params"):
 
 def _implausible(meta: dict) -> str:
     """Why the parameters of a case cannot be what it states, before recomputing it
-    ('' when they can). The models and rules check their own sizes and preconditions;
-    what remains is how long the recomputation loops, which nothing else bounds: the
-    length of a federated run (a case.json claiming 10⁹ rounds would run for days)
-    and the iteration counts of :data:`LOOP_LIMITS`."""
+    ('' when they can). The models and rules check their own preconditions; what remains
+    is how long the recomputation loops and how much it allocates, which nothing else
+    bounds: the length of a federated run (a case.json claiming 10⁹ rounds would run for days)
+    and the loop counts and sizes of :data:`LOOP_LIMITS`, each refused above its limit in
+    one line naming the parameter, its value and the limit."""
     for where, key, v in _loop_counts(meta["params"]):
         if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= LOOP_LIMITS[key]):
-            return (f"{where} is {v!r}: it must be an integer from 0 to {LOOP_LIMITS[key]:,} (a golden "
-                    "case is small; more would loop for hours)")
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "…"
+            return (f"{where} is {shown}: it must be an integer from 0 to {LOOP_LIMITS[key]:,} (a golden "
+                    "case is small; more would loop for hours or exhaust memory)")
     if meta.get("kind") != "federated":
         return ""
     rounds = meta["params"].get("rounds")
@@ -1900,34 +1964,51 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
     return CaseResult(name, backend, not mismatches, mismatches)
 
 
+def _part_of_vectors(root: pathlib.Path) -> tuple[pathlib.Path, str] | None:
+    """(the folder the vectors would be in, the ``--only`` pattern that selects ``root``)
+    when ``root`` is laid out as a case folder (it holds a ``case.json`` and sits in a
+    family's folder) or a family's folder (named for a family, holding case folders) of
+    exported vectors; None otherwise. Judged from names alone: nothing outside ``root`` is
+    opened (a folder above may be anyone's, and its ``index.json`` a pipe or a device),
+    nor any file inside it."""
+    if not (root.name and root.parent.name):
+        root = root.absolute()  # '.', 'sgd-f64': the names of the folders above are needed
+    try:
+        if (root / "case.json").is_file() and root.parent.name in FAMILIES:
+            return root.parent.parent, f"{root.parent.name}/{root.name}"
+        if root.name in FAMILIES and root.is_dir() and any(
+                (d / "case.json").is_file() for d in root.iterdir()):
+            return root.parent, f"{root.name}/*"
+    except OSError:
+        pass
+    return None
+
+
 def read_index(directory) -> list[dict]:
     """The case entries (``name``, ``path``, ...) of ``directory/index.json``, validated:
     every ``path`` is a relative path to a ``case.json`` inside ``directory``
-    (resolved: ``..``, absolute paths and symbolic links leading out are refused).
+    (resolved: ``..``, absolute paths and symbolic links leading out are refused), and so
+    is ``index.json`` itself, which is read only once it is known to stay inside.
+    Nothing outside ``directory`` is read: without an index, a folder laid out as a case's
+    or a family's is named as such from its path (:func:`_part_of_vectors`).
     Raises :class:`GoldenFormatError` / FileNotFoundError with one-line messages."""
     root = pathlib.Path(directory)
     index_path = root / "index.json"
     if not index_path.exists():
         # a case's folder, or a family's, given instead of the folder export wrote
-        def golden_index(a: pathlib.Path) -> bool:
-            try:
-                return json.loads((a / "index.json").read_text()).get("format") == FORMAT
-            except (OSError, ValueError, AttributeError):
-                return False
-
-        top = next((a for a in (root.parent, root.parent.parent)
-                    if a != root and golden_index(a)), None)
-        if top is not None:
-            name = root.relative_to(top).as_posix()
-            only = name if (root / "case.json").is_file() else f"{name}/*"
+        part = _part_of_vectors(root)
+        if part is not None:
+            top, only = part
             raise FileNotFoundError(
-                f"{index_path}: no index of golden vectors: {root} is part of the vectors in "
-                f"{top}; check it with `rfrs-ref golden check {top} --only '{only}'`")
+                f"{index_path}: no index of golden vectors: {root} is laid out as part of "
+                f"exported vectors (a {'case' if '*' not in only else 'family'} folder); if they "
+                f"are in {top}, check this folder with `rfrs-ref golden check {top} --only '{only}'`")
         raise FileNotFoundError(f"{index_path}: no index of golden vectors (run `rfrs-ref golden export`)")
-    index = read_json(index_path, "index of golden vectors")
     # the index itself may be a link, but not one leading out of the vectors (its paths
-    # are read relative to them: an index from elsewhere describes other vectors)
+    # are read relative to them: an index from elsewhere describes other vectors); checked
+    # before it is opened, so that nothing outside the vectors is read
     confined(root, "index.json", str(index_path), what="the index")
+    index = read_json(index_path, "index of golden vectors")
     if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION \
             or isinstance(index.get("version"), bool):
         raise GoldenFormatError(f"{index_path}: not a {FORMAT} version {VERSION} index")

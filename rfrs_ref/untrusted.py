@@ -76,6 +76,17 @@ def exception_message(exc: BaseException, limit: int = 300) -> str:
     return _guarded_text(str, exc, limit)
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that does not print as itself (a newline, a carriage
+    return, U+2028, a terminal escape, other control and format characters) written as its
+    Python escape (``\\n``, ``\\u2028``): a name read from a file (a JSON key, an array name)
+    must not split a one-line report, nor forge a line of its own in it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 def describe_object(obj, limit: int = 120) -> str:
     """The first line of ``repr(obj)``, cut to ``limit`` characters; never raises (an object
     of code under test may define ``__repr__`` as it likes)."""
@@ -241,13 +252,21 @@ def confined(folder, relative, source: str, *, what: str = "path") -> pathlib.Pa
 NPY_KINDS = "fiub"
 
 
-def read_npy(path, source: str | None = None) -> np.ndarray:
+def read_npy(path, source: str | None = None, *, strict: bool = False) -> np.ndarray:
     """Read one ``.npy`` array (never pickled), refusing what NumPy would choke on.
 
     The header's dtype must be a plain float, integer or bool, and the file must
     hold as many bytes as the header's shape needs (a header claiming more than
     the file holds is refused before any memory is allocated). ``source`` names
     the file that pointed here, for the message.
+
+    By default any layout NumPy writes is read (format version 1.0, 2.0 or 3.0,
+    C or Fortran order, either byte order), and the array is returned in C order.
+    ``strict``: the file must also have the one layout a reader written from the
+    format's description alone handles, which the golden vectors fix: format
+    version 1.0, C order (``'fortran_order': False``) and a little-endian dtype
+    (``<``, or ``|`` where byte order does not apply); any other is refused, naming
+    what differs, even where NumPy would read the same values.
     """
     path = pathlib.Path(path)
     where = f"{path}" + (f" (named in {source})" if source else "")
@@ -275,6 +294,14 @@ def read_npy(path, source: str | None = None) -> np.ndarray:
             raise UntrustedFileError(f"{where}: not a readable .npy file ({msg})") from None
         if dtype.kind not in NPY_KINDS or dtype.hasobject or dtype.fields is not None:
             raise UntrustedFileError(f"{where}: dtype {dtype} is not a plain float, integer or bool")
+        if strict:
+            off = [x for x, bad in ((f"format version {version[0]}.{version[1]}", version != (1, 0)),
+                                    ("Fortran (column-major) order", fortran),
+                                    (f"big-endian ({dtype.str!r})", dtype.str[0] not in "<|")) if bad]
+            if off:
+                raise UntrustedFileError(f"{where}: not in the plain .npy layout (format version 1.0, "
+                                         f"C order, little-endian): it has {', '.join(off)}; write it "
+                                         "with numpy.save from a C-ordered, little-endian array")
         if any(s < 0 for s in shape):  # NumPy's header check allows them; reshape does not
             raise UntrustedFileError(f"{where}: the header's shape {tuple(shape)} has a negative "
                                      "dimension")
@@ -291,5 +318,5 @@ def read_npy(path, source: str | None = None) -> np.ndarray:
     return data.reshape(shape, order=order).copy()
 
 
-__all__ = ["NPY_KINDS", "UntrustedFileError", "confined", "depth_exceeds", "parse_json", "read_json",
-           "read_npy"]
+__all__ = ["NPY_KINDS", "UntrustedFileError", "confined", "depth_exceeds", "one_line", "parse_json",
+           "read_json", "read_npy"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -104,3 +105,29 @@ def test_read_npy_refuses_a_negative_dimension_naming_the_file(tmp_path, shape):
     with pytest.raises(UntrustedFileError, match=r"neg\.npy \(named in case\.json\): the header's shape .* "
                                                  "has a negative dimension"):
         read_npy(p, "case.json")
+
+
+@pytest.mark.parametrize("layout, fragment", [
+    ("fortran", "Fortran (column-major) order"), ("big-endian", "big-endian ('>f8')"),
+    ("version 2.0", "format version 2.0"), ("version 3.0", "format version 3.0")])
+def test_read_npy_strict_refuses_every_layout_but_the_plain_one(tmp_path, layout, fragment):
+    """``strict`` (the golden vectors' layout): version 1.0, C order, little-endian; the
+    default reads what NumPy writes, in any of them."""
+    a = np.arange(6.0).reshape(2, 3)
+    p = tmp_path / "a.npy"
+    buf = io.BytesIO()
+    if layout == "fortran":
+        np.lib.format.write_array(buf, np.asfortranarray(a), version=(1, 0))
+    elif layout == "big-endian":
+        np.lib.format.write_array(buf, a.astype(">f8"), version=(1, 0))
+    else:
+        np.lib.format.write_array(buf, a, version=(int(layout[-3]), 0))
+    p.write_bytes(buf.getvalue())
+    assert np.array_equal(read_npy(p), a)
+    with pytest.raises(UntrustedFileError, match=r"a\.npy \(named in case\.json\): not in the plain \.npy "
+                                                 r"layout .*" + re.escape(fragment)):
+        read_npy(p, "case.json", strict=True)
+    np.save(p, a)
+    assert np.array_equal(read_npy(p, strict=True), a)
+    np.save(p, np.array([True, False]))
+    assert read_npy(p, strict=True).dtype == np.bool_  # '|b1': no byte order to state

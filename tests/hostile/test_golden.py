@@ -9,10 +9,12 @@ and never an "ok" for a file it did not read from inside the vectors.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import shutil
+import signal
 import zipfile
 
 import numpy as np
@@ -350,6 +352,10 @@ def test_export_refuses_to_merge_a_garbage_index_before_writing(tmp_path, kind):
 def test_an_index_that_is_a_device_is_not_read_forever(vectors):
     (vectors / "index.json").unlink()
     (vectors / "index.json").symlink_to("/dev/zero")
+    # outside the vectors: refused as such before it is opened
+    _refused(_cli("check", vectors), "index.json", "leads outside")
+    (vectors / "index.json").unlink()
+    os.mkfifo(vectors / "index.json")  # inside: a pipe would block the read
     _refused(_cli("check", vectors), "index.json", "not a regular file")
 
 
@@ -862,3 +868,194 @@ def test_export_never_writes_into_a_results_directory_its_runs_or_its_figures(tm
     _refused(_cli("export", tmp_path / out, "--only", "optim/sgd-*"), fragment,
              "another directory")
     assert sorted(str(p.relative_to(store)) for p in store.rglob("*")) == before
+
+
+# -- every loop count and size a case can state is capped ------------------------------------------------
+
+class _TookTooLong(BaseException):
+    """Raised by :func:`_within` (a BaseException: the check's own handlers must not swallow it)."""
+
+
+@contextlib.contextmanager
+def _within(seconds: int):
+    """Fail the test, instead of hanging it, when the block runs longer than ``seconds``."""
+    def ring(signum, frame):
+        raise _TookTooLong(f"still running after {seconds} s")
+
+    before = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+
+
+FEDERATED = "federated/adam-krum-gradient-ascent-f64"
+
+
+@pytest.fixture(scope="module")
+def federated_case(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden-federated") / "vectors"
+    golden.export(root, only=[FEDERATED, "model/fism-*-f64"])
+    return root
+
+
+def _a_ra(**hyper):
+    def edit(d):
+        d["params"]["attack"] = "a-ra"
+        d["params"]["attack_hyperparameters"] = {"targets": "0", **hyper}
+    return edit
+
+
+@pytest.mark.parametrize("case, edit, where, value, limit", [
+    (FEDERATED, _a_ra(hum_steps=10 ** 12), "params.attack_hyperparameters.hum_steps", 10 ** 12, "1,000"),
+    (FEDERATED, _a_ra(samples=10 ** 9), "params.attack_hyperparameters.samples", 10 ** 9, "100"),
+    (FEDERATED, _a_ra(targets="", n_targets=10 ** 9), "params.attack_hyperparameters.n_targets", 10 ** 9,
+     "100"),
+    (FEDERATED, lambda d: d["params"]["model_hyperparameters"].update(negatives=10 ** 6),
+     "params.model_hyperparameters.negatives", 10 ** 6, "100"),
+    (FEDERATED, lambda d: d["params"]["model_hyperparameters"].update(dim=10 ** 6),
+     "params.model_hyperparameters.dim", 10 ** 6, "64"),
+    (FEDERATED, lambda d: d["params"].update(n_items=10 ** 8), "params.n_items", 10 ** 8, "1,000"),
+    ("model/fism-bpr-sampled-f64", lambda d: d["params"]["hyperparameters"].update(negatives=10 ** 9),
+     "params.hyperparameters.negatives", 10 ** 9, "100"),
+    ("model/fism-scores-f64", lambda d: d["params"].update(n_items=-1), "params.n_items", -1, "1,000"),
+])
+def test_every_loop_count_and_size_a_case_states_is_capped(federated_case, tmp_path, case, edit, where,
+                                                           value, limit):
+    """a-ra with hum_steps = 10¹² in a federated case looped for ever (hum_steps was not among
+    the capped counts); 10⁶ model dimensions or negatives allocated gigabytes per client."""
+    root = tmp_path / "vectors"
+    shutil.copytree(federated_case, root)
+    _edit_json(root / case / "case.json", edit)
+    with _within(60):
+        results = golden.check(root, only=[case])
+    assert len(results) == 1 and not results[0].ok
+    line = results[0].line()
+    assert line.startswith(f"FAIL  {case} [numpy]: cannot read the case: "), line
+    assert f"{where} is {value!r}: it must be an integer from 0 to {limit}" in line, line
+    assert "\n" not in line
+
+
+def test_a_small_a_ra_case_is_still_recomputed(federated_case, tmp_path):
+    """Within the caps a-ra runs: the case fails on its values (edited), not on its params."""
+    root = tmp_path / "vectors"
+    shutil.copytree(federated_case, root)
+    _edit_json(root / FEDERATED / "case.json", _a_ra(hum_steps=3, samples=4))
+    with _within(120):
+        (res,) = golden.check(root, only=[FEDERATED])
+    assert not res.ok and not res.error, res.line()
+    assert "its inputs differ" in res.line() and "recomputation raised" not in res.line(), res.line()
+
+
+# -- nothing outside the vectors' folder is read ---------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "nested", "golden index"])
+def test_a_folder_without_an_index_reads_nothing_above_it(vectors, tmp_path, kind):
+    """Without vectors/index.json, `golden check` read ../index.json and ../../index.json
+    with no check: a pipe there blocked it for ever, /dev/zero ate memory, JSON nested
+    100,000 deep ended in a RecursionError traceback."""
+    above = tmp_path / "index.json"
+    if kind == "fifo":
+        os.mkfifo(above)
+    elif kind == "dev-zero":
+        above.symlink_to("/dev/zero")
+    elif kind == "nested":
+        above.write_bytes(GARBAGE["nested"])
+    else:
+        above.write_bytes((vectors / "index.json").read_bytes())
+    (vectors / "index.json").unlink()
+    with _within(30):
+        res = _cli("check", vectors)
+        msg = _refused(res, "index.json", "no index of golden vectors")
+        # a case's folder given instead of the vectors': named from its path, the index above unread
+        res = _cli("check", vectors / CASE)
+    assert "--only" not in msg, msg  # the folder above is not taken for the vectors
+    _refused(res, f"rfrs-ref golden check {vectors} --only '{CASE}'")
+
+
+@pytest.mark.parametrize("target", ["text", "nested", "fifo"])
+def test_an_index_link_leading_out_is_refused_before_it_is_read(vectors, tmp_path, target):
+    """vectors/index.json -> ../outside: the outside file was read and parsed first, and
+    reported as 'not valid JSON' (or 'nested too deeply'), never as a link leading out."""
+    outside = tmp_path / "outside"
+    if target == "fifo":
+        os.mkfifo(outside)
+    else:
+        outside.write_bytes(b"secret outside text\n" if target == "text" else GARBAGE["nested"])
+    (vectors / "index.json").unlink()
+    (vectors / "index.json").symlink_to("../outside")
+    with _within(30):
+        msg = _refused(_cli("check", vectors), "index.json", "leads outside")
+    assert "JSON" not in msg and "regular file" not in msg, msg
+
+
+# -- the arrays' layout is the documented one -------------------------------------------------------------
+
+def _npy_layout(a: np.ndarray, layout: str) -> bytes:
+    """``a`` (its values unchanged) written as an .npy file in ``layout``."""
+    buf = io.BytesIO()
+    if layout == "fortran":
+        header = {"descr": a.dtype.str, "fortran_order": True, "shape": a.shape}
+        np.lib.format.write_array_header_1_0(buf, header)
+        buf.write(np.asfortranarray(a).tobytes(order="F"))
+    elif layout == "big-endian":
+        np.lib.format.write_array(buf, a.astype(a.dtype.newbyteorder(">")), version=(1, 0))
+    else:
+        np.lib.format.write_array(buf, a, version={"version 2.0": (2, 0), "version 3.0": (3, 0)}[layout])
+    return buf.getvalue()
+
+
+LAYOUTS = {"fortran": "Fortran (column-major) order", "big-endian": "big-endian ('>f8')",
+           "version 2.0": "format version 2.0", "version 3.0": "format version 3.0"}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("file", ["in.g.npy", "out.upload_theta.npy"])
+def test_an_array_in_another_layout_fails_its_case(vectors, layout, file):
+    """The docs fix the layout (version 1.0, '<f8', C order); NumPy reads the others, so a
+    case whose arrays were Fortran-ordered, big-endian or of version 2.0 checked ok, where
+    a reader written from the docs reads them byte-swapped or transposed."""
+    path = vectors / CASE / file
+    a = np.load(path)
+    path.write_bytes(_npy_layout(a, layout))
+    assert np.array_equal(np.load(path), a)  # the same values, to NumPy
+    _case_fails(vectors, "cannot read the case", file, "not in the plain .npy layout", LAYOUTS[layout])
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_two_dimensional_array_in_another_layout_fails_its_case(tmp_path, layout):
+    """attack/ascent-adam-f64's (7, 8) gradients in Fortran order, read in the documented
+    layout, are the transpose's bytes: the case passed."""
+    root = tmp_path / "vectors"
+    case = "attack/ascent-adam-f64"
+    golden.export(root, only=[case])
+    path = root / case / "in.grads.npy"
+    a = np.load(path)
+    assert a.ndim == 2 and a.shape[0] != a.shape[1]
+    path.write_bytes(_npy_layout(a, layout))
+    _case_fails(root, "cannot read the case", "in.grads.npy", LAYOUTS[layout], name=case)
+
+
+# -- an integer stated inside a list of floats is compared exactly ----------------------------------------
+
+@pytest.mark.parametrize("expected, got", [
+    ([1, 2.5], np.array([1.0005, 2.5])),
+    ([[1.5, 2], [3, 4.5]], np.array([[1.5, 2.0], [3.001, 4.5]])),
+    ([2 ** 53 + 1, 0.5], np.array([float(2 ** 53), 0.5])),
+    ([1.0005, 2.5], [1, 2.5]),
+])
+def test_an_integer_in_a_list_of_floats_is_compared_exactly(expected, got):
+    """A stated integer alone compared exactly, but inside [1, 2.5] it became the float 1.0
+    and passed against 1.0005 under rtol 1e-3."""
+    spec = {"compare": "close", "rtol": 1e-3, "atol": 0.0}
+    m = golden.compare_output("x", spec, expected, got)
+    assert m is not None and m.tolerance is None, (expected, got)
+    assert "|Δ| > tol" not in str(m) and "1 of" in str(m), str(m)
+    # the floats of the list stay under the tolerance, and equal integers match
+    assert golden.compare_output("x", spec, [1, 2.5], np.array([1.0, 2.5001])) is None
+    assert golden.compare_output("x", spec, [[1.5, 2], [3, 4.5]],
+                                 np.array([[1.5001, 2.0], [3.0, 4.5]])) is None
+    assert golden.compare_output("x", {"compare": "exact"}, [2 ** 53 + 1, 0.5],
+                                 np.array([float(2 ** 53), 0.5])) is not None
