@@ -47,7 +47,7 @@ import numpy as np
 
 from rfrs_ref import agreement
 from rfrs_ref.jsonsafe import jsonable
-from rfrs_ref.untrusted import UntrustedFileError, depth_exceeds, describe_object, parse_json
+from rfrs_ref.untrusted import UntrustedFileError, depth_exceeds, describe_object, one_line, parse_json
 
 FORMAT = "rfrs-trace"
 VERSION = 1
@@ -81,7 +81,11 @@ class TraceRefused(ValueError):
 
 
 class TraceFormatError(ValueError):
-    """A trace file does not follow the format (the message names file and line)."""
+    """A trace file does not follow the format (the message names file and line, on one
+    line: a name from the file with a newline in it is shown escaped)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -385,6 +389,9 @@ _HEADER_OBJECTS = ("producer", "run", "dataset", "initial")
 #: the largest ``n_params`` a header may state (2⁴⁰, a terabyte of float32 parameters): the
 #: checks of a reference's sums allow a relative rounding of D·2⁻⁵³, which stays below 2⁻¹³
 MAX_PARAMS = 2**40
+#: the largest round number a trace may hold (the largest integer a float64 writer keeps
+#: exact; a report names the round, and a 4,000-digit one would be the whole line)
+MAX_ROUND = 2**53
 
 
 def _is_int(x) -> bool:
@@ -485,6 +492,12 @@ def _check_all_arrays(trace: Trace) -> None:
     for t, obj in lines:
         where = "the header's initial state" if t == 0 else f"round {t}"
         norms = obj.get("state_norms")
+        if not isinstance(norms, dict) and obj.get("state_sums") is not None:
+            # the sums' Σ|x| sets B's tolerance, and only the norms bound it
+            # (_check_sums_consistent): without them an inflated Σ|x| would pass unchecked
+            raise TraceFormatError(f"{name}: {where}: state_sums without state_norms; the "
+                                   "reference must record the norm of every array where it "
+                                   "records its sums (they are checked against each other)")
         if isinstance(norms, dict):
             missing = [k for k in arrays if k not in norms]
             if missing:
@@ -624,10 +637,10 @@ def read_trace(path) -> Trace:
         t = obj["round"]
         if isinstance(t, float) and t.is_integer() and 1.0 <= t <= 2.0**53:
             t = obj["round"] = int(t)  # a writer's 1.0 is round 1 (the numbers compare exactly)
-        if not _is_int(t) or (rounds and t <= rounds[-1]["round"]) or t < 1:
+        if not _is_int(t) or (rounds and t <= rounds[-1]["round"]) or not 1 <= t <= MAX_ROUND:
             prev = rounds[-1]["round"] if rounds else 0
-            raise TraceFormatError(f"{where}: round {t!r} after round {prev}: rounds are "
-                                   "integers from 1, in increasing order")
+            raise TraceFormatError(f"{where}: round {describe_object(t, 60)} after round {prev}: "
+                                   "rounds are integers from 1 to 2**53, in increasing order")
         _check_state_summary(obj, where)
         if obj["state_norms"] is None:
             raise TraceFormatError(f"{where}: state_norms must be an object (array name -> norm)")
@@ -662,8 +675,8 @@ class Divergence:
         where = "the header" if self.round == 0 else f"round {self.round}"
         # a value may be a megabyte of text: the line shows its beginning
         field = self.field if len(self.field) <= 200 else self.field[:197] + "..."
-        return (f"traces diverge at {where}, field {field}: A {describe_object(self.a, 200)}, "
-                f"B {describe_object(self.b, 200)} ({self.reason})")
+        return one_line(f"traces diverge at {where}, field {field}: A {describe_object(self.a, 200)}, "
+                        f"B {describe_object(self.b, 200)} ({self.reason})")
 
 
 @dataclasses.dataclass
@@ -700,6 +713,7 @@ class _Comparer:
         self._noted: set[str] = set()
 
     def note(self, text: str) -> None:
+        text = one_line(text)
         if text not in self._noted:
             self._noted.add(text)
             self.notes.append(text)
@@ -800,6 +814,24 @@ class _Comparer:
                           f"not finite in {'A' if in_a else 'B'}, and {'B' if in_a else 'A'} has "
                           "nothing to compare it to")
 
+    def one_side_keys(self, t: int, path: str, a, b, known) -> None:
+        """Keys of object ``a`` or ``b`` that :meth:`state_sums` does not compare (B's arrays
+        that A lacks, statistics other than ``known``): a non-finite number in one diverges,
+        the others are noted."""
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return
+        other = [(k, k in a) for k in dict.fromkeys([*a, *b]) if k not in known]
+        for k, in_a in other:
+            if k in a and k in b:
+                self.value(t, f"{path}.{k}", a[k], b[k])
+            else:
+                self.one_side(t, f"{path}.{k}", a.get(k), b.get(k), in_a)
+        only = [k for k, _ in other if (k in a) != (k in b)]
+        if only:
+            names = ", ".join(k if len(k) <= 60 else k[:57] + "..." for k in only[:20])
+            more = f" and {len(only) - 20} more" if len(only) > 20 else ""
+            self.note(f"{path}: keys present in one trace only, not compared: {names}{more}")
+
     def same_keys(self, t: int, path: str, a, b) -> None:
         """Every array of A's state is in B's (a required object: no key may be dropped)."""
         if self.ignored(path) or not isinstance(a, dict) or not isinstance(b, dict):
@@ -832,6 +864,8 @@ class _Comparer:
         if self.ignored(path):
             return
         if a is None or b is None:
+            # a NaN or ±inf in the sums of one trace only has nothing to be compared with
+            self.one_side(t, path, a, b, a is not None)
             if a is not None and not checksummed:
                 # without checksums the sums are all that tells a sign flip or a permutation
                 # from the reference's state: a B that leaves them out cannot agree
@@ -846,6 +880,7 @@ class _Comparer:
                           + (" and checksums" if checksummed else " only, which a sign flip or "
                              "a permutation of an array's coordinates leaves unchanged"))
             return
+        self.one_side_keys(t, path, a, b, tuple(a))
         for k in a:
             if self.ignored(f"{path}.{k}"):
                 continue
@@ -855,13 +890,16 @@ class _Comparer:
             if not isinstance(xa, dict) or not isinstance(xb, dict):
                 self.fail(t, f"{path}.{k}", xa, xb, "different kinds of value")
             scale = xa.get("abs_sum")
-            if isinstance(norms, dict) and _finite_number(norms.get(k)) is None:
+            if not isinstance(norms, dict) or _finite_number(norms.get(k)) is None:
                 scale = None  # no finite norm bounds this Σ|x| (_check_sums_consistent)
+            self.one_side_keys(t, f"{path}.{k}", xa, xb, SUM_STATS + OPTIONAL_SUM_STATS)
             for stat in SUM_STATS + OPTIONAL_SUM_STATS:
                 where = f"{path}.{k}.{stat}"
                 if self.ignored(where):
                     continue
                 if stat in OPTIONAL_SUM_STATS and stat not in xa:
+                    if stat in xb:
+                        self.one_side(t, where, None, xb[stat], False)
                     self.note(f"state_sums: trace A records no {stat} (written before it was): "
                               "the state's coordinates were compared by the sums that a "
                               "permutation keeping k mod 7 leaves unchanged")
@@ -993,7 +1031,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     non-finite A only the same value; null matches only null; lists must
     have the same length; dictionaries compare on the keys both have (keys of
     one side only are listed in ``notes``, and a non-finite number in such a key, or
-    in an optional field one trace only records, diverges), except the state's norms and
+    in an optional field one trace only records, diverges; a round line's fields that the
+    format does not define, and the arrays and statistics of ``state_sums``, are such
+    keys), except the state's norms and
     checksums, where a key of A missing in B is a divergence. Checksums compare exactly, and
     only when both headers state the same dtype, layout and byte order (and
     ``checksums`` is true). Fields are visited in the order a round computes
@@ -1047,9 +1087,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         side_a, side_b = (x if isinstance(x, dict) else {} for x in (side_a, side_b))
         differing = [k for k in side_a if k in side_b and not _same(side_a[k], side_b[k])]
         if differing:
-            notes.append(f"{what} differ in " + ", ".join(
+            notes.append(one_line(f"{what} differ in " + ", ".join(
                 f"{k} ({describe_object(side_a[k], 120)} vs {describe_object(side_b[k], 120)})"
-                for k in differing))
+                for k in differing)))
     done = 0
     metrics_one_side = 0
     header_checksums = 0
@@ -1108,6 +1148,13 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
                     cmp.value(t, field, va, vb)
                 finally:
                     cmp.exact = False
+            # fields this format does not define: compared as the keys of an object are
+            for field in (k for k in dict.fromkeys([*ra, *rb]) if k not in ROUND_FIELDS):
+                if field in ra and field in rb:
+                    cmp.value(t, field, ra[field], rb[field])
+                else:
+                    cmp.one_side(t, field, ra.get(field), rb.get(field), field in ra)
+                    cmp.note(f"{field}: present in one trace only, not compared")
             if (cmp.state_seen, cmp.checksums_seen) == state_before:
                 stateless.append(t)
                 if cmp.state_nonfinite > nonfinite_before:
@@ -1123,8 +1170,8 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         return TraceComparison(False, done, d.div, notes,
                                use_checksums and cmp.checksums_seen > header_checksums)
     if done and cmp.values_seen == done and cmp.checksums_seen == header_checksums:  # round numbers only
-        raise ValueError(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field of the "
-                         f"{done} rounds to compare")
+        raise ValueError(one_line(f"trace compare: --ignore {' '.join(cmp.ignore)} leaves no field "
+                                  f"of the {done} rounds to compare"))
     if stateless:
         # clients, weights and losses alike, and no state of a round: "the traces agree"
         # would say nothing of the model that round trained (a reference recording no state
@@ -1144,14 +1191,14 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
         else:
             why = (f"trace A records no state there (state_arrays {ha.get('state_arrays')!r}, no state "
                    "norm, sum or checksum in the round)")
-        raise ValueError(f"trace compare: no value of the state (state norms, sums or checksums) was "
+        raise ValueError(one_line(f"trace compare: no value of the state (state norms, sums or checksums) was "
                          f"compared in {rounds}: {why}; an agreement would say nothing of the models "
-                         "the rounds trained")
+                         "the rounds trained"))
     vacuous = _vacuous_atol(cmp)
     if vacuous:
         # judged on the values compared: a large value of A that B leaves null (rule
         # scores) or that --ignore skips must not make an atol above all the rest look sound
-        raise ValueError(vacuous)
+        raise ValueError(one_line(vacuous))
     if metrics_one_side:
         notes.append(f"metrics: recorded by one trace only on {metrics_one_side} round(s), not compared")
     if use_checksums and cmp.checksums_seen == header_checksums:

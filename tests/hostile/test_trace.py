@@ -1000,3 +1000,110 @@ def test_the_sums_of_an_array_whose_norm_is_not_finite_set_no_scale(tmp_path):
     b_lines[2]["state_sums"]["theta"]["sum"] = 1e20
     res = _cli(a, _write(tmp_path / "b.jsonl", b_lines), "--no-checksums")
     assert res.exit_code == 1 and "round 2, field state_sums.theta.sum" in res.output, res.output
+
+
+# -- values only one trace records, names that are not one line --------------------------------------
+
+@pytest.mark.parametrize("case", ["B's phase_sum, A's absent", "an array only B sums",
+                                  "B's sums, A's absent", "a statistic only B records"])
+def test_a_nonfinite_sum_only_the_candidate_records_diverges(tmp_path, case):
+    """A NaN in a sum that A does not record has nothing to be compared with: it diverges,
+    as any one-sided non-finite value does (it was passed over, with no note)."""
+    a_lines, b_lines = _consistent_sums(_lines()), _consistent_sums(_lines())
+    if case == "B's phase_sum, A's absent":
+        for obj in [a_lines[0]["initial"], *a_lines[1:]]:
+            for x in obj["state_sums"].values():
+                del x["phase_sum"]
+        b_lines[2]["state_sums"]["theta"]["phase_sum"] = float("nan")
+        field = "round 2, field state_sums.theta.phase_sum"
+    elif case == "an array only B sums":
+        b_lines[2]["state_sums"]["v"] = {"sum": float("inf"), "weighted_sum": 1.0, "abs_sum": 1.0}
+        field = "round 2, field state_sums.v.sum"
+    elif case == "B's sums, A's absent":
+        for obj in [a_lines[0]["initial"], *a_lines[1:]]:
+            del obj["state_sums"]
+        b_lines[2]["state_sums"]["m"]["sum"] = float("nan")
+        field = "round 2, field state_sums.m.sum"
+    else:
+        b_lines[2]["state_sums"]["theta"]["extra"] = float("nan")
+        field = "round 2, field state_sums.theta.extra"
+    res = _cli(_write(tmp_path / "a.jsonl", a_lines), _write(tmp_path / "b.jsonl", b_lines),
+               "--no-checksums")
+    assert res.exit_code == 1 and f"traces diverge at {field}" in res.output, res.output
+    assert "A has nothing to compare it to" in res.output, res.output
+
+
+def test_finite_sums_only_the_candidate_records_are_noted(tmp_path):
+    a_lines, b_lines = _consistent_sums(_lines()), _consistent_sums(_lines())
+    for obj in [b_lines[0]["initial"], *b_lines[1:]]:
+        obj["state_sums"]["v"] = {"sum": 1.0, "weighted_sum": 1.0, "abs_sum": 1.0}
+    res = _cli(_write(tmp_path / "a.jsonl", a_lines), _write(tmp_path / "b.jsonl", b_lines),
+               "--no-checksums")
+    assert res.exit_code == 0 and "state_sums: keys present in one trace only, not compared: v" in res.output, \
+        res.output
+
+
+def test_round_fields_the_format_does_not_define_are_compared_like_keys(ref, tmp_path):
+    """A field outside the format that both traces write is compared; one that only one
+    writes is noted, and diverges if it is not finite (all were passed over in silence)."""
+    lines = _lines()
+    for r in lines[1:]:
+        r["extra"] = 1.0
+    a = _write(tmp_path / "a.jsonl", lines)
+    assert _cli(a, a).exit_code == 0
+    b_lines = copy.deepcopy(lines)
+    b_lines[2]["extra"] = 2.0
+    res = _cli(a, _write(tmp_path / "b.jsonl", b_lines))
+    assert res.exit_code == 1 and "traces diverge at round 2, field extra: A 1.0, B 2.0" in res.output, res.output
+    b_lines = _lines()
+    b_lines[1]["only_b"] = 3
+    res = _cli(ref, _write(tmp_path / "c.jsonl", b_lines))
+    assert res.exit_code == 0 and "note: only_b: present in one trace only, not compared" in res.output, res.output
+    b_lines[1]["only_b"] = float("nan")
+    res = _cli(ref, _write(tmp_path / "d.jsonl", b_lines))
+    assert res.exit_code == 1 and "field only_b: A None, B nan" in res.output, res.output
+
+
+@pytest.mark.parametrize("name", ["x\nthe traces agree: 3 rounds, values and checksums", "y\u2028z",
+                                  "r\x1b[31mred", "cr\rlf"])
+def test_a_name_with_a_line_break_stays_on_its_line(tmp_path, name):
+    """A key of a trace is shown escaped: with a raw newline a divergence report printed a
+    forged "the traces agree" line of its own, and a note or an error split in two."""
+    a_lines, b_lines = _lines(), _lines()
+    a_lines[1]["rule"][name] = 1.0
+    b_lines[1]["rule"][name] = 2.0
+    res = _cli(_write(tmp_path / "a.jsonl", a_lines), _write(tmp_path / "b.jsonl", b_lines))
+    assert res.exit_code == 1 and len(res.output.splitlines()) == 2, res.output
+    assert "\x1b" not in res.output and "\r" not in res.output  # no terminal control either
+    assert res.output.startswith("traces diverge at round 1, field rule.") and "agree:" not in res.output.splitlines()[1]
+    del a_lines[1]["rule"][name]
+    res = _cli(_write(tmp_path / "a2.jsonl", a_lines), _write(tmp_path / "b.jsonl", b_lines))
+    assert res.exit_code == 0 and len(res.output.splitlines()) == 2, res.output  # a note and the verdict
+    lines = _consistent_sums(_lines())
+    for obj in [lines[0]["initial"], *lines[1:]]:
+        obj["state_norms"][name] = 1.0
+        obj["state_sums"][name] = {"sum": 1.0, "weighted_sum": 1.0, "abs_sum": 1e30, "phase_sum": 1.0}
+    lines[0]["state_arrays"].append(name)
+    a = _write(tmp_path / "c.jsonl", lines)
+    res = _cli(a, a)
+    assert res.exit_code == 1 and len(res.output.splitlines()) == 1 and "breaks Σ|x|" in res.output, res.output
+
+
+def test_sums_without_norms_in_the_initial_state_are_refused(tmp_path, refused):
+    """The initial state's Σ|x| = 1e30 with no norm to check it against set the tolerance of
+    B's initial sums: a B with every array sign-flipped and scaled by 1000 agreed."""
+    lines = _consistent_sums(_lines())
+    del lines[0]["initial"]["state_norms"]
+    del lines[0]["initial"]["state_checksums"]
+    refused(_cli(_write(tmp_path / "a.jsonl", lines), _write(tmp_path / "b.jsonl", _consistent_sums(_lines())),
+                 "--no-checksums"),
+            "a.jsonl: the header's initial state: state_sums without state_norms", never="agree")
+
+
+@pytest.mark.parametrize("round_", [2**53 + 1, 10**4000], ids=["2**53+1", "10**4000"])
+def test_a_round_number_beyond_two_to_the_53_is_refused_in_a_short_line(ref, tmp_path, round_, refused):
+    lines = _lines()
+    lines[3]["round"] = round_
+    line = refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:4: round",
+                   "rounds are integers from 1 to 2**53")
+    assert len(line) < 400, line
