@@ -283,14 +283,14 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
     record of a finished or diverged run without a result is failed, as the tables show
     it), its dataset, labels, seed and estimated memory (``--dry-run``: nothing is
     written)."""
-    from rfrs_ref.experiments.results import Store, unfinished_reason
-    from rfrs_ref.experiments.sweep import _record_of_another_run, estimate_run_memory
+    from rfrs_ref.experiments.results import Store, record_of_another_run, unfinished_reason
+    from rfrs_ref.experiments.sweep import estimate_run_memory
 
     store = Store(out)
     try:
         for i, r in enumerate(runs):
             o = store.read_outcome(r.key) if out.exists() else None
-            if isinstance(o, dict) and _record_of_another_run(o, r.key) is not None:
+            if isinstance(o, dict) and record_of_another_run(o, r.key) is not None:
                 o = None  # another run's record: none of this run's (the sweep runs it again)
             status = o.get("status") if isinstance(o, dict) else "to run"
             if (status in ("ok", "diverged")
@@ -598,10 +598,19 @@ def plot(results, figure_name, out):
     A finished run whose record (outcome.json) is missing, unreadable or holds a
     metric that is not a finite number is an error naming the file (exit status
     1); diverged runs are not drawn, and a line drawn over fewer runs than the
-    table holds is named in its panel's title and in a "note:" line.
+    table holds is named in its panel's title and in a "note:" line. A table, run
+    directory or record inside RESULTS that is a link, or a file there that is no
+    regular file (a FIFO), is refused, as verdict and ranking refuse them.
     """
     from rfrs_ref.experiments.figures import figure, plot_figure
+    from rfrs_ref.experiments.results import refuse_linked_input
 
+    try:
+        # as verdict and ranking: a table, run directory or record read through a link
+        # would be drawn as this directory's while it may be any file of the machine
+        refuse_linked_input(results, done="drawn")
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     if figure_name is None:
         path = pathlib.Path(results)
         base = path if path.is_dir() else path.parent

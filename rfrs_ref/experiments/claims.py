@@ -669,7 +669,11 @@ def find_results(paths: Iterable[str | pathlib.Path]) -> dict[str, pathlib.Path]
 
 
 def _has_table(d: pathlib.Path) -> bool:
-    return (d / "results.csv").is_file() or (d / "results.parquet").is_file()
+    """Whether ``d`` holds a results table: a results.csv or results.parquet that is not a
+    folder. One that is no regular file (a FIFO) is a table to read, and refused when read
+    (:func:`rfrs_ref.experiments.results.read_input`) rather than the directory passed over."""
+    return any(os.path.lexists(d / n) and not (d / n).is_dir()
+               for n in ("results.csv", "results.parquet"))
 
 
 #: columns a results table needs for a verdict
@@ -909,13 +913,20 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
     run out would judge the claim on the others without a word), a spec without its model,
     dataset or seed, or two runs of one series with one seed raise :class:`TableError`
     naming the file. A record of status ``ok`` that holds no finished run's result
-    (``results.unfinished_reason``) is a failed run, as the tables show it: in no pair."""
-    from rfrs_ref.experiments.results import Store, record_path, unfinished_reason
+    (``results.unfinished_reason``) is a failed run, as the tables show it: in no pair.
+    So is a record of another run (``results.record_of_another_run``: its ``key``, or the
+    key its ``spec`` hashes to, is not the name of its folder, as in a record copied from
+    another run's folder with its seed edited), which a sweep takes as a failure and runs
+    again: it is in no pair, and each row of the directory says how many there are and
+    names the first (a spec without its model, dataset or seed is refused first)."""
+    from rfrs_ref.experiments.results import (Store, record_of_another_run, record_path,
+                                              unfinished_reason)
     from rfrs_ref.experiments.spec import RunSpec
 
     by_series: dict[str, dict[int, float]] = {}
     inits: dict[str, float] = {}
     dataset = None
+    misplaced: list[tuple[pathlib.Path, str]] = []
     for key, o in Store(d).outcomes().items():
         where = record_path(d / "runs" / key)
         if not isinstance(o, dict) or o.get("status") != "ok":
@@ -931,6 +942,10 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
             init = config.get("init_scale", 0.1)
             seed = _seed(None, None, config["seed"], str(series))
             series = f"{series}, init N(0, {float(init):g}²)"
+            why = record_of_another_run(o, key)
+            if why is not None:
+                misplaced.append((where, why))
+                continue  # no result of this directory: a failed run (the sweep runs it again)
             if unfinished_reason(o, RunSpec.from_json(spec).config.resolved()) is not None:
                 continue  # no result: a failed run (the tables say why)
             if not isinstance(cap, dict):
@@ -953,8 +968,16 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
             raise TableError(f"{where}: {what}") from None
         inits[series] = float(init)
         by_series.setdefault(series, {})[seed] = float(ga) - float(gb)
+    uncounted = ""
+    if misplaced:
+        first, why = misplaced[0]
+        # a table cell: what the files say is kept on one line and cannot end the cell
+        uncounted = " ".join(f"{len(misplaced)} record(s) of another run not counted, as "
+                             f"failed runs are; the first: {first}: {why}".split())
+        uncounted = uncounted.replace("|", "\\|")
     if not by_series:
-        return [Row(c, None, None, c.against[0], {}, str(d), note="no finished capture run")]
+        return [Row(c, None, None, c.against[0], {}, str(d),
+                    note="; ".join(n for n in ("no finished capture run", uncounted) if n))]
     rows = []
     for series, diffs in sorted(by_series.items()):
         seeds = sorted(diffs)
@@ -963,7 +986,7 @@ def _separation_rows(c: Claim, d: pathlib.Path) -> list[Row]:
         if inits[series] != 0.1:
             options += f" --set init_scale={inits[series]:g}"
         rows.append(Row(c, dataset, None, series, {("separation", 0): p}, str(d),
-                        options=options))
+                        note=uncounted, options=options))
     return rows
 
 

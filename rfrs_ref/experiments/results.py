@@ -459,14 +459,53 @@ def linked_input(path: str | os.PathLike) -> pathlib.Path | None:
     return None
 
 
-def refuse_linked_input(path: str | os.PathLike) -> None:
-    """Raise ValueError naming the first link :func:`linked_input` finds at ``path``."""
+def refuse_linked_input(path: str | os.PathLike, done: str = "judged") -> None:
+    """Raise ValueError naming the first link :func:`linked_input` finds at ``path``
+    (``verdict``, ``ranking``: "nothing was judged"; ``plot``: ``done="drawn"``)."""
     link = linked_input(path)
     if link is not None:
-        raise ValueError(f"{link} is a link (to {os.readlink(link)}), and rfrs-ref judges a "
+        raise ValueError(f"{link} is a link (to {os.readlink(link)}), and rfrs-ref reads a "
                          "results directory only from the files inside it, never through a "
                          "link; replace the link by the file (or give the directory it points "
-                         "to); nothing was judged")
+                         f"to); nothing was {done}")
+
+
+def read_input(path: str | os.PathLike, what: str = "file", *, links: bool = True) -> bytes:
+    """The bytes of the file at ``path``, a file of a results directory that a tool reads
+    (a table, a run's record): results directories are input, and a FIFO or a device at
+    the name of one of their files must never hang a tool (a plain ``open`` of a FIFO waits
+    for a writer for ever, a read of ``/dev/zero`` never ends). The file is opened without
+    waiting (``O_NONBLOCK``) and read only when it is a regular file (``fstat``).
+    ``links=False`` refuses a symbolic link at ``path`` too (``O_NOFOLLOW``): the files of a
+    run's directory are read only as that directory's own.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        OSError: it cannot be opened or read.
+        ValueError: one line naming the file: not a regular file (a FIFO, a device, a
+            directory), or (``links=False``) a symbolic link; ``what`` says what was expected.
+    """
+    path = pathlib.Path(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        if not links and path.is_symlink():
+            try:
+                target = f" (to {os.readlink(path)})"
+            except OSError:
+                target = ""
+            raise ValueError(f"{path}: a link{target}, not the {what} itself; rfrs-ref reads "
+                             "the files of a run's directory only as they are inside it, "
+                             "never through a link; replace the link by the file") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file (a FIFO, a device or a directory), "
+                             f"expected a {what}; nothing is read from it")
+        return fh.read()
 
 
 def record_path(run_dir: str | os.PathLike) -> pathlib.Path:
@@ -493,7 +532,7 @@ def two_records(run_dir: str | os.PathLike) -> str | None:
         return None
     try:
         if (stat.S_ISREG(plain.lstat().st_mode) and stat.S_ISREG(gz.lstat().st_mode)
-                and record_bytes(gz) == plain.read_bytes()):
+                and record_bytes(gz) == record_bytes(plain)):
             return None
     except (OSError, ValueError):
         pass
@@ -509,15 +548,22 @@ def record_bytes(path: str | os.PathLike) -> bytes:
     """The JSON text of the record at ``path``: the file's bytes, decompressed when its name
     ends in ``.gz`` (one gzip member, at most :data:`MAX_RECORD_BYTES` once decompressed).
 
+    Every file of a run's directory that a tool reads (its record, its per-round summary)
+    is read here, through :func:`read_input` without following a link: a FIFO or a device
+    at its name is refused without waiting, and so is a symbolic link (a record elsewhere,
+    outside the results directory or another run's, is not this run's).
+
     Raises:
-        OSError: the file cannot be read.
-        ValueError: naming the file: not gzip data, truncated, followed by other data, or
-            larger than the limit once decompressed.
+        OSError: the file cannot be read (FileNotFoundError: there is none).
+        ValueError: naming the file: a link, not a regular file, not gzip data, truncated,
+            followed by other data, or larger than the limit once decompressed.
     """
     import zlib
 
     path = pathlib.Path(path)
-    data = path.read_bytes()
+    what = ("run's record" if path.name in RECORD_NAMES else
+            "run's per-round summary" if path.name == ROUNDS_FILE else "run's file")
+    data = read_input(path, what, links=False)
     if not path.name.endswith(".gz"):
         return data
     d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # the gzip container only
@@ -644,11 +690,28 @@ class Store:
         configuration, :func:`rfrs_ref.experiments.worker.refuse_foreign_run`) is never
         overwritten: an outcome that would write files there (returned files, a per-round
         summary) is recorded as the run's failure, with the reason, instead.
+
+        The run's directory has one owner while its record is written: the record is
+        written holding the directory's lock (:class:`rfrs_ref.files.DirectoryLock`), as
+        the worker trained holding it. Another process that took the directory in
+        between (a ``train --resume`` of it) is left alone: nothing is written, and the
+        record returned says the run failed, naming the holder; a later sweep sees the
+        directory as that process leaves it.
         """
         key = spec.key
         d = self.run_dir(key)
         d.mkdir(parents=True, exist_ok=True)
-        outcome = dict(outcome)
+        try:
+            with DirectoryLock(d):
+                return self._write_outcome_locked(spec, d, dict(outcome))
+        except DirectoryLocked as exc:
+            kept = {n: outcome[n] for n in ("started", "finished", "wall_s", "worker") if n in outcome}
+            return {**kept, "status": "failed", "key": key, "spec": spec.to_json(),
+                    "error": f"{exc}; this attempt's outcome was not recorded there (run the "
+                             "sweep again once that process is done)"}
+
+    def _write_outcome_locked(self, spec: RunSpec, d: pathlib.Path, outcome: dict) -> dict:
+        key = spec.key
         if outcome.get("files") or outcome.get("rounds") or outcome.get("status") != "failed":
             refused = foreign_run_outcome(d, spec)
             if refused is not None:
@@ -684,13 +747,37 @@ class Store:
         return outcome
 
     def finished(self, keys: Iterable[str]) -> dict[str, dict]:
-        """The outcomes with status ``ok`` among ``keys``."""
+        """The outcomes with status ``ok`` among ``keys`` (a record of another run in a run's
+        directory, :func:`record_of_another_run`, is not that run's)."""
         out = {}
         for k in keys:
             o = self.read_outcome(k)
-            if o is not None and o.get("status") == "ok":
+            if o is not None and o.get("status") == "ok" and record_of_another_run(o, k) is None:
                 out[k] = o
         return out
+
+
+def record_of_another_run(outcome: dict, key: str) -> str | None:
+    """Why ``outcome``, read from the store's ``runs/<key>/outcome.json``, is not run ``key``'s
+    record, or None when it is. The store writes every record with its run's key and
+    configuration (``Store.write_outcome``); a record stating another key, or a configuration
+    that hashes to another key (another seed's record copied into this run's directory, or
+    either field removed), would be skipped as this run's result and tabulated under its
+    labels. Such a record is no record of this run: a failure, run again unless failures
+    are kept, as a damaged one is (the sweep), and never a result of the directory (the
+    capture runs ``verdict`` reads from their records, :meth:`Store.finished`)."""
+    stated = outcome.get("key")
+    if stated != key:
+        return (f"it states the key {stated!r}, not {key!r}: it is the record of another run "
+                "(or edited), not this run's result")
+    try:
+        spec_key = RunSpec.from_json(outcome["spec"]).key
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return "it holds no readable configuration of its run ('spec'), so it cannot be this run's"
+    if spec_key != key:
+        return (f"its configuration ('spec') is that of run {spec_key}, not {key}: it is the "
+                "record of another run (or edited), not this run's result")
+    return None
 
 
 def run_path(base: str | os.PathLike, run_dir) -> pathlib.Path:
@@ -733,14 +820,14 @@ def read_rounds(run_dir: str | os.PathLike) -> list[dict]:
     run_dir = pathlib.Path(run_dir)
     rounds = None
     path = the_record(run_dir)
-    if path.exists():
+    if _entry_exists(path):  # a link that leads nowhere is named (_json_file), not skipped
         record = _json_file(path)
         if not isinstance(record, dict):
             raise ValueError(f"{path}: not a run record (a JSON object)")
         rounds = record.get("rounds")
     if not rounds:
         path = run_dir / ROUNDS_FILE
-        if not path.exists():
+        if not _entry_exists(path):
             return []
         rounds = _json_file(path)
     if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
@@ -1177,7 +1264,10 @@ def read_table(path: str | os.PathLike):
         if not parquet_available():
             raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install "
                              "'rfrs-ref[distributed]'); or give the results.csv beside it")
-        df = pd.read_parquet(path)
+        import io
+
+        # opened as a regular file: a FIFO there would hang the tool (read_input)
+        df = pd.read_parquet(io.BytesIO(read_input(path, "results table")))
         check_unique_columns(df.columns, path)
         return df
     if path.suffix != ".csv":
@@ -1245,19 +1335,26 @@ def read_csv_table(path: pathlib.Path):
     """``pd.read_csv(path)``; a file that is not CSV text (binary, empty, not UTF-8) is a
     ValueError naming the file (pandas' own message does not), and a header that repeats a
     name is a :class:`DuplicateColumnError` (pandas would rename the second ``value.1`` and
-    read the first, whichever a writer meant)."""
+    read the first, whichever a writer meant).
+
+    Raises:
+        ValueError: naming the file, also when it is not a regular file (a FIFO, a device).
+    """
     import csv
+    import io
 
     import pandas as pd
 
+    # opened as a regular file: a FIFO there would hang the tool (read_input)
+    data = read_input(path, "CSV table")
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with io.TextIOWrapper(io.BytesIO(data), newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ValueError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from None
     check_unique_columns(header, f"{path}, line 1")
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(io.BytesIO(data))
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         msg = str(exc).split("\n")[0]
         raise ValueError(f"{path}: not a readable CSV table ({msg})") from None

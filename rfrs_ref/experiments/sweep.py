@@ -58,7 +58,8 @@ from typing import Callable, Sequence
 
 from rfrs_ref.experiments.committed import record_call, record_reconstructed
 from rfrs_ref.experiments.results import (Store, foreign_file, foreign_runs_entry,
-                                          frame_from_rows, refuse_links, recordable,
+                                          frame_from_rows, record_of_another_run,
+                                          refuse_links, recordable,
                                           store_lock, summary_label_columns, sweep_owned,
                                           tidy_rows, unfinished_reason,
                                           write_summary, write_table)
@@ -532,7 +533,7 @@ def run_sweep(
         compacted = False
         for k in keys:
             o = store.read_outcome(k)
-            if o is not None and (why := _record_of_another_run(o, k)) is not None:
+            if o is not None and (why := record_of_another_run(o, k)) is not None:
                 misplaced[k] = why
             elif o is not None:
                 outcomes[k] = store.compact(k, o)
@@ -540,7 +541,7 @@ def run_sweep(
         for k in table_specs:  # recorded runs of the experiment that this call does not run
             if k not in by_key:
                 o = store.read_outcome(k)
-                if o is not None and _record_of_another_run(o, k) is None:
+                if o is not None and record_of_another_run(o, k) is None:
                     outcomes[k] = o
         if compacted:
             # outcomes written before provenance.json existed: say what they tell of their runs
@@ -763,7 +764,7 @@ def refuse_other_scale(store, table_specs: dict) -> None:
             continue
         o = store.read_outcome(d.name)
         if (o is not None and o.get("status") in ("ok", "diverged")
-                and _record_of_another_run(o, d.name) is None):
+                and record_of_another_run(o, d.name) is None):
             outside.append((d.name, o))
     if not outside:
         return
@@ -780,28 +781,6 @@ def refuse_other_scale(store, table_specs: dict) -> None:
         "they are runs of another scale (--rounds, --set) or another grid. Call it "
         "at that directory's scale, or give this call a directory of its own (the default "
         "--out names one per scale); nothing was run")
-
-
-def _record_of_another_run(outcome: dict, key: str) -> str | None:
-    """Why ``outcome``, read from the store's ``runs/<key>/outcome.json``, is not run ``key``'s
-    record, or None when it is. The store writes every record with its run's key and
-    configuration (``Store.write_outcome``); a record stating another key, or a configuration
-    that hashes to another key (another seed's record copied into this run's directory, or
-    either field removed), would be skipped as this run's result and tabulated under its
-    labels. Such a record is no record of this run: a failure, run again unless failures
-    are kept, as a damaged one is."""
-    stated = outcome.get("key")
-    if stated != key:
-        return (f"it states the key {stated!r}, not {key!r}: it is the record of another run "
-                "(or edited), not this run's result")
-    try:
-        spec_key = RunSpec.from_json(outcome["spec"]).key
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return "it holds no readable configuration of its run ('spec'), so it cannot be this run's"
-    if spec_key != key:
-        return (f"its configuration ('spec') is that of run {spec_key}, not {key}: it is the "
-                "record of another run (or edited), not this run's result")
-    return None
 
 
 def _linked_record(src: Store, keys: Sequence[str]) -> pathlib.Path | None:

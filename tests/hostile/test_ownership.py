@@ -113,6 +113,30 @@ def test_a_capture_run_never_writes_into_a_run_directory_another_process_holds(t
     assert (run_dir / "capture.npz").exists() and not (run_dir / LOCK_NAME).exists()
 
 
+def test_a_sweep_never_records_an_outcome_into_a_run_directory_another_process_took(tmp_path):
+    """The worker releases its run directory when it has trained, and the sweep's parent
+    writes the record after: a `train --resume` that took the directory in between had
+    outcome.json, round_summary.json and the returned files written beside its own."""
+    from rfrs_ref.experiments.results import OUTCOME, Store
+    from rfrs_ref.experiments.spec import RunSpec, make_config
+
+    spec = RunSpec(make_config({"dataset": "synthetic", "rounds": 2, "backend": "numpy"}))
+    store = Store(tmp_path)
+    run_dir = store.run_dir(spec.key)
+    run_dir.mkdir(parents=True)
+    (run_dir / "notes.txt").write_text("the holder's file\n")
+    outcome = {"status": "ok", "final": {"precision@5": 0.1}, "wall_s": 1.0,
+               "files": {"config.json": "{}\n"}, "rounds": [{"round": 1, "kept": 1.0}]}
+    with Holder(run_dir) as holder:
+        record = store.write_outcome(spec, outcome)
+        assert record["status"] == "failed" and f"process {holder.pid} " in record["error"], record
+        assert "not recorded" in record["error"] and record["key"] == spec.key
+        assert files(run_dir) == {"notes.txt": b"the holder's file\n"}
+    record = store.write_outcome(spec, outcome)  # the holder gone, it is recorded
+    assert record["status"] == "ok" and (run_dir / OUTCOME).exists()
+    assert not (run_dir / LOCK_NAME).exists()
+
+
 # -- stale locks ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("text", ["process 1 on another-host\n", "process 999999 on vm\n", ""])
 def test_a_lock_file_no_live_process_holds_is_taken_over(tmp_path, text):

@@ -4,8 +4,10 @@ directory and the value, before anything is drawn."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import threading
 
 import pandas as pd
 import pytest
@@ -64,7 +66,9 @@ def test_a_link_out_of_the_directory_is_refused(store, tmp_path):
     with pytest.raises(ValueError, match="leads outside"):
         run_path(d, "runs/away")
     res = CliRunner().invoke(main, ["plot", str(d), "--figure", "10"], catch_exceptions=False)
-    assert res.exit_code != 0 and "'runs/away' leads outside" in res.output
+    # refused before anything is read, as verdict and ranking refuse it
+    assert res.exit_code != 0 and f"{d / 'runs' / 'away'} is a link" in res.output
+    assert "nothing was drawn" in res.output
 
 
 def test_the_untampered_tables_still_plot(store, tmp_path):
@@ -171,3 +175,135 @@ def test_a_record_linked_in_from_elsewhere_is_not_this_runs_result(tmp_path):
     assert again.finished == 1 and [p for p, _, _ in again.damaged] == [path]
     assert not path.is_symlink() and store.read_outcome(runs[0].key)["status"] == "ok"
     assert elsewhere.read_bytes() == before
+
+
+# -- a FIFO or a link among the files verdict, ranking and plot read ---------------------------
+
+@contextlib.contextmanager
+def _unblocking(fifo, after: float = 10.0):
+    """Yields a list that holds True once a reader had waited ``after`` seconds on the FIFO
+    ``fifo``: it is then opened for writing and closed, so that the reader sees its end and
+    a command that would wait for ever fails its test instead of hanging it."""
+    hung: list[bool] = []
+    stop = threading.Event()
+
+    def watch():
+        if stop.wait(after):
+            return
+        while not stop.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader has it open
+                stop.wait(0.05)
+                continue
+            hung.append(True)
+            os.close(fd)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield hung
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _copy(store, tmp_path, name="adam-sgd"):
+    """A copy of the store, named as verdict reads Fig. 10's runs (series Adam and SGD)."""
+    d = tmp_path / name
+    shutil.copytree(store, d, ignore=shutil.ignore_patterns(".lock", "figures"))
+    return d
+
+
+@pytest.mark.parametrize("command", ["verdict", "ranking"])
+@pytest.mark.parametrize("table", ["runs.csv", "results.csv", "results.parquet"])
+def test_a_fifo_in_place_of_a_table_is_refused_without_waiting(store, tmp_path, refused, command,
+                                                               table):
+    """runs.csv (or results.csv) as a FIFO: verdict and ranking waited for ever for a writer;
+    they now refuse it in one line naming the file (results.parquet too, where pyarrow
+    reads it: it is read before the CSV files then)."""
+    from rfrs_ref.experiments.results import parquet_available
+
+    d = _copy(store, tmp_path)
+    if table.endswith(".csv"):
+        (d / "results.parquet").unlink(missing_ok=True)  # the CSV form is the one read
+    elif not parquet_available():
+        pytest.skip("pyarrow reads results.parquet")
+    (d / table).unlink(missing_ok=True)
+    os.mkfifo(d / table)
+    with _unblocking(d / table) as hung:
+        res = CliRunner().invoke(main, [command, str(d)])
+    assert not hung, "the command waited on the FIFO"
+    if (command, table) == ("verdict", "results.parquet"):
+        assert res.exit_code == 0, res.output  # verdict reads the results.csv beside it
+        return
+    refused(res, f"{d / table}: not a regular file")
+
+
+def test_a_fifo_in_place_of_a_record_is_refused_by_plot_without_waiting(store, tmp_path, refused):
+    """A run's outcome.json as a FIFO: plot waited for ever reading the training curve."""
+    from rfrs_ref.experiments.results import Store
+
+    d = _copy(store, tmp_path)
+    path = Store(d).outcome_path(pd.read_csv(d / "runs.csv")["key"].iloc[0])
+    path.unlink()
+    os.mkfifo(path)
+    with _unblocking(path) as hung:
+        res = CliRunner().invoke(main, ["plot", str(d), "--figure", "10", "--out",
+                                        str(tmp_path / "fig")])
+    assert not hung, "plot waited on the FIFO"
+    refused(res, str(path), "not a regular file")
+
+
+@pytest.mark.parametrize("named", ["directory", "results.csv"])
+def test_plot_refuses_a_record_linked_from_outside(store, tmp_path, refused, named):
+    """runs/<key>/outcome.json as a link to a file outside the results directory: plot drew
+    that file's curve as the run's (verdict and ranking refused the link). Named as the
+    directory, plot refuses the link as they do; named by its table, the record is refused
+    where it is read."""
+    import json
+
+    from rfrs_ref.experiments.results import Store
+
+    d = _copy(store, tmp_path)
+    path = Store(d).outcome_path(pd.read_csv(d / "runs.csv")["key"].iloc[0])
+    record = json.loads(path.read_text())
+    record["history"][-1]["precision@5"] = 0.75  # what must never be drawn as this run's
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps(record))
+    path.unlink()
+    path.symlink_to(outside)
+    target = d if named == "directory" else d / "results.csv"
+    res = CliRunner().invoke(main, ["plot", str(target), "--figure", "10", "--out",
+                                    str(tmp_path / "fig")])
+    refused(res, str(path), "link", str(outside))
+    if named == "directory":  # refused before anything is drawn
+        assert not (tmp_path / "fig").exists() or not any((tmp_path / "fig").iterdir())
+
+
+@pytest.mark.parametrize("name", ["outcome.json", "round_summary.json"])
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_runs_files_are_read_only_as_its_own_regular_files(store, tmp_path, name, kind):
+    """The shared reader of a run's files (its record, its per-round summary) refuses a
+    link (outside the directory or not) and a FIFO, in one line naming the file."""
+    from rfrs_ref.experiments.results import ROUNDS_FILE, Store, read_rounds
+
+    d = _copy(store, tmp_path)
+    key = pd.read_csv(d / "runs.csv")["key"].iloc[0]
+    run = Store(d).run_dir(key)
+    path = run / name
+    if not path.exists():
+        assert name == ROUNDS_FILE
+        path.write_text('[{"round": 1}]')
+    moved = tmp_path / f"elsewhere-{name}"
+    shutil.move(path, moved)
+    if kind == "link":
+        path.symlink_to(moved)
+    else:
+        os.mkfifo(path)
+    with _unblocking(path) as hung, pytest.raises(ValueError) as err:
+        read_rounds(run)
+    assert not hung
+    message = str(err.value)
+    assert str(path) in message and "\n" not in message
+    assert ("a link (to" if kind == "link" else "not a regular file") in message

@@ -198,13 +198,29 @@ def test_the_python_api_raises_a_table_error():
 
 # -- Fig. 1: the capture runs' outcome.json files ---------------------------------------------------------
 
+def _key(o) -> str | None:
+    """The key the record ``o``'s spec hashes to (the name of its run's folder), or None."""
+    from rfrs_ref.experiments.spec import RunSpec
+
+    try:
+        return RunSpec.from_json(o["spec"]).key
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def _pca(tmp_path, outcomes: dict) -> str:
+    """A results directory pca of the records ``outcomes``, each as a sweep writes it: in
+    the folder named by its key, the key in it (``name: record``; ``name`` is the folder
+    of a record whose spec hashes to no key)."""
     import json
 
     d = tmp_path / "pca"
     (d / "runs").mkdir(parents=True)
     (d / "results.csv").write_text("status\n")
-    for key, o in outcomes.items():
+    for name, o in outcomes.items():
+        key = _key(o) or name
+        if isinstance(o, dict):
+            o = {**o, "key": key}
         (d / "runs" / key).mkdir()
         (d / "runs" / key / "outcome.json").write_text(o if isinstance(o, str) else json.dumps(o))
     return str(tmp_path)
@@ -238,9 +254,10 @@ def test_clean_capture_runs_are_judged(tmp_path):
 ])
 def test_a_malformed_capture_outcome_is_refused(tmp_path, edit, fragment, refused):
     """A string separation crashed the verdict with a traceback (TypeError)."""
-    outcomes = {f"k{s}": _capture(s) for s in range(3)}
+    outcomes = {f"k{s}": _capture(s) for s in range(1, 4)}  # no seed: seed 0, another key
     edit(outcomes["k1"])
-    refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k1/outcome.json", fragment)
+    refused(_pca_verdict(_pca(tmp_path, outcomes)),
+            f"runs/{_key(outcomes['k1']) or 'k1'}/outcome.json", fragment)
 
 
 def test_two_results_directories_of_one_name_are_refused(tmp_path, refused):
@@ -268,7 +285,8 @@ def test_a_capture_run_without_a_finite_separation_is_refused(tmp_path, value, r
         del outcomes["k2"]["capture"]["separation"]["gradient"]
     else:
         outcomes["k2"]["capture"]["separation"]["gradient"] = value
-    refused(_pca_verdict(_pca(tmp_path, outcomes)), "runs/k2/outcome.json", "gradient",
+    refused(_pca_verdict(_pca(tmp_path, outcomes)), f"runs/{_key(outcomes['k2'])}/outcome.json",
+            "gradient",
             "not both", never="| holds |")
 
 
@@ -285,8 +303,38 @@ def test_a_capture_run_recorded_ok_without_a_result_is_in_no_pair(tmp_path):
 
 def test_two_capture_runs_with_one_seed_are_refused(tmp_path, refused):
     """The second silently replaced the first in the pairing."""
-    outcomes = {**{f"k{s}": _capture(s) for s in range(3)}, "dup": _capture(0, grad=0.1)}
+    outcomes = {**{f"k{s}": _capture(s) for s in range(3)},
+                "dup": _capture(0, grad=0.1, client_fraction=0.5)}  # another run, one seed
     refused(_pca_verdict(_pca(tmp_path, outcomes)), "outcome.json", "a second capture run", "seed 0")
+
+
+@pytest.mark.parametrize("forge", ["the key of the run copied", "the key of its folder"])
+def test_a_record_of_another_run_is_not_counted(tmp_path, forge):
+    """Two folders holding a copy of another run's record, its seed edited (and its
+    separation moved a little): verdict counted them as two more seeds, and a claim
+    inconclusive on one seed "held" on three. A record whose key or configuration is not
+    its folder's is no run's result (the sweep counts it failed and runs it again): in no
+    pair, and the rows say how many were left out and name the first."""
+    import json
+
+    path = _pca(tmp_path, {"k0": _capture(0, grad=0.9)})
+    runs = tmp_path / "pca" / "runs"
+    src, = runs.iterdir()
+    record = json.loads((src / "outcome.json").read_text())
+    for fake, seed in (("00000000000000a1", 1), ("00000000000000a2", 2)):
+        forged = json.loads(json.dumps(record))
+        forged["spec"]["config"]["seed"] = seed
+        forged["capture"]["separation"]["gradient"] += 0.01 * seed
+        if forge == "the key of its folder":
+            forged["key"] = fake
+        (runs / fake).mkdir()
+        (runs / fake / "outcome.json").write_text(json.dumps(forged))
+    res = _pca_verdict(path)
+    assert res.exit_code == 0, res.output
+    assert "| holds |" not in res.output and "| inconclusive |" in res.output, res.output
+    assert "n = 1" in res.output
+    assert "2 record(s) of another run not counted" in res.output
+    assert "runs/00000000000000a1/outcome.json" in res.output
 
 
 @pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"", b"a,b\n1,2,3,4\n5\n"])
