@@ -88,6 +88,11 @@ class Outcome:
         vector: (D,) float64 aggregated feature vector.
         weights: (n,) float64 per-client weights, or None when the rule does not
             expose them (coordinate-wise rules, vector-only libraries).
+        returned: what the callable returned, as it returned it (before the adapter
+            converted it into ``vector`` and ``weights``, which are new arrays): the
+            ``inputs_unchanged`` law checks that it shares no memory with the rule's
+            inputs. Empty for an Outcome built by hand, whose vector and weights are
+            what was returned.
 
     The adapters build it from arrays :func:`real_array` has checked; the laws check
     an Outcome built by hand the same way (a real array of exactly that shape).
@@ -95,6 +100,7 @@ class Outcome:
 
     vector: np.ndarray
     weights: np.ndarray | None = None
+    returned: tuple = ()
 
 
 RuleFn = Callable[[np.ndarray, np.ndarray, int], Outcome]
@@ -219,7 +225,8 @@ def rfrs(rule, **options) -> RuleFn:
         res = rule.aggregate(features, {"x": features}, n_samples, f, backend=backend)
         label = f"rfrs {rule.name}"
         w = None if res.weights is None else _as_weights(res.weights, features.shape[0], label)
-        return Outcome(_as_vector(res.arrays["x"], features.shape[1], label), w)
+        return Outcome(_as_vector(res.arrays["x"], features.shape[1], label), w,
+                       (res.arrays["x"], res.weights))
 
     call.__name__ = f"rfrs:{rule.name}"
     return call
@@ -231,8 +238,8 @@ def vector(fn, **options) -> RuleFn:
     """``fn(features, n_samples, f, **options) -> (D,)``."""
 
     def call(features, n_samples, f):
-        return Outcome(_as_vector(fn(features, n_samples, f, **options), features.shape[1],
-                                  _name(fn)))
+        out = fn(features, n_samples, f, **options)
+        return Outcome(_as_vector(out, features.shape[1], _name(fn)), returned=(out,))
 
     call.__name__ = _name(fn)
     return call
@@ -243,8 +250,9 @@ def weights(fn, **options) -> RuleFn:
 
     def call(features, n_samples, f):
         given = np.array(features, copy=True)  # what the weights combine, whatever fn does to its input
-        w = _as_weights(fn(features, n_samples, f, **options), features.shape[0], _name(fn))
-        return Outcome(weighted_vector(given, w), w)
+        out = fn(features, n_samples, f, **options)
+        w = _as_weights(out, features.shape[0], _name(fn))
+        return Outcome(weighted_vector(given, w), w, (out,))
 
     call.__name__ = _name(fn)
     return call
@@ -268,14 +276,15 @@ def result(fn, **options) -> RuleFn:
             arrays = get(out, "arrays")
             if isinstance(arrays, Mapping) and "x" in arrays:
                 v, field = arrays["x"], "arrays['x']"
+        returned = (v, w)
         if w is not None:
             w = _as_weights(w, features.shape[0], f"{_name(fn)} (its 'weights')")
         if v is None:
             if w is None:
                 raise OutputError(f"{_name(fn)} returned neither 'vector' nor 'weights' "
                                   f"(got {type(out).__name__})", received_type=type(out).__name__)
-            return Outcome(weighted_vector(given, w), w)
-        return Outcome(_as_vector(v, features.shape[1], f"{_name(fn)} (its {field!r})"), w)
+            return Outcome(weighted_vector(given, w), w, returned)
+        return Outcome(_as_vector(v, features.shape[1], f"{_name(fn)} (its {field!r})"), w, returned)
 
     call.__name__ = _name(fn)
     return call

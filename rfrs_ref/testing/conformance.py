@@ -43,6 +43,8 @@ class LawSpec:
         strategy: keyword arguments of :func:`byzantine_rounds` overriding the rule's.
         checker: the checker's name when it differs from ``name`` (a law of the same name
             in another family, e.g. the attacks' ``permutation_invariance``).
+        example_cap: the most drawn examples the law takes (after its fixed ones), whatever
+            ``max_examples``; None for none.
     """
 
     name: str
@@ -52,6 +54,8 @@ class LawSpec:
     options: dict = dataclasses.field(default_factory=dict)
     strategy: dict = dataclasses.field(default_factory=dict)
     checker: str = ""
+    #: the most drawn examples the law takes, whatever ``max_examples`` (None: no cap)
+    example_cap: int | None = None
 
 
 _WEIGHTS = LawSpec("weights_sum_to_one", "weights are ≥ 0 and sum to 1", "convention", True)
@@ -189,6 +193,51 @@ for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
     else:
         _specs.append(_REF)
 
+#: the drawn examples of a rule's, pre-aggregator's or attack's inputs_unchanged law, after
+#: its fixed ones, whatever max_examples: a callable that writes into its inputs does so on
+#: any round or on the hostile ones, and every example costs two calls
+INPUTS_DRAWN = 10
+
+#: every rule leaves its inputs alone and returns a new aggregate (docs/aggregation.md)
+_INPUTS_RULE = LawSpec("inputs_unchanged", "features and nᵢ unchanged byte for byte; the output is a "
+                       "new array", "convention", checker="rule_inputs_unchanged",
+                       example_cap=INPUTS_DRAWN)
+for _rule, (_fb, _mn, _specs) in RULE_LAWS.items():
+    _specs.append(_INPUTS_RULE)
+
+#: the laws that also try the fixed large rounds (:func:`strategies.large_examples`), after
+#: the hostile ones: each family's comparison with rfrs-ref and its main guarantees (the
+#: laws that compare the candidate with itself, and inputs_unchanged, keep to the small
+#: rounds: a large round there costs seconds and catches nothing the reference law misses)
+LARGE_LAWS = frozenset({
+    "reference_rule", "finite_output", "weighted_mean", "krum_kept_bound", "krum_output_bound",
+    "coordinate_range", "bulyan_range", "mda_kept_diameter", "mda_output_bound", "meamed_range",
+    "smea_eigen_bound", "cc_byzantine_pull", "monna_pivot_bound",
+    "reference_pre", "weighted_mixing", "nnm_honest_bound", "clip_norm_bound", "arc_clipping",
+    "reference_attack", "ipm_direction", "alie_form", "mimic_copy", "inf_nonfinite",
+})
+
+#: the fixed large rounds of a family member, where not :data:`strategies.LARGE_ROUNDS` with
+#: f at its limit: MDA and SMEA search the C(n, f) subsets of the clients, CAF's filter
+#: costs a pass per dropped client and the bucketing law searches the partitions into
+#: buckets, so theirs is one round of 17 clients (D = 257, float64), and MDA's and SMEA's f
+#: is the largest with C(n, f) ≤ 1000 (MDA: f = 3) and ≤ 200 (SMEA: f = 2)
+_SMALLER_LARGE = ((17, 257, "float64", "hostile"),)
+LARGE_RULE_ROUNDS: dict[str, dict] = {
+    "mda": {"sizes": _SMALLER_LARGE, "max_subsets": 1000},
+    "smea": {"sizes": _SMALLER_LARGE, "max_subsets": 200},
+    "caf": {"sizes": _SMALLER_LARGE},
+}
+LARGE_PRE_ROUNDS: dict[str, dict] = {"bucketing": {"sizes": _SMALLER_LARGE}}
+
+
+def _large(spec: LawSpec, family: dict, name: str, **kw) -> list:
+    """The fixed large rounds law ``spec`` of family member ``name`` tries (none for a law
+    outside :data:`LARGE_LAWS`)."""
+    if spec.name not in LARGE_LAWS:
+        return []
+    return S.large_examples(**kw, **family.get(name, {}))
+
 #: RFA's smoothing ν (rfrs-ref's default), for the unanimity allowance
 RFA_NU = 1e-6
 
@@ -201,8 +250,8 @@ def _rfa_allowance(case) -> float:
 _RECOVERY = LawSpec("recovery_exact", "recover(rule(g)) = g to rounding")
 _UPDATE = LawSpec("update_rule", "client_rule(state, g, t) = the optimiser's update rule to rounding",
                   "convention")
-_INPUTS = LawSpec("inputs_unchanged", "client_rule and recover leave the arrays they are given unchanged",
-                  "convention")
+_INPUTS = LawSpec("inputs_unchanged", "client_rule and recover leave the arrays they are given unchanged; "
+                  "their results are new arrays that later calls leave alone", "convention")
 
 #: optimiser -> laws (name, statement)
 OPTIMIZER_LAWS: dict[str, list[LawSpec]] = {
@@ -369,6 +418,8 @@ def _run_law(spec: LawSpec, strategy, check: Callable[[Any], None], describe: Ca
     fails the law (:func:`_no_exit`), a BaseException included; a Ctrl-C of the user stops
     the run."""
     uncompared = [0]  # examples the law had nothing to compare on (L.NOT_COMPARED)
+    if spec.example_cap is not None:
+        max_examples = min(max_examples, spec.example_cap)
 
     def counted(example):
         if check(example) is L.NOT_COMPARED:
@@ -565,9 +616,9 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
             continue
         kw = dict(min_n=min_n, max_n=max(max_n, min_n), max_f=f_bound, max_D=max_D, dtypes=dtypes)
         kw.update(spec.strategy)
-        checker = getattr(L, spec.name)
+        checker = getattr(L, spec.checker or spec.name)
         opts = spec.options
-        examples = S.hostile_examples(**kw)
+        examples = S.hostile_examples(**kw) + _large(spec, LARGE_RULE_ROUNDS, rule, **kw)
         if spec.name in ("reference_rule", "permutation_invariance", "translation_equivariance"):
             # the permutation law measures its rounding on rfrs-ref's aggregate, never the
             # candidate's; it and the translation law compare the candidate with itself, and
@@ -684,7 +735,7 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
             continue
         if spec.name == "lemma2":
             strat = S.gradient_sequences()
-            edges = S.sequence_edge_cases()
+            edges = S.sequence_edge_cases() + S.sequence_large_cases()
             base = fixed if fixed is not None else ref_cls()
 
             def check(seq, base=base):
@@ -695,7 +746,8 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
                 return seq.describe()
         else:
             strat = S.pair_cases(kind, optimizer=fixed)
-            edges = S.optimizer_edge_cases(kind, optimizer=fixed)
+            edges = (S.optimizer_edge_cases(kind, optimizer=fixed)
+                     + S.optimizer_large_cases(kind, optimizer=fixed))
             name = spec.name
 
             # each law's return is passed on: L.NOT_COMPARED on every example (rfrs-ref's own
@@ -727,6 +779,9 @@ _WEIGHTED = LawSpec("weighted_mixing", "mixed rows are nᵢ-weighted means (uneq
                     checker="reference_pre")
 _PERM_PRE = LawSpec("permutation_equivariance", "reordering the clients reorders the mixed rows",
                     checker="pre_permutation_equivariance", strategy={"distinct": True})
+_INPUTS_PRE = LawSpec("inputs_unchanged", "features and nᵢ unchanged byte for byte; the mixed rows "
+                      "are a new array", "convention", checker="pre_inputs_unchanged",
+                      example_cap=INPUTS_DRAWN)
 
 #: pre-aggregator -> (largest f for n, smallest n, laws). f < n/2 throughout: the guarantees
 #: (NNM's honest neighbours, ARC's finite threshold) assume an honest majority
@@ -754,6 +809,8 @@ PRE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         _PERM_PRE,
     ]),
 }
+for _pre, (_fb, _mn, _specs) in PRE_LAWS.items():
+    _specs.append(_INPUTS_PRE)
 
 
 def _rfrs_instance(registry, name: str, options: dict | None, what: str):
@@ -826,7 +883,9 @@ def run_pre_conformance(pre: str, pre_fn: Callable, *, max_examples: int = 50,
                                      example=exc.example, **exc.details) from None
 
         out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
-                            max_examples, seed, examples=S.hostile_examples(**kw)))
+                            max_examples, seed,
+                            examples=(S.hostile_examples(**kw)
+                                      + _large(spec, LARGE_PRE_ROUNDS, pre, **kw))))
     return out
 
 
@@ -835,6 +894,9 @@ def run_pre_conformance(pre: str, pre_fn: Callable, *, max_examples: int = 50,
 _REF_ATTACK = LawSpec("reference_attack", "vector = rfrs-ref's attack on the same vectors", "convention")
 _PERM_ATTACK = LawSpec("permutation_invariance", "the order of the vectors does not matter",
                        checker="attack_permutation_invariance")
+_INPUTS_ATTACK = LawSpec("inputs_unchanged", "the vectors unchanged byte for byte; the Byzantine "
+                         "vector is a new array", "convention", checker="attack_inputs_unchanged",
+                         example_cap=INPUTS_DRAWN)
 
 #: attack -> laws. The vectors are k ≥ 1 gradients (the Byzantine clients' own for IPM and
 #: ALIE, the honest ones for mimic), drawn as honest rounds, after fixed rounds with one NaN,
@@ -846,6 +908,8 @@ ATTACK_LAWS: dict[str, list[LawSpec]] = {
     "mimic": [_REF_ATTACK, LawSpec("mimic_copy", "vector = one of the vectors, bit for bit")],
     "inf": [_REF_ATTACK, LawSpec("inf_nonfinite", "every coordinate non-finite")],
 }
+for _specs in ATTACK_LAWS.values():
+    _specs.append(_INPUTS_ATTACK)
 
 
 def _attack_gain(attack) -> float:
@@ -859,8 +923,10 @@ def _attack_gain(attack) -> float:
 
 def attack_examples(max_D: int = 8, dtypes=(np.float32, np.float64)) -> list:
     """The rounds every attack law tries first: one vector that is NaN, ±inf or 1e38 among
-    five (:func:`strategies.hostile_examples`; the vectors are every row), and a single
-    vector in each dtype (one vector has no spread: ALIE's σ = 0)."""
+    five (:func:`strategies.hostile_examples`; the vectors are every row), a single
+    vector in each dtype (one vector has no spread: ALIE's σ = 0). The laws of
+    :data:`LARGE_LAWS` then try the large rounds of :data:`strategies.LARGE_ROUNDS` as
+    plain vectors (:func:`attack_large_examples`)."""
     out = S.hostile_examples(min_n=5, max_n=9, max_D=max_D, dtypes=dtypes)
     rng = np.random.default_rng(20203)
     for dtype in dtypes:
@@ -870,9 +936,15 @@ def attack_examples(max_D: int = 8, dtypes=(np.float32, np.float64)) -> list:
     return out
 
 
+def attack_large_examples(dtypes=(np.float32, np.float64)) -> list:
+    """The large rounds of :data:`strategies.LARGE_ROUNDS` as plain vectors, every one
+    honest (k = 40 and 33; D = 257 and 1031), far beyond the drawn k ≤ 9 and D ≤ 8."""
+    return S.large_examples(min_n=1, dtypes=dtypes, byzantine=False)
+
+
 def _describe_vectors(case) -> dict:
-    return {"k": case.n, "D": case.D, "dtype": str(case.features.dtype),
-            "vectors": case.features.tolist()}
+    vectors = case.describe()["features"]  # a large fixed round is named, not listed
+    return {"k": case.n, "D": case.D, "dtype": str(case.features.dtype), "vectors": vectors}
 
 
 def run_attack_conformance(attack: str, attack_fn: Callable, *, max_examples: int = 50,
@@ -931,8 +1003,9 @@ def run_attack_conformance(attack: str, attack_fn: Callable, *, max_examples: in
                 raise L.LawViolation(name, f"{exc.message}; {_variant_of(inst, attack)}",
                                      example=exc.example, **exc.details) from None
 
+        large = attack_large_examples(dtypes) if spec.name in LARGE_LAWS else []
         out.append(_run_law(spec, strategy, check, _describe_vectors, max_examples, seed,
-                            examples=attack_examples(max_D, dtypes)))
+                            examples=attack_examples(max_D, dtypes) + large))
     return out
 
 
@@ -966,6 +1039,7 @@ __all__ = [
     "LawResult",
     "LawSpec",
     "attack_examples",
+    "attack_large_examples",
     "format_results",
     "run_attack_conformance",
     "run_optimizer_conformance",

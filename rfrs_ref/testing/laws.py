@@ -45,10 +45,17 @@ and a :class:`RoundCase` whose features are the vectors: ``reference_attack``,
 ``ipm_direction`` (−ϵ·μ), ``alie_form`` (μ − z·σ), ``mimic_copy``, ``inf_nonfinite``,
 ``attack_permutation_invariance``.
 
+Every family has ``inputs_unchanged`` (``rule_inputs_unchanged``, ``pre_inputs_unchanged``,
+``attack_inputs_unchanged``, and ``inputs_unchanged`` for optimisers): the code under test,
+called on the example's arrays themselves (every other law calls it on copies), leaves
+them byte for byte as they were (docs/aggregation.md, docs/attacks.md, docs/optimizers.md:
+inputs are never modified), and what it returns shares no memory with them; an optimiser's
+uploads and recovered gradients also survive its later calls.
+
 Optimiser checkers take an object with ``client_rule(state, g, t) -> dict``
 and ``recover(state, upload, t) -> g`` and the hyperparameter attributes of
 docs/optimizers.md (``lr``, ``beta1``, ``beta2``, ``beta3``, ``beta4``, ``eps``):
-``recovery_exact``, ``update_rule``, ``lemma2``, ``theorem1`` (Adam), ``theorem2`` (momentum),
+``recovery_exact``, ``update_rule``, ``inputs_unchanged``, ``lemma2``, ``theorem1`` (Adam), ``theorem2`` (momentum),
 ``theorem3`` (AdaGrad), ``theorem4`` (RMSProp), ``camouflage_same_theta``.
 
 Tolerances: each comparison allows the rounding of the quantities it
@@ -459,7 +466,10 @@ def translation_equivariance(rule, case: RoundCase, rtol: float = 0.0, reference
     A, B, c, exact = exact_shift(case.features, case.shift)
     if not exact.all() and not _order_kept(A, B):
         return NOT_COMPARED
-    given = dataclasses.replace(case, features=A, shift=c)
+    src = case.source and (f"rfrs_ref.testing.laws.exact_shift({case.source}.features, "
+                           f"{case.source}.shift)")
+    given = dataclasses.replace(case, features=A, shift=c, source=src and (
+        f"dataclasses.replace({case.source}, features={src}[0], shift={src}[2])"))
     a = _outcome(rule, A, case.n_samples, case.f, law)
     b = _outcome(rule, B, case.n_samples, case.f, law)
     scale = _honest_scale(given) + float(np.abs(c).max(initial=0.0))
@@ -1130,34 +1140,153 @@ def update_rule(opt, case: PairCase) -> str | None:
                                expected=float(r[j]))
 
 
+def _show(x) -> str:
+    """One array value for a message: a float as Python writes it, a NaN with its bits
+    (two NaNs of different payloads are different inputs), an integer as an integer."""
+    v = np.asarray(x)
+    if v.dtype.kind == "f" and np.isnan(v):
+        bits = int(v.reshape(1).view(np.dtype(f"u{v.dtype.itemsize}"))[0])
+        return f"nan (bits 0x{bits:0{2 * v.dtype.itemsize}x})"
+    if v.dtype.kind in "iub":
+        return str(int(v))
+    return _r(v) if v.dtype.kind == "f" else str(v.tolist())
+
+
 def _changed(law: str, what: str, before: np.ndarray, after) -> None:
-    """``after`` is ``before``, value for value (bit for bit: −0.0 is not 0.0), same
-    dtype and shape."""
+    """``after`` is ``before`` byte for byte (−0.0 is not 0.0, a NaN keeps its payload),
+    with the same dtype and shape; any number of dimensions (a (n, D) matrix is reported
+    at [row, coordinate])."""
     a = np.asarray(after)
     if a.dtype != before.dtype or a.shape != before.shape:
         raise LawViolation(law, f"{what} was changed in place: dtype {before.dtype}, shape "
-                           f"{before.shape} became {a.dtype}, {a.shape}")
+                           f"{before.shape} became {a.dtype}, {a.shape} (inputs are never modified)")
     bits = [np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(x.size, -1) for x in (before, a)]
     diff = np.flatnonzero((bits[0] != bits[1]).any(axis=1))
     if diff.size:
         j = int(diff[0])
-        raise LawViolation(law, f"{what}[{j}] was changed in place: {_r(before[j])} became "
-                           f"{_r(a[j])} (inputs are never modified)", coordinate=j,
-                           before=float(before[j]), after=str(a[j]))
+        idx = np.unravel_index(j, before.shape)
+        where = ", ".join(str(int(i)) for i in idx)
+        raise LawViolation(law, f"{what}[{where}] was changed in place: {_show(before[idx])} became "
+                           f"{_show(a[idx])} (inputs are never modified)", index=[int(i) for i in idx],
+                           before=_show(before[idx]), after=_show(a[idx]))
+
+
+def _as_array(value) -> np.ndarray | None:
+    """What the code under test returned, as the NumPy array it is or views (a torch tensor
+    through NumPy), without copying; None for anything NumPy reads only by copying (a list,
+    a scalar) or cannot read: such a value shares no memory with an input."""
+    from rfrs_ref.testing.adapters import _to_numpy
+
+    if not (isinstance(value, np.ndarray) or (hasattr(value, "detach") and hasattr(value, "cpu"))):
+        return None
+    try:
+        return _to_numpy(value)
+    except Exception:  # noqa: BLE001 - an output the other laws judge
+        return None
+
+
+def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays share memory (:func:`numpy.shares_memory`, exact up to a bounded
+    amount of work, beyond which overlapping address ranges count as shared)."""
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except Exception:  # noqa: BLE001 - numpy's TooHardError: the bounds overlap
+        return bool(np.may_share_memory(a, b))
+
+
+def _aliases(law: str, what: str, value, inputs) -> None:
+    """``value`` (what the code under test returned) shares no memory with any of
+    ``inputs`` ((name, array) pairs): the caller owns both, and a result that is an input,
+    or a view of one, changes when the caller writes either."""
+    arr = _as_array(value)
+    if arr is None:
+        return
+    for name, x in inputs:
+        if isinstance(x, np.ndarray) and _shares(arr, x):
+            raise LawViolation(law, f"{what} shares memory with {name} (it is that array or a view "
+                               "of it): return a new array", returned=what, input=name)
+
+
+def _outcome_as_returned(rule, X, ns, f, law) -> Outcome:
+    """The rule's Outcome on X and ns themselves (no copies: the law watches what the rule
+    does to them), an adapter's :class:`OutputError` as a violation of ``law``."""
+    try:
+        out = rule(X, ns, f)
+    except OutputError as exc:
+        raise LawViolation(law, str(exc), **exc.details) from None
+    if not isinstance(out, Outcome):
+        raise LawViolation(law, f"the adapted rule returned {type(out).__name__}, not an Outcome")
+    return out
+
+
+def _returned(out: Outcome) -> list:
+    """(label, array) for what a rule returned, as it returned it: an adapter records it in
+    ``Outcome.returned`` (its vector and weights are converted copies); an Outcome the
+    rule built itself holds it as its vector and weights."""
+    return ([("what the rule returned", x) for x in out.returned]
+            + [("the aggregate", out.vector), ("the weights", out.weights)])
+
+
+def _inputs_law(law: str, call, inputs: dict, second: dict) -> None:
+    """The clauses of ``inputs_unchanged`` shared by rules, pre-aggregators and attacks:
+    ``call(**inputs)`` leaves every input byte for byte as it was, returns arrays (a list
+    of (label, array)) that share no memory with them, and a second call on other arrays
+    (``second``) leaves the first call's inputs as they were too (a callable that keeps a
+    reference to an input and writes into it on its next call modified it)."""
+    before = {k: v.copy() for k, v in inputs.items()}
+    returned = call(**inputs)
+    for k, v in inputs.items():
+        _changed(law, k, before[k], v)
+    for label, value in returned:
+        _aliases(law, label, value, list(inputs.items()))
+    before2 = {k: v.copy() for k, v in second.items()}
+    call(**second)
+    for k, v in inputs.items():
+        _changed(law, f"{k} (after a second call on other arrays)", before[k], v)
+    for k, v in second.items():
+        _changed(law, f"{k} (the second call's)", before2[k], v)
+
+
+def rule_inputs_unchanged(rule, case: RoundCase) -> None:
+    """The rule, called on the example's features and nᵢ themselves (every other law calls
+    it on copies), leaves both byte for byte as they were, dtype and shape included
+    (docs/aggregation.md: inputs are never modified), and what it returns (aggregate,
+    weights) is a new array, sharing no memory with either; a second call, on the round
+    with its rows permuted, leaves the first call's arrays as they were too."""
+    law = "inputs_unchanged"
+
+    def call(features, n_samples):
+        out = _outcome_as_returned(rule, features, n_samples, case.f, law)
+        _real(law, out.vector, (case.D,), "the rule", "the aggregated feature vector")
+        if out.weights is not None:
+            _real(law, out.weights, (case.n,), "the rule", "one weight per client")
+        return _returned(out)
+
+    p = case.perm
+    _inputs_law(law, call, {"features": np.array(case.features, copy=True),
+                            "n_samples": np.array(case.n_samples, copy=True)},
+                {"features": np.array(case.features[p], copy=True),
+                 "n_samples": np.array(case.n_samples[p], copy=True)})
 
 
 def inputs_unchanged(opt, case: PairCase) -> None:
     """client_rule(state, g, t) and recover(state, upload, t) leave every array they are
     given as it was (rfrs-ref's rule: inputs are never modified in place), then and
-    later, and an upload is the caller's: a later call does not change it. The object is
-    called on the example's own arrays (copies of the case, compared bit for bit with
-    copies taken before the call): client_rule on (state, g), client_rule again on
-    another gradient (after which the first upload must be as it was: a server keeps
-    every client's upload of a round, and one buffer returned to every call would give
-    it the last client's for all), then recover on rfrs-ref's upload stored in the
-    dtypes the object stores its upload in; after each call every input given so far
-    (g included: an object that keeps it and writes into it one call later modified
-    it) is checked again. Where rfrs-ref's rule overflows, only client_rule is checked."""
+    later, and what they return is the caller's: a later call does not change it, and it
+    shares no memory with an input. The object is called on the example's own arrays
+    (copies of the case, compared byte for byte with copies taken before the call):
+    client_rule on (state, g), client_rule again on another gradient g₂ (after which the
+    first upload must be as it was: a server keeps every client's upload of a round, and
+    one buffer returned to every call would give it the last client's for all), then
+    recover on rfrs-ref's upload of g and on rfrs-ref's upload of g₂, each stored in the
+    dtypes the object stores its upload in (after which the first recovered gradient must
+    be as it was: a server recovers every client's gradient of a round before it
+    aggregates them, and a recover that reuses one output buffer gives it the last
+    client's gradient n times). Each upload and recovered gradient must share no memory
+    with the state, the gradients, the uploads given or another result. After each call
+    every input given so far (g included: an object that keeps it and writes into it one
+    call later modified it) is checked again. Where rfrs-ref's rule overflows, only
+    client_rule is checked."""
     law = "inputs_unchanged"
     ref, t = case.optimizer, case.t
     state = {k: np.array(case.state[k], copy=True) for k in ref.arrays}
@@ -1171,17 +1300,22 @@ def inputs_unchanged(opt, case: PairCase) -> None:
         for what, was, now in given:
             _changed(law, what + call, was, now)
 
+    def inputs():
+        return [(what, now) for what, _, now in given]
+
     up = opt.client_rule(state, g, t)
     unchanged("")
     ref_up = ref.client_rule(before[0], before[1], t)
     if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up.values()):
         return
     checked = _upload(law, "client_rule", up, ref.arrays, int(g.shape[0]))
+    for k in ref.arrays:
+        _aliases(law, f"client_rule's upload[{k!r}]", up[k], inputs())
     first = {k: np.array(checked[k], copy=True) for k in ref.arrays}
     g2 = _other_gradient(before[1], before[1])
     g2_before = g2.copy()
     given.append(("the second client_rule call's g", g2_before, g2))
-    opt.client_rule(state, g2, t)
+    up2 = opt.client_rule(state, g2, t)
     unchanged(" (after a second client_rule call)")
     for k in ref.arrays:
         after = np.asarray(checked[k])
@@ -1192,12 +1326,43 @@ def inputs_unchanged(opt, case: PairCase) -> None:
                                "shares memory with what a later call writes (a server keeps "
                                "every upload of a round; return a new array per call)",
                                array=k, coordinate=j)
-    upload = _stored_like({k: ref_up[k] for k in ref.arrays}, checked)
-    kept = {k: v.copy() for k, v in upload.items()}
-    opt.recover(state, upload, t)
+    if isinstance(up2, dict):
+        for k in ref.arrays:
+            if k in up2:
+                _aliases(law, f"the second client_rule call's upload[{k!r}]", up2[k],
+                         inputs() + [(f"the first upload[{j!r}]", up[j]) for j in ref.arrays])
+    ref_up2 = ref.client_rule(before[0], g2_before, t)
+    uploads = [_stored_like({k: ref_up[k] for k in ref.arrays}, checked)]
+    if all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up2.values()):
+        uploads.append(_stored_like({k: ref_up2[k] for k in ref.arrays}, checked))
+    client_uploads = [(f"client_rule's upload[{k!r}]", up[k]) for k in ref.arrays]
+    given += [(f"recover's upload[{k!r}]", v.copy(), v) for k, v in uploads[0].items()]
+    rec = opt.recover(state, uploads[0], t)
     unchanged(" (after recover)")
-    for k in ref.arrays:
-        _changed(law, f"recover's upload[{k!r}]", kept[k], upload[k])
+    _aliases(law, "what recover returned", rec, inputs() + client_uploads)
+    _real(law, rec, g.shape, "recover", "the gradient")
+    if len(uploads) < 2:
+        return
+    first_rec = _as_array(rec)
+    kept_rec = None if first_rec is None else np.array(first_rec, copy=True)
+    given += [(f"the second recover call's upload[{k!r}]", v.copy(), v) for k, v in uploads[1].items()]
+    rec2 = opt.recover(state, uploads[1], t)
+    unchanged(" (after a second recover call)")
+    if (first_rec is not None and first_rec.ndim == 1 and first_rec.shape == kept_rec.shape
+            and first_rec.dtype == kept_rec.dtype):
+        bits = [np.ascontiguousarray(x).view(np.uint8).reshape(x.size, -1) for x in (kept_rec, first_rec)]
+        diff = np.flatnonzero((bits[0] != bits[1]).any(axis=1))
+        if diff.size:
+            j = int(diff[0])
+            raise LawViolation(law, f"the gradient recover returned for one upload changed at [{j}] "
+                               f"from {_show(kept_rec[j])} to {_show(first_rec[j])} when recover was "
+                               "called on another upload: a server recovers every client's gradient "
+                               "of a round before aggregating them, and a buffer that the next call "
+                               "overwrites gives it the last client's n times (return a new array "
+                               "per call)", coordinate=j, before=_show(kept_rec[j]),
+                               after=_show(first_rec[j]))
+    _aliases(law, "what the second recover call returned", rec2,
+             inputs() + client_uploads + [("what recover returned for the first upload", rec)])
 
 
 def _run_sequence(opt, seq: GradientSequence, law: str, arrays):
@@ -1721,6 +1886,35 @@ def pre_permutation_equivariance(pre, case: RoundCase, reference):
     return None if compared else NOT_COMPARED
 
 
+def pre_inputs_unchanged(pre, case: RoundCase, reference=None) -> None:
+    """The pre-aggregator, called on the example's features and nᵢ themselves (every other
+    law calls it on copies), leaves both byte for byte as they were, dtype and shape
+    included (docs/aggregation.md: inputs are never modified; a clipping that scales the
+    rows it is handed in place rewrites every client's upload), and the mixed rows it
+    returns are a new array, sharing no memory with either (a clipping that returns its
+    input when no row needs clipping hands the rule the uploads themselves); a second
+    call, on the round with its rows permuted, leaves the first call's arrays as they
+    were too."""
+    law = "inputs_unchanged"
+
+    rows = None if reference is None else _reference_mixing(reference, case.features, case).shape[0]
+
+    def call(features, n_samples):
+        try:
+            out = pre(features, n_samples, case.f)
+        except OutputError as exc:
+            raise LawViolation(law, str(exc), **exc.details) from None
+        if rows is not None:
+            _real(law, out, (rows, case.D), "the pre-aggregator", "the mixed rows")
+        return [("the mixed rows", out)]
+
+    p = case.perm
+    _inputs_law(law, call, {"features": np.array(case.features, copy=True),
+                            "n_samples": np.array(case.n_samples, copy=True)},
+                {"features": np.array(case.features[p], copy=True),
+                 "n_samples": np.array(case.n_samples[p], copy=True)})
+
+
 # -- attack laws --------------------------------------------------------------------------------
 #
 # An attack under test is ``attack(vectors) -> (D,)``: the (k, D) gradients it reads (the
@@ -1865,6 +2059,28 @@ def attack_permutation_invariance(attack, case: RoundCase, reference, gain: floa
     return None if _compared(R, C1, C2) else NOT_COMPARED
 
 
+def attack_inputs_unchanged(attack, case: RoundCase, reference=None) -> None:
+    """The attack, called on the example's vectors themselves (every other law calls it on
+    copies), leaves them byte for byte as they were, dtype and shape included
+    (docs/attacks.md: honest rows, the gradients and the state are never modified), and
+    the Byzantine vector it returns is a new array, sharing no memory with them (mimic's
+    is a copy of an honest row, not that row: a view turns into whatever the row later
+    holds); a second call, on the vectors in another order, leaves the first call's
+    vectors as they were too."""
+    law = "inputs_unchanged"
+
+    def call(vectors):
+        try:
+            out = attack(vectors)
+        except OutputError as exc:
+            raise LawViolation(law, str(exc), **exc.details) from None
+        _real(law, out, (case.D,), "the attack", "the Byzantine vector")
+        return [("the Byzantine vector", out)]
+
+    _inputs_law(law, call, {"vectors": np.array(case.features, copy=True)},
+                {"vectors": np.array(case.features[case.perm], copy=True)})
+
+
 # -- federated rounds ---------------------------------------------------------------------------
 
 def round_record_invariants(record: dict) -> None:
@@ -1900,4 +2116,6 @@ __all__ = [
     "alie_form", "arc_clipping", "attack_permutation_invariance", "clip_norm_bound", "inf_nonfinite",
     "ipm_direction", "mimic_copy", "nnm_honest_bound", "pre_permutation_equivariance", "reference_attack",
     "reference_pre",
+    # every family
+    "attack_inputs_unchanged", "inputs_unchanged", "pre_inputs_unchanged", "rule_inputs_unchanged",
 ]

@@ -51,6 +51,9 @@ class RoundCase:
         perm: (n,) a permutation of the rows (for the permutation law).
         shift: (D,) float64 translation (for the translation law).
         kinds: how each Byzantine row was built, in row order (for reports).
+        source: for a fixed example, a Python expression that rebuilds it (a report
+            of a round with more than :data:`DESCRIBED_VALUES` feature values names it
+            instead of listing every value); empty for a drawn one.
     """
 
     features: np.ndarray
@@ -60,6 +63,7 @@ class RoundCase:
     perm: np.ndarray
     shift: np.ndarray
     kinds: tuple[str, ...] = ()
+    source: str = ""
 
     @property
     def n(self) -> int:
@@ -70,12 +74,28 @@ class RoundCase:
         return int(self.features.shape[1])
 
     def describe(self) -> dict:
-        """A JSON-friendly description (for counterexample reports)."""
+        """A JSON-friendly description (for counterexample reports). A fixed example of
+        more than :data:`DESCRIBED_VALUES` feature values names the expression that
+        rebuilds it (``source``) and the SHA-256 of its features' bytes instead of listing
+        them (a 40 × 257 round is 10,280 numbers)."""
+        if self.source and self.features.size > DESCRIBED_VALUES:
+            import hashlib
+
+            features = {"omitted": f"{self.n} × {self.D} {self.features.dtype} values",
+                        "rebuild": self.source,
+                        "sha256": hashlib.sha256(np.ascontiguousarray(self.features).tobytes()).hexdigest()}
+        else:
+            features = self.features.tolist()
         return {
             "n": self.n, "D": self.D, "f": self.f, "dtype": str(self.features.dtype),
-            "features": self.features.tolist(), "honest": self.honest.tolist(),
+            "features": features, "honest": self.honest.tolist(),
             "n_samples": self.n_samples.tolist(), "byzantine_kinds": list(self.kinds),
         }
+
+
+#: the most feature values a counterexample report lists; a larger fixed example is named
+#: by the expression that rebuilds it (:attr:`RoundCase.source`)
+DESCRIBED_VALUES = 2048
 
 
 def _f_bound(rule_bound: Callable[[int], int] | None):
@@ -234,12 +254,129 @@ def tie_examples(*, min_n: int = 1, max_n: int = 13,
     return out
 
 
+#: the fixed large rounds every law of a rule, pre-aggregator or attack tries first: (n, D,
+#: dtype, how the Byzantine rows are built). The drawn rounds have n ≤ 13 and D ≤ 12 (rules,
+#: pre-aggregators), k ≤ 9 and D ≤ 8 (attacks), and the other fixed ones D ≤ 5: a rule that
+#: is right only on small rounds (a sorting network of 16 inputs, a kernel whose SIMD tail
+#: is wrong) would pass them all. n = 40 is past any such network, 33 sits at the edge of
+#: networks and vector widths of 32, and D = 257 and 1031 leave an odd tail after every
+#: power-of-two block
+LARGE_ROUNDS = ((40, 257, "float64", "hostile"), (33, 1031, "float32", "finite"))
+
+#: how the Byzantine rows of a large round are built, in turn: hostile ones (NaN, ±inf,
+#: 1e38, scaled, one poisoned coordinate, the last one where a vector kernel's tail runs)
+#: between finite ones that stay near the honest cloud
+_LARGE_HOSTILE = (("constant", math.nan), ("near", None), ("coordinate-tail", math.inf),
+                  ("copy", None), ("constant", -math.inf), ("cluster", None), ("constant", 1e38),
+                  ("scaled", 1e30), ("coordinate", math.nan), ("near", None), ("constant", -3.4e38))
+_LARGE_FINITE = (("near", None), ("copy", None), ("cluster", None))
+
+#: the seed of the large rounds (each adds its position in :data:`LARGE_ROUNDS`)
+LARGE_SEED = 20204
+
+
+def large_round(index: int, *, n: int, D: int, dtype: str, f: int, byzantine: str = "hostile",
+                equal_weights: bool = False, distinct: bool = False, trusted: int | None = None,
+                ties: bool = False) -> RoundCase:
+    """One fixed large round, a function of its arguments alone (seed LARGE_SEED + index).
+
+    Honest rows: centre·10 + N(0, 1) per coordinate (in ``dtype``; ``ties``: an integer
+    centre plus integer offsets in [−2, 2], with every third row copied from the row before,
+    so that values, distances and scores tie exactly); f Byzantine rows (f at the rule's
+    limit, all present), anywhere but at ``trusted``, built in turn as
+    :data:`_LARGE_HOSTILE` (``byzantine="hostile"``) or :data:`_LARGE_FINITE` (``"finite"``)
+    says, or none (``"none"``); ``distinct`` moves every finite Byzantine row by its own
+    1e-3; nᵢ = 7 (``equal_weights``) or drawn in 1..29."""
+    rng = np.random.default_rng(LARGE_SEED + index)
+    dt = np.dtype(dtype)
+    centre = rng.normal(size=D) * 10.0
+    if ties:
+        X = (np.round(centre) + rng.integers(-2, 3, size=(n, D))).astype(dt)
+        X[2::3] = X[1::3][: X[2::3].shape[0]]
+    else:
+        X = (centre + rng.normal(size=(n, D))).astype(dt)
+    n_byz = 0 if byzantine == "none" else f
+    honest_n = n - n_byz
+    cycle = _LARGE_HOSTILE if byzantine == "hostile" else _LARGE_FINITE
+    kinds = []
+    with np.errstate(all="ignore"):
+        for j, i in enumerate(range(honest_n, n)):
+            kind, value = cycle[j % len(cycle)]
+            kinds.append(kind)
+            if kind == "constant":
+                X[i] = value
+            elif kind == "scaled":
+                X[i] = X[i] * value
+            elif kind == "copy":
+                X[i] = X[rng.integers(honest_n)]
+            elif kind == "cluster":
+                X[i] = X[honest_n - 1] + 5.0
+            elif kind == "coordinate":
+                X[i, rng.integers(D)] = value
+            elif kind == "coordinate-tail":
+                X[i, D - 1] = value
+            else:  # just outside the honest cloud
+                X[i] = X[:honest_n].max(axis=0) + 0.1
+            if distinct and np.isfinite(X[i]).all():
+                X[i] = X[i] + (rng.normal(size=D) * 1e-3).astype(dt)
+    order = rng.permutation(n)
+    if trusted is not None and trusted < n and order[trusted] >= honest_n:
+        j = int(np.flatnonzero(order < honest_n)[0])
+        order[[trusted, j]] = order[[j, trusted]]
+    honest = np.zeros(n, dtype=bool)
+    honest[:honest_n] = True
+    ns = np.full(n, 7, dtype=np.int64) if equal_weights else rng.integers(1, 30, size=n)
+    source = (f"rfrs_ref.testing.strategies.large_round({index}, n={n}, D={D}, dtype={dt.name!r}, "
+              f"f={f}, byzantine={byzantine!r}, equal_weights={equal_weights}, distinct={distinct}, "
+              f"trusted={trusted}, ties={ties})")
+    return RoundCase(X[order], honest[order], f, ns.astype(np.int64), rng.permutation(n),
+                     rng.normal(size=D), tuple(kinds), source)
+
+
+def large_examples(*, min_n: int = 1, max_n: int = 13,
+                   max_f: Callable[[int], int] | None = None, max_D: int = 12,
+                   dtypes=(np.float32, np.float64), hostile: bool = True,
+                   byzantine: bool = True, equal_weights: bool = False,
+                   distinct: bool = False, trusted: int | None = None,
+                   ties: bool = False, sizes=LARGE_ROUNDS,
+                   max_subsets: int | None = None) -> list[RoundCase]:
+    """The fixed large rounds (:data:`LARGE_ROUNDS`, or ``sizes``) that every law over
+    :func:`byzantine_rounds` with the same arguments tries first, far beyond the drawn
+    sizes (``max_n`` and ``max_D`` do not bound them): f = max_f(n), the rule's limit,
+    Byzantine rows present (hostile ones only where ``hostile``; none where not
+    ``byzantine``), in a dtype of ``dtypes`` (the size's own when allowed).
+
+    ``max_subsets`` (rules that search the C(n, f) subsets: MDA, SMEA) lowers f until
+    C(n, f) ≤ max_subsets. A size below ``min_n``, or that cannot hold the ``trusted``
+    row, is left out. ``ties`` (the reference law) adds the first size again with its
+    rows on an integer grid and copied rows (exact ties)."""
+    bound = _f_bound(max_f)
+    allowed = [np.dtype(d) for d in dtypes]
+    out = []
+    plan = [(i, size, False) for i, size in enumerate(sizes)]
+    if ties and sizes:
+        plan.append((len(sizes), sizes[0], True))
+    for index, (n, D, dtype, kinds), tied in plan:
+        if n < min_n or (trusted is not None and trusted >= n):
+            continue
+        f = max(0, bound(n))
+        while max_subsets is not None and f > 0 and math.comb(n, f) > max_subsets:
+            f -= 1
+        dt = np.dtype(dtype) if np.dtype(dtype) in allowed else allowed[index % len(allowed)]
+        how = "none" if not byzantine else (kinds if hostile else "finite")
+        out.append(large_round(index, n=n, D=D, dtype=dt.name, f=f, byzantine=how,
+                               equal_weights=equal_weights, distinct=distinct, trusted=trusted,
+                               ties=tied))
+    return out
+
+
 def unanimous(case: RoundCase) -> RoundCase:
     """The same round with every honest row replaced by the first honest one."""
     X = case.features.copy()
     h = np.flatnonzero(case.honest)
     X[h] = X[h[0]]
-    return dataclasses.replace(case, features=X)
+    source = f"rfrs_ref.testing.strategies.unanimous({case.source})" if case.source else ""
+    return dataclasses.replace(case, features=X, source=source)
 
 
 # -- optimisers ---------------------------------------------------------------------------------
@@ -313,13 +450,20 @@ class PairCase:
     g_hat: np.ndarray
     t: int
     floor: float
+    #: for a fixed large case, the expression that rebuilds it (:func:`optimizer_large_cases`)
+    source: str = ""
 
     def describe(self) -> dict:
         from rfrs_ref.params import values
 
-        return {"optimizer": getattr(self.optimizer, "name", type(self.optimizer).__name__),
-                "hyperparameters": values(self.optimizer) if dataclasses.is_dataclass(self.optimizer) else {},
-                "t": self.t, "floor": self.floor, "dtype": str(np.asarray(self.g).dtype), "g": self.g.tolist(), "g_hat": self.g_hat.tolist(),
+        out = {"optimizer": getattr(self.optimizer, "name", type(self.optimizer).__name__),
+               "hyperparameters": values(self.optimizer) if dataclasses.is_dataclass(self.optimizer) else {},
+               "t": self.t, "floor": self.floor, "dtype": str(np.asarray(self.g).dtype)}
+        if self.source and np.size(self.g) > 64:
+            return {**out, "D": int(np.size(self.g)), "arrays": {
+                "omitted": f"g, ĝ and the state: {int(np.size(self.g))} values each",
+                "rebuild": self.source}}
+        return {**out, "g": self.g.tolist(), "g_hat": self.g_hat.tolist(),
                 "state": {k: v.tolist() for k, v in self.state.items()}}
 
 
@@ -389,6 +533,61 @@ def optimizer_edge_cases(kind: str, optimizer=None) -> list[PairCase]:
         opts = [optimizer] if optimizer is not None else _edge_hyperparameters(kind)
         out += [PairCase(opt, s, g.copy(), -g, t, floor) for s, t, floor in states for opt in opts]
     return out
+
+
+#: the fixed large optimiser cases (:func:`optimizer_large_cases`): (D, dtype, t); the drawn
+#: cases have D ≤ 8 and the corner cases D = 5, and an update rule wrong from the 9th
+#: parameter on (every real model has thousands) would pass them all
+LARGE_PAIRS = ((257, "float64", 7), (1031, "float32", 1000))
+
+
+def optimizer_large_case(kind: str, index: int, *, D: int, dtype: str, t: int,
+                         optimizer=None) -> PairCase:
+    """One fixed large pair case, a function of its arguments alone (seed LARGE_SEED +
+    index): θ̄ ∈ 1e3·N(0, 1), m̄ ∈ N(0, 1), v̄ = r̄ = v_min + |N(0, 1)|·10 with v_min =
+    1e-8 (in ``dtype``), g ∈ 100·N(0, 1) with one coordinate in ten 1e-30 and the last
+    one (the tail of every vector block) −1e3, ĝ = −g + N(0, 1); ``optimizer`` or
+    rfrs-ref's ``kind`` with its defaults."""
+    from rfrs_ref.optim import OPTIMIZERS
+
+    rng = np.random.default_rng(LARGE_SEED + 100 + index)
+    dt = np.dtype(dtype)
+    vmin = _floor_in(1e-8, dt)
+    g = rng.normal(size=D) * 100.0
+    g[::10] = 1e-30
+    g[-1] = -1e3
+    state = {"theta": (rng.normal(size=D) * 1e3).astype(dt), "m": rng.normal(size=D).astype(dt),
+             "v": np.maximum((vmin + np.abs(rng.normal(size=D)) * 10.0).astype(dt),
+                             np.asarray(vmin, dtype=dt))}
+    state["r"] = state["v"]
+    g_hat = (-g + rng.normal(size=D)).astype(dt)
+    opt = optimizer if optimizer is not None else OPTIMIZERS.get(kind)()
+    source = (f"rfrs_ref.testing.strategies.optimizer_large_case({kind!r}, {index}, D={D}, "
+              f"dtype={dt.name!r}, t={t}" + (", optimizer=<the object under test>)"
+                                              if optimizer is not None else ")"))
+    return PairCase(opt, state, g.astype(dt), g_hat, t, vmin, source)
+
+
+def optimizer_large_cases(kind: str, optimizer=None) -> list[PairCase]:
+    """The fixed large pair cases (:data:`LARGE_PAIRS`) every optimiser law over
+    :func:`pair_cases` tries after the corner cases: D = 257 in float64 and D = 1031 in
+    float32, with ``optimizer`` (a fixed object) or rfrs-ref's defaults."""
+    return [optimizer_large_case(kind, i, D=D, dtype=dtype, t=t, optimizer=optimizer)
+            for i, (D, dtype, t) in enumerate(LARGE_PAIRS)]
+
+
+def sequence_large_cases() -> list["GradientSequence"]:
+    """A large gradient sequence the Lemma 2 law tries after :func:`sequence_edge_cases`:
+    D = 257, n = 5, 12 rounds, every gradient on the sphere ‖g‖ = g_max = 10 and pointing
+    the same way, all the weight on one client (the moment approaches g_max from below),
+    seed LARGE_SEED."""
+    rng = np.random.default_rng(LARGE_SEED + 200)
+    u = rng.normal(size=257)
+    u /= np.linalg.norm(u)
+    w = np.zeros(5)
+    w[0] = 1.0
+    G = np.tile(u * 10.0, (5, 1))
+    return [GradientSequence(10.0, tuple((G.copy(), w.copy()) for _ in range(12)))]
 
 
 def sequence_edge_cases() -> list["GradientSequence"]:
@@ -554,11 +753,16 @@ __all__ = [
     "federated_scenarios",
     "gradient_sequences",
     "hostile_examples",
+    "large_examples",
+    "large_round",
     "optimizer_edge_cases",
+    "optimizer_large_case",
+    "optimizer_large_cases",
     "optimizer_states",
     "optimizers",
     "pair_cases",
     "sequence_edge_cases",
+    "sequence_large_cases",
     "tie_examples",
     "unanimous",
     "vectors",

@@ -143,8 +143,10 @@ def test_laws_selection_and_skipping():
 def test_derandomised_runs_repeat_and_seeds_vary():
     a = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
     b = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
-    # the 16 hostile rounds every law tries first, then 5 drawn ones
-    assert a[0].examples == b[0].examples == 5 + len(strategies.hostile_examples()) == 21
+    # the 16 hostile rounds every law tries first, the 2 large rounds of its main laws,
+    # then 5 drawn ones
+    assert a[0].examples == b[0].examples == (5 + len(strategies.hostile_examples())
+                                              + len(strategies.LARGE_ROUNDS)) == 23
     with pytest.raises(ValueError, match="no laws are defined"):
         run_rule_conformance("nope", adapters.rfrs("median"))
 
@@ -186,8 +188,10 @@ def test_every_optimizer_law_tries_the_corners_first(kind):
         assert all(a.dtype == c.g.dtype for c in cases for a in c.state.values())
         results = run_optimizer_conformance(kind, obj, max_examples=1)
         assert {r.status for r in results} == {"holds"}, format_results(results, kind)
-        for r in results:
-            assert r.examples == 1 + (len(strategies.sequence_edge_cases()) if r.law == "lemma2" else corners)
+        for r in results:  # the corner cases, then the large ones, then one drawn example
+            assert r.examples == 1 + (
+                len(strategies.sequence_edge_cases()) + len(strategies.sequence_large_cases())
+                if r.law == "lemma2" else corners + len(strategies.LARGE_PAIRS))
 
 
 # -- the laws directly ---------------------------------------------------------------------------------

@@ -257,7 +257,7 @@ def test_the_unweighted_nnm_is_right_with_equal_weights():
     # ByzFL's convention: only the nᵢ weighting tells it from rfrs-ref's
     st = _pre("nnm", adapters.vector_pre(nnm_unweighted))
     assert st == {"reference_pre": "holds", "weighted_mixing": "fails", "nnm_honest_bound": "holds",
-                  "permutation_equivariance": "holds"}
+                  "permutation_equivariance": "holds", "inputs_unchanged": "holds"}
 
 
 def ipm_of_the_sum(V, eps=0.1):
