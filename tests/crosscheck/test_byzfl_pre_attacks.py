@@ -63,7 +63,7 @@ def test_byzfl_nnm_and_bucketing_mix_without_n_samples(byzfl):
     pre, _ = byzfl
     assert _pre("nnm", adapters.byzfl_pre(pre.NNM)) == {
         "reference_pre": "fails", "weighted_mixing": "fails", "nnm_honest_bound": "holds",
-        "permutation_equivariance": "holds"}
+        "permutation_equivariance": "holds", "inputs_unchanged": "holds"}
     # reference_pre fails on a +inf row alone (below); on rounds of finite rows ByzFL's NNM
     # is rfrs-ref's with equal nᵢ
     from hypothesis import given, settings
@@ -77,11 +77,12 @@ def test_byzfl_nnm_and_bucketing_mix_without_n_samples(byzfl):
 
     holds_on_finite_rows()
     assert _pre("bucketing", adapters.byzfl_pre(pre.Bucketing, s=2)) == {
-        "reference_pre": "holds", "weighted_mixing": "fails"}
+        "reference_pre": "holds", "weighted_mixing": "fails", "inputs_unchanged": "holds"}
     # buckets of one row: the rows themselves, shuffled (ByzFL's default s = 1)
     assert _pre("bucketing", adapters.byzfl_pre(pre.Bucketing),
                 reference_options={"bucket_size": 1}) == {"reference_pre": "holds",
-                                                          "weighted_mixing": "holds"}
+                                                          "weighted_mixing": "holds",
+                                                          "inputs_unchanged": "holds"}
 
 
 def test_byzfl_nnm_turns_an_infinite_row_into_the_mean_of_the_others(byzfl):
@@ -155,7 +156,8 @@ def test_byzfl_alie_is_nan_on_a_single_vector_and_rfrs_refs_otherwise(byzfl):
     _, attacks = byzfl
     fn = adapters.byzfl_attack(attacks.ALittleIsEnough)  # τ = 1.5, i.e. z = −1.5
     st = _attack("alie", fn, reference_options={"z": -1.5})
-    assert st == {"reference_attack": "fails", "alie_form": "fails", "permutation_invariance": "holds"}
+    assert st == {"reference_attack": "fails", "alie_form": "fails", "permutation_invariance": "holds",
+                  "inputs_unchanged": "holds"}
     res = run_attack_conformance("alie", fn, max_examples=5, reference_options={"z": -1.5})
     assert res[0].counterexample["k"] == 1  # σ of one vector: NaN in ByzFL, 0 in rfrs-ref
     # from two vectors on, the same vector

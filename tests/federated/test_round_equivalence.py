@@ -6,7 +6,7 @@ under attack), replayed and compared with the digest recorded from the round
 loop before its verification was screened (see ``round_equivalence.py``): a
 change of any verdict, any row order, or any sum's order changes the digest.
 
-Two tiers. By default (``pytest``, the CI) the ML100K replays cover every
+Two tiers. By default (the README's test command, the CI's) the ML100K replays cover every
 configuration of Adam (every rule, space and attack) and, for every other
 optimiser, every rule in both spaces under gradient ascent: 120 of the 312,
 every optimiser, rule, space and attack at least once. The Last.fm comparisons
