@@ -102,6 +102,21 @@ def _f_bound(rule_bound: Callable[[int], int] | None):
     return rule_bound or (lambda n: (n - 1) // 2)
 
 
+def _arrange(rng, n: int, honest_n: int, trusted, equal_weights: bool):
+    """(order, honest, nᵢ) of a round whose first ``honest_n`` rows are honest: a random
+    order of the rows (Byzantine rows anywhere, not only at the end) with an honest row at
+    position ``trusted`` when one is asked for (honest_n ≥ 1 since f < n), the honest flags
+    in the original order, and each client's nᵢ (7 for all with ``equal_weights``)."""
+    order = rng.permutation(n)
+    if trusted is not None and trusted < n and order[trusted] >= honest_n:
+        j = int(np.flatnonzero(order < honest_n)[0])
+        order[[trusted, j]] = order[[j, trusted]]
+    honest = np.zeros(n, dtype=bool)
+    honest[:honest_n] = True
+    ns = np.full(n, 7, dtype=np.int64) if equal_weights else rng.integers(1, 30, size=n)
+    return order, honest, ns
+
+
 @st.composite
 def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
                      max_f: Callable[[int], int] | None = None, max_D: int = 12,
@@ -172,14 +187,7 @@ def byzantine_rounds(draw, *, min_n: int = 1, max_n: int = 13,
                 X[i] = X[:honest_n].max(axis=0) + 0.1 * spread
             if distinct and np.isfinite(X[i]).all():
                 X[i] = X[i] + (rng.normal(size=D) * 1e-3 * spread).astype(dtype)
-    order = rng.permutation(n)  # Byzantine rows anywhere, not only at the end
-    if trusted is not None and trusted < n and order[trusted] >= honest_n:
-        # swap an honest row into the trusted position (honest_n ≥ 1 since f < n)
-        j = int(np.flatnonzero(order < honest_n)[0])
-        order[[trusted, j]] = order[[j, trusted]]
-    honest = np.zeros(n, dtype=bool)
-    honest[:honest_n] = True
-    ns = np.full(n, 7, dtype=np.int64) if equal_weights else rng.integers(1, 30, size=n)
+    order, honest, ns = _arrange(rng, n, honest_n, trusted, equal_weights)
     shift = rng.normal(size=D) * draw(st.sampled_from([1.0, 100.0]), label="shift scale")
     return RoundCase(X[order], honest[order], f, ns.astype(np.int64), rng.permutation(n),
                      shift, tuple(kinds))
@@ -319,13 +327,7 @@ def large_round(index: int, *, n: int, D: int, dtype: str, f: int, byzantine: st
                 X[i] = X[:honest_n].max(axis=0) + 0.1
             if distinct and np.isfinite(X[i]).all():
                 X[i] = X[i] + (rng.normal(size=D) * 1e-3).astype(dt)
-    order = rng.permutation(n)
-    if trusted is not None and trusted < n and order[trusted] >= honest_n:
-        j = int(np.flatnonzero(order < honest_n)[0])
-        order[[trusted, j]] = order[[j, trusted]]
-    honest = np.zeros(n, dtype=bool)
-    honest[:honest_n] = True
-    ns = np.full(n, 7, dtype=np.int64) if equal_weights else rng.integers(1, 30, size=n)
+    order, honest, ns = _arrange(rng, n, honest_n, trusted, equal_weights)
     source = (f"rfrs_ref.testing.strategies.large_round({index}, n={n}, D={D}, dtype={dt.name!r}, "
               f"f={f}, byzantine={byzantine!r}, equal_weights={equal_weights}, distinct={distinct}, "
               f"trusted={trusted}, ties={ties})")
