@@ -718,6 +718,14 @@ class _Comparer:
             self._noted.add(text)
             self.notes.append(text)
 
+    def note_only(self, path: str, keys: list[str]) -> None:
+        """Note the keys of object ``path`` that one trace only has (the first 20, each cut
+        to 60 characters), if any."""
+        if keys:
+            names = ", ".join(k if len(k) <= 60 else k[:57] + "..." for k in keys[:20])
+            more = f" and {len(keys) - 20} more" if len(keys) > 20 else ""
+            self.note(f"{path}: keys present in one trace only, not compared: {names}{more}")
+
     def ignored(self, path: str) -> bool:
         if path == "round":
             return False  # the round numbers pair the lines: always compared
@@ -755,10 +763,7 @@ class _Comparer:
             for k in only:
                 self.one_side(t, f"{path}.{k}", a.get(k), b.get(k), k in a,
                               nulls=path in ("state_norms", "initial.state_norms"))
-            if only:
-                names = ", ".join(k if len(k) <= 60 else k[:57] + "..." for k in only[:20])
-                more = f" and {len(only) - 20} more" if len(only) > 20 else ""
-                self.note(f"{path}: keys present in one trace only, not compared: {names}{more}")
+            self.note_only(path, only)
             return
         self.values_seen += 1  # a value (or a list's length) compared
         state = path.startswith(("state_norms.", "initial.state_norms."))
@@ -826,11 +831,7 @@ class _Comparer:
                 self.value(t, f"{path}.{k}", a[k], b[k])
             else:
                 self.one_side(t, f"{path}.{k}", a.get(k), b.get(k), in_a)
-        only = [k for k, _ in other if (k in a) != (k in b)]
-        if only:
-            names = ", ".join(k if len(k) <= 60 else k[:57] + "..." for k in only[:20])
-            more = f" and {len(only) - 20} more" if len(only) > 20 else ""
-            self.note(f"{path}: keys present in one trace only, not compared: {names}{more}")
+        self.note_only(path, [k for k, _ in other if (k in a) != (k in b)])
 
     def same_keys(self, t: int, path: str, a, b) -> None:
         """Every array of A's state is in B's (a required object: no key may be dropped)."""
