@@ -70,7 +70,9 @@ the field it sets (``grid.toml: base.rounds must be a positive integer, got
 "ten"``; see :func:`check_field` and :func:`check_params`); ``name`` must be
 a plain folder name and ``data_dir`` a relative path inside the file's folder
 (:func:`check_name`, :func:`confine`), so nothing read from the file leads out
-of its folder. See docs/reproduction.md, "Failure behaviour".
+of its folder. The file must be a regular file (a FIFO or a device is refused unread) and
+nest tables and arrays at most ``MAX_DEPTH`` deep. See docs/reproduction.md, "Failure
+behaviour".
 """
 
 from __future__ import annotations
@@ -109,6 +111,11 @@ KEY_LENGTH = 16
 #: before any run is built, so that ``trials = 9223372036854775807`` is one line, not a
 #: MemoryError
 MAX_RUNS = 100_000
+
+#: the deepest nesting of tables and arrays a sweep file may hold (a sweep needs five: the
+#: file, [axes], an axis, its table, a ``*_params`` table): deeper, it is refused in one line
+#: before anything renders or walks it recursively
+MAX_DEPTH = 32
 
 
 def has_control(text: str) -> bool:
@@ -679,6 +686,9 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
     """
     if not isinstance(doc, Mapping):
         raise ValueError(f"a sweep is a table of keys, got {_show(doc)}")
+    if _depth_exceeds(doc, MAX_DEPTH):
+        raise ValueError(f"tables and arrays nested more than {MAX_DEPTH} levels deep; a sweep "
+                         "needs a few")
     for key in doc:
         if key not in SWEEP_KEYS:
             raise ValueError(f"unknown top-level key {key!r}{_suggest(key, SWEEP_KEYS)}; "
@@ -765,20 +775,44 @@ def load_sweep(path: str | pathlib.Path) -> Sweep:
 
     Every error is a one-line ValueError starting with the file's path.
     """
+    from rfrs_ref.experiments.results import read_input
+
     path = pathlib.Path(path)
     try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
+        # opened without waiting and read only when a regular file: a FIFO would hang the
+        # command, a device (/dev/zero) would be read for ever
+        doc = tomllib.loads(read_input(path, "sweep file (TOML)").decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: tables and arrays nested more than {MAX_DEPTH} levels "
+                         "deep; a sweep needs a few") from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the sweep file: {exc.strerror or exc}") from None
+    except ValueError as exc:  # not a regular file (read_input names it)
+        raise ValueError(" ".join(str(exc).split())) from None
     try:
         return parse_sweep(doc, name=path.stem, folder=path.parent)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _depth_exceeds(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` nests tables (mappings) and arrays (lists, tuples) more than ``limit``
+    deep (iterative: safe on any depth)."""
+    stack = [(doc, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, Mapping):
+            x = list(x.values())
+        elif not isinstance(x, (list, tuple)):
+            continue
+        if d > limit:
+            return True
+        stack.extend((v, d + 1) for v in x if isinstance(v, (Mapping, list, tuple)))
+    return False
 
 
 def runs_from(items: Iterable[RunSpec | TrainConfig]) -> list[RunSpec]:

@@ -259,3 +259,56 @@ def test_recorded_leaves_out_only_a_later_hyperparameter_at_its_default_value_an
         "old": 0.5, "new": True, "later": 1.0}
     # 0 is not False, 0 is not 0.0: a value of another kind is written as it is
     assert recorded(Entry, {"new": 0, "later": 0}) == {"new": 0, "later": 0}
+
+
+@pytest.mark.parametrize("make", ["fifo", "device"])
+def test_a_sweep_file_that_is_no_regular_file_is_refused_without_reading(tmp_path, make):
+    # a FIFO waited for a writer for ever, and a device was read as a sweep file (/dev/null
+    # as an empty one, /dev/zero until memory ran out)
+    import os
+    import threading
+
+    path = tmp_path / "grid.toml"
+    if make == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/null")
+    result: list = []
+
+    def load():
+        try:
+            load_sweep(path)
+        except ValueError as exc:
+            result.append(str(exc))
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive() and make == "fifo":
+        with open(path, "wb"):  # release the reader blocked on the FIFO
+            pass
+    assert not t.is_alive() or make == "fifo", "load_sweep is still reading"
+    t.join(10)
+    assert result and str(path) in result[0] and "not a regular file" in result[0], result
+    assert "\n" not in result[0]
+
+
+@pytest.mark.parametrize("value", [
+    "[" * 5000 + "]" * 5000,  # TOML's parser recursed until Python's limit
+    "{a = " * 400 + "1" + "}" * 400,
+])
+def test_a_sweep_file_nested_too_deeply_is_one_line(tmp_path, value):
+    path = tmp_path / "deep.toml"
+    path.write_text(f'[base]\ndataset = "synthetic"\ndataset_params = {value}\n')
+    with pytest.raises(ValueError, match=r"deep.toml: .*nested more than \d+ levels"):
+        load_sweep(path)
+
+
+def test_an_axis_table_nested_too_deeply_is_one_line():
+    # an axis value without a label was rendered into one recursively: RecursionError
+    deep: dict = {"a": 1}
+    for _ in range(2000):
+        deep = {"a": deep}
+    doc = {"base": {"dataset": "synthetic"}, "axes": {"m": [{"dataset_params": deep}]}}
+    with pytest.raises(ValueError, match=r"nested more than \d+ levels"):
+        parse_sweep(doc)
