@@ -34,7 +34,16 @@ and ByzFL), the median beside it; speedups are ratios within this run.
     python benchmarks/bench_aggregate.py --n 100 --dim 2173440 --threads 1   # one core each
     python benchmarks/bench_aggregate.py --pre nnm bucketing clip arc --n 100 --dim 100000
 
-``--pre`` times the pre-aggregators instead, each in front of ``mean`` on X
+``--pre ... --behind RULE ...`` times each pre-aggregator in front of each of
+those rules, on X and a round's three uploads (m, v, θ, float32, verified:
+``FiniteUploads``), two ways in one run: as the round runs it (a rule that
+combines by weights reads the mixed features only and the uploads are summed
+from the clients' rows with c = Mᵀw′) and with the rule reading every mixed
+upload (the way before; the same weights, the arrays within one rounding):
+
+    python benchmarks/bench_aggregate.py --pre nnm --behind krum rfa median --n 18 55 --dim 2260480
+
+``--pre`` alone times the pre-aggregators instead, each in front of ``mean`` on X
 and one uploaded array θ = X (so the mixing runs on both, as in a round): ours
 (``backend="numba"``), our NumPy float64 oracle (``backend="numpy"``, one
 output row at a time), and ByzFL's pre-aggregator followed by its ``Average``
@@ -304,12 +313,18 @@ def main(argv=None) -> None:
                     help="skip our float64 NumPy oracle (backend='numpy'; minutes at full size)")
     ap.add_argument("--pre", nargs="+", default=None, choices=["nnm", "bucketing", "clip", "arc"],
                     help="time these pre-aggregators (in front of mean) instead of the rules")
+    ap.add_argument("--behind", nargs="+", default=None, choices=ALL_RULES,
+                    help="with --pre: time the pre-aggregators in front of these rules, on a "
+                         "round's three uploads, summed directly and reading mixed uploads")
     ap.add_argument("--threads", type=int, default=None,
                     help="Numba threads for our kernels (default: all; 1 compares one core with one core)")
     args = ap.parse_args(argv)
     if args.threads:
         numba.set_num_threads(args.threads)
 
+    if args.pre and args.behind:
+        bench_pre_rules(args)
+        return
     if args.pre:
         bench_pre(args)
         return
@@ -472,6 +487,68 @@ def bench_pre(args) -> None:
                     print(f"# {byz_note}", flush=True)
             del X, T
     print("# dev: max |ours − oracle| / max |oracle| on the aggregated θ")
+
+
+def bench_pre_rules(args) -> None:
+    import dataclasses
+
+    from rfrs_ref.aggregate import RULES
+    from rfrs_ref.aggregate.base import FiniteUploads
+    from rfrs_ref.aggregate.pre import PRE, PreAggregated
+
+    def reading_mixed_uploads(rule):
+        cls = type(rule)
+        sub = type(f"Mixed{cls.__name__}", (cls,), {"combines_by_weights": False})
+        return sub(**{fl.name: getattr(rule, fl.name) for fl in dataclasses.fields(rule)})
+
+    print(describe())
+    print("# pre-aggregator then rule, on X and uploads m, v, θ (float32, verified); seconds: "
+          "min (median); 'x' = mixed-uploads time / ours")
+    header = (f"{'pre':10} {'rule':8} {'n':>4} {'D':>9} {'f':>3} | {'read X':>7} | "
+              f"{'ours':>15} | {'mixed uploads':>15} {'x':>6} | {'dev':>8}")
+    print(header)
+    print("-" * len(header))
+
+    def cell(t):
+        return f"{t[0]:7.3f} ({t[1]:5.3f})"
+
+    for D in args.dim:
+        for n in args.n:
+            rng = np.random.default_rng(0)
+            X = rng.standard_normal((n, D), dtype=np.float32)
+            U = FiniteUploads({k: rng.standard_normal((n, D), dtype=np.float32)
+                               for k in ("m", "v", "theta")})
+            ns = np.full(n, 40.0)
+            ref = {k: np.zeros(D, np.float32) for k in U}
+            read = timed(lambda: rows_finite(X), max(3, args.repeat))
+            for name in args.pre:
+                params = {"clip_norm": float(np.sqrt(D))} if name == "clip" else {}
+                for rname in args.behind:
+                    f = f_for(rname, n) if rname in ("bulyan", "smea", "mda", "caf") else n // 5
+                    inner = RULES.get(rname)()
+                    fast = PreAggregated((PRE.get(name)(**params),), inner)
+                    slow = PreAggregated((PRE.get(name)(**params),), reading_mixed_uploads(inner))
+
+                    def run(rule):
+                        return rule.aggregate(X, U, ns, f, backend="numba", reference=ref,
+                                              rng=np.random.default_rng(1))
+
+                    try:
+                        run(fast), run(slow)  # compile, and allocate the kept arrays
+                    except Exception as exc:  # a precondition at this n
+                        print(f"# {name} + {rname}, n = {n}: {exc}")
+                        continue
+                    ours = timed(lambda: run(fast), args.repeat)
+                    before = timed(lambda: run(slow), args.repeat)
+                    dev = max(float(np.max(np.abs(ours[2].arrays[k].astype(np.float64)
+                                                  - before[2].arrays[k]))
+                                    / max(1e-30, float(np.max(np.abs(before[2].arrays[k])))))
+                              for k in U)
+                    print(f"{name:10} {rname:8} {n:4d} {D:9d} {f:3d} | {read[0]:7.4f} | "
+                          f"{cell(ours)} | {cell(before)} {before[0] / ours[0]:6.1f} | "
+                          f"{dev:8.1e}", flush=True)
+            del X, U
+    print("# dev: max over m, v, θ of max |ours − mixed uploads| / max |mixed uploads|")
 
 
 if __name__ == "__main__":

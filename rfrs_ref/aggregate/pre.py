@@ -34,9 +34,11 @@ from numba import njit, prange
 
 from rfrs_ref.aggregate.base import (
     AggregationResult,
+    FiniteUploads,
     PreconditionError,
     Rule,
     jsonable,
+    sample_sizes,
     validate_inputs,
 )
 from rfrs_ref.aggregate.combine import finite_clients
@@ -419,9 +421,14 @@ class PreAggregated:
     rule's, on the mixed rows, with ``pre``: one record per pre-aggregator.
 
     A rule with weights fixed by the nᵢ (the mean) is summed from the clients'
-    rows directly on the fast paths (:func:`_fixed_weight_sums`: within one
-    rounding of the oracle, which mixes every row first); the other rules read
-    mixed rows written into arrays kept between calls.
+    rows directly on the fast paths (:func:`_sums_by_weights`: within one
+    rounding of the oracle, which mixes every row first). So is a rule that
+    combines the uploads by weights it takes from the features alone
+    (``combines_by_weights``: Krum, RFA, MDA, MoNNA, CAF, SMEA) when every mixed
+    row is finite: it reads the mixed features only, and its weights w′ on the
+    mixed rows give the sums. The other rules (the coordinate-wise ones), and
+    these where a mixed row holds a non-finite client, read mixed rows written
+    into arrays kept between calls.
     """
 
     pre: tuple
@@ -489,7 +496,15 @@ class PreAggregated:
         X, mats, w = validate_inputs(features, arrays, n_samples, f, backend)
         n, D = X.shape
         self._shapes(n, f)
-        if any(p.needs_finite for p in self.pre):
+        # a rule that combines the uploads by weights it takes from the features alone
+        # (Krum, RFA, MDA, MoNNA, CAF, SMEA) reads only the mixed features: where every
+        # mixed row is finite, the uploads are summed from the clients' rows directly, as
+        # for the mean (no mixed n′ × D upload is written; see _sums_by_weights)
+        by_weights = (backend != "numpy" and getattr(self.rule, "combines_by_weights", False)
+                      and not getattr(self.rule, "has_fixed_weights", False)
+                      and not getattr(self.rule, "takes_round_inputs", False)
+                      and not self.state_arrays)
+        if any(p.needs_finite for p in self.pre) or by_weights:
             ok = finite_clients(X, mats, "numpy" if backend == "numpy" else "numba")
         else:
             ok = np.ones(n, dtype=bool)  # not read
@@ -498,7 +513,7 @@ class PreAggregated:
         records: list[dict[str, Any]] = []
         # a rule whose weights are fixed by the nᵢ (the mean) is a weighted sum of the mixed
         # rows, i.e. a weighted sum of the rows themselves: the fast path sums them directly
-        # (no mixed n′ × D array is written; see _fixed_weight_sums)
+        # (no mixed n′ × D array is written; see _sums_by_weights)
         direct = backend != "numpy" and getattr(self.rule, "has_fixed_weights", False)
         for idx, p in enumerate(self.pre):
             mx = p.mixing(Xc, ns, fc, okc, rng, backend)
@@ -515,6 +530,8 @@ class PreAggregated:
             records.append({"name": p.name, "hyperparameters": values(p), "n_in": n_in,
                             "n_out": int(M.shape[0]), **mx.diagnostics})
         stochastic = np.allclose(Mcum.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        # a mixed row holding a non-finite client goes to the rule as it is, for it to treat
+        by_weights = by_weights and bool(okc.all())
         mixed = {}
         refs = {}
         for name, A in mats.items():
@@ -533,13 +550,22 @@ class PreAggregated:
                 if S.shape != (D,):
                     raise ValueError(f"reference {name!r} has shape {S.shape}, expected ({D},)")
             refs[name] = S
-            if not direct:
+            if not (direct or by_weights):
                 mixed[name] = mix_rows(Mcum, A, S, backend=backend,
                                        out=self._buffer(f"upload:{name}", (Mcum.shape[0], D),
                                                         A.dtype, backend))
         if direct:
-            res = self.rule.from_sums(_fixed_weight_sums(self.rule, Mcum, mats, refs, ns, backend),
+            wfix = self.rule.fixed_weights(sample_sizes(ns, Mcum.shape[0]))
+            res = self.rule.from_sums(_sums_by_weights(wfix, Mcum, mats, refs, backend),
                                       ns, fc, backend=backend)
+        elif by_weights:
+            # every mixed row is finite (okc), so the rule may take the mixed uploads as
+            # checked (FiniteUploads with no array): it returns its weights w′ on the
+            # mixed rows, its kept rows and diagnostics, and no arrays
+            res = self.rule.aggregate(Xc, FiniteUploads(), ns, fc, backend=backend)
+            res = dataclasses.replace(
+                res, arrays=_sums_by_weights(np.asarray(res.weights, dtype=np.float64), Mcum,
+                                             mats, refs, backend))
         else:
             kw = {}
             if getattr(self.rule, "takes_round_inputs", False):
@@ -566,23 +592,24 @@ class PreAggregated:
         return AggregationResult(res.arrays, weights, kept, diag, state=res.state)
 
 
-def _fixed_weight_sums(rule, Mcum: np.ndarray, mats, refs, ns, backend: str) -> dict:
+def _sums_by_weights(w: np.ndarray, Mcum: np.ndarray, mats, refs, backend: str) -> dict:
     """Σⱼ w′ⱼ A′ⱼ for every array without writing the mixed rows A′ = S + M(A − S):
 
         Σⱼ w′ⱼ A′ⱼ = (1 − Σᵢ cᵢ) S + Σᵢ cᵢ Aᵢ,   c = Mᵀw′,
 
-    w′ the rule's fixed weights of the mixed rows (the mean's nᵢ′/Σnⱼ′). Sums in
-    float64, rounded once to the array's dtype. The mixed path rounds each A′ⱼ to
-    that dtype first (relative error u, the unit roundoff) and then sums: the two
-    differ by at most u·Σⱼ w′ⱼ|A′ⱼ| ≤ u·max|A′| before the final rounding, i.e. by
-    one rounding of the result (tested). A row with cᵢ = 0 (in no mixed row) is
-    skipped, as the mixed path never reads it; cᵢ > 0 for every row a mixed row
-    holds, so a non-finite row reaches the sum exactly when it reaches a mixed row.
+    w′ (``w``) the rule's weights of the mixed rows: the mean's nᵢ′/Σnⱼ′, or the
+    weights a rule that combines by weights took from the mixed features (Krum's
+    selected rows, RFA's Weiszfeld weights). Sums in float64, rounded once to the
+    array's dtype. The mixed path rounds each A′ⱼ to that dtype first (relative
+    error u, the unit roundoff) and then sums: the two differ by at most
+    u·Σⱼ w′ⱼ|A′ⱼ| ≤ u·max|A′| before the final rounding, i.e. by one rounding of
+    the result (tested). A row with cᵢ = 0 (in no mixed row, or only in rows of
+    weight 0) is skipped, as the mixed path never sums it; cᵢ > 0 for every row a
+    summed mixed row holds, so a non-finite row reaches the sum exactly when it
+    reaches a summed mixed row.
     """
-    from rfrs_ref.aggregate.base import sample_sizes
     from rfrs_ref.aggregate.cc import _combine64
 
-    w = rule.fixed_weights(sample_sizes(ns, Mcum.shape[0]))
     c = Mcum.T @ w
     out = {}
     for name, A in mats.items():

@@ -3,12 +3,15 @@ agreement of the backends, and ByzFL 0.0.11 where it has them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rfrs_ref.aggregate import PRE, RULES, PreAggregated, PreconditionError
+from rfrs_ref.aggregate.base import FiniteUploads
 from rfrs_ref.aggregate.pre import ARC, NNM, Bucketing, Clip, build, row_norms, row_norms_numpy
 from rfrs_ref.kernels.distances import pairwise_sq_dists_numpy
 from rfrs_ref.kernels.mixing import mix_rows, mix_rows_numpy
@@ -291,6 +294,74 @@ def test_the_mean_behind_pre_aggregators_sums_the_rows_directly_within_one_round
     np.testing.assert_array_equal(a.kept, b.kept)
     assert set(a.diagnostics) == set(b.diagnostics)
     assert "features0" not in rule._buffers or len(names) > 1  # the last features: never mixed
+
+
+def _reading_mixed_uploads(rule):
+    """The same rule, made to read the mixed uploads (the path every rule took before the
+    rules that combine by weights were summed directly)."""
+    cls = type(rule)
+    sub = type(f"Mixed{cls.__name__}", (cls,), {"combines_by_weights": False})
+    return sub(**{f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)})
+
+
+BY_WEIGHTS = [r for r in RULES.names() if getattr(RULES.get(r), "combines_by_weights", False)
+              and not getattr(RULES.get(r), "has_fixed_weights", False)]
+
+
+@pytest.mark.parametrize("rule_name", BY_WEIGHTS)
+@pytest.mark.parametrize("names", [["nnm"], ["clip"], ["bucketing"], ["clip", "nnm"]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_rule_combining_by_weights_behind_pre_aggregators_sums_the_rows_directly(
+        rule_name, names, dtype):
+    """Krum, RFA, MDA, MoNNA, CAF, SMEA behind pre-aggregators read the mixed features only
+    and sum Σ cᵢAᵢ, c = Mᵀw′, from the clients' rows: the same weights, kept rows and
+    diagnostics as the rule reading the mixed uploads, bit for bit, and arrays within one
+    rounding u·max|A′| of its (which rounds every mixed row first). No mixed upload is
+    written."""
+    assert {"krum", "rfa", "mda", "monna"} <= set(BY_WEIGHTS)
+    rng = np.random.default_rng(5)
+    n, D, f = 13, 500, 3
+    X = (rng.normal(size=(n, D)) * rng.uniform(0.5, 4, size=(n, 1))).astype(dtype)
+    arrays = {"theta": (rng.normal(size=(n, D)) * 3).astype(dtype),
+              "m": rng.normal(size=(n, D)).astype(dtype), "x": X}
+    ref = {"theta": rng.normal(size=D), "m": rng.normal(size=D), "x": np.zeros(D)}
+    ns = rng.integers(1, 30, size=n).astype(float)
+    inner = RULES.get(rule_name)()
+    fast = build(names, {"clip_norm": 25.0}, inner)
+    slow = build(names, {"clip_norm": 25.0}, _reading_mixed_uploads(inner))
+    for uploads in (arrays, FiniteUploads(arrays)):
+        try:
+            a = fast.aggregate(X, uploads, ns, f, backend="numba", reference=ref,
+                               rng=np.random.default_rng(2))
+        except PreconditionError:
+            pytest.skip(f"{rule_name} needs more clients than {n} for f = {f}")
+        b = slow.aggregate(X, uploads, ns, f, backend="numba", reference=ref,
+                           rng=np.random.default_rng(2))
+        u = np.finfo(dtype).eps / 2
+        for k in arrays:
+            scale = np.abs(arrays[k]).max() + np.abs(ref[k]).max()
+            assert a.arrays[k].dtype == dtype
+            np.testing.assert_allclose(a.arrays[k], b.arrays[k], rtol=0, atol=3 * u * scale)
+        np.testing.assert_array_equal(a.weights, b.weights)
+        np.testing.assert_array_equal(a.kept, b.kept)
+        assert a.diagnostics == b.diagnostics
+        assert not any(key.startswith("upload:") for key in fast._buffers)
+        assert any(key.startswith("upload:") for key in slow._buffers)
+
+
+@pytest.mark.parametrize("rule_name", ["krum", "rfa"])
+def test_a_mixed_row_holding_a_non_finite_client_is_read_as_it_is(rule_name):
+    """Where a mixed row holds a client with a non-finite upload, the rule reads the
+    mixed uploads (and treats that row), as it did before the direct sums."""
+    rng = np.random.default_rng(6)
+    n, D = 12, 30
+    X = rng.normal(size=(n, D)).astype(np.float32)
+    m = rng.normal(size=(n, D)).astype(np.float32)
+    m[3, 4] = np.inf
+    p = build(["nnm"], {}, RULES.get(rule_name)())
+    res = p.aggregate(X, {"m": m}, np.ones(n), 2, backend="numba")
+    assert np.isfinite(res.arrays["m"]).all() and res.weights[3] == 0
+    assert any(key.startswith("upload:") for key in p._buffers)
 
 
 # -- hostile input -------------------------------------------------------------------------
