@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import pathlib
 import zipfile
@@ -45,22 +46,26 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     from rfrs_ref.untrusted import parse_json
 
     run = pathlib.Path(run_dir)
-    if not (run / "config.json").exists():
+    raw = _run_file(run / "config.json", "run's configuration (config.json)")
+    if raw is None:
         raise click.ClickException(
             f"{run}: no run here (no config.json); give the directory `rfrs-ref train` wrote "
             "(its --out, e.g. runs/ml100k, or the runs/<time>-<dataset> it printed)")
     try:
-        record = parse_json((run / "config.json").read_bytes(), "config.json")
+        record = parse_json(raw, "config.json")
+        _check_config(record["config"])
         config = TrainConfig.from_json(record["config"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise click.ClickException(f"{run / 'config.json'}: not a run's configuration "
                                    f"({_one_line(exc)})")
     _check_data_files(run / "config.json", record.get("data_files"))
     state_path = run / "state.npz"
-    if not state_path.is_file():
+    state = _run_file(state_path, "run's final state (state.npz)")
+    if state is None:
         try:
-            final = parse_json((run / "final_metrics.json").read_bytes(), "final_metrics.json")
-        except (OSError, ValueError):
+            final = parse_json(_run_file(run / "final_metrics.json", "run's final metrics")
+                               or b"", "final_metrics.json")
+        except ValueError:
             final = None
         if isinstance(final, dict) and final.get("status") == "diverged":
             raise click.ClickException(
@@ -76,7 +81,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     if data_dir is not None:
         config.data_dir = data_dir
     config.backend = "numpy"  # one user: the oracle is fast enough and needs no compilation
-    trainer = _trainer(config, record)
+    trainer = _trainer(config, record, run / "config.json")
     try:
         users, items = _checked_ids(run, trainer)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
@@ -90,8 +95,8 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     from rfrs_ref.federated.trainer import first_non_finite
 
     try:
-        _check_state_headers(state_path, trainer)
-        with np.load(state_path, allow_pickle=False) as z:
+        _check_state_headers(io.BytesIO(state), trainer)
+        with np.load(io.BytesIO(state), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
         theta, final_round = arrays["theta"], _final_round(arrays["round"])
         private = arrays.get("private_theta")
@@ -124,6 +129,42 @@ def recommend(run_dir, user, k, data_dir, include_seen):
         mark = "  [test item]" if j in test else ""
         click.echo(f"{rank:>3}  {scores[0, j]: .4f}  item {int(items[j])}"
                    + (f"  {name}" if name else "") + mark)
+
+
+def _run_file(path: pathlib.Path, what: str) -> bytes | None:
+    """The bytes of the run's own file at ``path``, or None when there is none. Refused in
+    one line naming it: a link (the run's files are read as they are inside its
+    directory, never from wherever a link leads), and anything but a regular file (a FIFO
+    would wait for a writer for ever, a device be read without end)."""
+    from rfrs_ref.experiments.results import read_input
+
+    try:
+        return read_input(path, what, links=False)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise click.ClickException(" ".join(str(exc).split())) from None
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read the {what} "
+                                   f"({exc.strerror or exc})") from None
+
+
+def _check_config(cfg) -> None:
+    """ValueError naming the field (``config.seed must be ...``) unless every field of a run's
+    recorded configuration is a value of its kind and range, as a sweep file's are
+    (:func:`rfrs_ref.experiments.spec.check_field`, ``check_params``): a forged value (a
+    seed of 1.5, a list as the dataset) would otherwise rank under a split no run made or
+    end in a traceback."""
+    from rfrs_ref.experiments.spec import CONFIG_FIELDS, check_field, check_params
+
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config is {type(cfg).__name__}, expected an object of fields")
+    for name, value in cfg.items():
+        if name in CONFIG_FIELDS:  # an unknown one is TrainConfig.from_json's to name
+            check_field(name, value, "config.")
+    check_params(cfg, {f"{f}.{k}": f"config.{f}.{k}" for f in cfg
+                       if f.endswith("_params") and isinstance(cfg[f], dict)
+                       for k in cfg[f]})
 
 
 def _training_now(run: pathlib.Path) -> str | None:
@@ -178,7 +219,7 @@ def _recorded_data_dir(recorded):
     return roots.pop()
 
 
-def _trainer(config, record):
+def _trainer(config, record, config_path):
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.provenance import data_files
 
@@ -202,6 +243,10 @@ def _trainer(config, record):
             raise click.ClickException(" ".join(str(exc2).split())) from exc2
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except MemoryError:  # a configuration whose data or model no memory holds
+        raise click.ClickException(
+            f"{config_path}: the dataset cannot be built: the configuration's data or model "
+            "do not fit in memory; not the configuration of a run that finished") from None
     # the split, hence the training items left out, must be the run's: same data file
     if isinstance(recorded, list) and recorded:
         try:
@@ -241,39 +286,49 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _check_state_headers(path: pathlib.Path, trainer) -> None:
-    """Refuse a ``state.npz`` holding an array this run's final state cannot hold, from the
-    arrays' .npy headers alone, before any array is read: an array of another name, or one
-    larger than the model's (θ and the optimiser's and rule's arrays have the model's
-    n_params values; a private array one row of at most the model's dimension per user;
-    ``round`` one value). So a file with a huge extra array is refused, not loaded."""
-    import numpy as np
-
+def _check_state_headers(fh, trainer) -> None:
+    """Refuse a ``state.npz`` (its bytes in ``fh``) holding an array this run's final state
+    cannot hold, from the arrays' .npy headers alone, before any array is read: an array of
+    another name, or one larger than the model's (θ and the optimiser's and rule's arrays
+    have the model's n_params values; a private array one row of at most the model's
+    dimension per user; ``round`` one value). So a file with a huge extra array is refused,
+    not loaded."""
     D = trainer.model.n_params()
     private_max = trainer.data.n_users * max(1, int(getattr(trainer.model, "dim", 1)))
     limits = {name: D for name in (*trainer.optimizer.arrays,
                                    *getattr(trainer.rule, "state_arrays", ()))}
     limits["round"] = 1
-    with zipfile.ZipFile(path) as zf:
+    _check_npz_headers(fh, limits, "this run's final state",
+                       private_max if trainer.model.has_private else None)
+
+
+def _check_npz_headers(fh, limits: dict, what: str, private_max: int | None = None) -> None:
+    """ValueError unless every array of the .npz in ``fh`` is named in ``limits`` (or, with
+    ``private_max``, starts with ``private_``) and its header claims at most that many
+    values; read from the headers alone, so that a header claiming terabytes (a few bytes
+    of a zip) is refused before anything is allocated."""
+    import numpy as np
+
+    with zipfile.ZipFile(fh) as zf:
         for info in zf.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             limit = limits.get(name)
-            if limit is None and name.startswith("private_") and trainer.model.has_private:
+            if limit is None and name.startswith("private_") and private_max is not None:
                 limit = private_max
             if limit is None:
-                raise ValueError(f"array {name!r} is no array of this run's final state")
-            with zf.open(info) as fh:
-                version = np.lib.format.read_magic(fh)
+                raise ValueError(f"array {name!r} is no array of {what}")
+            with zf.open(info) as member:
+                version = np.lib.format.read_magic(member)
                 if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
                 else:
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
             count = 1
-            for s in shape:
-                count *= int(s)
+            for n in shape:
+                count *= int(n)
             if dtype.hasobject or count > limit:
                 raise ValueError(f"array {name!r} is {dtype}{list(shape)}, more than the "
-                                 f"{limit} value(s) this run's final state holds there")
+                                 f"{limit} value(s) {what} holds there")
 
 
 def _ids(run: pathlib.Path, trainer):
@@ -281,10 +336,14 @@ def _ids(run: pathlib.Path, trainer):
     existed)."""
     import numpy as np
 
-    path = run / "ids.npz"
-    if not path.is_file():
+    raw = _run_file(run / "ids.npz", "run's ids (ids.npz)")
+    if raw is None:
         return None
-    with np.load(path, allow_pickle=False) as z:
+    # from the headers first: a few bytes claiming 10^11 ids are refused, not allocated
+    _check_npz_headers(io.BytesIO(raw), {"user_ids": trainer.data.n_users,
+                                         "item_ids": trainer.data.n_items},
+                       "the run's ids (one per user and item of the dataset)")
+    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
         return z["user_ids"], z["item_ids"]
 
 

@@ -292,3 +292,95 @@ def test_a_json_file_with_a_key_twice_is_refused(small_run, tmp_path, name):
                "'config'" in res.output
     else:  # the run's own words were ignored: it said diverged, but said it twice
         assert "the run diverged" not in res.output and "has no final state" in res.output
+
+
+def _recommend_in_a_process(run, timeout=120):
+    """``rfrs-ref recommend RUN --user 7`` in a process of its own, stopped after ``timeout``
+    seconds: (exit status or None when it had to be stopped, output)."""
+    import subprocess
+    import sys
+
+    try:
+        res = subprocess.run([sys.executable, "-m", "rfrs_ref.cli.main", "recommend", str(run),
+                              "--user", "7"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return None, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else ""
+    return res.returncode, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("name", ["config.json", "final_metrics.json"])
+def test_a_run_file_that_is_a_fifo_is_refused_without_waiting(small_run, tmp_path, name):
+    # open() of a FIFO waits for a writer: the command hung for ever
+    bad = _copy_run(small_run, tmp_path)
+    if name == "final_metrics.json":
+        (bad / "state.npz").unlink()  # read only for a run without a final state
+    (bad / name).unlink()
+    os.mkfifo(bad / name)
+    code, out = _recommend_in_a_process(bad, timeout=60)
+    assert code == 1, f"exit status {code} (None: it hung): {out}"
+    assert "Traceback" not in out and " item " not in out
+    if name == "config.json":
+        assert f"{bad / name}: not a regular file" in out, out
+
+
+@pytest.mark.parametrize("name", ["config.json", "state.npz", "ids.npz"])
+def test_a_run_file_that_is_a_link_out_of_the_run_is_refused(small_run, tmp_path, name):
+    # the run's files were read wherever a link led: another run's model or configuration
+    # was ranked as this run's
+    bad = _copy_run(small_run, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (bad / name).rename(elsewhere / name)
+    (bad / name).symlink_to(elsewhere / name)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    line = " ".join(res.output.split())
+    assert f"{bad / name}: a link (to {elsewhere / name})" in line, line
+    assert " item " not in res.output
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("seed", 1.5, "config.seed must be a non-negative integer, got 1.5"),
+    ("dataset", ["synthetic"], "config.dataset must be one of"),
+    ("ks", ["a"], "config.ks must be a non-empty list of positive integers"),
+    ("test_fraction", 5, "config.test_fraction must be a number in [0, 1), got 5"),
+    ("model_params", {"dim": 2.5}, "config.model_params.dim must be an integer, got 2.5"),
+    ("dataset_params", {"n_users": 10 ** 12, "n_items": 80},
+     "the dataset cannot be built"),
+])
+def test_a_forged_configuration_is_one_line_naming_config_json(small_run, tmp_path, field,
+                                                               value, message):
+    # a seed of 1.5 ranked under a split no run made; a list as the dataset, a K that is no
+    # number or a synthetic dataset of 10^12 users ended in a traceback
+    bad = _copy_run(small_run, tmp_path)
+    record = json.loads((bad / "config.json").read_text())
+    record["config"][field] = value
+    (bad / "config.json").write_text(json.dumps(record))
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    line = " ".join(res.output.split())
+    assert f"{bad / 'config.json'}: " in line and message in line, line
+    assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_ids_npz_claiming_more_ids_than_the_dataset_is_refused_before_it_is_read(small_run,
+                                                                                tmp_path):
+    # a header claiming 10^11 ids in a few bytes of zip: numpy tried to allocate 745 GiB
+    # and the command ended in a MemoryError traceback
+    import io
+    import zipfile
+
+    bad = _copy_run(small_run, tmp_path)
+    with zipfile.ZipFile(bad / "ids.npz", "w") as zf:
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            head, {"descr": "<i8", "fortran_order": False, "shape": (10 ** 11,)})
+        zf.writestr("user_ids.npy", head.getvalue() + bytes(800))
+        items = io.BytesIO()
+        np.save(items, np.arange(80))
+        zf.writestr("item_ids.npy", items.getvalue())
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    line = " ".join(res.output.split())
+    assert f"{bad / 'ids.npz'}: unreadable (array 'user_ids' is int64[100000000000], more " \
+           "than the 60 value(s)" in line, line
