@@ -199,6 +199,8 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
     with _own(run_dir, made):
         if resume:
             try:
+                # before any is read: a FIFO at a run file's name would be waited on for ever
+                RunDirectory(run_dir).check_regular_files()
                 config = load_config(resume)
             except (ValueError, FileNotFoundError) as exc:
                 raise click.ClickException(str(exc)) from None

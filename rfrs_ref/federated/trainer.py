@@ -757,6 +757,7 @@ class RunDirectory:
         round 0 when the run stopped before its first one.
         """
         p = self.path
+        self.check_regular_files()
         has_checkpoint = (p / "checkpoint.npz").exists()
         record = next((n for n in ("outcome.json", "outcome.json.gz")
                        if (p / n).exists() or (p / n).is_symlink()), None)
@@ -796,6 +797,30 @@ class RunDirectory:
             raise RunExists(f"{p} holds a run of another configuration that stopped before its "
                             f"first checkpoint; {hint}")
         return False
+
+    def check_regular_files(self) -> None:
+        """:class:`CheckpointError` naming the first file of a run here (its name, or what a
+        link of that name leads to) that is not a regular file: a FIFO, a device, a socket
+        or a folder. Opening a FIFO for reading waits for a writer, so a run reading one
+        would wait for ever; no run writes anything but regular files. Reads nothing."""
+        import stat
+
+        for name in (*RUN_FILES, VALID_METRICS, "ids.npz"):
+            path = self.path / name
+            try:
+                mode = path.stat().st_mode  # a link: what it leads to (read through it)
+            except FileNotFoundError:
+                continue  # absent, or a link to nowhere (never read)
+            except OSError as exc:
+                raise CheckpointError(f"{path} cannot be examined ({exc.strerror or exc}); "
+                                      "restore it, or start a new run in another "
+                                      "directory") from None
+            if not stat.S_ISREG(mode):
+                kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+                        else "a socket" if stat.S_ISSOCK(mode) else "a device")
+                raise CheckpointError(f"{path} is {kind}, not a regular file as a run writes "
+                                      "its files; nothing was read or changed: move it away, "
+                                      "or use another run directory")
 
     def start(self, trainer: Trainer) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -960,6 +985,7 @@ class RunDirectory:
     def check_resumable(self, trainer: "Trainer") -> int:
         """Check, writing nothing, that the run can continue (its checkpoint and its
         tables); returns the checkpoint's round. :class:`CheckpointError` otherwise."""
+        self.check_regular_files()
         t = self.load_checkpoint(trainer)[2]
         self._read_tables(t)
         return t
