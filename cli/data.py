@@ -238,6 +238,11 @@ def info(name, data_dir, cache_dir, download, as_json, **synthetic_params) -> No
     except OSError as e:  # unreadable between lookup and reading, e.g. permissions changed
         raise click.ClickException(f"{e.filename}: {e.strerror}" if e.filename else str(e)) \
             from None
+    except MemoryError:  # a generated dataset of more users or items than memory holds
+        shown = ", ".join(f"{k} = {v}" for k, v in params.items())
+        raise click.ClickException(
+            f"{name}{f' ({shown})' if shown else ''}: the dataset does not fit in memory; "
+            "give fewer users or items") from None
     stats = dataset_info(data)
     if as_json:
         click.echo(json.dumps(stats.to_dict(), indent=2))

@@ -110,7 +110,8 @@ def synthetic(
     prefs = rng.dirichlet(np.full(n_clusters, float(concentration)), size=n_users)
     z = rng.standard_normal(n_users)
     sigma = float(activity_spread)
-    activity = np.rint(float(mean_items) * np.exp(sigma * z - 0.5 * sigma * sigma))
+    with np.errstate(over="ignore"):  # a mean beyond any count overflows to +inf: capped below
+        activity = np.rint(float(mean_items) * np.exp(sigma * z - 0.5 * sigma * sigma))
 
     rows = max(1, _BLOCK_ELEMENTS // n_items)
     counts = np.empty(n_users, dtype=np.int64)
@@ -121,7 +122,9 @@ def synthetic(
         with np.errstate(divide="ignore"):
             keys = np.log(p) + rng.gumbel(size=p.shape)
         n_max = np.count_nonzero(p > 0, axis=1)
-        n = np.clip(activity[lo:hi], min_items, None).astype(np.int64)
+        # capped at n_items before the cast (n_max <= n_items caps it anyway): an activity
+        # beyond int64 (mean_items = 1e30, or +inf) would cast to -2^63
+        n = np.clip(activity[lo:hi], min_items, n_items).astype(np.int64)
         n = np.minimum(n, n_max)
         counts[lo:hi] = n
         top = int(n.max())

@@ -187,3 +187,21 @@ def test_list_shows_a_copy_whose_file_cannot_be_read_and_goes_on(run, tmp_path, 
     assert row.endswith(f"unreadable: {path}: {os.strerror(error)}"), row
     assert "Traceback" not in r.output
     assert "generated" in _row(r.output, "synthetic")  # the rows after it are listed
+
+
+@pytest.mark.parametrize("option, value, message", [
+    # a numpy MemoryError traceback: 10^14 users × 10 clusters of preferences
+    ("--synthetic-users", "100000000000000", "does not fit in memory"),
+    # a TypeError traceback from the generator
+    ("--synthetic-mean-items", "1e308", None),
+])
+def test_info_synthetic_beyond_any_machine_is_one_line(option, value, message):
+    r = CliRunner().invoke(main, ["data", "info", "synthetic", option, value,
+                                  "--synthetic-items", "50"])
+    assert "Traceback" not in r.output and r.exception is None or \
+        isinstance(r.exception, SystemExit), r.output
+    if message is None:
+        assert r.exit_code == 0, r.output
+    else:
+        assert r.exit_code == 1 and message in r.output and "synthetic" in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1, r.output

@@ -146,3 +146,12 @@ def test_bad_parameters(kwargs, message):
     with pytest.raises(ValueError) as info:
         synthetic(**kwargs)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("mean_items", [1e30, 1e308])
+def test_a_mean_beyond_every_integer_is_capped_by_the_items_that_exist(mean_items):
+    # the activity was cast to int64 before it was capped: -2^63 items, a TypeError from
+    # numpy's partition
+    d = synthetic(n_users=20, n_items=50, n_clusters=5, mean_items=mean_items)
+    assert np.all(d.counts() == 50)
+    _well_formed(d)
