@@ -214,7 +214,10 @@ def _recorded_data_dir(recorded):
     except (KeyError, TypeError):
         return None
     roots = {p.parent.parent for p in paths}
-    if len(roots) != 1 or not all(p.is_file() for p in paths):
+    try:
+        if len(roots) != 1 or not all(p.is_file() for p in paths):
+            return None
+    except (OSError, ValueError):  # a path the system refuses (too long, a NUL): not there
         return None
     return roots.pop()
 

@@ -384,3 +384,21 @@ def test_ids_npz_claiming_more_ids_than_the_dataset_is_refused_before_it_is_read
     line = " ".join(res.output.split())
     assert f"{bad / 'ids.npz'}: unreadable (array 'user_ids' is int64[100000000000], more " \
            "than the 60 value(s)" in line, line
+
+
+def test_a_recorded_data_path_too_long_for_the_system_is_one_line(tmp_path, monkeypatch,
+                                                                  ml100k_run_on_copied_data):
+    # where the loader does not find the data, the folder config.json records is tried: a
+    # path the system refuses (ENAMETOOLONG) ended in an OSError traceback
+    data, out = ml100k_run_on_copied_data
+    record = json.loads((out / "config.json").read_text())
+    record["data_files"][0]["path"] = "/" + "a" * 5000 + "/ml-100k/u.data"
+    (out / "config.json").write_text(json.dumps(record))
+    monkeypatch.delenv("RFRS_DATA_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RFRS_DATA_MIRROR", "http://127.0.0.1:9")
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "ml100k" in res.output and len(res.output.strip().splitlines()) == 1, res.output
