@@ -485,7 +485,7 @@ class Trainer:
         t0, acc = 0, _Accumulators()
         if resume:
             state, private, t0, acc = out.load_checkpoint(self)
-            out.truncate_after(t0)
+            out.truncate_after(t0, valid=self.split.valid is not None)
             out.record_resume(t0)
             history = out.read_history()
         else:
@@ -987,7 +987,7 @@ class RunDirectory:
         tables); returns the checkpoint's round. :class:`CheckpointError` otherwise."""
         self.check_regular_files()
         t = self.load_checkpoint(trainer)[2]
-        self._read_tables(t)
+        self._read_tables(t, valid=trainer.split.valid is not None)
         return t
 
     def record_resume(self, t: int) -> None:
@@ -1068,9 +1068,11 @@ class RunDirectory:
                                   f"{found[0]!r}: not the state of a finished run; {restore}")
         return final
 
-    def _read_tables(self, t: int):
+    def _read_tables(self, t: int, valid: bool = False):
         """The metrics tables' (header, rows up to round t) and round records up to round t,
-        each checked; :class:`CheckpointError` if any file is damaged."""
+        each checked; :class:`CheckpointError` if any file is damaged. ``valid``: the run
+        has a validation split, so its ``valid_metrics.csv`` must be there (it holds the
+        evaluations up to round t, which a resume would not write again)."""
         rounds = self.path / "rounds.jsonl"
         tables = {}
         path = rounds
@@ -1078,6 +1080,12 @@ class RunDirectory:
             for name in ("metrics.csv", VALID_METRICS):
                 path = self.path / name
                 if name != "metrics.csv" and not path.exists():
+                    if valid:
+                        raise CheckpointError(
+                            f"{path} is missing{' (a link to nowhere)' if path.is_symlink() else ''}"
+                            f": the run has a validation split, whose evaluations up to round "
+                            f"{t} that file holds; nothing was changed: restore it, or start "
+                            "a new run in another directory")
                     continue
                 with open(path, newline="") as fh:
                     reader = csv.reader(fh)
@@ -1097,19 +1105,22 @@ class RunDirectory:
                         break  # a record cut short by the interruption
                     if int(rec["round"]) <= t:
                         kept.append(line if line.endswith("\n") else line + "\n")
+        except CheckpointError:
+            raise
         except (OSError, ValueError, KeyError, IndexError, TypeError, StopIteration,
                 UnicodeDecodeError) as exc:
             raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); restore "
                                   "it, or start a new run in another directory") from None
         return tables, kept
 
-    def truncate_after(self, t: int) -> None:
-        """Drop what was written after round t (metrics rows, validation rows, round records).
+    def truncate_after(self, t: int, valid: bool = False) -> None:
+        """Drop what was written after round t (metrics rows, validation rows, round records);
+        ``valid``: the run has a validation split (see :meth:`_read_tables`).
 
         Every file is read and checked before any is rewritten (atomically), so a
         damaged file raises :class:`CheckpointError` and changes nothing."""
         rounds = self.path / "rounds.jsonl"
-        tables, kept = self._read_tables(t)
+        tables, kept = self._read_tables(t, valid)
 
         def write_csv(header, rows):
             def write(fh):

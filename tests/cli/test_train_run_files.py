@@ -104,3 +104,24 @@ def test_a_new_run_never_waits_on_a_fifo_at_a_run_files_name(tmp_path):
     assert res.returncode != 0, res.stdout + res.stderr
     one_error(res.stderr, out / "config.json", "not a regular file")
     assert files(out) == before
+
+
+# -- the validation table of a run with a validation split -----------------------------------------
+@pytest.mark.parametrize("how", ["missing", "link to nowhere"])
+def test_resume_needs_the_validation_table_of_a_run_with_a_validation_split(finished, tmp_path,
+                                                                              how):
+    # without it the run went on and began a new table of the rounds after the checkpoint
+    # only (a record that lacks the evaluations before it), and through a link to nowhere it
+    # created that table outside the run directory
+    run = interrupted(finished, tmp_path)
+    (run / "valid_metrics.csv").unlink()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if how == "link to nowhere":
+        (run / "valid_metrics.csv").symlink_to(outside / "planted.csv")
+    before = files(run)
+    res = invoke("train", "--resume", run)
+    assert res.exit_code != 0, res.output
+    one_error(res.output, run / "valid_metrics.csv", "validation split")
+    assert files(run) == before
+    assert list(outside.iterdir()) == []
