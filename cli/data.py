@@ -179,6 +179,10 @@ def fetch(name, data_dir, cache_dir, mirror, force, timeout) -> None:
                     f"{name}` on one that has, copy its {folder}/ folder here and point "
                     f"--data-dir or RFRS_DATA_DIR at the directory holding it")
         raise click.ClickException(msg) from None
+    except OSError as e:  # the destination itself (a path the system refuses, a full disk)
+        bars.close(ok=False)
+        raise click.ClickException(f"{e.filename}: {e.strerror}" if e.filename and e.strerror
+                                   else str(e)) from None
     except KeyboardInterrupt:
         bars.close(ok=False)
         click.echo(f"\ninterrupted: nothing of {name} was installed; run the same command "

@@ -205,3 +205,13 @@ def test_info_synthetic_beyond_any_machine_is_one_line(option, value, message):
     else:
         assert r.exit_code == 1 and message in r.output and "synthetic" in r.output, r.output
         assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_fetch_into_a_folder_the_system_refuses_is_one_line(monkeypatch):
+    # a --data-dir longer than a path may be (ENAMETOOLONG) ended in an OSError traceback
+    monkeypatch.setenv("RFRS_DATA_MIRROR", "http://127.0.0.1:9")
+    too_long = "/" + "a" * 5000
+    r = CliRunner().invoke(main, ["data", "fetch", "ml100k", "--data-dir", too_long])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert "File name too long" in r.output and len(r.output.strip().splitlines()) == 1
