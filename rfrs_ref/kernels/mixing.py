@@ -9,22 +9,18 @@ cancels, A′ = M A, and S may be None. The result has A's dtype.
 Conventions shared by every backend:
 
 - **Zero weights take no part.** A row i with M[j, i] = 0 cannot reach output
-  row j, even if it holds NaN or ±inf (0 · NaN would be NaN): the oracle skips
-  it, the fast path computes those entries apart.
+  row j, even if it holds NaN or ±inf (0 · NaN would be NaN): every backend
+  sums over the non-zero weights only.
 - **Float64 sums**, rounded once to A's dtype; convex combinations of float32
   values stay in float32's range.
 
 Backends: ``"numpy"`` (the oracle: one output row at a time, the sum over the
 rows with M[j, i] ≠ 0 in float64), and ``"numba"``/``"cuda"``: a diagonal M
-(clipping) scales each row in one pass; a sparse M (at most a quarter of its
-entries non-zero, e.g. bucketing) is summed row by row over its non-zero
-entries in the oracle's order, in one parallel Numba pass over column blocks;
-any other M is applied to blocks of
-columns converted to float64 by the BLAS matrix product (``M @ block``), with
-non-finite entries zeroed first and every output entry that a non-zero weight
-ties to such an entry recomputed as the oracle does. The fast path reads A once
-and does the n′·n·D multiply-adds of a matrix product; its sums run in another
-order than the oracle's (agreement within float64 rounding, tested).
+(clipping) scales each row in one pass; any other M (NNM, bucketing) is summed
+row by row over its non-zero entries in the oracle's order, in one parallel
+Numba pass over column blocks. Both give the oracle's result bit for bit
+(tested, hostile values included), reading A once and doing n′·nnz(row)·D
+multiply-adds, vectorised along the columns.
 """
 
 from __future__ import annotations
@@ -34,13 +30,9 @@ from numba import njit, prange
 
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 
-# columns per block of the matrix product: 100 rows × 4096 float64 values
-# (3.2 MiB) keep the block and its product in cache while BLAS runs
-BLOCK = 4096
-
-# a mixing matrix with at most 1/SPARSE_RATIO of its entries non-zero is summed row by
-# row in Numba (bucketing: s of n per row); denser ones (nnm: n − f of n) go to BLAS
-SPARSE_RATIO = 4
+# columns per block: 100 rows of 1024 float32 values (400 KiB) stay in L2 while every
+# output row is summed, and the 8 KiB float64 accumulator in L1
+BLOCK = 1024
 
 
 def mix_rows_numpy(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None) -> np.ndarray:
@@ -81,8 +73,11 @@ def _scale_rows_numba(A, scale, S, has_ref, out, block, nchunks):
 
 
 @njit(cache=True, parallel=True)
-def _mix_sparse_numba(A, ptr, cols, vals, S, has_ref, out, block, nchunks):
-    """out[j] = S + Σ_{p in row j} vals[p] · (A[cols[p]] − S): the oracle's order of summation."""
+def _mix_numba(A, ptr, cols, vals, S, has_ref, out, block, nchunks):
+    """out[j] = S + Σ_{p in row j} vals[p] · (A[cols[p]] − S) in float64, the terms added
+    in the oracle's order (the rows of j's non-zero weights by index), so every entry is
+    the oracle's, bit for bit. A block of columns at a time: its rows of A stay in cache
+    while every output row is summed, and the accumulator in L1."""
     m = ptr.size - 1
     D = A.shape[1]
     nblocks = (D + block - 1) // block
@@ -91,19 +86,28 @@ def _mix_sparse_numba(A, ptr, cols, vals, S, has_ref, out, block, nchunks):
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             bw = min(D, k0 + block) - k0
+            s = S[k0:k0 + bw]
             for j in range(m):
-                acc[:bw] = 0.0
-                for p in range(ptr[j], ptr[j + 1]):
-                    i = cols[p]
-                    w = vals[p]
-                    if has_ref:
-                        for k in range(bw):
-                            acc[k] += w * (np.float64(A[i, k0 + k]) - S[k0 + k])
-                    else:
-                        for k in range(bw):
-                            acc[k] += w * np.float64(A[i, k0 + k])
                 for k in range(bw):
-                    out[j, k0 + k] = acc[k] + S[k0 + k] if has_ref else acc[k]
+                    acc[k] = 0.0
+                if has_ref:
+                    for p in range(ptr[j], ptr[j + 1]):
+                        a = A[cols[p], k0:k0 + bw]
+                        w = vals[p]
+                        for k in range(bw):
+                            acc[k] += w * (np.float64(a[k]) - s[k])
+                    o = out[j, k0:k0 + bw]
+                    for k in range(bw):
+                        o[k] = s[k] + acc[k]
+                else:
+                    for p in range(ptr[j], ptr[j + 1]):
+                        a = A[cols[p], k0:k0 + bw]
+                        w = vals[p]
+                        for k in range(bw):
+                            acc[k] += w * np.float64(a[k])
+                    o = out[j, k0:k0 + bw]
+                    for k in range(bw):
+                        o[k] = acc[k]
 
 
 def _is_diagonal(M: np.ndarray) -> bool:
@@ -147,32 +151,9 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
         _scale_rows_numba(Af, np.diagonal(M).copy(), ref, has_ref, out, 1024,
                           n_chunks(D, 1024))
         return out.astype(A.dtype, copy=False)
-    nnz = int(np.count_nonzero(M))
-    if nnz * SPARSE_RATIO <= M.size:
-        # few rows per output row (bucketing): sum them directly, reading only those rows
-        ptr = np.concatenate([[0], np.cumsum(np.count_nonzero(M, axis=1))]).astype(np.int64)
-        rows, cols = np.nonzero(M)
-        _mix_sparse_numba(Af, ptr, cols.astype(np.int64), M[rows, cols].copy(), ref, S is not None,
-                          out, 1024, n_chunks(D, 1024))
-        return out.astype(A.dtype, copy=False)
-    support = (M != 0).astype(np.float64)
-    for k0 in range(0, D, BLOCK):
-        k1 = min(D, k0 + BLOCK)
-        B = Af[:, k0:k1].astype(np.float64)
-        if S is not None:
-            B -= ref[k0:k1]
-        bad = ~np.isfinite(B)
-        if bad.any():
-            B0 = np.where(bad, 0.0, B)
-            P = M @ B0
-            touched = (support @ bad.astype(np.float64)) > 0
-            for j, k in zip(*np.nonzero(touched)):
-                use = M[j] != 0
-                with np.errstate(over="ignore", invalid="ignore"):
-                    P[j, k] = np.sum(M[j, use] * B[use, k])
-        else:
-            P = M @ B
-        if S is not None:
-            P += ref[k0:k1]
-        out[:, k0:k1] = P
+    # every row's non-zero weights, in index order (the oracle's order of summation)
+    ptr = np.concatenate([[0], np.cumsum(np.count_nonzero(M, axis=1))]).astype(np.int64)
+    rows, cols = np.nonzero(M)
+    _mix_numba(Af, ptr, cols.astype(np.int64), M[rows, cols].copy(), ref, S is not None, out,
+               BLOCK, n_chunks(D, BLOCK))
     return out.astype(A.dtype, copy=False)
