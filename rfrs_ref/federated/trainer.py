@@ -491,13 +491,16 @@ class Trainer:
         else:
             state, private = self.initial_state()
             self._check_finite(0, state, private, None, out)
+            # evaluated before anything is written: scores of the initial model that
+            # overflow are a configuration error, as a non-finite initial state is
+            first = self._initial_evaluation(state, private)
             if out is not None:
                 out.start(self)
             history = []
         for row in history:  # metrics.csv does not repeat the (fixed) evaluated-client count
             row.setdefault("n_users", int(self.eval_users.size))
         if not resume:
-            history.append(self._evaluation_row(0, state, private, pop, out))
+            history.append(self._evaluation_row(0, state, private, pop, out, computed=first))
         last_checkpoint = t0 if resume else None
         buf = self.buffers()
         started = time.perf_counter()
@@ -560,13 +563,30 @@ class Trainer:
                            checkpoint=last_checkpoint, history=history, array=name, count=count,
                            plain=_state_message(t, name, count, size, last_checkpoint, None))
 
-    def _evaluation_row(self, t, state, private, pop, out, checkpoint=None, history=()) -> dict:
+    def _initial_evaluation(self, state, private):
+        """Both evaluations of the initial state, ``(metrics, valid)``. Scores holding NaN or
+        ±inf there (a finite θ̄⁰ so large that a score overflows) are no divergence, since
+        nothing has trained: a ``ValueError`` naming the initial scale, as for a non-finite
+        initial state."""
+        from rfrs_ref.metrics import NonFiniteScores
+
+        try:
+            return self.evaluate(state, private), self.evaluate_valid(state, private)
+        except NonFiniteScores as exc:
+            raise ValueError(
+                f"the initial state (init_scale {self.config.init_scale:g}) is finite, but "
+                f"the scores of user {exc.user} overflow to NaN or ±inf: a configuration "
+                "error, not a divergence (nothing was trained or written); choose a smaller "
+                "init_scale") from None
+
+    def _evaluation_row(self, t, state, private, pop, out, checkpoint=None, history=(),
+                        computed=None) -> dict:
         from rfrs_ref.metrics import NonFiniteScores
 
         # both evaluations before either is written: a divergence leaves no row of round t
         try:
-            m = self.evaluate(state, private)
-            valid = self.evaluate_valid(state, private)
+            m, valid = computed if computed is not None else (
+                self.evaluate(state, private), self.evaluate_valid(state, private))
         except NonFiniteScores as exc:
             if t == 0:
                 raise

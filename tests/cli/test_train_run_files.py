@@ -125,3 +125,32 @@ def test_resume_needs_the_validation_table_of_a_run_with_a_validation_split(fini
     one_error(res.output, run / "valid_metrics.csv", "validation split")
     assert files(run) == before
     assert list(outside.iterdir()) == []
+
+
+# -- an initial model whose scores overflow -----------------------------------------------------
+def test_an_initial_scale_whose_scores_overflow_is_a_configuration_error_writing_nothing(tmp_path):
+    # θ̄⁰ of scale 1e30 is finite in float32, but its scores are not: the run wrote its
+    # config.json, ids.npz and empty tables, and said "the model diverged" before any round
+    out = tmp_path / "out"
+    res = invoke("train", *SMALL, "--rounds", 2, "--init-scale", "1e30", "--out", out)
+    assert res.exit_code != 0, res.output
+    line = one_error(res.output, "init_scale", "1e+30")
+    assert "diverged" not in line, line
+    assert not out.exists()
+
+
+def test_an_initial_scale_whose_scores_overflow_is_no_divergence_in_a_sweep(tmp_path):
+    from rfrs_ref.experiments.results import divergence_of
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.trainer import Diverged, Trainer
+
+    config = TrainConfig(dataset="synthetic", dataset_params=dict(n_users=100, n_items=120),
+                         client_fraction=0.1, rounds=2, init_scale=1e30, backend="numpy")
+    with pytest.raises(ValueError) as caught:
+        Trainer(config).run(tmp_path / "run")
+    assert not isinstance(caught.value, Diverged)
+    assert not (tmp_path / "run").exists() or list((tmp_path / "run").iterdir()) == []
+    # a sweep records the error as its message: a failure (a configuration error), never
+    # read back as a run that diverged
+    error = f"{type(caught.value).__name__}: {caught.value}"
+    assert divergence_of({"status": "failed", "error": error}) is None
