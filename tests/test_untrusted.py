@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pathlib
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -36,6 +39,33 @@ def test_read_json_missing_or_a_directory(tmp_path):
         read_json(tmp_path, "index")
     (tmp_path / "ok.json").write_text(json.dumps({"a": [1]}))
     assert read_json(tmp_path / "ok.json") == {"a": [1]}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_read_json_tests_the_file_it_opened_not_the_name(tmp_path, monkeypatch):
+    """A FIFO put at the name after a test of the name (here: a test that the name does
+    not exist, as it did not a moment before) is refused, not read: the file opened is
+    the one tested. A writer feeds the FIFO, so a read of it returns a JSON value instead
+    of waiting for ever."""
+    fifo = tmp_path / "index.json"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as w:  # waits for a reader
+            w.write(b'{"forged": 1}')
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    monkeypatch.setattr(pathlib.Path, "exists", lambda self: False)
+    monkeypatch.setattr(pathlib.Path, "is_file", lambda self: True)
+    try:
+        with pytest.raises(UntrustedFileError, match="not a regular file"):
+            read_json(fifo, "index")
+    finally:
+        monkeypatch.undo()
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets a waiting writer finish
+        writer.join(5)
+        os.close(fd)
 
 
 def test_depth_exceeds():
