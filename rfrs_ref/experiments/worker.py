@@ -216,7 +216,14 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
     try:
         if resume:
             try:
-                with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as z:
+                from rfrs_ref.files import open_regular
+
+                # a FIFO or a device at the checkpoint's name is no checkpoint: np.load of
+                # a FIFO waits for a writer for ever (open_regular opens without waiting)
+                fh = open_regular(run_dir / "checkpoint.npz")
+                if fh is None:
+                    raise ValueError("the checkpoint is no regular file")
+                with fh, np.load(fh, allow_pickle=False) as z:
                     resumed_from = int(z["round"])
                 result = trainer.run(run_dir, resume=True, locked=True)
             except (Diverged, NonFiniteResilience):

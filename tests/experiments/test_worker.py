@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -122,6 +125,42 @@ def test_a_run_cut_off_resumes_from_its_checkpoint_and_ends_the_same(ex, tmp_pat
     assert resumed["final"]["model"] == whole["final"]["model"]
     assert resumed["history"] == whole["history"]
     assert not (partial / "checkpoint.npz").exists() and not (partial / "state.npz").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_at_the_checkpoints_name_is_no_checkpoint_and_never_waited_on(ex, tmp_path):
+    """A sweep's run directory of the same configuration with a FIFO where its checkpoint
+    was: the run starts again from scratch (as for any unreadable checkpoint) instead of
+    waiting for ever for a writer; it ends as the run from scratch does."""
+    from rfrs_ref.federated.trainer import Trainer
+
+    spec = RunSpec(ex.tiny_config(rounds=4, eval_every=2, checkpoint_every=2))
+    whole = execute_run(_task(spec, str(tmp_path / "whole")))
+    partial = tmp_path / "partial"
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_2(t, record, latest):
+        if t == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        Trainer(spec.config).run(partial, progress=stop_after_2)
+    (partial / "checkpoint.npz").unlink()
+    os.mkfifo(partial / "checkpoint.npz")
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(execute_run(_task(spec, str(partial)))),
+                              daemon=True)
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():  # let the waiting open finish, so the test process can end
+        os.close(os.open(partial / "checkpoint.npz", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("the run waited on the FIFO at checkpoint.npz")
+    out = done[0]
+    assert out["status"] == "ok", out["traceback"]
+    assert out["resumed_from"] is None
+    assert out["final"]["model"] == whole["final"]["model"]
 
 
 def test_capture_run_projects_the_ninety_uploads_of_round_24(ex, tmp_path):
