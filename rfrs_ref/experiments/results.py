@@ -1118,9 +1118,9 @@ def divergence_reason(divergence, rounds) -> str | None:
     run's divergence, or None when it is one: an object whose ``round`` is an integer in
     1..``rounds`` (the trainer stops a run at the round t ≥ 1 whose state or scores are not
     finite; round 0 is a configuration error, never a divergence) and whose ``reason`` is
-    one of the trainer's two (``DIVERGED_STATE``, ``DIVERGED_SCORES``). Worded, like
-    :func:`unfinished_reason`'s reasons, to follow "outcome.json"."""
-    from rfrs_ref.federated.trainer import DIVERGED_SCORES, DIVERGED_STATE
+    one of the trainer's (``DIVERGED_REASONS``: the state, the scores, an honest upload).
+    Worded, like :func:`unfinished_reason`'s reasons, to follow "outcome.json"."""
+    from rfrs_ref.federated.trainer import DIVERGED_REASONS
 
     if not isinstance(divergence, dict):
         return "records status 'diverged' without its divergence (the round and the reason)"
@@ -1129,9 +1129,9 @@ def divergence_reason(divergence, rounds) -> str | None:
             1 <= t <= (rounds if isinstance(rounds, int) else t)):
         return (f"records a divergence at round {t!r}, not a round of the run (1 to "
                 f"{rounds!r})")
-    if reason not in (DIVERGED_STATE, DIVERGED_SCORES):
+    if reason not in DIVERGED_REASONS:
         return (f"records a divergence for the reason {reason!r}, not one of the trainer's "
-                f"({DIVERGED_STATE!r}, {DIVERGED_SCORES!r})")
+                f"({', '.join(repr(r) for r in DIVERGED_REASONS)})")
     return None
 
 

@@ -4,8 +4,9 @@
 process). It never raises for a failure of the run itself: an exception is
 caught and returned as ``status = "failed"`` with its message and traceback,
 so one bad run cannot stop a sweep. A run whose model diverged
-(:class:`rfrs_ref.federated.trainer.Diverged`: a non-finite server state or
-non-finite scores at an evaluation) is not a failure but an outcome:
+(:class:`rfrs_ref.federated.trainer.Diverged`: a non-finite server state,
+non-finite scores at an evaluation, or a non-finite honest upload) is not a
+failure but an outcome:
 ``status = "diverged"``, with ``divergence`` (the round, the reason, what was
 non-finite, the last checkpoint), the evaluation ``history`` before it and the
 per-round summary; it is never run again (docs/reproduction.md, "Diverged runs").

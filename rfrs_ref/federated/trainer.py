@@ -123,6 +123,11 @@ def _state_message(t, array, count, size, checkpoint, run_dir) -> str:
 DIVERGED_STATE = "non-finite server state"
 #: :attr:`Diverged.reason` of a run whose state is finite but whose scores overflow
 DIVERGED_SCORES = "non-finite scores"
+#: :attr:`Diverged.reason` of a run whose state is finite but an honest client's upload
+#: is not (its gradient or the client rule overflowed; verification excluded it)
+DIVERGED_UPLOADS = "non-finite honest uploads"
+#: every reason a run can diverge for
+DIVERGED_REASONS = (DIVERGED_STATE, DIVERGED_SCORES, DIVERGED_UPLOADS)
 
 
 class Diverged(NonFiniteState):
@@ -136,7 +141,12 @@ class Diverged(NonFiniteState):
     - ``reason == DIVERGED_SCORES``: the state is finite, but the scores of
       an evaluated client hold NaN or ±inf (its values are so large that a
       dot product overflows; ``user`` names the first such client), at an
-      evaluation round, on the test or the validation items.
+      evaluation round, on the test or the validation items;
+    - ``reason == DIVERGED_UPLOADS``: the state is finite, but the upload of an
+      honest client of round t holds NaN or ±inf, so verification excluded it
+      (its gradient or the client rule overflowed: parameters or hyperparameters
+      so large, e.g. λ = 1e308, that no honest client can train; ``user`` names
+      the first such client). Byzantine uploads are input and never end a run.
 
     A ``NonFiniteState`` (hence a ``ValueError``), so every caller that stopped on
     a non-finite state stops on both. A non-finite *initial* state (round 0) is
@@ -300,6 +310,12 @@ class Trainer:
     them (``trainer.split``, ``trainer.federation``, ``trainer.evaluate``).
     """
 
+    #: the honest clients' uploads are computed in this process, by the client rule on
+    #: their own gradients: one that is NaN or ±inf is an overflow, and the run diverged
+    #: (``DIVERGED_UPLOADS``); a subclass whose uploads arrive from elsewhere (a Flower
+    #: federation) sets it False, its non-finite uploads being input
+    uploads_computed_here = True
+
     def __init__(self, config: TrainConfig, data=None, *, low_memory: bool = False) -> None:
         """``data``: the dataset already loaded (an ``Interactions`` of
         ``config.dataset``), e.g. cached by a sweep worker; None loads it.
@@ -460,7 +476,8 @@ class Trainer:
                 configuration, non-finite values); nothing is changed.
             NonFiniteState: the initial state holds NaN/±inf (nothing is written).
             Diverged: (a NonFiniteState) at round t ≥ 1 the server state became
-                NaN/±inf, or the scores at an evaluation did; the files stay as
+                NaN/±inf, or the scores at an evaluation did, or an honest client's
+                upload did (verification on); the files stay as
                 after the previous round, the last checkpoint intact, and
                 ``final_metrics.json`` says ``"status": "diverged"`` with the round.
             OSError: a file could not be written (full disk, read-only
@@ -514,6 +531,8 @@ class Trainer:
             self._check_finite(t, state, private if evaluate or checkpoint else None,
                                last_checkpoint, out, norms=record.get("state_norms"),
                                history=history)
+            if self.uploads_computed_here:
+                self._check_honest_uploads(t, record, last_checkpoint, out, history)
             if c.trace:
                 from rfrs_ref.trace import state_sums
 
@@ -562,6 +581,28 @@ class Trainer:
                            _state_message(t, name, count, size, last_checkpoint, run_dir),
                            checkpoint=last_checkpoint, history=history, array=name, count=count,
                            plain=_state_message(t, name, count, size, last_checkpoint, None))
+
+    @staticmethod
+    def _check_honest_uploads(t, record, last_checkpoint, out, history=()) -> None:
+        """:class:`Diverged` (``DIVERGED_UPLOADS``) when verification excluded an honest
+        client's upload of round ``t`` for holding NaN or ±inf: an honest upload is the
+        client rule on the client's own gradient, which only an overflow makes non-finite,
+        and a run whose honest clients cannot train is no success (every round would
+        carry the state over, and the run end with the initial model's metrics)."""
+        for e in record.get("excluded") or ():
+            if e.get("check") != "nonfinite" or e.get("byzantine"):
+                continue
+            user = e.get("client")
+            where = (f"; {out.path}/checkpoint.npz (round {last_checkpoint}) is kept"
+                     if last_checkpoint else "") if out is not None else ""
+            plain = (f"round {t}: the model diverged: its state is finite, but the upload of "
+                     f"honest client {user} holds NaN or ±inf (its gradient or the client "
+                     "rule overflowed: parameters or hyperparameters such as λ or the "
+                     "learning rate so large that no honest client can train); training "
+                     "stopped before recording the round")
+            raise Diverged(t, DIVERGED_UPLOADS, f"the upload of honest client {user}",
+                           plain + where, checkpoint=last_checkpoint, history=history,
+                           user=user, plain=plain)
 
     def _initial_evaluation(self, state, private):
         """Both evaluations of the initial state, ``(metrics, valid)``. Scores holding NaN or

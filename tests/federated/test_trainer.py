@@ -200,6 +200,34 @@ def test_a_non_finite_state_stops_the_run_and_keeps_the_last_checkpoint(tmp_path
         Trainer(cfg).run()
 
 
+def test_honest_uploads_that_overflow_end_the_run_as_a_divergence(tmp_path):
+    """λ = 1e308: every honest gradient 2λθ + ... overflows, verification excludes every
+    honest upload, and a run going on would carry the initial state over to the end and
+    report its metrics as a result. It diverges at round 1, naming the first honest
+    client, before anything of round 1 is recorded."""
+    from rfrs_ref.federated.trainer import DIVERGED_UPLOADS, Diverged
+
+    cfg = small_config(model_params={"lam": 1e308}, rounds=4, eval_every=2)
+    with pytest.raises(Diverged) as info:
+        Trainer(cfg).run(tmp_path / "run")
+    err = info.value
+    assert err.reason == DIVERGED_UPLOADS and err.round == 1 and err.user is not None
+    assert err.what == f"the upload of honest client {err.user}"
+    assert "round 1: the model diverged" in str(err) and "honest client" in str(err)
+    assert [row["round"] for row in err.history] == [0]
+    final = json.loads((tmp_path / "run/final_metrics.json").read_text())
+    assert final["status"] == "diverged" and final["reason"] == DIVERGED_UPLOADS
+    assert (tmp_path / "run/rounds.jsonl").read_text() == ""
+
+
+def test_non_finite_byzantine_uploads_never_end_a_run():
+    """The inf attack's uploads are excluded by verification like an overflowing honest
+    upload, but they are input: the run trains to its end."""
+    cfg = small_config(attack="inf", byzantine_fraction=0.3, rounds=3, eval_every=3)
+    res = Trainer(cfg).run()
+    assert res.final["model"]
+
+
 def test_divergence_is_raised_with_its_round_and_the_history_before_it(tmp_path):
     from rfrs_ref.federated.trainer import DIVERGED_SCORES, DIVERGED_STATE, Diverged
 
