@@ -126,10 +126,24 @@ def _refuse_out(out: str) -> None:
                                "choose another run directory")
 
 
-def _refuse_if_diverged(run_dir) -> None:
+def _final_stamp(run_dir):
+    """What identifies the ``final_metrics.json`` in ``run_dir`` now (its inode and time of
+    change), or None when there is none: a run that ends writes a new one."""
+    try:
+        st = (pathlib.Path(run_dir) / "final_metrics.json").stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _refuse_if_diverged(run_dir, before="unknown") -> None:
     """A run that diverged on the federation is never reported as finished: the trainer's
     ``final_metrics.json`` says ``"status": "diverged"`` (docs/training.md, "Failure
-    behaviour"), and Flower itself may end without passing the error on."""
+    behaviour"), and Flower itself may end without passing the error on. ``before``: the
+    file's :func:`_final_stamp` before this run started; a file this run did not write
+    (another run's, which this one was refused next to) says nothing of this run."""
+    if before != "unknown" and _final_stamp(run_dir) == before:
+        return
     try:
         final = json.loads((pathlib.Path(run_dir) / "final_metrics.json").read_text())
     except (OSError, ValueError):
@@ -192,6 +206,7 @@ def simulate(cpus, **p) -> None:
 
     config = _config(click.get_current_context(), p)
     _refuse_out(p["out"])
+    before = _final_stamp(p["out"])
     try:
         from rfrs_ref.flower.run import simulate as run
 
@@ -199,7 +214,7 @@ def simulate(cpus, **p) -> None:
     except FlowerUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     except (RuntimeError, ValueError) as exc:  # the run ended without finishing (diverged...)
-        _refuse_if_diverged(p["out"])
+        _refuse_if_diverged(p["out"], before)
         raise click.ClickException(" ".join(str(exc).split())) from None
     _summary(out["result"].final, out["result"].config.ks, p["out"])
 
@@ -232,6 +247,7 @@ def deploy(nodes, timeout, round_timeout, kill_node, **p) -> None:
     if kill_node is not None and kill_node[0] >= nodes:
         raise click.UsageError(f"--kill-node {kill_node[0]}: nodes are numbered 0..{nodes - 1}")
     _refuse_out(p["out"])
+    before = _final_stamp(p["out"])
     try:
         from rfrs_ref.flower.deploy import DeploymentError
         from rfrs_ref.flower.deploy import deploy as run
@@ -242,9 +258,15 @@ def deploy(nodes, timeout, round_timeout, kill_node, **p) -> None:
     except FlowerUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     except DeploymentError as exc:
-        _refuse_if_diverged(p["out"])
+        _refuse_if_diverged(p["out"], before)
         raise click.ClickException(str(exc)) from None
-    _refuse_if_diverged(p["out"])
+    _refuse_if_diverged(p["out"], before)
+    if _final_stamp(p["out"]) == before:
+        # the federation ended, but this run wrote no final evaluation: a final_metrics.json
+        # there is another run's (this one was refused beside it, or stopped), never shown
+        raise click.ClickException(f"the deployment ended, but the run wrote no "
+                                   f"{p['out']}/final_metrics.json (refused or stopped); the "
+                                   f"logs are in {out['logs']}")
     try:
         final = json.loads((pathlib.Path(p["out"]) / "final_metrics.json").read_text())
     except (OSError, ValueError) as exc:

@@ -252,10 +252,19 @@ def deploy(config, run_dir, *, nodes: int = 3, timeout: float = 1800.0,
     seconds = time.monotonic() - started
     out_logs = logs
     if keep_logs and workdir is None and run_dir.exists():
-        out_logs = run_dir / "flower-logs"
-        shutil.rmtree(out_logs, ignore_errors=True)
-        shutil.copytree(logs, out_logs)
-    if workdir is None:
+        from rfrs_ref.files import DirectoryLock, DirectoryLocked
+
+        # the logs go into the run directory only while this process owns it (the server
+        # has ended and released it); another process working there keeps it, and the
+        # logs stay where they are
+        try:
+            with DirectoryLock(run_dir):
+                shutil.rmtree(run_dir / "flower-logs", ignore_errors=True)
+                shutil.copytree(logs, run_dir / "flower-logs")
+                out_logs = run_dir / "flower-logs"
+        except DirectoryLocked as exc:
+            say(f"the logs stay in {logs}: {exc}")
+    if workdir is None and out_logs != logs:
         shutil.rmtree(work, ignore_errors=True)
     return {"run_dir": run_dir, "seconds": seconds, "logs": out_logs, "killed": killed,
             "process_groups": [p.pid for p in procs]}

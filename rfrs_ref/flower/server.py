@@ -103,7 +103,14 @@ class FlowerTrainer(Trainer):
         round_timeout: seconds a round waits for replies before dropping the missing.
         connect_timeout: seconds to wait for nodes holding every user to connect.
         data: the dataset already loaded (as :class:`Trainer`).
+
+    Every upload arrives over the wire, so a non-finite one is input, whoever sent it
+    (a node that is honest in the configuration may still be compromised, or its reply
+    corrupted): verification excludes it and the run goes on; it never ends the run as a
+    divergence (``Trainer.uploads_computed_here``).
     """
+
+    uploads_computed_here = False
 
     def __init__(self, config, grid, *, round_timeout: float = ROUND_TIMEOUT,
                  connect_timeout: float = CONNECT_TIMEOUT, data=None) -> None:
@@ -414,15 +421,23 @@ def server_app(config=None, run_dir=None, *, round_timeout: float | None = None,
         ct = connect_timeout if connect_timeout is not None else float(rc.get("connect-timeout",
                                                                             CONNECT_TIMEOUT))
         trainer = FlowerTrainer(cfg, grid, round_timeout=rt, connect_timeout=ct)
-        result = trainer.run(out, resume=resume or bool(rc.get("resume", False)),
-                             progress=progress)
-        if out is not None:
-            from rfrs_ref.files import atomic_write
+        resumed = resume or bool(rc.get("resume", False))
+        if out is None:
+            result = trainer.run(None, progress=progress)
+        else:
+            from rfrs_ref.files import DirectoryLock, atomic_write
 
-            text = json.dumps({"nodes": {str(u): n for u, n in sorted(trainer.node_of.items())},
-                               "discovery_seconds": trainer.discovery_seconds,
-                               "wire": trainer.wire}, indent=2) + "\n"
-            atomic_write(pathlib.Path(out) / "flower.json", lambda fh: fh.write(text.encode("utf-8")))
+            # the run directory is this server's from the first file to flower.json: the
+            # trainer alone would release it before flower.json is written, and a
+            # `train --resume` started in between would share it
+            with DirectoryLock(out):
+                result = trainer.run(out, resume=resumed, progress=progress, locked=True)
+                text = json.dumps({"nodes": {str(u): n for u, n in
+                                             sorted(trainer.node_of.items())},
+                                   "discovery_seconds": trainer.discovery_seconds,
+                                   "wire": trainer.wire}, indent=2) + "\n"
+                atomic_write(pathlib.Path(out) / "flower.json",
+                             lambda fh: fh.write(text.encode("utf-8")))
         if results is not None:
             results["result"] = result
             results["wire"] = dict(trainer.wire)

@@ -165,3 +165,48 @@ def test_the_summary_of_a_sound_run(tmp_path, capsys):
     _summary(final, (5,), tmp_path, how=" (9 s on 2 nodes)", after="; logs: L")
     assert capsys.readouterr().out == (f"after round 3 (9 s on 2 nodes): Precision@5 0.1000 "
                                        f"(popularity 0.0500); results: {tmp_path}; logs: L\n")
+
+
+@pytest.mark.parametrize("command", ["simulate", "deploy"])
+def test_a_refused_run_never_reports_the_divergence_of_the_run_already_there(tmp_path,
+                                                                            monkeypatch, command):
+    """--out holding a run that diverged earlier: the new run is refused (the trainer's
+    RunExists, inside the federation), and the command says the run failed, not that it
+    diverged at the old run's round."""
+    import rfrs_ref.flower.deploy as deploy_mod
+    import rfrs_ref.flower.run as run_mod
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "final_metrics.json").write_text(json.dumps(
+        {"status": "diverged", "round": 7, "reason": "non-finite scores",
+         "what": "the scores of user 3"}))
+
+    def refused(config, where, **kw):
+        if command == "deploy":
+            raise deploy_mod.DeploymentError("the run ended finished:failed; logs in /tmp/x")
+        raise RuntimeError("the Flower simulation ended without finishing the run")
+
+    monkeypatch.setattr(run_mod, "simulate", refused, raising=False)
+    monkeypatch.setattr(deploy_mod, "deploy", refused, raising=False)
+    res = _run(command, "--out", str(out))
+    assert res.exit_code == 1, res.output
+    assert "diverged at round 7" not in res.output and "ended" in res.output, res.output
+
+
+def test_a_deployment_that_wrote_no_final_evaluation_never_shows_another_runs(tmp_path,
+                                                                              monkeypatch):
+    """A deployment that ends "completed" without this run writing final_metrics.json (the
+    run was refused beside a finished one) never shows the old run's Precision as its own."""
+    import rfrs_ref.flower.deploy as deploy_mod
+
+    out = tmp_path / "run"
+    out.mkdir()
+    old = {"round": 5, "model": {"precision@5": 0.5}, "popularity": {"precision@5": 0.1}}
+    (out / "final_metrics.json").write_text(json.dumps(old))
+    monkeypatch.setattr(deploy_mod, "deploy", lambda config, where, **kw: {
+        "run_dir": where, "seconds": 1.0, "logs": tmp_path / "logs", "killed": None,
+        "process_groups": []}, raising=False)
+    res = _run("deploy", "--out", str(out))
+    assert res.exit_code == 1, res.output
+    assert "wrote no" in res.output and "0.5000" not in res.output, res.output

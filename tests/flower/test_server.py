@@ -10,6 +10,7 @@ import functools
 
 import json
 import math
+import pathlib
 import re
 
 import numpy as np
@@ -381,3 +382,36 @@ def test_what_a_federated_server_cannot_do_is_refused_before_running(kw, match):
 
     with pytest.raises(ValueError, match=match):
         check_federation_config(TrainConfig(**BASE, **kw))
+
+
+def test_the_server_holds_the_run_directory_until_flower_json_is_written(direct_grid, tmp_path,
+                                                                          flwr, monkeypatch):
+    """The trainer releases the run directory when its run ends; the server writes
+    flower.json after it, and holds the directory until then (a `train --resume` started in
+    between would otherwise work in it too)."""
+    from flwr.app import Context, RecordDict
+
+    import rfrs_ref.files as files
+    from rfrs_ref.flower.client import client_app
+    from rfrs_ref.flower.server import server_app
+
+    cfg = TrainConfig(**{**BASE, "rounds": 2}, model_params={"dim": 4})
+    run = tmp_path / "run"
+    held = []
+    real = files.atomic_write
+
+    def watched(path, write):
+        if pathlib.Path(path).name == "flower.json":
+            try:
+                with files.DirectoryLock(run):
+                    held.append(False)
+            except files.DirectoryLocked:
+                held.append(True)
+        return real(path, write)
+
+    monkeypatch.setattr(files, "atomic_write", watched)
+    grid = direct_grid(client_app(cfg), _nodes(600, 2))
+    server_app(cfg, run)(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                       run_config={}))
+    assert held == [True]
+    assert (run / "flower.json").exists() and not (run / ".lock").exists()
