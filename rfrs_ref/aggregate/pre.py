@@ -572,6 +572,12 @@ class PreAggregated:
                 kw = dict(reference=reference, rng=rng)
             if self.state_arrays:
                 kw["rule_state"] = rule_state
+            if (isinstance(mats, FiniteUploads) and Mcum.sum(axis=1).max() <= 1.0 + 1e-12
+                    and all(S is None or np.isfinite(S).all() for S in refs.values())):
+                # rows checked finite by the caller, mixed with weights summing to at most
+                # 1 toward a finite reference, lie between them: finite too, and the rule
+                # need not read every mixed upload again for NaN and ±inf
+                mixed = FiniteUploads(mixed)
             res = self.rule.aggregate(Xc, mixed, ns, fc, backend=backend, **kw)
         rows = Mcum.sum(axis=1)
         Mn = Mcum / rows[:, None]

@@ -352,6 +352,38 @@ def test_a_rule_combining_by_weights_behind_pre_aggregators_sums_the_rows_direct
         assert any(key.startswith("upload:") for key in slow._buffers)
 
 
+@pytest.mark.parametrize("names", [["nnm"], ["clip"], ["clip", "nnm"], ["bucketing"]])
+def test_mixed_uploads_of_checked_rows_go_to_the_rule_as_checked(names, monkeypatch):
+    """Rows the caller checked finite (FiniteUploads), mixed with weights summing to at
+    most 1 toward a finite reference, are finite: the coordinate-wise rule gets them as
+    checked (it then reads only the features for NaN and ±inf). Unchecked rows, or a
+    non-finite reference, are handed over unchecked; the aggregate is the same."""
+    from rfrs_ref.aggregate.coordinate import Median
+
+    seen = []
+    real = Median.aggregate
+
+    def spy(self, features, arrays, *a, **kw):
+        seen.append(isinstance(arrays, FiniteUploads))
+        return real(self, features, arrays, *a, **kw)
+
+    monkeypatch.setattr(Median, "aggregate", spy)
+    rng = np.random.default_rng(8)
+    n, D = 11, 64
+    X = rng.normal(size=(n, D)).astype(np.float32)
+    U = {"theta": rng.normal(size=(n, D)).astype(np.float32)}
+    ref = {"theta": rng.normal(size=D)}
+    p = build(names, {"clip_norm": 2.0}, RULES.get("median")())
+    out = [p.aggregate(X, uploads, np.ones(n), 2, reference=r, rng=np.random.default_rng(3))
+           for uploads, r in ((FiniteUploads(U), ref), (dict(U), ref))]
+    bad_ref = {"theta": np.where(np.arange(D) == 5, np.inf, ref["theta"])}
+    p.aggregate(X, FiniteUploads(U), np.ones(n), 2, reference=bad_ref,
+                rng=np.random.default_rng(3))
+    stochastic = "clip" not in names
+    assert seen == [True, False, stochastic]
+    np.testing.assert_array_equal(out[0].arrays["theta"], out[1].arrays["theta"])
+
+
 @pytest.mark.parametrize("rule_name", ["krum", "rfa"])
 def test_a_mixed_row_holding_a_non_finite_client_is_read_as_it_is(rule_name):
     """Where a mixed row holds a client with a non-finite upload, the rule reads the
