@@ -548,6 +548,9 @@ def plot_figure(fig: Figure, table, base: pathlib.Path, out: pathlib.Path,
                            capture))
         title = f"Round {panels[0][1]['round']}, gradient-ascent Byzantine clients, no defence"
         return plots.plot_pca(panels, stem, title=title)
+    # the curves read every finished run's record: a damaged one is refused before the
+    # panels are drawn, so a refused figure leaves no part of itself behind
+    plots.check_curve_records(table, base, metric=fig.metric)
     paths = plots.plot_k_panels(table, stem, metric=fig.metric, rows=fig.rows, cols=fig.cols,
                                 series_order=fig.series, dataset_order=DATASETS,
                                 title=fig.title, notes=notes)

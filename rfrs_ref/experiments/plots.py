@@ -525,6 +525,21 @@ def _runs(table):
     return ok.drop_duplicates("key")
 
 
+def check_curve_records(table, base: pathlib.Path, *, metric: str = "precision",
+                        k: int | None = None) -> None:
+    """Read every record :func:`plot_curves` reads, as it reads them, and draw nothing: a
+    record that is missing, unreadable or holds a metric that is not a finite number is
+    the same ValueError naming the file, raised before a figure that would be drawn
+    beside the curves (the panels) is written."""
+    runs = _runs(table)
+    if runs.empty:
+        return
+    k = k or int(table["k"].dropna().max())
+    for _, r in runs.iterrows():
+        where = run_path(base, r["run_dir"])
+        _points(record_path(where), _history(where), f"{metric}@{k}")
+
+
 def plot_curves(table, base: pathlib.Path, stem, *, metric: str = "precision", k: int | None = None,
                 rows: str | None = None, cols: str | None = "dataset",
                 series_order: Sequence[str] = (), dataset_order: Sequence[str] = (),

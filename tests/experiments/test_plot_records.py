@@ -57,6 +57,8 @@ def test_an_unreadable_record_of_a_finished_run_is_an_error_naming_it(tmp_path, 
     assert res.exit_code == 1, res.output
     assert str(damaged) in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # refused before any part of the figure is drawn: no panels without their curves
+    assert not any((tmp_path / "figs").glob("fig10*")), sorted((tmp_path / "figs").iterdir())
 
 
 def test_a_damaged_compressed_record_of_a_finished_run_is_an_error_naming_it(tmp_path):
@@ -114,6 +116,7 @@ def test_a_non_finite_metric_in_a_finished_runs_history_is_an_error(tmp_path, va
     t = o["history"][2]["round"]
     assert f"{path}: round {t}: precision@5 = " in res.stderr, res.stderr
     assert said in res.stderr
+    assert not any((tmp_path / "figs").glob("fig10*"))
 
 
 def test_a_finished_run_without_the_metric_is_named_not_dropped(tmp_path, monkeypatch):
