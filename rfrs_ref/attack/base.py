@@ -48,6 +48,13 @@ class AttackContext:
         detect: the server's detection space, ``"gradient"`` or ``"parameter"``.
         model: the recommender (``rfrs_ref.model``), read by the attacks that
             craft gradients for it (``a-ra``); None when the caller does not say.
+        draws: client -> its draws from ``rng`` this round, kept by a round that
+            computes the Byzantine uploads a batch of clients at a time (an attack
+            ``in_client_rule`` that draws): the first computation of a client's row
+            draws from the one stream of the round, in the order of the Byzantine rows,
+            as ``apply_inplace`` over the whole round does, and a row computed again
+            (a low-memory round's second pass) reuses its draws. None: draw from
+            ``rng`` every time.
     """
 
     t: int
@@ -65,6 +72,7 @@ class AttackContext:
     rule: object | None = None
     detect: str = "gradient"
     model: object | None = None
+    draws: dict | None = None
 
     # -- helpers shared by the attacks ----------------------------------------------
     def byzantine_rows(self) -> np.ndarray:
@@ -120,14 +128,21 @@ class Attack(abc.ABC):
     needs_model: ClassVar[bool] = False
     #: the Byzantine upload is the client rule applied to a gradient computed from the
     #: client's own honest gradient and the round's public context alone
-    #: (``own_gradients_inplace``; no random draw, no other client): a round computes it
-    #: a batch of clients at a time, before the rule (docs/performance.md, "Attacked
-    #: rounds that stream")
+    #: (``own_gradients_inplace``; no other client; random draws only from the round's
+    #: attack stream, each client's kept in ``ctx.draws``): a round computes it a batch
+    #: of clients at a time, before the rule (docs/performance.md, "Attacked rounds that
+    #: stream")
     in_client_rule: ClassVar[bool] = False
     #: ``in_client_rule``, with the gradient h(g) a function of each coordinate alone
     #: (``own_gradient_inplace``) and no diagnostics: a round also computes it once for
     #: coordinates where the honest gradients agree (FISM's shared rows)
     elementwise: ClassVar[bool] = False
+    #: ``in_client_rule``, with every Byzantine client's gradient one function of the
+    #: honest ones on the rows all clients share (FISM's Q outside the sampled clients'
+    #: items: :meth:`shared_gradient_inplace`) and computed on the columns where they
+    #: differ by :meth:`own_parts_inplace`: a round on shared rows can run it (every
+    #: ``elementwise`` attack; a-ra, whose gradient is zero outside its targets' rows)
+    shares_rows: ClassVar[bool] = False
     #: a Byzantine client computes its upload from its own gradient and upload, the server
     #: state and the round's attack stream alone, with no other client's data: it can run
     #: on a node of a real federation (``rfrs_ref.flower.PER_CLIENT_ATTACKS``)
@@ -175,6 +190,26 @@ class Attack(abc.ABC):
                                       f"rule: its uploads need the round's context")
         for r in rows:
             self.own_gradient_inplace(G[r])
+        return {}
+
+    def shared_gradient_inplace(self, g: np.ndarray) -> None:
+        """Rewrite ``g``, the honest clients' gradient on the rows every client shares
+        (FISM's 2λq outside the sampled clients' items), into the Byzantine clients' there.
+        For attacks with ``shares_rows`` True only; an ``elementwise`` attack applies h."""
+        self.own_gradient_inplace(g)
+
+    def own_parts_inplace(self, ctx: AttackContext, parts: list, rows: np.ndarray) -> dict:
+        """:meth:`own_gradients_inplace` on rows given by columns: ``parts``, the (n, Dₚ)
+        pieces of the gradients on the columns where the clients differ, the first one
+        θ's first coordinates (FISM's P), the others further rows (the Q rows the sampled
+        clients own). For attacks with ``shares_rows`` True only; an ``elementwise``
+        attack applies h to each piece."""
+        if not self.elementwise:
+            raise NotImplementedError(f"attack {self.name!r} cannot run in a round on "
+                                      f"shared rows")
+        for G in parts:
+            for r in rows:
+                self.own_gradient_inplace(G[r])
         return {}
 
     def merge_diagnostics(self, parts: list[dict], D: int) -> dict:

@@ -46,6 +46,7 @@ class Ascent(Attack):
     per_client: ClassVar[bool] = True
     in_client_rule: ClassVar[bool] = True
     elementwise: ClassVar[bool] = True
+    shares_rows: ClassVar[bool] = True
 
     def own_gradient_inplace(self, g: np.ndarray) -> None:
         np.negative(g, out=g)

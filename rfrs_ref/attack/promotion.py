@@ -123,6 +123,14 @@ class ARA(Attack):
     name: ClassVar[str] = "a-ra"
     #: needs the model (the item matrix) in the attack context
     needs_model: ClassVar[bool] = True
+    #: each Byzantine upload is the client rule on the promotion gradient, computed from
+    #: the state and the client's own draws of the round's stream: a round computes it
+    #: with the honest uploads, a batch of clients at a time (the draws in the order of
+    #: the Byzantine rows, as here, kept per client in ``ctx.draws``)
+    in_client_rule: ClassVar[bool] = True
+    #: the gradient is zero outside the targets' rows of P, on FISM's Q in particular:
+    #: a round on shared rows computes the Byzantine clients' shared rows once
+    shares_rows: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for name in ("n_targets", "samples"):
@@ -160,6 +168,51 @@ class ARA(Attack):
         rows = ctx.byzantine_rows()
         if rows.size == 0:
             return {}
+        G = ctx.grads
+        S = ctx.scratch("grads", G.shape, G.dtype)[: rows.size]
+        diag = self._promote(ctx, S, np.arange(rows.size), rows)
+        ctx.optimizer.client_rule_batch(ctx.state, S, ctx.t, ctx.uploads, ctx.backend, rows=rows)
+        return diag
+
+    def own_gradients_inplace(self, ctx: AttackContext, G: np.ndarray, rows: np.ndarray) -> dict:
+        """Rows ``rows`` of ``G`` (the Byzantine clients' honest gradients) become their
+        promotion gradients (zero but at the targets' rows of P), each from the client's
+        draws: the rows ``apply_inplace`` pushes through the rule, bit for bit."""
+        if rows.size == 0:
+            return {}
+        return self._promote(ctx, G, rows, rows)
+
+    def own_parts_inplace(self, ctx: AttackContext, parts: list, rows: np.ndarray) -> dict:
+        """:meth:`own_gradients_inplace` on rows given by columns: the first part holds θ's
+        first coordinates, every target's row of P among them; the others (FISM's Q rows
+        the sampled clients own) are zero in a promotion gradient."""
+        if rows.size == 0:
+            return {}
+        for G in parts[1:]:
+            G[rows] = 0
+        return self._promote(ctx, parts[0], rows, rows)
+
+    def shared_gradient_inplace(self, g: np.ndarray) -> None:
+        """The promotion gradient is zero on the rows every client shares (FISM's Q)."""
+        g[...] = 0
+
+    def merge_diagnostics(self, parts: list[dict], D: int) -> dict:
+        """The targets and every Byzantine row's ‖g‖ in row order, as ``apply_inplace``
+        records them for the whole round ({} when no Byzantine client was sampled)."""
+        parts = [p for p in parts if p]
+        if not parts:
+            return {}
+        return {"targets": parts[0]["targets"],
+                "gradient_norm": [v for p in parts for v in p["gradient_norm"]]}
+
+    def _promote(self, ctx: AttackContext, G: np.ndarray, out_rows: np.ndarray,
+                 rows: np.ndarray) -> dict:
+        """Row ``out_rows[i]`` of ``G`` (θ's first n_items·d coordinates at least) becomes
+        the promotion gradient of the Byzantine client of context row ``rows[i]``: zero,
+        but at the targets' rows of P. Each client's approximated users are its draws from
+        ``ctx.rng`` (S·d standard normals, in the order of ``rows``), kept in
+        ``ctx.draws`` when the context keeps them, and taken from there for a client
+        whose row is computed again."""
         model = ctx.model
         if model is None:
             raise ValueError("attack 'a-ra' needs the model in the attack context (model=None)")
@@ -169,19 +222,21 @@ class ARA(Attack):
                              "(targets='' : call resolve_targets and pass them as targets=)")
         n_items, d = int(model.n_items), int(model.dim)
         T = parse_targets(self.targets, n_items)
-        G = ctx.grads
         theta = np.asarray(ctx.state["theta"])
         P = theta[: n_items * d].reshape(n_items, d)
-        S = ctx.scratch("grads", G.shape, G.dtype)[: rows.size]
-        S[:] = 0
         cols = (T[:, None] * d + np.arange(d)[None, :])
-        z = np.empty((self.samples, d))
         norms = []
-        for i in range(rows.size):
-            ctx.rng.standard_normal(out=z)
+        for i, r in zip(out_rows, rows):
+            client = int(ctx.clients[r])
+            z = None if ctx.draws is None else ctx.draws.get(client)
+            if z is None:
+                z = np.empty((self.samples, d))
+                ctx.rng.standard_normal(out=z)
+                if ctx.draws is not None:
+                    ctx.draws[client] = z
             g = promotion_gradient(P, T, float(self.sigma) * z, self.hum_steps, float(self.hum_lr))
+            G[i] = 0
             with np.errstate(over="ignore", invalid="ignore"):
-                S[i, cols] = g
+                G[i, cols] = g
             norms.append(float(np.linalg.norm(g)))
-        ctx.optimizer.client_rule_batch(ctx.state, S, ctx.t, ctx.uploads, ctx.backend, rows=rows)
         return {"targets": T.tolist(), "gradient_norm": norms}

@@ -161,12 +161,19 @@ class Federation:
         (``Rule.trims_by_column``: the median, the trimmed mean, Meamed; or selects by the
         distances and then keeps such a window, ``Rule.selects_by_distances``: Bulyan),
         verification on, no attack
-        or an ``elementwise`` one computed in the client rule (ascent), nothing that
+        or one computed in the client rule that ``shares_rows`` (ascent, a-ra), nothing that
         reads the gradients or the uploads' rows afterwards (no monitor, no trace), no
         pre-aggregation or rule state. The numba backend only."""
         rule, attack = self.rule, self.attack
         attack_ok = attack.name == "none" or (self.attacks_in_client_rule
-                                              and getattr(attack, "elementwise", False))
+                                              and getattr(attack, "shares_rows", False))
+        if (attack.name != "none" and not getattr(attack, "elementwise", False)
+                and getattr(rule, "distances64", False)):
+            # RFA under a-ra: the Byzantine features nearly coincide (zero but at the
+            # targets' rows), and the Weiszfeld steps' certainty test on the distances by
+            # parts failed in most rounds, each then computed twice (by parts, then on
+            # full rows): the round holds every row from the start
+            attack_ok = False
         return (self.backend == "numba" and self.verify and attack_ok
                 and (getattr(rule, "weighs_by_distances", False)
                      or getattr(rule, "trims_by_column", False)
@@ -392,6 +399,11 @@ class _Round:
     features: str | None = None
     #: the diagnostics of an attack computed in the client rule, one part per batch
     attack_parts: list = dataclasses.field(default_factory=list)
+    #: the round's attack stream (``attack``, key t) for an attack computed in the client
+    #: rule, one generator for all the round's batches (made when first needed), and the
+    #: draws it gave each Byzantine client (``AttackContext.draws``)
+    attack_rng: np.random.Generator | None = None
+    attack_draws: dict = dataclasses.field(default_factory=dict)
 
 
 def run_round(fed: Federation, state: Mapping[str, np.ndarray], t: int, buf: RoundBuffers,
@@ -528,14 +540,15 @@ def _streamed_round(fed, state, rd: _Round, buf: RoundBuffers, private):
 
     w = fed.rule.fixed_weights(sample_sizes(rd.n_samples, n))
     negatives = _negatives(fed, rd)
-    # the shared rows map to one upload per class of client only under an elementwise
-    # attack (h(2λq) is the same for every Byzantine client, and no diagnostic is summed)
-    shared = not fed.attacks_in_client_rule or fed.attack.elementwise
+    # the shared rows map to one upload per class of client only under an attack that
+    # ``shares_rows`` (h(2λq), or a-ra's 0, is the same for every Byzantine client)
+    shared = not fed.attacks_in_client_rule or fed.attack.shares_rows
     if shared and buf.shared_rows and hasattr(model, "shared_block") and not model.has_private:
         out = _shared_rows_round(fed, state, rd, buf, w, negatives)
         if out is not None:
             return out
         rd.timing.clear()
+        rd.attack_parts.clear()  # the rows again, from the same draws (rd.attack_draws)
     acc = {k: np.zeros(buf.n_params) for k in opt.arrays}
     losses = np.empty(n)
     for name in ("gradients", "client_rule", "verification_sums"):
@@ -622,7 +635,7 @@ def _shared_rows_round(fed, state, rd: _Round, buf: RoundBuffers, w, negatives):
             state["theta"], fed.train, clients[lo:hi], G[0], q_rows=rows_b, out_q=G[1],
             negatives=None if negatives is None else negatives[lo:hi], backend=fed.backend)
         rd.timing["gradients"] += time.perf_counter() - tick
-        _own_attack_inplace(fed, rd, rd.byz[lo:hi], G)
+        _own_attack_inplace(fed, state, rd, buf, slice(lo, hi), G)
         tick = time.perf_counter()
         S = [{k: state[k][:start] for k in arrays},
              {k: state[k][start:].reshape(n_rows, width)[rows_b].ravel() for k in arrays}]
@@ -671,9 +684,10 @@ def _shared_uploads(fed, state, rd: _Round):
     rd.timing["gradients"] += time.perf_counter() - tick
     attacked = fed.attacks_in_client_rule and bool(rd.byz.any())
     if attacked:
-        # the Byzantine clients' shared rows: the rule on h(2λq), row 1 of the shared rows
+        # the Byzantine clients' shared rows: the rule on h(2λq) (a-ra: on 0), row 1 of the
+        # shared rows
         g_sh = np.concatenate([g_sh, g_sh])
-        fed.attack.own_gradient_inplace(g_sh[1])
+        fed.attack.shared_gradient_inplace(g_sh[1])
     n = rd.clients.size
     cls = rd.byz.astype(np.int64) if attacked else np.zeros(n, dtype=np.int64)
     tick = time.perf_counter()
@@ -785,7 +799,7 @@ def _shared_rows_compared_round(fed, state, rd: _Round, buf: RoundBuffers):
         out = model.grads_batch(state["theta"], fed.train, clients[sel], G[0], q_rows=own,
                                 out_q=G[1], negatives=negs, backend=fed.backend)
         rd.timing["gradients"] += time.perf_counter() - tick
-        _own_attack_inplace(fed, rd, rd.byz[sel], G)
+        _own_attack_inplace(fed, state, rd, buf, sel, G)
         tick = time.perf_counter()
         for Sp, Gp, Up in zip(S, G, U):
             if Gp.shape[1]:
@@ -1056,7 +1070,11 @@ def _uploads_again(rd: _Round):
     round's ``uploads_again`` phase, leaving the first computation's phases as they were."""
     tick = time.perf_counter()
     timing = dict(rd.timing)
+    parts = len(rd.attack_parts)
     yield
+    # the attack's diagnostics are the first computation's (the rows computed again are
+    # some of the same rows, from the same draws)
+    del rd.attack_parts[parts:]
     rd.timing.clear()
     rd.timing.update(timing)
     rd.timing["uploads_again"] = time.perf_counter() - tick
@@ -1142,13 +1160,23 @@ def _attack_batch_inplace(fed, state, rd: _Round, buf: RoundBuffers, sel, G, U) 
     if rows.size == 0 or not fed.attacks_in_client_rule:
         return
     tick = time.perf_counter()
-    ctx = AttackContext(
-        t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=byz,
-        clients=rd.clients[sel], n_samples=rd.n_samples[sel], f=rd.f,
-        rng=generator(fed.seed, "attack", rd.t), backend=fed.backend,
-        workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect, model=fed.model)
+    ctx = _client_rule_context(fed, state, rd, buf, sel, G, U)
     rd.attack_parts.append(fed.attack.own_gradients_inplace(ctx, G, rows))
     rd.timing["attack"] = rd.timing.get("attack", 0.0) + time.perf_counter() - tick
+
+
+def _client_rule_context(fed, state, rd: _Round, buf: RoundBuffers, sel, G, U) -> AttackContext:
+    """The attack's context for the sampled clients ``sel`` of a round whose attack runs in
+    the client rule: the round's one attack stream (``rd.attack_rng``, made at the first
+    batch, so the batches draw in the order of the Byzantine rows) and the draws kept per
+    client (``rd.attack_draws``: a row computed again draws nothing)."""
+    if rd.attack_rng is None:
+        rd.attack_rng = generator(fed.seed, "attack", rd.t)
+    return AttackContext(
+        t=rd.t, optimizer=fed.optimizer, state=state, grads=G, uploads=U, byzantine=rd.byz[sel],
+        clients=rd.clients[sel], n_samples=rd.n_samples[sel], f=rd.f, rng=rd.attack_rng,
+        backend=fed.backend, workspace=buf.attack_workspace, rule=fed.rule, detect=fed.detect,
+        model=fed.model, draws=rd.attack_draws)
 
 
 def _client_rule_attack_diagnostics(fed, rd: _Round, D: int) -> dict:
@@ -1160,17 +1188,24 @@ def _client_rule_attack_diagnostics(fed, rd: _Round, D: int) -> dict:
     return fed.attack.merge_diagnostics(rd.attack_parts, D)
 
 
-def _own_attack_inplace(fed, rd: _Round, byz: np.ndarray, parts: list) -> None:
-    """An ``elementwise`` attack in a round that computes FISM's shared rows once: the
-    Byzantine rows (``byz``) of each gradient array in ``parts`` become h(g) before the
-    rule runs (:func:`_attack_batch_inplace` on parts of rows). Timed into ``attack``."""
-    rows = np.flatnonzero(byz)
+def _own_attack_inplace(fed, state, rd: _Round, buf: RoundBuffers, sel, parts: list) -> None:
+    """An attack that ``shares_rows`` in a round that computes FISM's shared rows once: the
+    Byzantine rows among the sampled clients ``sel`` of each gradient array in ``parts``
+    (P, then the Q rows the sampled clients own) become the attack's before the rule runs
+    (:func:`_attack_batch_inplace` on parts of rows): h(g) for an ``elementwise`` attack,
+    ``Attack.own_parts_inplace`` otherwise (its diagnostics kept for the record). Timed
+    into ``attack``."""
+    rows = np.flatnonzero(rd.byz[sel])
     if rows.size == 0 or not fed.attacks_in_client_rule:
         return
     tick = time.perf_counter()
-    for G in parts:
-        for r in rows:
-            fed.attack.own_gradient_inplace(G[r])
+    if fed.attack.elementwise:
+        for G in parts:
+            for r in rows:
+                fed.attack.own_gradient_inplace(G[r])
+    else:
+        ctx = _client_rule_context(fed, state, rd, buf, sel, parts[0], {})
+        rd.attack_parts.append(fed.attack.own_parts_inplace(ctx, parts, rows))
     rd.timing["attack"] = rd.timing.get("attack", 0.0) + time.perf_counter() - tick
 
 

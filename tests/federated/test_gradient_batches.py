@@ -232,3 +232,44 @@ def test_camouflage_in_the_client_rule_gives_the_same_rounds_and_diagnostics(
     for rows in ((4, 16) if defense == "mean" else (None,)):
         buf = trainer.buffers() if rows is None else _buffers(trainer, rows, rows)
         _same_rounds(want, _rounds(trainer, buf, rounds=5), (defense, rows))
+
+
+@pytest.mark.parametrize("defense,low_memory", [("mean", False), ("krum", False), ("krum", True),
+                                                ("trmean", False)])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_ra_in_the_client_rule_gives_the_same_rounds_and_diagnostics(defense, low_memory,
+                                                                       optimizer, monkeypatch):
+    """A-ra's Byzantine uploads are the client rule on its promotion gradient, computed a
+    batch of clients at a time with the honest ones, the draws of each client from the
+    round's one attack stream in the order of the Byzantine rows (kept, so that a
+    low-memory round's second pass reuses them): the state, the record and the attack's
+    diagnostics (the targets, every Byzantine row's ‖g‖) of the round that keeps the honest
+    gradients and runs ``apply_inplace`` over the whole round, bit for bit. With the
+    weighted mean the round streams (batches of 4 and 16, FISM's shared rows once or every
+    row in full); Krum and the trimmed mean hold their uploads, here on full rows (their
+    rounds on shared rows: tests/federated/test_shared_rows_compared.py)."""
+    from rfrs_ref.federated.round import Federation
+
+    config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
+                         model_params={"dim": 8}, optimizer=optimizer, defense=defense,
+                         detect="parameter", attack="a-ra", attack_params={"n_targets": 3},
+                         byzantine_fraction=0.3, verify=True, seed=17)
+    trainer = Trainer(config, low_memory=low_memory)
+    fed = trainer.federation
+    assert fed.attacks_in_client_rule and not fed.keeps_gradients
+    assert fed.streams == (defense == "mean") and fed.recomputes_uploads == low_memory
+    with monkeypatch.context() as held:
+        held.setattr(Federation, "attacks_in_client_rule", property(lambda self: False))
+        want = _rounds(trainer, trainer.buffers(full=True, shared_rows=False), rounds=5)
+    assert all(len(r["attack"]["gradient_norm"]) == r["n_byzantine_sampled"] >= 2
+               for r in want[2])
+    if defense == "mean":
+        bufs = []
+        for rows, shared in ((4, True), (16, True), (16, False)):
+            buf = _buffers(trainer, rows, rows)
+            buf.shared_rows = shared
+            bufs.append(buf)
+    else:
+        bufs = [trainer.buffers(shared_rows=False)]
+    for buf in bufs:
+        _same_rounds(want, _rounds(trainer, buf, rounds=5), (defense, low_memory, optimizer))

@@ -66,7 +66,8 @@ def _same_but_scores(full, shared, label, D, dtype):
 
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])
 @pytest.mark.parametrize("detect", ["gradient", "parameter"])
-@pytest.mark.parametrize("attack,negatives", [("none", 0), ("ascent", 0), ("ascent", 1)])
+@pytest.mark.parametrize("attack,negatives", [("none", 0), ("ascent", 0), ("ascent", 1),
+                                              ("a-ra", 0)])
 def test_the_round_on_shared_rows_gives_the_rounds_of_full_rows(optimizer, detect, attack,
                                                                negatives, calls):
     config = TrainConfig(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
@@ -78,7 +79,7 @@ def test_the_round_on_shared_rows_gives_the_rounds_of_full_rows(optimizer, detec
     # column block at a time: no feature rows
     assert (trainer.buffers().features is None) == _derives(optimizer, detect)
     full, shared = _full_and_shared(trainer, calls)
-    if attack == "ascent":
+    if attack != "none":
         assert all(r["n_byzantine_sampled"] >= 3 for r in full[1])
     _same_but_scores(full, shared, (optimizer, detect, attack), trainer.model.n_params(),
                      np.dtype(config.dtype))
@@ -181,12 +182,13 @@ def test_a_non_finite_derived_feature_is_far_from_every_client(monkeypatch, call
     dict(defense="krum", attack="camouflage"), dict(defense="krum", resilience=True),
     dict(defense="krum", trace=True), dict(defense="krum", pre=("nnm",)),
     dict(defense="krum", backend="numpy"), dict(defense="krum", model="fmf"),
-    dict(defense="krum", verify=False)])
+    dict(defense="krum", verify=False), dict(defense="rfa", attack="a-ra")])
 def test_which_rounds_compute_the_shared_rows_once(kw):
     base = dict(dataset="synthetic", dataset_params=SMALL, client_fraction=0.2,
                 byzantine_fraction=0.2, detect="gradient")
     assert Trainer(TrainConfig(**base, defense="krum")).federation.compares_shared_rows
     assert Trainer(TrainConfig(**base, defense="krum", attack="ascent")).federation.compares_shared_rows
+    assert Trainer(TrainConfig(**base, defense="krum", attack="a-ra")).federation.compares_shared_rows
     for rule in ("rfa", "trmean", "median", "meamed", "bulyan"):
         assert Trainer(TrainConfig(**base, defense=rule, attack="ascent")).federation.compares_shared_rows
     for rule in ("mda", "monna"):
@@ -255,7 +257,7 @@ def test_a_compact_round_that_fails_verification_holds_every_row(defense, corrup
 @pytest.mark.parametrize("rule", ["mda", "monna"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
 @pytest.mark.parametrize("detect", ["gradient", "parameter"])
-@pytest.mark.parametrize("attack", ["none", "ascent"])
+@pytest.mark.parametrize("attack", ["none", "ascent", "a-ra"])
 def test_mda_and_monna_on_shared_rows_give_the_rounds_of_full_rows(rule, optimizer, detect,
                                                                      attack, calls):
     """MDA's subset, MoNNA's nearest neighbours of the pivot, from the distances by parts:
@@ -277,7 +279,7 @@ def test_mda_and_monna_on_shared_rows_give_the_rounds_of_full_rows(rule, optimiz
             x, y = float(x) ** 2, float(y) ** 2  # finite: no client here is far from all
             assert abs(x - y) <= 2 * (rel * max(x, y) + ab) * 1.01, (x, y)
         assert a == b
-    if attack == "ascent":
+    if attack != "none":
         assert any(r["n_byzantine_sampled"] for r in full[1])
 
 
@@ -323,7 +325,8 @@ def test_rfa_on_shared_rows_takes_the_weights_of_full_rows(optimizer, detect, at
     ("trmean", "none", 0), ("trmean", "ascent", 0), ("trmean", "ascent", 1),
     ("median", "ascent", 0), ("meamed", "none", 0), ("meamed", "ascent", 0),
     ("meamed", "ascent", 1), ("bulyan", "none", 0), ("bulyan", "ascent", 0),
-    ("bulyan", "ascent", 1)])
+    ("bulyan", "ascent", 1), ("trmean", "a-ra", 0), ("median", "a-ra", 0), ("meamed", "a-ra", 0),
+    ("bulyan", "a-ra", 0)])
 def test_coordinatewise_rounds_on_shared_rows_are_the_rounds_of_full_rows(
         optimizer, detect, rule, attack, negatives, calls):
     """The trimmed mean, the median and Meamed combine each column from its own ranks, and
