@@ -271,6 +271,16 @@ def test_a_result_survives_the_next_call_of_the_same_instance(rule):
             assert np.array_equal(res.arrays[k], v, equal_nan=True)
 
 
+def _within_one_rounding(a, b, arrays, ref, dtype):
+    """Result ``a``'s arrays are ``b``'s within one rounding u·max|A′| of the mixed rows
+    (3u·(max|A| + max|S|)), in the uploads' dtype."""
+    u = np.finfo(dtype).eps / 2
+    for k in arrays:
+        scale = np.abs(arrays[k]).max() + np.abs(ref[k]).max()
+        assert a.arrays[k].dtype == dtype
+        np.testing.assert_allclose(a.arrays[k], b.arrays[k], rtol=0, atol=3 * u * scale)
+
+
 @pytest.mark.parametrize("names", [["clip"], ["arc"], ["nnm"], ["bucketing"], ["clip", "nnm"]])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_mean_behind_pre_aggregators_sums_the_rows_directly_within_one_rounding(names, dtype):
@@ -288,11 +298,7 @@ def test_the_mean_behind_pre_aggregators_sums_the_rows_directly_within_one_round
                        rng=np.random.default_rng(2))
     b = rule.aggregate(X, arrays, ns, 3, backend="numpy", reference=ref,
                        rng=np.random.default_rng(2))
-    u = np.finfo(dtype).eps / 2
-    for k in arrays:
-        scale = np.abs(arrays[k]).max() + np.abs(ref[k]).max()
-        assert a.arrays[k].dtype == dtype
-        np.testing.assert_allclose(a.arrays[k], b.arrays[k], rtol=0, atol=3 * u * scale)
+    _within_one_rounding(a, b, arrays, ref, dtype)
     np.testing.assert_allclose(a.weights, b.weights, rtol=1e-12)
     np.testing.assert_array_equal(a.kept, b.kept)
     assert set(a.diagnostics) == set(b.diagnostics)
@@ -340,11 +346,7 @@ def test_a_rule_combining_by_weights_behind_pre_aggregators_sums_the_rows_direct
             pytest.skip(f"{rule_name} needs more clients than {n} for f = {f}")
         b = slow.aggregate(X, uploads, ns, f, backend="numba", reference=ref,
                            rng=np.random.default_rng(2))
-        u = np.finfo(dtype).eps / 2
-        for k in arrays:
-            scale = np.abs(arrays[k]).max() + np.abs(ref[k]).max()
-            assert a.arrays[k].dtype == dtype
-            np.testing.assert_allclose(a.arrays[k], b.arrays[k], rtol=0, atol=3 * u * scale)
+        _within_one_rounding(a, b, arrays, ref, dtype)
         np.testing.assert_array_equal(a.weights, b.weights)
         np.testing.assert_array_equal(a.kept, b.kept)
         assert a.diagnostics == b.diagnostics

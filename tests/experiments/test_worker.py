@@ -101,24 +101,28 @@ def test_an_ordinary_run_returns_its_files_when_not_shared(ex):
     assert [r["round"] for r in out["rounds"]] == [1, 2, 3, 4]
 
 
-def test_a_run_cut_off_resumes_from_its_checkpoint_and_ends_the_same(ex, tmp_path):
+def _interrupted(spec, run_dir, after: int):
+    """``run_dir`` holding ``spec``'s run stopped after round ``after`` (its checkpoint)."""
     from rfrs_ref.federated.trainer import Trainer
-
-    spec = RunSpec(ex.tiny_config(rounds=6, eval_every=2, checkpoint_every=2, attack="ascent",
-                                  byzantine_fraction=0.2, preset="a-rfrs"))
-    whole = execute_run(_task(spec, str(tmp_path / "whole")))
-    # a run interrupted after round 4: its directory holds the checkpoint of round 4
-    partial = tmp_path / "partial"
 
     class Stop(Exception):
         pass
 
-    def stop_after_4(t, record, latest):
-        if t == 5:
+    def stop(t, record, latest):
+        if t == after + 1:
             raise Stop
 
     with pytest.raises(Stop):
-        Trainer(spec.config).run(partial, progress=stop_after_4)
+        Trainer(spec.config).run(run_dir, progress=stop)
+    return run_dir
+
+
+def test_a_run_cut_off_resumes_from_its_checkpoint_and_ends_the_same(ex, tmp_path):
+    spec = RunSpec(ex.tiny_config(rounds=6, eval_every=2, checkpoint_every=2, attack="ascent",
+                                  byzantine_fraction=0.2, preset="a-rfrs"))
+    whole = execute_run(_task(spec, str(tmp_path / "whole")))
+    # a run interrupted after round 4: its directory holds the checkpoint of round 4
+    partial = _interrupted(spec, tmp_path / "partial", 4)
     resumed = execute_run(_task(spec, str(partial)))
     assert resumed["status"] == "ok", resumed["traceback"]
     assert resumed["resumed_from"] == 4 and whole["resumed_from"] is None
@@ -132,21 +136,9 @@ def test_a_fifo_at_the_checkpoints_name_is_no_checkpoint_and_never_waited_on(ex,
     """A sweep's run directory of the same configuration with a FIFO where its checkpoint
     was: the run starts again from scratch (as for any unreadable checkpoint) instead of
     waiting for ever for a writer; it ends as the run from scratch does."""
-    from rfrs_ref.federated.trainer import Trainer
-
     spec = RunSpec(ex.tiny_config(rounds=4, eval_every=2, checkpoint_every=2))
     whole = execute_run(_task(spec, str(tmp_path / "whole")))
-    partial = tmp_path / "partial"
-
-    class Stop(Exception):
-        pass
-
-    def stop_after_2(t, record, latest):
-        if t == 3:
-            raise Stop
-
-    with pytest.raises(Stop):
-        Trainer(spec.config).run(partial, progress=stop_after_2)
+    partial = _interrupted(spec, tmp_path / "partial", 2)
     (partial / "checkpoint.npz").unlink()
     os.mkfifo(partial / "checkpoint.npz")
     done: list = []
