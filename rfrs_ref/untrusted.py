@@ -215,18 +215,20 @@ def read_json(path, what: str = "file") -> Any:
 
 
 def depth_exceeds(obj: Any, limit: int) -> bool:
-    """Whether ``obj`` (parsed JSON) nests lists and objects more than ``limit`` deep
-    (iterative: safe on any depth the parser accepted)."""
+    """Whether ``obj`` (parsed JSON or TOML) nests lists (or tuples) and objects (mappings)
+    more than ``limit`` deep (iterative: safe on any depth the parser accepted)."""
+    from collections.abc import Mapping
+
     stack = [(obj, 1)]
     while stack:
         x, d = stack.pop()
-        if isinstance(x, dict):
+        if isinstance(x, Mapping):
             x = list(x.values())
-        elif not isinstance(x, list):
+        elif not isinstance(x, (list, tuple)):
             continue
         if d > limit:
             return True
-        stack.extend((v, d + 1) for v in x if isinstance(v, (dict, list)))
+        stack.extend((v, d + 1) for v in x if isinstance(v, (Mapping, list, tuple)))
     return False
 
 

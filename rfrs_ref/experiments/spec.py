@@ -686,7 +686,9 @@ def parse_sweep(doc: Mapping[str, Any], name: str = "sweep",
     """
     if not isinstance(doc, Mapping):
         raise ValueError(f"a sweep is a table of keys, got {_show(doc)}")
-    if _depth_exceeds(doc, MAX_DEPTH):
+    from rfrs_ref.untrusted import depth_exceeds
+
+    if depth_exceeds(doc, MAX_DEPTH):
         raise ValueError(f"tables and arrays nested more than {MAX_DEPTH} levels deep; a sweep "
                          "needs a few")
     for key in doc:
@@ -797,22 +799,6 @@ def load_sweep(path: str | pathlib.Path) -> Sweep:
         return parse_sweep(doc, name=path.stem, folder=path.parent)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
-
-
-def _depth_exceeds(doc: Any, limit: int) -> bool:
-    """Whether ``doc`` nests tables (mappings) and arrays (lists, tuples) more than ``limit``
-    deep (iterative: safe on any depth)."""
-    stack = [(doc, 1)]
-    while stack:
-        x, d = stack.pop()
-        if isinstance(x, Mapping):
-            x = list(x.values())
-        elif not isinstance(x, (list, tuple)):
-            continue
-        if d > limit:
-            return True
-        stack.extend((v, d + 1) for v in x if isinstance(v, (Mapping, list, tuple)))
-    return False
 
 
 def runs_from(items: Iterable[RunSpec | TrainConfig]) -> list[RunSpec]:
