@@ -301,8 +301,11 @@ def _recommend_in_a_process(run, timeout=120):
     import sys
 
     try:
-        res = subprocess.run([sys.executable, "-m", "rfrs_ref.cli.main", "recommend", str(run),
-                              "--user", "7"], capture_output=True, text=True, timeout=timeout)
+        # -P: the source tree (the working directory) must not shadow the installed package,
+        # whose rfrs_ref.cli is the top-level cli/ folder
+        res = subprocess.run([sys.executable, "-P", "-m", "rfrs_ref.cli.main", "recommend",
+                              str(run), "--user", "7"], capture_output=True, text=True,
+                             timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         return None, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else ""
     return res.returncode, res.stdout + res.stderr
