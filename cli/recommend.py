@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import pathlib
 import zipfile
@@ -60,7 +59,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
                                    f"({_one_line(exc)})")
     _check_data_files(run / "config.json", record.get("data_files"))
     state_path = run / "state.npz"
-    state = _run_file(state_path, "run's final state (state.npz)")
+    state = _run_file(state_path, "run's final state (state.npz)", opened=True)
     if state is None:
         try:
             final = parse_json(_run_file(run / "final_metrics.json", "run's final metrics")
@@ -95,9 +94,13 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     from rfrs_ref.federated.trainer import first_non_finite
 
     try:
-        _check_state_headers(io.BytesIO(state), trainer)
-        with np.load(io.BytesIO(state), allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
+        # from the headers first, on the file itself: a file claiming more values than the
+        # model has is refused before anything of it is read into memory
+        with state:
+            _check_state_headers(state, trainer)
+            state.seek(0)
+            with np.load(state, allow_pickle=False) as z:
+                arrays = {name: z[name] for name in z.files}
         theta, final_round = arrays["theta"], _final_round(arrays["round"])
         private = arrays.get("private_theta")
         # every array, not only this user's scores: a state holding NaN or ±inf anywhere (an
@@ -131,14 +134,17 @@ def recommend(run_dir, user, k, data_dir, include_seen):
                    + (f"  {name}" if name else "") + mark)
 
 
-def _run_file(path: pathlib.Path, what: str) -> bytes | None:
-    """The bytes of the run's own file at ``path``, or None when there is none. Refused in
-    one line naming it: a link (the run's files are read as they are inside its
-    directory, never from wherever a link leads), and anything but a regular file (a FIFO
-    would wait for a writer for ever, a device be read without end)."""
-    from rfrs_ref.experiments.results import read_input
+def _run_file(path: pathlib.Path, what: str, opened: bool = False):
+    """The bytes of the run's own file at ``path`` (``opened``: the file, open, for the
+    caller to read as it needs and close), or None when there is none. Refused in one line
+    naming it: a link (the run's files are read as they are inside its directory, never
+    from wherever a link leads), and anything but a regular file (a FIFO would wait for a
+    writer for ever, a device be read without end)."""
+    from rfrs_ref.experiments.results import open_input, read_input
 
     try:
+        if opened:
+            return open_input(path, what, links=False)
         return read_input(path, what, links=False)
     except FileNotFoundError:
         return None
@@ -339,15 +345,17 @@ def _ids(run: pathlib.Path, trainer):
     existed)."""
     import numpy as np
 
-    raw = _run_file(run / "ids.npz", "run's ids (ids.npz)")
-    if raw is None:
+    fh = _run_file(run / "ids.npz", "run's ids (ids.npz)", opened=True)
+    if fh is None:
         return None
-    # from the headers first: a few bytes claiming 10^11 ids are refused, not allocated
-    _check_npz_headers(io.BytesIO(raw), {"user_ids": trainer.data.n_users,
-                                         "item_ids": trainer.data.n_items},
-                       "the run's ids (one per user and item of the dataset)")
-    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-        return z["user_ids"], z["item_ids"]
+    with fh:
+        # from the headers first: a few bytes claiming 10^11 ids are refused, not allocated
+        _check_npz_headers(fh, {"user_ids": trainer.data.n_users,
+                                "item_ids": trainer.data.n_items},
+                           "the run's ids (one per user and item of the dataset)")
+        fh.seek(0)
+        with np.load(fh, allow_pickle=False) as z:
+            return z["user_ids"], z["item_ids"]
 
 
 def _checked_ids(run: pathlib.Path, trainer):

@@ -471,7 +471,14 @@ def refuse_linked_input(path: str | os.PathLike, done: str = "judged") -> None:
 
 
 def read_input(path: str | os.PathLike, what: str = "file", *, links: bool = True) -> bytes:
-    """The bytes of the file at ``path``, a file of a results directory that a tool reads
+    """The bytes of the file at ``path`` (:func:`open_input`, read whole)."""
+    with open_input(path, what, links=links) as fh:
+        return fh.read()
+
+
+def open_input(path: str | os.PathLike, what: str = "file", *, links: bool = True):
+    """The file at ``path`` opened for reading in binary (the caller closes it), a file of a
+    results directory or a run that a tool reads
     (a table, a run's record): results directories are input, and a FIFO or a device at
     the name of one of their files must never hang a tool (a plain ``open`` of a FIFO waits
     for a writer for ever, a read of ``/dev/zero`` never ends). The file is opened without
@@ -501,11 +508,16 @@ def read_input(path: str | os.PathLike, what: str = "file", *, links: bool = Tru
                              "the files of a run's directory only as they are inside it, "
                              "never through a link; replace the link by the file") from None
         raise
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{path}: not a regular file (a FIFO, a device or a directory), "
-                             f"expected a {what}; nothing is read from it")
-        return fh.read()
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise ValueError(f"{path}: not a regular file (a FIFO, a device or a directory), "
+                         f"expected a {what}; nothing is read from it")
+    return os.fdopen(fd, "rb")
 
 
 def record_path(run_dir: str | os.PathLike) -> pathlib.Path:

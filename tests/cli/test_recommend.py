@@ -405,3 +405,18 @@ def test_a_recorded_data_path_too_long_for_the_system_is_one_line(tmp_path, monk
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert "ml100k" in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+@pytest.mark.parametrize("name", ["state.npz", "ids.npz"])
+def test_a_huge_run_file_is_refused_from_its_headers_without_reading_it(small_run, tmp_path,
+                                                                        name):
+    """A state.npz or ids.npz of a terabyte (sparse: no disk is used) is refused from what
+    the zip's directory says, read at the file's end, never read whole into memory."""
+    bad = _copy_run(small_run, tmp_path)
+    (bad / name).unlink()
+    with open(bad / name, "wb") as fh:
+        fh.truncate(1 << 40)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1, res.output
+    assert f"{bad / name}" in res.output and "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
