@@ -140,7 +140,8 @@ def _run_file(path: pathlib.Path, what: str, opened: bool = False):
     naming it: a link (the run's files are read as they are inside its directory, never
     from wherever a link leads), and anything but a regular file (a FIFO would wait for a
     writer for ever, a device be read without end)."""
-    from rfrs_ref.experiments.results import open_input, read_input
+    from rfrs_ref.experiments.results import read_input
+    from rfrs_ref.files import open_input
 
     try:
         if opened:

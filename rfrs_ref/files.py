@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import stat as _stat
 from typing import Callable, IO
 
 
@@ -224,25 +225,60 @@ class DirectoryLock:
         self.release()
 
 
+def open_input(path: str | os.PathLike, what: str = "file", *, links: bool = True) -> IO[bytes]:
+    """The file at ``path`` opened for reading in binary (the caller closes it): a file a
+    tool reads that someone else wrote (a table, a run's record or state, a JSON file
+    handed to a checking tool). A FIFO or a device at its name must never hang a tool (a
+    plain ``open`` of a FIFO waits for a writer for ever, a read of ``/dev/zero`` never
+    ends), so the file is opened without waiting (``O_NONBLOCK``) and handed over only
+    when the descriptor opened is a regular file (``fstat``: a test of the name before
+    the open would let a FIFO put there in between be read).
+    ``links=False`` refuses a symbolic link at ``path`` too (``O_NOFOLLOW``): the files of a
+    run's directory are read only as that directory's own.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        OSError: it cannot be opened or read.
+        ValueError: one line naming the file: not a regular file (a FIFO, a device, a
+            directory), or (``links=False``) a symbolic link; ``what`` says what was expected.
+    """
+    path = pathlib.Path(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        if not links and path.is_symlink():
+            try:
+                target = f" (to {os.readlink(path)})"
+            except OSError:
+                target = ""
+            raise ValueError(f"{path}: a link{target}, not the {what} itself; rfrs-ref reads "
+                             "the files of a run's directory only as they are inside it, "
+                             "never through a link; replace the link by the file") from None
+        raise
+    try:
+        regular = _stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise ValueError(f"{path}: not a regular file (a FIFO, a device or a directory), "
+                         f"expected a {what}; nothing is read from it")
+    return os.fdopen(fd, "rb")
+
+
 def open_regular(path: str | os.PathLike) -> IO[bytes] | None:
     """``path`` opened for reading in binary, or None when it cannot be opened or is not a
     regular file. A FIFO or a device planted at a name a command checks before replacing it
     is opened without waiting (``O_NONBLOCK``) and is None: a plain ``open`` of a FIFO waits
     for a writer, and the command hung for ever."""
-    import stat
-
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        return open_input(path)
+    except (OSError, ValueError):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def first_line(path: str | os.PathLike, limit: int = 1 << 16) -> str | None:

@@ -186,31 +186,22 @@ def _lone_surrogate(obj: Any) -> bool:
 def read_json(path, what: str = "file") -> Any:
     """Read and parse a JSON file (see :func:`parse_json`); a missing or unreadable file
     is an :class:`UntrustedFileError` too."""
-    import stat
+    from rfrs_ref.files import open_input
 
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise UntrustedFileError(f"{path}: is a directory, expected a {what}")
     try:
         # opened without waiting, then tested on the descriptor itself: a FIFO or a device
         # (/dev/zero) put at the name after a test of the name would be read for ever
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open_input(path, what) as fh:
+            data = fh.read()
     except FileNotFoundError:
         raise UntrustedFileError(f"{path}: no such {what}") from None
-    except IsADirectoryError:
-        raise UntrustedFileError(f"{path}: is a directory, expected a {what}") from None
+    except ValueError:
+        raise UntrustedFileError(f"{path}: not a regular file, expected a {what}") from None
     except OSError as exc:
         raise UntrustedFileError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise UntrustedFileError(f"{path}: is a directory, expected a {what}")
-        raise UntrustedFileError(f"{path}: not a regular file, expected a {what}")
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            data = fh.read()
-        except OSError as exc:
-            raise UntrustedFileError(f"{path}: cannot read the {what} "
-                                     f"({exc.strerror or exc})") from None
     return parse_json(data, str(path))
 
 

@@ -108,7 +108,7 @@ import numpy as np
 
 from rfrs_ref.experiments.spec import KEY_LENGTH, RunSpec
 from rfrs_ref.experiments.worker import foreign_run_outcome
-from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write
+from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write, open_input
 
 OUTCOME = "outcome.json"
 #: the same record gzip-compressed (:func:`gzip_records`, ``rfrs-ref compact``): read as
@@ -471,53 +471,9 @@ def refuse_linked_input(path: str | os.PathLike, done: str = "judged") -> None:
 
 
 def read_input(path: str | os.PathLike, what: str = "file", *, links: bool = True) -> bytes:
-    """The bytes of the file at ``path`` (:func:`open_input`, read whole)."""
+    """The bytes of the file at ``path`` (:func:`rfrs_ref.files.open_input`, read whole)."""
     with open_input(path, what, links=links) as fh:
         return fh.read()
-
-
-def open_input(path: str | os.PathLike, what: str = "file", *, links: bool = True):
-    """The file at ``path`` opened for reading in binary (the caller closes it), a file of a
-    results directory or a run that a tool reads
-    (a table, a run's record): results directories are input, and a FIFO or a device at
-    the name of one of their files must never hang a tool (a plain ``open`` of a FIFO waits
-    for a writer for ever, a read of ``/dev/zero`` never ends). The file is opened without
-    waiting (``O_NONBLOCK``) and read only when it is a regular file (``fstat``).
-    ``links=False`` refuses a symbolic link at ``path`` too (``O_NOFOLLOW``): the files of a
-    run's directory are read only as that directory's own.
-
-    Raises:
-        FileNotFoundError: there is no file at ``path``.
-        OSError: it cannot be opened or read.
-        ValueError: one line naming the file: not a regular file (a FIFO, a device, a
-            directory), or (``links=False``) a symbolic link; ``what`` says what was expected.
-    """
-    path = pathlib.Path(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    if not links:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        if not links and path.is_symlink():
-            try:
-                target = f" (to {os.readlink(path)})"
-            except OSError:
-                target = ""
-            raise ValueError(f"{path}: a link{target}, not the {what} itself; rfrs-ref reads "
-                             "the files of a run's directory only as they are inside it, "
-                             "never through a link; replace the link by the file") from None
-        raise
-    try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        os.close(fd)
-        raise
-    if not regular:
-        os.close(fd)
-        raise ValueError(f"{path}: not a regular file (a FIFO, a device or a directory), "
-                         f"expected a {what}; nothing is read from it")
-    return os.fdopen(fd, "rb")
 
 
 def record_path(run_dir: str | os.PathLike) -> pathlib.Path:
