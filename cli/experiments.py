@@ -118,6 +118,29 @@ def _parse_overrides(items) -> dict:
     return out
 
 
+def _dataset_names() -> tuple[str, ...]:
+    from rfrs_ref.data import DATASETS
+
+    return tuple(DATASETS)
+
+
+def _parse_datasets(text):
+    """``--datasets ml100k,lastfm`` as dataset names (None where not given): each a
+    registered dataset, spaces around a name allowed; an empty entry (``ml100k,``) or an
+    unknown name is refused here, before any run is planned (a sweep of runs of dataset
+    ``foo`` would fail every one of them)."""
+    if text is None or text == "":
+        return None
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in _dataset_names():
+            what = "an empty name" if not name else f"{name!r}"
+            raise click.BadParameter(f"{what} in {text!r} is not a dataset; choose among "
+                                     f"{', '.join(_dataset_names())} (comma-separated)",
+                                     param_hint="--datasets")
+    return tuple(names)
+
+
 def _parse_alphas(text):
     """``--alphas 0.4,0.2`` as floats (None where not given)."""
     if text is None:
@@ -313,7 +336,10 @@ def _list_runs(runs, out: pathlib.Path, low_memory: bool = False) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output directory [default: results/<experiment>, with a suffix for a "
                    "reduced scale, e.g. results/defenses-quick or results/defenses-20rounds-1trials].")
-@click.option("--datasets", default=None, help="Comma-separated datasets (overrides the figure's).")
+@click.option("--datasets", default=None,
+              help=f"Comma-separated datasets (overrides the figure's), among "
+                   f"{', '.join(_dataset_names())}; anything else is refused before a run "
+                   "is planned.")
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Trials (seeds 0..N-1), on every dataset of the figure (add --datasets ml100k for a small run).")
 @click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of every run, on every dataset of the figure (add --datasets ml100k for a small run).")
 @click.option("--alphas", default=None, metavar="A,B,...",
@@ -367,7 +393,7 @@ def reproduce(figure_name, quick, out, datasets, trials, rounds, alphas, resilie
         raise click.BadParameter(str(exc.args[0]), param_hint="FIGURE") from None
     try:
         scale = fig.scale(Scale(
-            quick=quick, datasets=tuple(datasets.split(",")) if datasets else None,
+            quick=quick, datasets=_parse_datasets(datasets),
             trials=trials, rounds=rounds, resilience=resilience, backend=backend,
             overrides=_parse_overrides(overrides), fractions=_parse_alphas(alphas)))
     except ValueError as exc:

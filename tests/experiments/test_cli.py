@@ -225,3 +225,25 @@ def test_plot_of_what_is_no_results_table_says_what_to_give(ex, tmp_path):
     res = CliRunner().invoke(plot, [str(kept / "mine.csv"), "--out", str(tmp_path / "f")])
     assert res.exit_code == 0, res.output
     ex.assert_image_not_blank(tmp_path / "f" / "sweep.png")
+
+
+@pytest.mark.parametrize("datasets, said", [("ml100k,", "an empty name"), (",", "an empty name"),
+                                            ("foo", "'foo'"), ("ml100k,lastfmm", "'lastfmm'")])
+def test_reproduce_refuses_a_dataset_list_naming_no_dataset(tmp_path, datasets, said):
+    """--datasets with an empty entry or an unknown name planned runs of dataset '' or 'foo'
+    (each failing when run, or two runs of one key); it is a usage error naming the entry
+    and the datasets there are, and nothing is written."""
+    out = tmp_path / "out"
+    res = CliRunner().invoke(reproduce, ["3", "--datasets", datasets, "--out", str(out),
+                                         "--no-run"])
+    assert res.exit_code == 2, res.output
+    assert f"{said} in {datasets!r} is not a dataset" in res.output, res.output
+    assert "ml100k" in res.output and not out.exists()
+
+
+def test_reproduce_takes_dataset_names_with_spaces_around_them(tmp_path):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(reproduce, ["3", "--datasets", " ml100k ", "--trials", "1",
+                                         "--out", str(out), "--no-run"])
+    assert res.exit_code == 0, res.output
+    assert "ml100k" in res.output
