@@ -67,3 +67,23 @@ def data_dir() -> pathlib.Path:
     if not path.is_dir():
         pytest.skip(f"RFRS_DATA_DIR={value} is not a directory")
     return path
+
+
+def _cut_back(run: pathlib.Path, t: int = 2) -> pathlib.Path:
+    """``run``, a finished run, made a run interrupted after its checkpoint: its final
+    files removed and its checkpoint's round set to ``t`` (as if killed after round t)."""
+    import numpy as np
+
+    (run / "final_metrics.json").unlink()
+    (run / "state.npz").unlink()
+    with np.load(run / "checkpoint.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["round"] = np.array(t)
+    np.savez(run / "checkpoint.npz", **arrays)
+    return run
+
+
+@pytest.fixture
+def cut_back():
+    """:func:`_cut_back`: a finished run directory made an interrupted one."""
+    return _cut_back

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -51,24 +50,23 @@ def finished(tmp_path_factory):
     return d
 
 
-def interrupted(finished, where):
-    """A copy of ``finished`` cut back to its round-2 checkpoint (as if killed after it)."""
-    run = where / "run"
-    shutil.copytree(finished, run)
-    (run / "final_metrics.json").unlink()
-    (run / "state.npz").unlink()
-    with np.load(run / "checkpoint.npz") as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays["round"] = np.array(2)
-    np.savez(run / "checkpoint.npz", **arrays)
-    return run
+@pytest.fixture
+def interrupted(cut_back):
+    """``interrupted(finished, where)``: a copy of ``finished`` cut back to its round-2
+    checkpoint (as if killed after it)."""
+    def copy(finished, where):
+        run = where / "run"
+        shutil.copytree(finished, run)
+        return cut_back(run, 2)
+    return copy
 
 
 # -- a FIFO at a run file's name -------------------------------------------------------------------
 @pytest.mark.parametrize("state", ["finished", "interrupted"])
 @pytest.mark.parametrize("name", ["checkpoint.npz", "final_metrics.json", "state.npz",
                                   "metrics.csv", "rounds.jsonl", "valid_metrics.csv"])
-def test_resume_never_waits_on_a_fifo_at_a_run_files_name(finished, tmp_path, state, name):
+def test_resume_never_waits_on_a_fifo_at_a_run_files_name(finished, tmp_path, state, name,
+                                                           interrupted):
     # opening a FIFO for reading waits for a writer: `train --resume` hung for ever on one
     if state == "finished":
         run = tmp_path / "run"
@@ -109,7 +107,7 @@ def test_a_new_run_never_waits_on_a_fifo_at_a_run_files_name(tmp_path):
 # -- the validation table of a run with a validation split -----------------------------------------
 @pytest.mark.parametrize("how", ["missing", "link to nowhere"])
 def test_resume_needs_the_validation_table_of_a_run_with_a_validation_split(finished, tmp_path,
-                                                                              how):
+                                                                              interrupted, how):
     # without it the run went on and began a new table of the rounds after the checkpoint
     # only (a record that lacks the evaluations before it), and through a link to nowhere it
     # created that table outside the run directory

@@ -342,32 +342,25 @@ def test_resume_never_writes_through_a_link_out_of_the_run_directory(tmp_path):
 
 
 # -- --resume of a run another version started ----------------------------------------------------
-def _interrupted_run(tmp_path):
+def _interrupted_run(tmp_path, cut_back):
     """A 4-round run cut off after its round-2 checkpoint (the rounds after it dropped)."""
     import json
-
-    import numpy as np
 
     run = tmp_path / "run"
     res = invoke("train", *SMALL, "--rounds", 4, "--eval-every", 2, "--checkpoint-every", 2,
                  "--out", run)
     assert res.exit_code == 0, res.output
-    (run / "final_metrics.json").unlink()
-    (run / "state.npz").unlink()
-    with np.load(run / "checkpoint.npz") as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays["round"] = np.array(2)
-    np.savez(run / "checkpoint.npz", **arrays)
+    cut_back(run, 2)
     return run, json.loads((run / "config.json").read_text())
 
 
-def test_resume_by_another_version_is_said_and_recorded(tmp_path):
+def test_resume_by_another_version_is_said_and_recorded(tmp_path, cut_back):
     # a deliberate decision: a run may be resumed by other code (a patch release), but its
     # numbers after the checkpoint are then that code's; once this was silent, and config.json
     # went on naming only the version that started the run
     import json
 
-    run, record = _interrupted_run(tmp_path)
+    run, record = _interrupted_run(tmp_path, cut_back)
     record["code"] = {"package": "0.0.9", "git_commit": "0" * 40, "git_dirty": False}
     record["versions"]["numpy"] = "1.26.0"
     (run / "config.json").write_text(json.dumps(record, indent=2))
@@ -386,7 +379,8 @@ def test_resume_by_another_version_is_said_and_recorded(tmp_path):
 @pytest.mark.parametrize("edit", [{"seed": 9}, {"init_scale": 0.5}, {"test_fraction": 0.3},
                                   {"valid_fraction": 0.2}, {"pre": ["clip"]},
                                   {"optimizer_params": {"lr": 0.05}}])
-def test_resume_refuses_a_config_json_edited_since_the_checkpoint(tmp_path, edit, refused):
+def test_resume_refuses_a_config_json_edited_since_the_checkpoint(tmp_path, edit, refused,
+                                                                cut_back):
     # the checkpoint used to be checked for shapes only: a run resumed with another seed,
     # initialisation, split, validation split, pre-aggregation or learning rate in
     # config.json finished as one run recording the new values (raising `rounds` stays
@@ -394,7 +388,7 @@ def test_resume_refuses_a_config_json_edited_since_the_checkpoint(tmp_path, edit
     # default (valid_fraction 0, no pre) are compared too
     import json
 
-    run, record = _interrupted_run(tmp_path)
+    run, record = _interrupted_run(tmp_path, cut_back)
     key = next(iter(edit))
     original = json.dumps(record, indent=2)
     record["config"].update(edit)
@@ -407,14 +401,14 @@ def test_resume_refuses_a_config_json_edited_since_the_checkpoint(tmp_path, edit
     assert res.exit_code == 0, res.output
 
 
-def test_resume_by_code_that_knows_other_configuration_fields_is_allowed(tmp_path):
+def test_resume_by_code_that_knows_other_configuration_fields_is_allowed(tmp_path, cut_back):
     # another version may add or drop a configuration field: only the fields both know
     # are compared, so a resume across versions is not refused for that alone
     import json
 
     import numpy as np
 
-    run, _ = _interrupted_run(tmp_path)
+    run, _ = _interrupted_run(tmp_path, cut_back)
     with np.load(run / "checkpoint.npz") as z:
         arrays = {k: z[k] for k in z.files}
     trained = json.loads(str(arrays["config"]))
@@ -432,8 +426,8 @@ def np_version():
     return numpy.__version__
 
 
-def test_resume_by_the_same_code_changes_no_provenance(tmp_path):
-    run, record = _interrupted_run(tmp_path)
+def test_resume_by_the_same_code_changes_no_provenance(tmp_path, cut_back):
+    run, record = _interrupted_run(tmp_path, cut_back)
     before = (run / "config.json").read_bytes()
     res = invoke("train", "--resume", run)
     assert res.exit_code == 0, res.output
