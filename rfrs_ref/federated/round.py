@@ -1192,20 +1192,15 @@ def _own_attack_inplace(fed, state, rd: _Round, buf: RoundBuffers, sel, parts: l
     """An attack that ``shares_rows`` in a round that computes FISM's shared rows once: the
     Byzantine rows among the sampled clients ``sel`` of each gradient array in ``parts``
     (P, then the Q rows the sampled clients own) become the attack's before the rule runs
-    (:func:`_attack_batch_inplace` on parts of rows): h(g) for an ``elementwise`` attack,
-    ``Attack.own_parts_inplace`` otherwise (its diagnostics kept for the record). Timed
-    into ``attack``."""
+    (:func:`_attack_batch_inplace` on parts of rows, ``Attack.own_parts_inplace``: h(g)
+    for an ``elementwise`` attack), its diagnostics kept for the record. Timed into
+    ``attack``."""
     rows = np.flatnonzero(rd.byz[sel])
     if rows.size == 0 or not fed.attacks_in_client_rule:
         return
     tick = time.perf_counter()
-    if fed.attack.elementwise:
-        for G in parts:
-            for r in rows:
-                fed.attack.own_gradient_inplace(G[r])
-    else:
-        ctx = _client_rule_context(fed, state, rd, buf, sel, parts[0], {})
-        rd.attack_parts.append(fed.attack.own_parts_inplace(ctx, parts, rows))
+    ctx = _client_rule_context(fed, state, rd, buf, sel, parts[0], {})
+    rd.attack_parts.append(fed.attack.own_parts_inplace(ctx, parts, rows))
     rd.timing["attack"] = rd.timing.get("attack", 0.0) + time.perf_counter() - tick
 
 
