@@ -136,13 +136,13 @@ def _final_stamp(run_dir):
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _refuse_if_diverged(run_dir, before="unknown") -> None:
+def _refuse_if_diverged(run_dir, before) -> None:
     """A run that diverged on the federation is never reported as finished: the trainer's
     ``final_metrics.json`` says ``"status": "diverged"`` (docs/training.md, "Failure
     behaviour"), and Flower itself may end without passing the error on. ``before``: the
     file's :func:`_final_stamp` before this run started; a file this run did not write
     (another run's, which this one was refused next to) says nothing of this run."""
-    if before != "unknown" and _final_stamp(run_dir) == before:
+    if _final_stamp(run_dir) == before:
         return
     try:
         final = json.loads((pathlib.Path(run_dir) / "final_metrics.json").read_text())

@@ -217,14 +217,12 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
     try:
         if resume:
             try:
-                from rfrs_ref.files import open_regular
+                from rfrs_ref.files import open_input
 
-                # a FIFO or a device at the checkpoint's name is no checkpoint: np.load of
-                # a FIFO waits for a writer for ever (open_regular opens without waiting)
-                fh = open_regular(run_dir / "checkpoint.npz")
-                if fh is None:
-                    raise ValueError("the checkpoint is no regular file")
-                with fh, np.load(fh, allow_pickle=False) as z:
+                # a FIFO or a device at the checkpoint's name is no checkpoint (a ValueError
+                # here): np.load of a FIFO waits for a writer for ever
+                with open_input(run_dir / "checkpoint.npz", "checkpoint") as fh, \
+                        np.load(fh, allow_pickle=False) as z:
                     resumed_from = int(z["round"])
                 result = trainer.run(run_dir, resume=True, locked=True)
             except (Diverged, NonFiniteResilience):
