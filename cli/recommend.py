@@ -134,19 +134,25 @@ def recommend(run_dir, user, k, data_dir, include_seen):
                    + (f"  {name}" if name else "") + mark)
 
 
+#: the most bytes a run's JSON file (config.json, final_metrics.json) can hold: the trainer
+#: writes a few kilobytes; a larger file is refused before it is read into memory
+JSON_MAX_BYTES = 1 << 24
+
+
 def _run_file(path: pathlib.Path, what: str, opened: bool = False):
     """The bytes of the run's own file at ``path`` (``opened``: the file, open, for the
     caller to read as it needs and close), or None when there is none. Refused in one line
     naming it: a link (the run's files are read as they are inside its directory, never
-    from wherever a link leads), and anything but a regular file (a FIFO would wait for a
-    writer for ever, a device be read without end)."""
+    from wherever a link leads), anything but a regular file (a FIFO would wait for a
+    writer for ever, a device be read without end), and, read whole, a file of more than
+    :data:`JSON_MAX_BYTES` (a sparse file of terabytes would take all memory)."""
     from rfrs_ref.experiments.results import read_input
     from rfrs_ref.files import open_input
 
     try:
         if opened:
             return open_input(path, what, links=False)
-        return read_input(path, what, links=False)
+        return read_input(path, what, links=False, max_bytes=JSON_MAX_BYTES)
     except FileNotFoundError:
         return None
     except ValueError as exc:

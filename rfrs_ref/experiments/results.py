@@ -470,9 +470,19 @@ def refuse_linked_input(path: str | os.PathLike, done: str = "judged") -> None:
                          f"to); nothing was {done}")
 
 
-def read_input(path: str | os.PathLike, what: str = "file", *, links: bool = True) -> bytes:
-    """The bytes of the file at ``path`` (:func:`rfrs_ref.files.open_input`, read whole)."""
+def read_input(path: str | os.PathLike, what: str = "file", *, links: bool = True,
+               max_bytes: int | None = None) -> bytes:
+    """The bytes of the file at ``path`` (:func:`rfrs_ref.files.open_input`, read whole).
+
+    ``max_bytes``: the most a file of this kind can hold; a larger one is a ValueError
+    naming it, from the size of the file opened, before a byte is read (a sparse file of
+    terabytes takes a few bytes of disk, and reading it whole would take all memory)."""
     with open_input(path, what, links=links) as fh:
+        if max_bytes is not None:
+            size = os.fstat(fh.fileno()).st_size
+            if size > max_bytes:
+                raise ValueError(f"{path}: {size} bytes, more than the {max_bytes} a {what} "
+                                 "can hold; not such a file, nothing is read from it")
         return fh.read()
 
 

@@ -420,3 +420,18 @@ def test_a_huge_run_file_is_refused_from_its_headers_without_reading_it(small_ru
     assert res.exit_code == 1, res.output
     assert f"{bad / name}" in res.output and "Traceback" not in res.output, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+
+
+@pytest.mark.parametrize("name", ["config.json", "final_metrics.json"])
+def test_a_huge_json_run_file_is_refused_before_it_is_read(small_run, tmp_path, name):
+    # config.json and final_metrics.json were read into memory whole: a sparse file of
+    # terabytes there (a few bytes on disk) took every byte of memory before any check
+    bad = _copy_run(small_run, tmp_path)
+    if name == "final_metrics.json":
+        (bad / "state.npz").unlink()  # read only for a run without a final state
+    with open(bad / name, "r+b") as fh:
+        fh.truncate(1 << 40)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    line = " ".join(res.output.split())
+    assert f"{bad / name}: 1099511627776 bytes, more than the 16777216" in line, line
