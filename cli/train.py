@@ -212,14 +212,39 @@ def train(dataset, data_dir, model, optimizer, rounds, client_fraction, init_sca
         _train(config, run_dir, resume, trace_path, low_memory)
 
 
-def _refuse_too_large(config) -> None:
-    """A run no machine could hold (``--dim 9223372036854775807``: numpy's "Maximum allowed
-    dimension exceeded" once the run had started) is refused in one line naming the option,
-    its value and the limit (``sweep.check_size``), before anything is written."""
-    from rfrs_ref.experiments.sweep import RunTooLarge, check_size
+#: a run is refused when its estimated memory exceeds this many times the machine's: the
+#: estimate is an upper bound (``sweep.estimate_run_memory``; about 2.7 times the peak of
+#: an A-FRS run on citeulike-a), so a run refused so would not fit with any bound's slack
+MEMORY_FACTOR = 4
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    import os
 
     try:
-        check_size(config)
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _refuse_too_large(config) -> None:
+    """A run no machine could hold (``--dim 9223372036854775807``: numpy's "Maximum allowed
+    dimension exceeded" once the run had started), or one whose estimated memory is more than
+    :data:`MEMORY_FACTOR` times this machine's (``--synthetic-users 100000000``: killed by
+    the system for memory, without a word, while it generated the data), is refused in one
+    line naming the option, its value and the limit (``sweep.check_size``), before anything
+    is written."""
+    from rfrs_ref.experiments.sweep import RunTooLarge, check_size
+
+    memory = machine_memory()
+    limit = beyond = None
+    if memory is not None and memory > 0:
+        limit = MEMORY_FACTOR * memory
+        beyond = (f"more than {MEMORY_FACTOR} times this machine's memory ({memory:.3g} "
+                  "bytes; the estimate is an upper bound)")
+    try:
+        check_size(config, limit, beyond or "")
     except RunTooLarge as exc:
         table, _, name = exc.field.partition(".")
         flags = [g.flag for g in _GENERATED

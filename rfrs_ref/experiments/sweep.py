@@ -252,9 +252,11 @@ class RunTooLarge(ValueError):
         super().__init__(f"{field} = {value}{reason}")
 
 
-def check_size(config) -> None:
+def check_size(config, limit: int | None = None, beyond: str = "") -> None:
     """:class:`RunTooLarge` when the run's estimated memory (:func:`estimate_run_memory`,
-    with at least 8 bytes per client of the dataset) exceeds :data:`MAX_RUN_BYTES`: such a
+    with at least 8 bytes per client of the dataset) exceeds ``limit`` (below
+    :data:`MAX_RUN_BYTES`; ``beyond`` says what it is, for the message, e.g. "more than
+    4 times this machine's memory"), else :data:`MAX_RUN_BYTES`: such a
     run could not allocate its parameter vector on any machine (``--dim
     9223372036854775807`` failed in numpy with "Maximum allowed dimension exceeded").
     Blamed is the first of the size fields set in the configuration (``model_params.dim``,
@@ -271,15 +273,18 @@ def check_size(config) -> None:
             return None
 
     total = need(c)
-    if total is None or total <= MAX_RUN_BYTES:
+    if total is None or total <= (MAX_RUN_BYTES if limit is None else min(limit, MAX_RUN_BYTES)):
         return
+    if limit is None or total > MAX_RUN_BYTES:  # beyond any machine: the stronger reason
+        limit = MAX_RUN_BYTES
+        beyond = f"more than any machine can address ({MAX_RUN_BYTES:.3g} bytes, 2^57)"
     given = [(table, name, getattr(config, table).get(name)) for table, name in SIZE_FIELDS
              if name in getattr(config, table)]
     blamed = None
     for table, name, value in given:
         params = {k: v for k, v in getattr(config, table).items() if k != name}
         smaller = need(dataclasses.replace(config, **{table: params}).resolved())
-        if smaller is not None and smaller <= MAX_RUN_BYTES:
+        if smaller is not None and smaller <= limit:
             blamed = (table, name, value)
             break
     if blamed is None and given:
@@ -289,7 +294,7 @@ def check_size(config) -> None:
     n, D, _ = _round_size(c)
     raise RunTooLarge(field, value, (
         f": the run would need about {total:.3g} bytes ({D:,} parameters, {n:,} clients a "
-        f"round), more than any machine can address ({MAX_RUN_BYTES:.3g} bytes, 2^57)"))
+        f"round), {beyond}"))
 
 
 def check_feasible(config) -> None:

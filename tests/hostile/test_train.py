@@ -621,6 +621,25 @@ def test_a_run_no_machine_could_hold_is_refused_naming_the_option(tmp_path, args
     assert not out.exists()
 
 
+def test_a_run_far_beyond_this_machines_memory_is_refused_naming_the_option(tmp_path,
+                                                                          monkeypatch):
+    """--synthetic-users 100000000 (2.6 TB by the estimate) started generating the data and
+    was killed by the system for memory without a word: a run whose estimated memory is more
+    than 4 times the machine's is refused first, naming the option. Here the machine is
+    made 1 MB, so that a run of 200 users is such a run; a run within the limit starts."""
+    from rfrs_ref.cli import train as train_cli
+
+    monkeypatch.setattr(train_cli, "machine_memory", lambda: 1 << 20)
+    out = tmp_path / "run"
+    res = invoke("train", "--rounds", 1, "--synthetic-users", 200, "--out", out)
+    assert_refused(res, "--synthetic-users 200", "more than 4 times this machine's memory",
+                   "1.05e+06 bytes")
+    assert not out.exists()
+    monkeypatch.setattr(train_cli, "machine_memory", lambda: 1 << 40)
+    res = invoke("train", "--rounds", 1, "--synthetic-users", 200, "--out", out)
+    assert res.exit_code == 0, res.output
+
+
 def test_a_mimic_index_no_round_can_reach_is_refused(tmp_path):
     """--mimic-index 99999 on a run of 10 clients a round ran to the end, every Byzantine
     client copying the last honest client of each round: ByzFL's Mimic raises for an index
