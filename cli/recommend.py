@@ -57,6 +57,7 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     except (ValueError, KeyError, TypeError) as exc:
         raise click.ClickException(f"{run / 'config.json'}: not a run's configuration "
                                    f"({_one_line(exc)})")
+    _refuse_too_large(run / "config.json", config)
     _check_data_files(run / "config.json", record.get("data_files"))
     state_path = run / "state.npz"
     state = _run_file(state_path, "run's final state (state.npz)", opened=True)
@@ -178,6 +179,21 @@ def _check_config(cfg) -> None:
     check_params(cfg, {f"{f}.{k}": f"config.{f}.{k}" for f in cfg
                        if f.endswith("_params") and isinstance(cfg[f], dict)
                        for k in cfg[f]})
+
+
+def _refuse_too_large(path: pathlib.Path, config) -> None:
+    """A recorded configuration whose run could not fit in this machine's memory (a forged
+    ``n_users`` of 10⁸: the data generated for it had the process killed, without a word) is
+    refused in one line naming the field, before the dataset is built (``train``'s limit,
+    :func:`rfrs_ref.cli.train.memory_limit`)."""
+    from rfrs_ref.cli.train import memory_limit
+    from rfrs_ref.experiments.sweep import RunTooLarge, check_size
+
+    try:
+        check_size(config, *memory_limit())
+    except RunTooLarge as exc:
+        raise click.ClickException(f"{path}: config.{exc.field} = {exc.value}{exc.reason}; "
+                                   "not the configuration of a run that finished here") from None
 
 
 def _training_now(run: pathlib.Path) -> str | None:

@@ -228,6 +228,16 @@ def machine_memory() -> int | None:
         return None
 
 
+def memory_limit() -> tuple[int | None, str]:
+    """``(limit, wording)`` of ``sweep.check_size`` for a run on this machine: more than
+    :data:`MEMORY_FACTOR` times its memory ((None, "") where the system does not say)."""
+    memory = machine_memory()
+    if memory is None or memory <= 0:
+        return None, ""
+    return MEMORY_FACTOR * memory, (f"more than {MEMORY_FACTOR} times this machine's memory "
+                                     f"({memory:.3g} bytes; the estimate is an upper bound)")
+
+
 def _refuse_too_large(config) -> None:
     """A run no machine could hold (``--dim 9223372036854775807``: numpy's "Maximum allowed
     dimension exceeded" once the run had started), or one whose estimated memory is more than
@@ -237,14 +247,8 @@ def _refuse_too_large(config) -> None:
     is written."""
     from rfrs_ref.experiments.sweep import RunTooLarge, check_size
 
-    memory = machine_memory()
-    limit = beyond = None
-    if memory is not None and memory > 0:
-        limit = MEMORY_FACTOR * memory
-        beyond = (f"more than {MEMORY_FACTOR} times this machine's memory ({memory:.3g} "
-                  "bytes; the estimate is an upper bound)")
     try:
-        check_size(config, limit, beyond or "")
+        check_size(config, *memory_limit())
     except RunTooLarge as exc:
         table, _, name = exc.field.partition(".")
         flags = [g.flag for g in _GENERATED

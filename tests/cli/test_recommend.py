@@ -349,7 +349,7 @@ def test_a_run_file_that_is_a_link_out_of_the_run_is_refused(small_run, tmp_path
     ("test_fraction", 5, "config.test_fraction must be a number in [0, 1), got 5"),
     ("model_params", {"dim": 2.5}, "config.model_params.dim must be an integer, got 2.5"),
     ("dataset_params", {"n_users": 10 ** 12, "n_items": 80},
-     "the dataset cannot be built"),
+     "config.dataset_params.n_users = 1000000000000: the run would need about"),
 ])
 def test_a_forged_configuration_is_one_line_naming_config_json(small_run, tmp_path, field,
                                                                value, message):
@@ -435,3 +435,23 @@ def test_a_huge_json_run_file_is_refused_before_it_is_read(small_run, tmp_path, 
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     line = " ".join(res.output.split())
     assert f"{bad / name}: 1099511627776 bytes, more than the 16777216" in line, line
+
+
+def test_a_configuration_beyond_this_machines_memory_is_refused_before_the_data(
+        small_run, tmp_path, monkeypatch):
+    # a recorded n_users of 10^8 (2.6 TB by the estimate) had the process killed for memory
+    # while it generated the data, without a word; the machine is made 1 MB here, so that
+    # the small run's own configuration is such a one
+    from rfrs_ref.cli import train as train_cli
+
+    bad = _copy_run(small_run, tmp_path)
+    monkeypatch.setattr(train_cli, "machine_memory", lambda: 1 << 20)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    line = " ".join(res.output.split())
+    assert f"{bad / 'config.json'}: config.dataset_params." in line, line
+    assert "the run would need about" in line, line
+    assert "more than 4 times this machine's memory" in line, line
+    monkeypatch.setattr(train_cli, "machine_memory", lambda: 1 << 40)
+    res = CliRunner().invoke(main, ["recommend", str(bad), "--user", "7"])
+    assert res.exit_code == 0, res.output
