@@ -35,7 +35,9 @@ clients that have not trained on it (a client's training items are never
 ranked, so those who have are left out of its denominator), averaged over the
 targets, and the share of clients with at least one target in their top K. A
 target that every evaluated client trained on has no exposure ratio and is
-left out of the average (ER = 0 when no target has one). They are computed
+left out of the average (ER = 0 when no target has one). With no evaluated
+client at all both are 0/0, and refused (ValueError) rather than read as 0,
+the targets never shown. They are computed
 only when targets are given (:func:`rank_metrics` ``targets=``), so runs
 without targets produce the same records as before.
 """
@@ -206,11 +208,20 @@ def target_metrics_from_top(top: np.ndarray, train: Interactions, users: np.ndar
 
     ``top``: (n_users, kmax) item ids, best first (−1 pads a list shorter than
     kmax); ``users``: the evaluated clients, rows of ``top``.
+
+    Raises:
+        ValueError: bad targets (:func:`check_targets`), or no evaluated client: both
+            metrics would be 0/0, and 0 reads as targets never shown (the best a defence
+            can do) where nothing was measured.
     """
     top = np.asarray(top, dtype=np.int64)
     users = np.asarray(users, dtype=np.int64)
     T = check_targets(targets, train.n_items)
     n_users, kmax = top.shape
+    if n_users == 0:
+        raise ValueError("no evaluated client (no benign client holds a test item): the "
+                         "targets' exposure ratio and hit ratio would be 0/0; give each "
+                         "client test items (test_fraction > 0) and keep some benign")
     # rank[r, j]: 1-based rank of target j in user r's list, kmax + 1 when absent
     rank = np.full((n_users, T.size), kmax + 1, dtype=np.int64)
     for j, t in enumerate(T):
@@ -225,7 +236,7 @@ def target_metrics_from_top(top: np.ndarray, train: Interactions, users: np.ndar
         shown = rank <= k
         per_target = [shown[:, j].sum() / eligible[j] for j in range(T.size) if eligible[j] > 0]
         er.append(float(sum(per_target) / len(per_target)) if per_target else 0.0)
-        thr.append(float(shown.any(axis=1).sum() / max(n_users, 1)))
+        thr.append(float(shown.any(axis=1).sum() / n_users))
     return tuple(er), tuple(thr)
 
 

@@ -56,6 +56,20 @@ def test_a_target_everyone_trained_on_is_left_out():
     assert m.er == (0.0,) and m.target_hr == (0.0,)
 
 
+
+def test_no_evaluated_client_is_no_exposure_of_zero():
+    """With no evaluated client (no benign client holds a test item) ER@K and the target hit
+    ratio are 0/0: they read 0, the targets never shown, as the best protection there is."""
+    train = csr([[0], [1]], 4)
+    test = csr([[], []], 4)
+    none = np.zeros(0, dtype=np.int64)
+    with pytest.raises(ValueError, match="no evaluated client"):
+        target_metrics_from_top(np.zeros((0, 2), np.int64), train, none, [3], (1, 2))
+    with pytest.raises(ValueError, match="no evaluated client"):
+        rank_metrics(lambda u: np.zeros((u.size, 4)), train, test, none, ks=(1, 2), targets=[3])
+    # without targets nothing changes: the ranking metrics of no client are as before
+    assert rank_metrics(lambda u: np.zeros((u.size, 4)), train, test, none, ks=(1,)).n_users == 0
+
 @pytest.mark.parametrize("targets, match", [
     ([], "non-empty"), ([1.5], "integer"), ([7], r"0\.\.5"), ([-1], r"\[-1\]"), ([2, 2], "distinct"),
 ])
