@@ -108,9 +108,16 @@ def _cpu_model() -> str | None:
 
 
 def read_provenance(out: str | os.PathLike) -> dict:
-    """The provenance of results directory ``out`` (``{"calls": []}`` when there is none)."""
+    """The provenance of results directory ``out`` (``{"calls": []}`` when there is none, or
+    when it is not a regular file: a FIFO at its name is never waited on)."""
+    from rfrs_ref.files import open_regular
+
+    fh = open_regular(pathlib.Path(out) / PROVENANCE)
+    if fh is None:
+        return {"calls": []}
     try:
-        doc = json.loads((pathlib.Path(out) / PROVENANCE).read_text())
+        with fh:
+            doc = json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError):
         return {"calls": []}
     if not isinstance(doc, dict) or not isinstance(doc.get("calls"), list):

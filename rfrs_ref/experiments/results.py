@@ -108,7 +108,7 @@ import numpy as np
 
 from rfrs_ref.experiments.spec import KEY_LENGTH, RunSpec
 from rfrs_ref.experiments.worker import foreign_run_outcome
-from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write, open_input
+from rfrs_ref.files import DirectoryLock, DirectoryLocked, atomic_write, open_input, open_regular
 
 OUTCOME = "outcome.json"
 #: the same record gzip-compressed (:func:`gzip_records`, ``rfrs-ref compact``): read as
@@ -274,8 +274,13 @@ def foreign_file(out: str | os.PathLike) -> pathlib.Path | None:
         path = out / name
         if not (path.exists() or path.is_symlink()):
             continue
+        # a FIFO or a device at the name is no sweep's table (a plain open of a FIFO
+        # waits for a writer for ever)
+        fh = open_regular(path)
+        if fh is None:
+            return path
         try:
-            with open(path, "rb") as fh:
+            with fh:
                 head = fh.read(4096).decode("utf-8", "replace").split("\n")[0]
         except OSError:
             return path

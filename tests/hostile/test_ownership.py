@@ -600,6 +600,82 @@ def test_a_sweep_never_overwrites_a_users_table(tmp_path, tiny_sweep, monkeypatc
     assert files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
 
 
+
+class _Unblocking:
+    """Records whether a reader waited on the FIFO ``path`` for ``after`` seconds, and then
+    opens it for writing and closes it, so that a command that would wait for ever fails its
+    test instead of hanging it (``hung`` is then True)."""
+
+    def __init__(self, path, after: float = 10.0) -> None:
+        import threading
+
+        self.path, self.after, self.hung = path, after, False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        if self.stop.wait(self.after):
+            return
+        while not self.stop.is_set():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader has it open
+                self.stop.wait(0.05)
+                continue
+            self.hung = True
+            os.close(fd)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.mark.parametrize("name", ["results.csv", "summary.md", "provenance.json"])
+def test_a_fifo_at_a_tables_name_is_refused_by_a_sweep_without_waiting(tmp_path, tiny_sweep,
+                                                                         monkeypatch, name,
+                                                                         refused):
+    """A FIFO at the name of a table a sweep rewrites, in the directory given as --out: the
+    sweep opened it to read its first line and waited for ever for a writer."""
+    import stat
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    out = tmp_path / "mine"
+    out.mkdir()
+    os.mkfifo(out / name)
+    monkeypatch.chdir(tmp_path)
+    with _Unblocking(out / name) as watch:
+        res = invoke("sweep", spec, "--out", out, "--workers", 0, "--no-plot")
+    assert not watch.hung, "the sweep waited on the FIFO"
+    refused(res, out / name, "not written by a sweep", "nothing was run")
+    assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
+
+
+def test_a_fifo_at_the_provenance_of_a_store_never_hangs_a_sweep(tmp_path, tiny_sweep,
+                                                                 monkeypatch):
+    """A store's provenance.json as a FIFO: the sweep ran its runs and then waited for ever
+    reading it, to append its call."""
+    import json
+
+    spec = tmp_path / "s.toml"
+    spec.write_text("trials = 2\n" + tiny_sweep)
+    out = tmp_path / "src"
+    monkeypatch.chdir(tmp_path)
+    assert invoke("sweep", spec, "--out", out, "--workers", 0, "--no-plot").exit_code == 0
+    shutil.rmtree(sorted((out / "runs").iterdir())[0])  # one run to run again
+    (out / "provenance.json").unlink()
+    os.mkfifo(out / "provenance.json")
+    with _Unblocking(out / "provenance.json") as watch:
+        res = invoke("sweep", spec, "--out", out, "--workers", 0, "--no-plot")
+    assert not watch.hung, "the sweep waited on the FIFO"
+    assert res.exit_code == 0, res.output
+    calls = json.loads((out / "provenance.json").read_text())["calls"]
+    assert [c["runs"]["finished"] for c in calls] == [1]
+
 @pytest.mark.parametrize("stray", ["notes.txt", "mystuff/data.csv", "0123456789abcdef.txt"])
 @pytest.mark.parametrize("table", [None, "results.csv"])
 def test_a_sweep_never_adopts_a_users_runs_folder(tmp_path, tiny_sweep, monkeypatch, stray,
