@@ -276,6 +276,11 @@ def check_cells(table, cells: Sequence[str] = (), known: Mapping[str, Sequence[s
     and, in a finished run's row, its ``metric``. Every run records them; a failed run's
     row, in no cell, is not checked.
 
+    So is a row whose run (its ``key``, where the table has one) is recorded elsewhere with
+    another status, dataset, series, fraction, seed or cell of ``cells``: a run is one seed
+    of one series, and its rows copied under other seeds (its key kept) counted one run as
+    several, each a pair of its own.
+
     So is such a cell whose label selects no cell: one that differs from another label of
     its column, or from a name the caller knows (``known``: column -> names; the metric's
     are :data:`~rfrs_ref.experiments.results.TABLE_METRICS`, the dataset's the
@@ -324,6 +329,9 @@ def check_cells(table, cells: Sequence[str] = (), known: Mapping[str, Sequence[s
             i = t.index[bad][0]
             refuse(i, f"alpha {cell(i, 'alpha')!r} is not a Byzantine fraction in [0, 1) (a "
                       "run's fraction is one; this row lies in no cell of the results)")
+    if "key" in t.columns:
+        _check_keys(t, [c for c in ("status", "dataset", scol, "alpha", "seed", *cells)
+                        if c is not None and c in t.columns], refuse)
     names = {"metric": TABLE_METRICS, "dataset": _dataset_names(), **(known or {})}
     shut = {"metric", *closed}
     for col, rows in ([(c, outcome) for c in ("dataset", scol, *cells) if c in t.columns]
@@ -343,6 +351,30 @@ def check_cells(table, cells: Sequence[str] = (), known: Mapping[str, Sequence[s
         refuse(i, f"{cell(i, 'metric')} at k {cell(i, 'k')!r}: K is not a whole number ≥ 1 "
                   "(a metric row of a finished run records its K; this row lies at no K of the "
                   "results)")
+
+
+def _check_keys(t, cols: Sequence[str], refuse) -> None:
+    """``refuse(i, why)`` for the first row ``i`` whose run (its ``key``) an earlier row
+    records with another value in one of ``cols`` (a run's rows agree on them)."""
+    keyed = t["key"].notna() & (t["key"].astype(str).str.strip() != "")
+    if not keyed.any() or not cols:
+        return
+    sub = t.loc[keyed, cols]
+    vals = sub.astype(object).where(sub.notna(), "").astype(str)
+    keys = t.loc[keyed, "key"].astype(str)
+    first = vals.groupby(keys, sort=False).transform("first")
+    bad = (vals != first).any(axis=1)
+    if not bad.any():
+        return
+    i = bad.index[bad.to_numpy().argmax()]
+    j = keys.index[(keys == keys[i]).to_numpy().argmax()]
+    col = next(c for c in cols if vals.at[i, c] != vals.at[j, c])
+    here, there = (v.item() if isinstance(v, np.generic) else v
+                   for v in (t.at[i, col], t.at[j, col]))
+    refuse(i, f"run {keys[i]} has {col} {here!r} here and {there!r} at "
+              f"{_line(t, j).rstrip(', ') or f'row {j}'} (one run is one seed of one series, "
+              "its rows alike but for their metric: its rows copied under another seed or "
+              "series would count it twice)")
 
 
 def numeric_alpha(table):

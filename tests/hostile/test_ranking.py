@@ -86,6 +86,15 @@ def test_a_seed_recorded_twice_is_refused(tmp_path, refused):
     refused(res, path, "trmean", "seed 0", "two finished runs")
 
 
+def test_one_run_copied_under_another_seed_is_refused(tmp_path, refused):
+    """trmean's seed-0 run copied as seed 3 (its key kept): one run counted twice, in its mean
+    and in its pairs."""
+    rows = [{"key": f"{r['label_series']}-{r['seed']}", **r} for r in _rows(GOOD)]
+    copy = next(r for r in rows if r["key"] == "trmean-0")
+    rows.append({**copy, "seed": 3})
+    res, path = _ranking(tmp_path, rows)
+    refused(res, path, f"line {len(rows) + 1}", "run trmean-0", "seed 3", "at line")
+
 def test_a_value_at_another_k_is_not_read(tmp_path):
     """Only the ranked metric@K is judged: a row of another K is never read."""
     rows = _rows(GOOD) + [{**r, "k": 1, "value": 7.0} for r in _rows(GOOD)]

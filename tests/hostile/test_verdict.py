@@ -141,6 +141,32 @@ def test_a_seed_recorded_twice_is_refused(tmp_path, refused):
     refused(_verdict(_store(tmp_path, rows)), "results.csv", "'Adam'", "seed 0", "two finished runs")
 
 
+def _keyed(values: dict) -> list[dict]:
+    """:func:`_rows` with each run's ``key``: values[(series, seed)] = (key, value)."""
+    return [{"key": key, **r} for (series, seed), (key, v) in values.items()
+            for r in _rows({(series, seed): v})]
+
+
+@pytest.mark.parametrize("column", ["seed", "label_series"])
+def test_one_run_counted_as_several_is_refused(tmp_path, column, refused):
+    """Adam's two runs copied as seeds 2-4 (their keys kept): five 'pairs' from two runs, and
+    a claim inconclusive on the two seeds Adam ran held on the five. With a series
+    relabelled instead, one run was the other series' run too."""
+    sgd = {("SGD", s): (f"s{s}", 0.20 + 0.012 * s) for s in range(5)}
+    adam = {("Adam", 0): ("a0", 0.40), ("Adam", 1): ("a1", 0.26)}
+    assert "| inconclusive |" in _verdict(_store(tmp_path / "two", _keyed({**adam, **sgd}))).output
+    if column == "seed":
+        copies = {("Adam", 2): ("a0", 0.40), ("Adam", 3): ("a1", 0.26), ("Adam", 4): ("a0", 0.40)}
+        rows = _keyed({**adam, **sgd, **copies})
+        line = 2 + next(i for i, r in enumerate(rows) if r["seed"] == 2 and r["key"] == "a0")
+    else:
+        rows = _keyed({**adam, **sgd})
+        rows += [{**r, "label_series": "Adam", "seed": 2} for r in rows if r["key"] == "s2"]
+        line = len(rows) - 1
+    refused(_verdict(_store(tmp_path / "copied", rows)), "results.csv", f"line {line}",
+            "run a0" if column == "seed" else "run s2", column)
+
+
 def test_a_seed_both_finished_and_diverged_is_refused(tmp_path, refused):
     rows = _rows(GOOD) + _rows({("SGD", 3): None}, status="diverged")
     refused(_verdict(_store(tmp_path, rows)), "results.csv", "'SGD'", "seed 3", "both finished and diverged")
