@@ -235,6 +235,8 @@ def info(name, data_dir, cache_dir, download, as_json, **synthetic_params) -> No
               if v is not None}
     if params and DATASETS.get(name) is not Synthetic:
         raise click.UsageError(f"--synthetic-* options apply to the synthetic dataset, not {name}")
+    if DATASETS.get(name) is Synthetic:
+        _refuse_generation_beyond_memory(name, params)
     try:
         data = load_dataset(name, data_dir, cache_dir=cache_dir, download=download, **params)
     except (DatasetNotFoundError, DatasetFormatError, DownloadError, ValueError) as e:
@@ -269,3 +271,24 @@ def info(name, data_dir, cache_dir, download, as_json, **synthetic_params) -> No
     click.echo(f"  per user      mean {stats.per_user_mean:.1f}; "
                f"{quantiles(stats.per_user_quantiles)}")
     click.echo(f"  per item      {quantiles(stats.per_item_quantiles)}")
+
+
+def _refuse_generation_beyond_memory(name: str, params: dict) -> None:
+    """A generated dataset whose generation needs more than this machine's memory (by
+    :func:`rfrs_ref.data.synthetic.generation_bytes`, a bound within about 10% of the
+    generator's peak at 200,000 users) is refused in one line before it starts:
+    ``--synthetic-users 100000000`` had the process killed by the system for memory,
+    without a word."""
+    from rfrs_ref.cli.train import memory_limit
+    from rfrs_ref.data.synthetic import generation_bytes
+
+    limit, beyond = memory_limit(1)
+    try:
+        need = generation_bytes(**params)
+    except TypeError:  # a parameter the generator does not take: load_dataset names it
+        return
+    if limit is not None and need > limit:
+        shown = ", ".join(f"{k} = {v}" for k, v in params.items())
+        raise click.ClickException(
+            f"{name}{f' ({shown})' if shown else ''}: generating it would need about "
+            f"{need:.3g} bytes, {beyond}; give fewer users or items")

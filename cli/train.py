@@ -228,14 +228,15 @@ def machine_memory() -> int | None:
         return None
 
 
-def memory_limit() -> tuple[int | None, str]:
+def memory_limit(factor: int = MEMORY_FACTOR) -> tuple[int | None, str]:
     """``(limit, wording)`` of ``sweep.check_size`` for a run on this machine: more than
-    :data:`MEMORY_FACTOR` times its memory ((None, "") where the system does not say)."""
+    ``factor`` times its memory ((None, "") where the system does not say)."""
     memory = machine_memory()
     if memory is None or memory <= 0:
         return None, ""
-    return MEMORY_FACTOR * memory, (f"more than {MEMORY_FACTOR} times this machine's memory "
-                                     f"({memory:.3g} bytes; the estimate is an upper bound)")
+    times = f"{factor} times " if factor != 1 else ""
+    return factor * memory, (f"more than {times}this machine's memory ({memory:.3g} bytes; "
+                             "the estimate is an upper bound)")
 
 
 def _refuse_too_large(config) -> None:

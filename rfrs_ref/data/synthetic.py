@@ -150,6 +150,26 @@ def synthetic(
     return Interactions("synthetic", n_users, n_items, indptr, indices, source)
 
 
+def generation_bytes(n_users: int = 600, n_items: int = 1000, n_clusters: int = 10,
+                     mean_items: float = 20.0, activity_spread: float = 0.75,
+                     min_items: int = 2, **_) -> float:
+    """A rough upper bound of :func:`synthetic`'s peak memory in bytes for these parameters
+    (the others do not change it): the users' cluster preferences (n_users · K float64),
+    four per-user vectors, a block of keys (about 6 arrays of ``_BLOCK_ELEMENTS`` float64)
+    and, for the N = n_users · min(n_items, E[items]) interactions drawn, their keys, the
+    sorted copy and the indices (about 32 bytes each). Used to refuse a generation that
+    could not fit before it starts (``rfrs-ref data info``)."""
+    try:
+        per_user = min(float(n_items), max(float(min_items),
+                                           expected_mean_items(mean_items, activity_spread,
+                                                               min_items)))
+    except (ValueError, OverflowError, ZeroDivisionError):
+        per_user = float(n_items)
+    n_users = float(n_users)
+    return (n_users * (8.0 * n_clusters + 32.0) + 6.0 * 8.0 * _BLOCK_ELEMENTS
+            + 32.0 * n_users * per_user)
+
+
 def expected_mean_items(mean_items: float, activity_spread: float, min_items: int) -> float:
     """E[max(min_items, m·exp(σz − σ²/2))] for z ~ N(0, 1), before rounding and the cap.
 

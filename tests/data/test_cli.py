@@ -191,7 +191,7 @@ def test_list_shows_a_copy_whose_file_cannot_be_read_and_goes_on(run, tmp_path, 
 
 @pytest.mark.parametrize("option, value, message", [
     # a numpy MemoryError traceback: 10^14 users × 10 clusters of preferences
-    ("--synthetic-users", "100000000000000", "does not fit in memory"),
+    ("--synthetic-users", "100000000000000", "generating it would need about"),
     # a TypeError traceback from the generator
     ("--synthetic-mean-items", "1e308", None),
 ])
@@ -205,6 +205,41 @@ def test_info_synthetic_beyond_any_machine_is_one_line(option, value, message):
     else:
         assert r.exit_code == 1 and message in r.output and "synthetic" in r.output, r.output
         assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_info_synthetic_beyond_this_machines_memory_is_refused_before_it_starts(monkeypatch):
+    # --synthetic-users 100000000 (about 75 GB to generate) had the process killed by the
+    # system for memory, without a word; the machine is made 1 MB here, so that a dataset of
+    # 10,000 users is such a one, and 1 TB, so that it is generated
+    from rfrs_ref.cli import train as train_cli
+
+    monkeypatch.setattr(train_cli, "machine_memory", lambda: 1 << 20)
+    r = CliRunner().invoke(main, ["data", "info", "synthetic", "--synthetic-users", "10000"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    line = " ".join(r.output.split())
+    assert "synthetic (n_users = 10000): generating it would need about" in line, line
+    assert "more than this machine's memory (1.05e+06 bytes" in line, line
+    monkeypatch.setattr(train_cli, "machine_memory", lambda: 1 << 40)
+    r = CliRunner().invoke(main, ["data", "info", "synthetic", "--synthetic-users", "10000"])
+    assert r.exit_code == 0, r.output
+
+
+def test_generation_bytes_bounds_the_generators_peak():
+    # the bound the refusal rests on: above the generator's peak (NumPy's allocations, as
+    # tracemalloc counts them), and not far above
+    import tracemalloc
+
+    from rfrs_ref.data.synthetic import generation_bytes, synthetic
+
+    for params in ({"n_users": 100000}, {"n_users": 20000, "n_items": 5000, "mean_items": 200}):
+        tracemalloc.start()
+        try:
+            synthetic(**params)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        bound = generation_bytes(**params)
+        assert peak <= bound <= 4 * peak + (64 << 20), (params, peak, bound)
 
 
 def test_fetch_into_a_folder_the_system_refuses_is_one_line(monkeypatch):
