@@ -252,14 +252,26 @@ def _recorded_data_dir(recorded):
 
 
 def _trainer(config, record, config_path):
+    """The run's trainer (its data, split and model), the dataset read from disk only:
+    ``--data-dir``, else ``RFRS_DATA_DIR`` and the cache, else the folder config.json
+    records. Nothing is downloaded: a tool asked about a run that someone handed over does
+    not fetch data over the network on that run's say (``rfrs-ref data fetch NAME`` does,
+    and the message says so)."""
+    from rfrs_ref.data import load_dataset
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.provenance import data_files
 
     from rfrs_ref.data.errors import DatasetNotFoundError, DownloadError
 
     recorded = record.get("data_files")
+
+    def build(cfg):
+        c = cfg.resolved()
+        return Trainer(cfg, data=load_dataset(c.dataset, c.data_dir, download=False,
+                                              **c.dataset_params))
+
     try:
-        trainer = Trainer(config)
+        trainer = build(config)
     except (DatasetNotFoundError, DownloadError) as exc:
         # not where the loader looks (another shell, RFRS_DATA_DIR unset): the folder the
         # run read it from, as config.json records it, if it is still there (the sha256
@@ -270,7 +282,7 @@ def _trainer(config, record, config_path):
         click.echo(f"(the dataset from the folder the run read it from: {here})")
         config = dataclasses.replace(config, data_dir=str(here))
         try:
-            trainer = Trainer(config)
+            trainer = build(config)
         except (ValueError, KeyError, OSError, RuntimeError) as exc2:
             raise click.ClickException(" ".join(str(exc2).split())) from exc2
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:

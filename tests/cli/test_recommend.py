@@ -189,10 +189,19 @@ def test_recommend_finds_the_data_where_the_run_read_it(tmp_path, monkeypatch,
     assert len(rows) == 3
     for source_id, name, _ in rows:
         assert name and names[item_ids.index(int(source_id))] == name
-    # once the folder is gone, the loader's own message, in one line
+    # once the folder is gone, the loader's own message, in one line, saying how to fetch
+    # it; nothing is downloaded (it tried the network on the run's say, here a dead mirror)
+    from rfrs_ref.data import datasets
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("recommend downloaded a dataset")
+
+    monkeypatch.setattr(datasets, "fetch", no_download)
     shutil.rmtree(data)
     res = CliRunner().invoke(main, ["recommend", str(out), "--user", "1"])
     assert res.exit_code == 1 and "Traceback" not in res.output and "ml100k" in res.output
+    assert "rfrs-ref data fetch ml100k" in " ".join(res.output.split()), res.output
+    assert "downloading it failed" not in res.output, res.output
 
 
 def _copy_run(small_run, tmp_path):
