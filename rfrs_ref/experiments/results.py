@@ -47,7 +47,8 @@ of a run made before it existed). A run with a validation split
 ``valid_popularity_<metric>`` rows, measured on its validation items, and a run
 with target items (an item-promotion attack such as ``a-ra``) ``er`` and
 ``target_hr`` rows: the targets' exposure ratio ER@K and hit ratio among the
-evaluated clients' top K (:mod:`rfrs_ref.metrics`). Every row carries
+evaluated clients' top K (:mod:`rfrs_ref.metrics`; NaN where such a run did not
+record one, as above). Every row carries
 the run's configuration (``dataset``, ``model``, ``optimizer``, ``defense``,
 ``detect``, ``attack``, ``alpha`` (= byzantine_fraction), ``seed``, ``trial``,
 ``rounds`` ..., the ``*_params`` as JSON), its paper name (``method``), its
@@ -1001,11 +1002,15 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
             v = source.get(f"{name}@{k}")
             rows.append({**base, "k": int(k), "metric": metric,
                          "value": float("nan") if v is None else float(v)})
+    targeted = _has_targets(config)
     for k in config.ks:  # a run with target items (an item-promotion attack): their exposure
         for name in TARGET_METRIC_NAMES:
             v = model.get(f"{name}@{k}")
-            if v is not None:
-                rows.append({**base, "k": int(k), "metric": name, "value": float(v)})
+            # the attack's runs record them: one that does not has them empty (NaN), as an
+            # unrecorded metric above, never a seed left out of the exposure without a word
+            if v is not None or targeted:
+                rows.append({**base, "k": int(k), "metric": name,
+                             "value": float("nan") if v is None else float(v)})
     valid = final.get("valid")
     if valid:  # runs with a validation split: the metrics that choose hyperparameters
         for k in config.ks:
@@ -1016,6 +1021,17 @@ def tidy_rows(spec: RunSpec, outcome: Mapping, key: str | None = None) -> list[d
                     rows.append({**base, "k": int(k), "metric": prefix + name,
                                  "value": float("nan") if v is None else float(v)})
     return rows
+
+
+def _has_targets(config) -> bool:
+    """Whether the run's attack has target items (an item-promotion attack, whose runs record
+    ER@K and the targets' hit ratio); False for an attack this version does not know."""
+    from rfrs_ref.attack import ATTACKS
+
+    try:
+        return hasattr(ATTACKS.get(config.attack), "resolve_targets")
+    except (KeyError, ValueError, AttributeError, TypeError):
+        return False
 
 
 #: a metric (precision, recall, NDCG, HR, MRR@K) lies in [0, 1]; NDCG's ratio may round a

@@ -68,6 +68,18 @@ def test_a_targeted_runs_exposure_is_tabulated_and_a_non_finite_one_is_no_result
     assert len(rows) == 1 and rows[0]["status"] == "failed" and "er@2" in rows[0]["error"]
 
 
+def test_a_targeted_run_without_its_exposure_has_empty_exposure_rows():
+    """A finished run of an attack with target items records ER@K and the targets' hit
+    ratio; a record without them (er@2 deleted) lost its rows, and with them its seed from
+    the ranking by exposure without a word. Its rows are now empty (NaN), which the
+    ranking refuses as it refuses an unrecorded precision."""
+    spec = _spec(attack="a-ra", byzantine_fraction=0.2)
+    outcome = _outcome(0.4)
+    outcome["final"]["model"].update({"er@1": 0.25, "target_hr@1": 0.1, "target_hr@2": 0.2})
+    by = {(r["k"], r["metric"]): r["value"] for r in tidy_rows(spec, outcome)}
+    assert by[(1, "er")] == 0.25 and math.isnan(by[(2, "er")]) and by[(2, "target_hr")] == 0.2
+    assert not any(r["metric"] in ("er", "target_hr") for r in tidy_rows(_spec(), _outcome(0.4)))
+
 def test_failed_run_is_one_row_with_its_error():
     rows = tidy_rows(_spec(), {"status": "failed", "error": "ValueError: boom",
                                "traceback": "Traceback...\nValueError: boom\n"})
