@@ -340,35 +340,38 @@ def _vectors_close(reference, candidate, scale, u, rtol_extra=0.0, atol=0.0) -> 
     return ~agreement.disagree(reference, candidate, 0.0, tol)
 
 
-def _reference_scale(case: RoundCase, R: Outcome | None) -> float:
+def _reference_scale(case: RoundCase, R: Outcome | None) -> float | np.ndarray:
     """The magnitude the rounding of an aggregate is measured against, from the inputs and
-    rfrs-ref's outcome ``R`` on them only (never from the candidate's output): the largest
-    |x| among the honest rows and ``R``'s finite aggregate, and the largest Σᵢ wᵢ|xᵢ| over
-    the coordinates, w ``R``'s weights normalised to sum 1, over the finite rows it
-    combines (wᵢ > 0). Each row counts by its weight: a row at 1e38 that centered clipping
-    or RFA keeps with a weight of 1e-36 adds about 100 to the sum, not 1e38."""
+    rfrs-ref's outcome ``R`` on them only (never from the candidate's output): per
+    coordinate k, the largest of the honest rows' largest |x|, ``R``'s aggregate at k
+    (where finite) and Σᵢ wᵢ|xᵢₖ|, w ``R``'s weights normalised to sum 1, over the finite
+    rows it combines (wᵢ > 0). Each row counts by its weight: a row at 1e38 that centered
+    clipping or RFA keeps with a weight of 1e-36 adds about 100 to the sum, not 1e38. And
+    each coordinate by its own magnitudes: a Byzantine 1e38 at one coordinate makes the
+    mean about 1e37 there, and measured at every coordinate it let a mean off by 1 at all
+    the others hold. Without ``R``, the honest rows' largest |x| (a float)."""
     scale = _honest_scale(case)
     if R is None:
         return scale
     fin = np.isfinite(R.vector)
-    scale = max(scale, float(np.abs(R.vector[fin]).max(initial=0.0)))
+    out = np.maximum(scale, np.where(fin, np.abs(R.vector), 0.0))
     if R.weights is not None:
         X = case.features.astype(np.float64)
         rows = ~(R.weights <= 0) & np.isfinite(X).all(axis=1) & np.isfinite(R.weights)
         w = np.abs(R.weights[rows])
         if w.sum() > 0:
             w = w / w.sum()
-            scale = max(scale, float((w @ np.abs(X[rows])).max(initial=0.0)))
-    return scale
+            out = np.maximum(out, w @ np.abs(X[rows]))
+    return out
 
 
 def permutation_invariance(rule, case: RoundCase, rtol: float = 0.0, reference=None):
     """rule(X[π], n[π], f) = rule(X, n, f), and its weights are the permuted weights.
 
     The aggregates are compared within 64u·s + rtol·s, s from the inputs and ``reference``
-    (rfrs-ref's rule, as the runner passes it; :func:`_reference_scale`): the largest |x|
-    among the honest rows, rfrs-ref's aggregate and the rows it combines; without a
-    reference, the honest rows'. Never from the candidate's output: a median shifted by
+    (rfrs-ref's rule, as the runner passes it; :func:`_reference_scale`): per coordinate,
+    the largest |x| among the honest rows, rfrs-ref's aggregate and the rows it combines;
+    without a reference, the honest rows'. Never from the candidate's output: a median shifted by
     1e13 had a tolerance of 0.07 and hid an aggregate that moved with the order of the rows."""
     law = "permutation_invariance"
     a = _outcome(rule, case.features, case.n_samples, case.f, law)
@@ -585,7 +588,7 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
     H = X[case.honest][:, fin_R]
     r = (float(np.sqrt(np.max(np.sum((H - R.vector[fin_R]) ** 2, axis=1), initial=0.0)))
          if H.size else 0.0)
-    tol = 64 * u * scale + spread_rtol * r + TINY
+    tol = np.broadcast_to(64 * u * scale + spread_rtol * r + TINY, R.vector.shape)
 
     def mismatch(got: np.ndarray, what: str) -> LawViolation | None:
         k = _first_mismatch(R.vector, got, tol, inherited)
@@ -598,8 +601,8 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
                                 "there, and a finite aggregate hides them", coordinate=k,
                                 expected=str(R.vector[k]), got=str(got[k]), rows=rows_k)
         return LawViolation(law, f"{what}coordinate {k} is {_r(got[k])}; rfrs-ref's rule gives "
-                            f"{_r(R.vector[k])} (tolerance {_r(tol)})", coordinate=k,
-                            expected=float(R.vector[k]), got=float(got[k]), tolerance=tol)
+                            f"{_r(R.vector[k])} (tolerance {_r(tol[k])})", coordinate=k,
+                            expected=float(R.vector[k]), got=float(got[k]), tolerance=float(tol[k]))
 
     v = mismatch(C.vector, "")
     if v is not None:
@@ -615,7 +618,7 @@ def _reference_mismatch(R: Outcome, C: Outcome, case: RoundCase, spread_rtol: fl
             k = v.details["coordinate"]
             return LawViolation(law, f"the candidate's weights give Σ wᵢxᵢ = {_r(implied[k])} at "
                                 f"coordinate {k}, where its aggregate is {_r(C.vector[k])} and rfrs-ref's "
-                                f"rule gives {_r(R.vector[k])} (tolerance {_r(tol)}): the weights combine "
+                                f"rule gives {_r(R.vector[k])} (tolerance {_r(tol[k])}): the weights combine "
                                 "every uploaded array, so they must give the aggregate", **v.details)
     if compare_weights and R.weights is not None and C.weights is not None:
         ok = _vectors_close(R.weights, C.weights, 1.0, u)

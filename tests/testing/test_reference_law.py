@@ -468,3 +468,27 @@ def test_a_huge_row_with_a_tiny_weight_does_not_widen_the_tolerance(rule):
         laws.reference_rule(fn, case, ref, **_ref_options(rule))
     r, = run_rule_conformance(rule, fn, max_examples=EXAMPLES, laws=["reference_rule"])
     assert r.status == "fails", r
+
+
+def test_a_huge_value_in_one_coordinate_does_not_widen_the_tolerance_of_the_others():
+    """rfrs-ref's mean of a round with a Byzantine 1e38 in one coordinate is about 1e37
+    there, and that magnitude set the tolerance of every coordinate (64u·1e37 ≈ 1e23): a
+    mean off by 1 at every other coordinate on such rounds held every law of the mean.
+    Rounding at a coordinate comes from the magnitudes at that coordinate, so the
+    tolerance is measured per coordinate."""
+    ref = adapters.rfrs("mean")
+
+    def off_beside_a_huge_value(X, ns, f):
+        out = ref(X, ns, f)
+        A = np.abs(np.asarray(X, np.float64))
+        huge = np.where(np.isfinite(A), A, 0.0).max(axis=0) > 1e30
+        return out.vector + np.where(huge.any() & ~huge, 1.0, 0.0)
+
+    fn = adapters.vector(off_beside_a_huge_value)
+    X = np.array([[0.1, 0.2, -0.3], [0.2, 0.1, 0.0], [0.0, 1e38, 0.1]])
+    case = _case(X, [1, 2, 3], 1, [True, True, False])
+    laws.reference_rule(ref, case, ref)
+    with pytest.raises(laws.LawViolation, match="coordinate 0 is"):
+        laws.reference_rule(fn, case, ref)
+    r, = run_rule_conformance("mean", fn, max_examples=EXAMPLES, laws=["reference_rule"])
+    assert r.status == "fails", r
