@@ -318,8 +318,11 @@ def is_store(path: str | os.PathLike) -> bool:
     from a user's the same way), or it holds ``runs/`` beside ``provenance.json``."""
     p = pathlib.Path(path)
     for name in (f"{TABLE}.csv", f"{RUNS_TABLE}.csv"):
+        fh = open_regular(p / name)  # a FIFO there is no table, and is never waited on
+        if fh is None:
+            continue
         try:
-            with open(p / name, "rb") as fh:
+            with fh:
                 head = fh.read(4096).decode("utf-8", "replace").split("\n")[0]
         except OSError:
             continue

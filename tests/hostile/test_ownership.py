@@ -655,6 +655,21 @@ def test_a_fifo_at_a_tables_name_is_refused_by_a_sweep_without_waiting(tmp_path,
     assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
 
 
+@pytest.mark.parametrize("name", ["results.csv", "runs.csv"])
+def test_a_fifo_at_a_tables_name_never_hangs_train(tmp_path, name):
+    """train --out DIR asks whether DIR is a sweep's results directory by the first line of
+    its tables: a FIFO at a table's name made it wait for ever. A FIFO is no sweep's table."""
+    import stat
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    os.mkfifo(out / name)
+    with _Unblocking(out / name) as watch:
+        res = invoke("train", *SMALL, "--rounds", 1, "--out", out)
+    assert not watch.hung, "train waited on the FIFO"
+    assert res.exit_code == 0, res.output
+    assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
+
 def test_a_fifo_at_the_provenance_of_a_store_never_hangs_a_sweep(tmp_path, tiny_sweep,
                                                                  monkeypatch):
     """A store's provenance.json as a FIFO: the sweep ran its runs and then waited for ever
