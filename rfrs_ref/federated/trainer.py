@@ -365,6 +365,15 @@ class Trainer:
         from rfrs_ref.metrics import eval_users
 
         self.eval_users = eval_users(self.split.test, exclude=self.byzantine)
+        if self.eval_users.size == 0:
+            # every metric would be an average over nobody: recorded as 0, a run that
+            # measured nothing would read as a model that learned nothing (or, for the
+            # targets' exposure, as a perfect defence)
+            raise ValueError(
+                f"no benign client holds a test item ({self.data.n_users} clients, "
+                f"{int(self.byzantine.sum())} Byzantine, test_fraction "
+                f"{c.test_fraction:g}): nothing would be evaluated; give a test_fraction "
+                "that leaves some benign client a test item, or fewer Byzantine clients")
         self.valid_users = (None if self.split.valid is None
                             else eval_users(self.split.valid, exclude=self.byzantine))
 

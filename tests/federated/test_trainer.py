@@ -363,3 +363,16 @@ def test_resilience_sums_overflowing_from_finite_terms_are_marked_at_their_round
     assert acc.problems() == []
     acc.resilience_non_finite = {}  # a null sum without its round is damage
     assert acc.problems() == ["accumulator resilience = {'C_g': None, 'C_theta': 3.0}"]
+
+
+@pytest.mark.parametrize("edit", [{"test_fraction": 0.0},
+                                  {"test_fraction": 0.01, "byzantine_fraction": 0.0}])
+def test_a_run_that_would_evaluate_nobody_is_a_configuration_error(tmp_path, edit):
+    """With no benign client holding a test item every metric is an average over nobody:
+    such a run finished "ok" with Precision 0 (and, with targets, an exposure of 0, the
+    targets never shown). It is refused before anything is written."""
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="no benign client holds a test item"):
+        # 0.01 of at most a few dozen items per client is no test item for anyone
+        train(small_config(**edit), out)
+    assert not out.exists() or not any(out.iterdir())
