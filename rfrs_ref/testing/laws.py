@@ -533,8 +533,11 @@ def _top_eigenvalue(D2: np.ndarray) -> float:
 
 def _smea_tied_subsets(case: RoundCase) -> list[np.ndarray]:
     """The subsets of n − f finite rows whose SMEA objective is within rounding of the
-    smallest, 64·n·u·max D2 (u of the features' dtype), in ``itertools.combinations``
-    order; none where the finite rows are too few to choose among."""
+    smallest, 64·n·u·(max D2 over the subset + max D2 over the smallest's) (u of the
+    features' dtype: each eigenvalue is computed from its own subset's squared distances,
+    so a row at 1e38 outside both allows nothing: with max D2 over every finite row it
+    tied every subset of the other rows), in ``itertools.combinations`` order; none where
+    the finite rows are too few to choose among."""
     import itertools
 
     X = case.features.astype(np.float64)
@@ -550,8 +553,10 @@ def _smea_tied_subsets(case: RoundCase) -> list[np.ndarray]:
         return []
     subsets = [np.array(S) for S in itertools.combinations(range(fin.size), k)]
     lams = np.array([_top_eigenvalue(D2[np.ix_(S, S)]) for S in subsets])
-    tol = 64 * case.n * _u(case.features.dtype) * float(D2.max(initial=0.0)) + TINY
-    return [fin[S] for S, lam in zip(subsets, lams) if lam <= lams.min() + tol]
+    spans = np.array([float(D2[np.ix_(S, S)].max(initial=0.0)) for S in subsets])
+    best = int(np.argmin(lams))
+    tol = 64 * case.n * _u(case.features.dtype) * (spans + spans[best]) + TINY
+    return [fin[S] for S, lam, t in zip(subsets, lams, tol) if lam <= lams[best] + t]
 
 
 def _inherited_nonfinite(reference: np.ndarray, rows: np.ndarray) -> np.ndarray:

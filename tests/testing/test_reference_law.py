@@ -187,6 +187,24 @@ def test_smea_subsets_tied_to_rounding_hold_and_other_subsets_fail():
         laws.reference_rule(plain, SMEA_TIE, oracle, **opts)
 
 
+def test_a_huge_row_does_not_make_every_smea_subset_tied():
+    """The rounding allowance of SMEA's tied subsets was 64·n·u·max D2 over every finite
+    row: a Byzantine row at 1e38 made it about 1e63, every subset of the other rows
+    counted as tied to the smallest eigenvalue, and a SMEA that kept the first n − f rows
+    (an honest outlier among them, where rfrs-ref keeps a tighter subset) held the law.
+    Each subset's eigenvalue is now allowed the rounding of its own squared distances."""
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.1], [0.1, 0.1], [0.9, 0.8], [0.05, 0.05],
+                  [1e38, 1e38]])
+    case = _case(X, [1] * 7, 2, [True] * 5 + [False] * 2)
+    oracle = adapters.rfrs("smea")
+    assert list(np.flatnonzero(oracle(X, case.n_samples, 2).weights > 0)) == [0, 1, 2, 3, 5]
+    first = adapters.weights(lambda X, ns, f: np.r_[np.asarray(ns[:-f], float) / ns[:-f].sum(),
+                                                    np.zeros(f)])
+    with pytest.raises(laws.LawViolation, match="rfrs-ref's rule gives"):
+        laws.reference_rule(first, case, oracle, **_ref_options("smea"))
+    laws.reference_rule(oracle, case, oracle, **_ref_options("smea"))
+
+
 @pytest.mark.parametrize("seed", [None, 1, 2, 3])
 def test_smea_fast_path_holds_the_reference_law(seed):
     r, = run_rule_conformance("smea", adapters.rfrs("smea", backend="numba"), max_examples=100,
