@@ -740,9 +740,10 @@ def _honest_sq_diameter(case: RoundCase) -> tuple[float, np.ndarray]:
 
 
 def mda_kept_diameter(rule, case: RoundCase) -> None:
-    """The kept rows (wᵢ > 0) are finite and their diameter is at most the honest
-    diameter Δ (some n − f honest rows form a subset of diameter ≤ Δ, so the
-    smallest-diameter subset is no wider)."""
+    """The kept rows (wᵢ > 0) are n − f finite rows and their diameter is at most the
+    honest diameter Δ (some n − f honest rows form a subset of diameter ≤ Δ, so the
+    smallest-diameter subset is no wider). Fewer rows make a smaller diameter, so the
+    count is part of the law: a rule keeping one row, or none, held it on every round."""
     law = "mda_kept_diameter"
     out = _outcome(rule, case.features, case.n_samples, case.f, law)
     if out.weights is None:
@@ -750,6 +751,10 @@ def mda_kept_diameter(rule, case: RoundCase) -> None:
     delta2, _ = _honest_sq_diameter(case)
     X = case.features.astype(np.float64)
     kept = np.flatnonzero(~(out.weights <= 0))  # a NaN weight counts as kept
+    if kept.size != case.n - case.f:
+        raise LawViolation(law, f"{kept.size} rows kept ({kept.tolist()}); MDA keeps n − f = "
+                           f"{case.n - case.f} (n={case.n}, f={case.f})", kept=kept.tolist(),
+                           expected=case.n - case.f)
     for i in kept:
         if not np.isfinite(X[i]).all():
             raise LawViolation(law, f"client {int(i)} holds a non-finite feature and has weight "

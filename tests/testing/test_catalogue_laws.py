@@ -120,3 +120,25 @@ def test_a_far_aggregate_cannot_widen_the_centered_clipping_slack():
     with pytest.raises(laws.LawViolation, match="move the aggregate by"):
         laws.cc_byzantine_pull(shifted_mean, case)
     laws.cc_byzantine_pull(adapters.rfrs("cc"), case)  # the rule itself holds
+
+
+def test_mda_keeping_fewer_than_n_minus_f_rows_breaks_its_kept_set_law():
+    """MDA keeps the n − f rows of smallest diameter. Keeping fewer (one row, or none: all
+    weights zero) makes the kept set's diameter smaller, never larger, and the law held
+    on every round without comparing a pair; it now counts the rows kept, as SMEA's does."""
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.1], [0.1, 0.1], [5.0, 5.0]])
+    case = strategies.RoundCase(X, np.array([True] * 4 + [False]), 1, np.ones(5, np.int64),
+                                np.arange(5), np.zeros(2))
+    laws.mda_kept_diameter(adapters.rfrs("mda"), case)
+    for w in ([1.0, 0, 0, 0, 0], [0.0] * 5):
+        with pytest.raises(laws.LawViolation, match="rows kept"):
+            laws.mda_kept_diameter(adapters.weights(lambda X, ns, f, w=w: np.array(w)), case)
+
+    def one_row(X, ns, f):
+        w = np.zeros(X.shape[0])
+        w[0] = 1.0
+        return w
+
+    st = _status(run_rule_conformance("mda", adapters.weights(one_row), max_examples=20,
+                                      laws=["mda_kept_diameter"]))
+    assert st == {"mda_kept_diameter": "fails"}
