@@ -76,6 +76,17 @@ def recommend(run_dir, user, k, data_dir, include_seen):
             raise click.ClickException(
                 f"{state_path}: the run has no final state yet: it is still training "
                 f"({holder}); ask again once it has finished")
+        if (isinstance(final, dict) and type(final.get("round")) is int
+                and not (run / "checkpoint.npz").exists()):
+            # a sweep's or a reproduction's run: finished, its state dropped (--keep-state keeps
+            # it); --resume would answer that there is nothing to resume
+            raise click.ClickException(
+                f"{state_path}: the run finished (round {final['round']}) without keeping its "
+                "final state: a sweep or a reproduction keeps each run's state.npz only with "
+                "--keep-state. To ask its model for recommendations, run it again: the sweep "
+                "with --keep-state into another --out, or `rfrs-ref train` with the "
+                f"configuration of {run / 'config.json'} and --out DIR, then "
+                "`rfrs-ref recommend DIR`")
         raise click.ClickException(f"{state_path}: the run has no final state (it has not "
                                    f"finished); finish it with `rfrs-ref train --resume {run}`")
     if data_dir is not None:

@@ -76,6 +76,23 @@ def test_run_without_final_state_is_one_line(small_run, tmp_path):
     assert not (unfinished / ".lock").exists()
 
 
+def test_a_finished_run_that_kept_no_state_does_not_send_the_reader_to_resume(small_run,
+                                                                             tmp_path):
+    # a sweep's run: final_metrics.json, no checkpoint, no state.npz (kept only with
+    # --keep-state); `train --resume` would answer "nothing to resume"
+    swept = tmp_path / "swept"
+    shutil.copytree(small_run, swept)
+    (swept / "state.npz").unlink()
+    (swept / "checkpoint.npz").unlink()
+    res = CliRunner().invoke(main, ["recommend", str(swept), "--user", "1"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    line = " ".join(res.output.split())
+    assert "the run finished (round 4) without keeping its final state" in line
+    assert "--keep-state" in line and "--resume" not in line
+    res = CliRunner().invoke(main, ["train", "--resume", str(swept)])
+    assert res.exit_code == 1 and "nothing to resume" in res.output
+
+
 def test_a_folder_that_holds_no_run_says_what_to_give(tmp_path):
     res = CliRunner().invoke(main, ["recommend", str(tmp_path), "--user", "1"])
     assert res.exit_code == 1 and "Traceback" not in res.output
