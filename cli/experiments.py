@@ -473,7 +473,8 @@ def sweep(spec, out, dry_run, no_plot, scheduler, workers, threads, shared_fs, r
         raise click.ClickException(_message(exc)) from None
     out = pathlib.Path(out) if out else pathlib.Path("results") / sw.name
     label_columns = tuple(f"label_{k}" for k in (sw.runs[0].labels if sw.runs else {}))
-    if dry_run:
+    if dry_run:  # where the runs would go, as reproduce --dry-run says it
+        click.echo(f"sweep {sw.name}: {len(sw.runs)} runs -> {out}")
         _list_runs(sw.runs, out, low_memory)
         return
     _check_extras(workers, scheduler)

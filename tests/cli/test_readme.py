@@ -84,6 +84,8 @@ def test_example_sweep_file_parses_and_dry_runs(tmp_path):
                                     "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert res.output.count("to run") == 8
+    # the first line names the folder the runs would go to
+    assert res.output.splitlines()[0] == f"sweep ml100k-ascent: 8 runs -> {out}"
     assert not out.exists()
 
 
