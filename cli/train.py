@@ -612,6 +612,23 @@ def _checkpoint_round(run_dir: pathlib.Path) -> int:
         return 0
 
 
+def _target_ids(targets, run_dir) -> str:
+    """`` (dense indices; items [...] in the dataset's files)`` for the summary's target items,
+    where the dataset's ids differ from the indices (MovieLens: id − 1), so that they can be
+    found in what `rfrs-ref recommend` prints; empty where they agree or ids.npz is unreadable."""
+    import numpy as np
+
+    try:
+        with np.load(pathlib.Path(run_dir) / "ids.npz", allow_pickle=False) as z:
+            items = z["item_ids"]
+        ids = [int(items[int(t)]) for t in targets]
+    except Exception:  # noqa: BLE001 - the indices alone, as config.json records them
+        return ""
+    if ids == [int(t) for t in targets]:
+        return ""
+    return f" (dense indices; items {ids} in the dataset's files, as recommend prints them)"
+
+
 def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
     """The final evaluation as a table; ``elapsed``: this command's wall time (the
     progress display's clock), None for a run finished earlier."""
@@ -637,7 +654,8 @@ def _print_summary(final: dict, ks, run_dir, elapsed: float | None) -> None:
     verdict = "beats" if final["beats_popularity"] else "does NOT beat"
     click.echo(f"the model {verdict} the popularity ranking on Precision@{kmax}")
     if final.get("target_items") is not None:
-        click.echo(f"target items {final['target_items']}: "
+        targets = final["target_items"]
+        click.echo(f"target items {targets}{_target_ids(targets, run_dir)}: "
                    + ", ".join(f"ER@{k} {m[f'er@{k}']:.4f}" for k in ks) + "; "
                    + ", ".join(f"TargetHR@{k} {m[f'target_hr@{k}']:.4f}" for k in ks))
     sel = final["selection"]

@@ -169,3 +169,20 @@ def test_runs_started_in_the_same_second_get_a_directory_each(tmp_path, monkeypa
     assert res.exit_code != 0 and "lies in the directory of another run" in res.output
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [fixed.name,
                                                                      f"{fixed.name}-2"]
+
+
+def test_target_items_are_also_named_by_the_ids_recommend_prints(tmp_path):
+    # the summary's target items are dense indices; where the dataset's own ids differ
+    # (MovieLens: id - 1) it gives those too, so that they can be found in `recommend`
+    import numpy as np
+
+    out = tmp_path / "r"
+    res = run("train", *SMALL, "--rounds", "2", "--attack", "a-ra", "--byzantine-fraction",
+              "0.2", "--a-ra-targets", "3,7", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "target items [3, 7]: ER@1 " in res.output  # synthetic: ids are the indices
+    np.savez(out / "ids.npz", user_ids=np.arange(100), item_ids=np.arange(120) + 1)
+    res = run("train", "--resume", str(out))  # finished: shows its summary again
+    assert res.exit_code == 0, res.output
+    assert ("target items [3, 7] (dense indices; items [4, 8] in the dataset's files, as "
+            "recommend prints them): ER@1 ") in res.output
