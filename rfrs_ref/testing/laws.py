@@ -1570,8 +1570,9 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase):
 # A pre-aggregator under test is ``pre(features, n_samples, f) -> (n′, D)`` (an adapter of
 # :mod:`rfrs_ref.testing.adapters`); ``reference`` is rfrs-ref's pre-aggregator instance
 # (:mod:`rfrs_ref.aggregate.pre`) with the hyperparameters the candidate claims. Every
-# tolerance is 64u of a magnitude from the reference side: for a mixed row, the largest
-# magnitude per coordinate among the rows rfrs-ref mixes into it. A row rfrs-ref leaves
+# tolerance is 64u of a magnitude from the reference side: for a mixed row, per coordinate
+# the magnitude rfrs-ref mixes into it, Σⱼ Mᵢⱼ|xⱼ| (bucketing: the largest among a bucket's
+# rows). A row rfrs-ref leaves
 # non-finite (a hostile row's own, for the rule to treat, or a bucket with a hostile
 # member) is not compared, except in the bucketing law, where it must be non-finite too.
 
@@ -1595,8 +1596,11 @@ def _reference_mixing(reference, X: np.ndarray, case: RoundCase) -> np.ndarray:
 
 
 def _mixed_scale(M: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scale, finite): per output row and coordinate the largest |x| among the rows M
-    mixes into it, and per output row whether all those rows are finite."""
+    """(scale, finite): per output row i and coordinate k the magnitude mixed into it,
+    Σⱼ |Mᵢⱼ|·|xⱼₖ| over the rows M mixes into it (an nᵢ-weighted mean: at most their
+    largest |x|; a row clipped by λ: λ|x|, not |x|: measured on the |x| of a row at 1e38
+    that clipping brings to norm C, the tolerance was 64u·1e38 and a clipping that zeroed
+    the row held), and per output row whether all those rows are finite."""
     A = np.abs(X.astype(np.float64))
     scale = np.zeros((M.shape[0], X.shape[1]))
     finite = np.zeros(M.shape[0], dtype=bool)
@@ -1604,7 +1608,7 @@ def _mixed_scale(M: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         S = np.flatnonzero(M[i] != 0)
         finite[i] = bool(np.isfinite(A[S]).all())
         if finite[i] and S.size:
-            scale[i] = A[S].max(axis=0)
+            scale[i] = np.abs(M[i, S]) @ A[S]
     return scale, finite
 
 
@@ -1612,8 +1616,8 @@ def reference_pre(pre, case: RoundCase, reference) -> None:
     """The candidate gives rfrs-ref's pre-aggregator's rows on the same round.
 
     Deterministic pre-aggregators (nnm, clip, arc): every row that rfrs-ref's mixes from
-    finite rows, within 64u·s per coordinate (u of the features' dtype, s the largest
-    |x| among the rows mixed into it); a row it leaves non-finite (the rule's to treat)
+    finite rows, within 64u·s per coordinate (u of the features' dtype, s the magnitude
+    mixed into it, Σⱼ Mᵢⱼ|xⱼ|: :func:`_mixed_scale`); a row it leaves non-finite (the rule's to treat)
     must be non-finite (NaN or ±inf) wherever rfrs-ref's is because a row it mixes is,
     its other coordinates not compared. Bucketing, whose permutation is random: the rows are a partition of
     the clients into ⌈n/s⌉ buckets, s rows each but the last, which holds the n mod s

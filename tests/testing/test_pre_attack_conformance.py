@@ -238,6 +238,30 @@ def test_a_pre_aggregator_that_makes_a_hostile_row_finite_fails(name):
                if r.law not in ("reference_pre", "weighted_mixing")), _status(res)
 
 
+@pytest.mark.parametrize("name", ["clip", "arc"])
+def test_a_clipping_that_zeroes_a_huge_row_fails(name):
+    """Clipping scales a row at 1e38 by about C/1e38 to norm C. reference_pre measured the
+    rounding of that row on the 1e38 it was mixed from (64u·1e38 ≈ 7e23), so a clipping
+    that zeroed such rows (a Byzantine client moved to the origin, not to norm C) held every
+    law: each row is now measured on the magnitudes it is mixed from, Σⱼ Mᵢⱼ|xⱼ|."""
+    ref = adapters.rfrs_pre(name)
+
+    def zero_huge(X, ns, f):
+        out = np.array(ref(X, ns, f), dtype=np.float64)
+        A = np.abs(np.asarray(X, np.float64))
+        out[np.isfinite(A).all(axis=1) & (A.max(axis=1) > 1e30)] = 0.0
+        return out
+
+    X = np.array([[0.1, 0.2], [0.3, -0.1], [-0.2, 0.0], [0.0, 0.3], [1e38, 1e38]])
+    case = strategies.RoundCase(X, np.array([True] * 4 + [False]), 2, np.ones(5, np.int64),
+                                np.arange(5), np.zeros(2))
+    inst = PRE.get(name)()
+    laws.reference_pre(ref, case, inst)
+    with pytest.raises(laws.LawViolation, match="row 4"):
+        laws.reference_pre(adapters.vector_pre(zero_huge), case, inst)
+    assert _pre(name, adapters.vector_pre(zero_huge), law="reference_pre") == {"reference_pre": "fails"}
+
+
 def test_a_hostile_row_may_stay_non_finite_in_another_way():
     """ByzFL's Clipping scales a row with +inf by C/inf = 0: its +inf becomes NaN and its
     finite coordinates 0. The row is still non-finite where it was: it holds."""
