@@ -36,7 +36,8 @@ def _execution_options(f):
                      help="Robust runs (Krum, RFA, MDA, MoNNA, CAF, SMEA with verification) "
                           "hold their uploads 16 clients at a time and compute the kept "
                           "clients' uploads twice: the same results, bit for bit, in about "
-                          "half the memory, somewhat slower (docs/performance.md).")(f)
+                          "two thirds of the memory, about 1.15 times the time "
+                          "(docs/performance.md).")(f)
     f = click.option("--reuse-from", "reuse_from", multiple=True,
                      type=click.Path(file_okay=False, exists=True), metavar="DIR",
                      help="Another results directory of yours (repeatable): a run it records "

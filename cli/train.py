@@ -116,9 +116,9 @@ def _remove_if_empty(dirs) -> None:
 @click.option("--low-memory", is_flag=True,
               help="Robust rounds (Krum, RFA, MDA, MoNNA, CAF, SMEA with verification) hold "
                    "their uploads 16 clients at a time and compute the kept clients' uploads "
-                   "twice: the same results, bit for bit, in about half the memory "
-                   "(Krum or RFA on citeulike-t: 1.6 GB instead of 2.9), somewhat slower "
-                   "(docs/performance.md).")
+                   "twice: the same results, bit for bit, in less memory (Krum, RFA or "
+                   "A-RFRS on citeulike-t: 1.6 GB instead of 2.3), about 1.15 times the time "
+                   "(docs/performance.md, \"Low memory on shared rows\").")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Run directory [default: runs/<time>-<dataset>, -2, -3... for runs started in "
                    "the same second]; one that already holds a run "
