@@ -83,9 +83,10 @@ def recommend(run_dir, user, k, data_dir, include_seen):
             raise click.ClickException(
                 f"{state_path}: the run finished (round {final['round']}) without keeping its "
                 "final state: a sweep or a reproduction keeps each run's state.npz only with "
-                "--keep-state. To ask its model for recommendations, run it again: the sweep "
-                "with --keep-state into another --out, or `rfrs-ref train` with the "
-                f"configuration of {run / 'config.json'} and --out DIR, then "
+                "--keep-state. To ask its model for recommendations, run it again from its "
+                "config.json into a directory DIR of your own: python -c \"from "
+                "rfrs_ref.federated.trainer import Trainer, load_config; "
+                f"Trainer(load_config({str(run)!r})).run('DIR')\", then "
                 "`rfrs-ref recommend DIR`")
         raise click.ClickException(f"{state_path}: the run has no final state (it has not "
                                    f"finished); finish it with `rfrs-ref train --resume {run}`")

@@ -91,6 +91,14 @@ def test_a_finished_run_that_kept_no_state_does_not_send_the_reader_to_resume(sm
     assert "--keep-state" in line and "--resume" not in line
     res = CliRunner().invoke(main, ["train", "--resume", str(swept)])
     assert res.exit_code == 1 and "nothing to resume" in res.output
+    # the Python line it gives trains the run again into a directory recommend reads
+    code = re.search(r'python -c "(.*?)"', line).group(1)
+    code = code.replace("'DIR'", repr(str(tmp_path / "d")))
+    exec(code, {})
+    res = CliRunner().invoke(main, ["recommend", str(tmp_path / "d"), "--user", "1"])
+    assert res.exit_code == 0, res.output
+    assert np.array_equal(np.load(tmp_path / "d" / "state.npz")["theta"],
+                          np.load(small_run / "state.npz")["theta"])
 
 
 def test_a_folder_that_holds_no_run_says_what_to_give(tmp_path):
