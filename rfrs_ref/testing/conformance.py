@@ -144,7 +144,8 @@ RULE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         dataclasses.replace(_UNAN, strategy={"trusted": 0}),
     ]),
     # centered clipping from the centre 0 (a first round) with τ = 100 and one iteration
-    # (rfrs-ref's and ByzFL's defaults); f is not used. The centre does not move with the
+    # (rfrs-ref's and ByzFL's defaults; ``--rule-option`` may name others, _cc_specs); f
+    # is not used. The centre does not move with the
     # rows, so neither translation equivariance nor unanimity holds (docs/conformance.md)
     "cc": (lambda n: n - 1, 1, [
         _WEIGHTS, _FINITE,
@@ -520,6 +521,21 @@ def _monna_specs(specs, min_n, pivot):
     return out, max(min_n, pivot + 1)
 
 
+def _cc_specs(specs, options):
+    """Centered clipping's pull law for the τ and iterations named by ``--rule-option
+    tau=T iterations=L`` (the bound is τ·Σ_B pᵢ, for one iteration; with more the law
+    compares nothing), instead of the defaults τ = 100 and one iteration."""
+    tau, iterations = options.get("tau", 100.0), options.get("iterations", 1)
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 < tau < np.inf:
+        raise ValueError(f"cc's tau must be a finite number > 0, got {tau!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) \
+            or iterations < 1:
+        raise ValueError(f"cc's iterations must be an integer ≥ 1, got {iterations!r}")
+    return [dataclasses.replace(spec, options={**spec.options, "tau": float(tau),
+                                               "iterations": int(iterations)})
+            if spec.name == "cc_byzantine_pull" else spec for spec in specs]
+
+
 def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
     """Whether the callable returns weights, probed on a small honest round.
 
@@ -605,6 +621,8 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
     _check_law_names(laws, specs, f"rule {rule!r}")
     if rule == "monna":
         specs, min_n = _monna_specs(specs, min_n, (reference_options or {}).get("pivot", 0))
+    if rule == "cc":
+        specs = _cc_specs(specs, reference_options or {})
     has_weights = _exposes_weights(rule_fn, f_bound, min_n)
     out = []
     for spec in specs:

@@ -845,11 +845,16 @@ def monna_pivot_bound(rule, case: RoundCase, pivot: int = 0) -> None:
                            f"honest client is at {_r(r)} (n={case.n}, f={case.f})", distance=d, bound=r)
 
 
-def cc_byzantine_pull(rule, case: RoundCase, tau: float = 100.0) -> None:
+def cc_byzantine_pull(rule, case: RoundCase, tau: float = 100.0, iterations: int = 1):
     """Centered clipping (one iteration from the centre 0, radius ``tau``): replacing the
     Byzantine rows by the centre (no vote) moves the aggregate by at most τ·Σ_B pᵢ,
-    pᵢ = nᵢ/Σ nⱼ: each clipped difference has norm ≤ τ."""
+    pᵢ = nᵢ/Σ nⱼ: each clipped difference has norm ≤ τ. ``tau`` and ``iterations`` are
+    the candidate's (``--rule-option tau=10``); with more than one iteration a row at the
+    first centre votes again once the centre has moved, so the bound does not follow and
+    the law compares nothing (:data:`NOT_COMPARED`)."""
     law = "cc_byzantine_pull"
+    if iterations != 1:
+        return NOT_COMPARED
     a = _outcome(rule, case.features, case.n_samples, case.f, law)
     Xc = case.features.copy()
     Xc[~case.honest] = 0

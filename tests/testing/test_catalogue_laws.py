@@ -142,3 +142,25 @@ def test_mda_keeping_fewer_than_n_minus_f_rows_breaks_its_kept_set_law():
     st = _status(run_rule_conformance("mda", adapters.weights(one_row), max_examples=20,
                                       laws=["mda_kept_diameter"]))
     assert st == {"mda_kept_diameter": "fails"}
+
+
+def test_the_centered_clipping_pull_law_takes_the_candidates_tau_and_iterations():
+    """The pull law held every candidate to τ = 100 and one iteration whatever the options
+    named: a CC of τ = 100 checked as the τ = 10 it claimed to be passed the law (a pull ten
+    times the bound), and a correct CC of two iterations failed it. It now takes τ and the
+    iterations from ``reference_options``; with two iterations the law compares nothing."""
+    wide = adapters.rfrs("cc")  # τ = 100
+    st = _status(run_rule_conformance("cc", wide, max_examples=200, laws=["cc_byzantine_pull"],
+                                      reference_options={"tau": 10.0}))
+    assert st == {"cc_byzantine_pull": "fails"}
+    st = _status(run_rule_conformance("cc", adapters.rfrs("cc", tau=10.0), max_examples=100,
+                                      laws=["cc_byzantine_pull"],
+                                      reference_options={"tau": 10.0}))
+    assert st == {"cc_byzantine_pull": "holds"}
+    st = _status(run_rule_conformance("cc", adapters.rfrs("cc", iterations=2), max_examples=20,
+                                      laws=["cc_byzantine_pull"],
+                                      reference_options={"iterations": 2}))
+    assert st == {"cc_byzantine_pull": "skipped"}
+    with pytest.raises(ValueError, match="cc's tau must be a finite number > 0"):
+        run_rule_conformance("cc", wide, laws=["cc_byzantine_pull"],
+                             reference_options={"tau": "ten"})
