@@ -31,7 +31,9 @@ def recommend(run_dir, user, k, data_dir, include_seen):
     (docs/training.md, "Evaluation"): the user's training items left out, ties
     to the smaller item id. Each line gives the rank, the score, the item's id
     in the dataset's files and its name where the dataset has names
-    (MovieLens titles from u.item, Last.fm artists from artists.dat).
+    (MovieLens titles from u.item, Last.fm artists from artists.dat);
+    [test item] marks the items the split held out, [target] the target
+    items of an attack that has them (--attack a-ra).
 
     \b
     Example:
@@ -140,11 +142,23 @@ def recommend(run_dir, user, k, data_dir, include_seen):
                f"{trainer.split.test.counts()[u]} test items; top {k} of the model after round "
                f"{final_round}" + ("" if include_seen else " (training items left out)"))
     test = set(trainer.split.test.items_of(u).tolist())
+    targets = _target_items(record, trainer.data.n_items)
     for rank, j in enumerate(top, 1):
         name = names[j] if names is not None else ""
-        mark = "  [test item]" if j in test else ""
+        mark = ("  [test item]" if j in test else "") + ("  [target]" if j in targets else "")
         click.echo(f"{rank:>3}  {scores[0, j]: .4f}  item {int(items[j])}"
                    + (f"  {name}" if name else "") + mark)
+
+
+def _target_items(record, n_items: int) -> set:
+    """The dense indices of the run's target items (``derived.target_items`` of config.json,
+    written by an attack with targets such as ``a-ra``); empty for a run without any, or
+    where the record holds anything but item indices."""
+    derived = record.get("derived") if isinstance(record, dict) else None
+    got = derived.get("target_items") if isinstance(derived, dict) else None
+    if not isinstance(got, list) or not all(type(t) is int and 0 <= t < n_items for t in got):
+        return set()
+    return set(got)
 
 
 #: the most bytes a run's JSON file (config.json, final_metrics.json) can hold: the trainer

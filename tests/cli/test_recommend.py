@@ -101,6 +101,27 @@ def test_a_finished_run_that_kept_no_state_does_not_send_the_reader_to_resume(sm
                           np.load(small_run / "state.npz")["theta"])
 
 
+def test_the_target_items_of_a_targeted_attack_are_marked(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["train", *SMALL, "--rounds", "2", "--attack", "a-ra",
+                                    "--byzantine-fraction", "0.2", "--a-ra-targets", "5,11",
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "7", "-k", "80",
+                                    "--include-seen"])
+    assert res.exit_code == 0, res.output
+    marked = re.findall(r"^\s*\d+\s+\S+\s+item (\d+).*\[target\]$", res.output, re.M)
+    assert sorted(int(i) for i in marked) == [5, 11]  # synthetic: the ids are the indices
+    # a run without targets marks none, and a record whose targets are no item indices
+    # is not taken at its word
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["derived"]["target_items"] = [5, "11"]
+    (out / "config.json").write_text(json.dumps(cfg))
+    res = CliRunner().invoke(main, ["recommend", str(out), "--user", "7", "-k", "80",
+                                    "--include-seen"])
+    assert res.exit_code == 0 and "[target]" not in res.output
+
+
 def test_a_folder_that_holds_no_run_says_what_to_give(tmp_path):
     res = CliRunner().invoke(main, ["recommend", str(tmp_path), "--user", "1"])
     assert res.exit_code == 1 and "Traceback" not in res.output
