@@ -536,6 +536,27 @@ def _cc_specs(specs, options):
             if spec.name == "cc_byzantine_pull" else spec for spec in specs]
 
 
+def _no_weights_law(spec: LawSpec, rule_fn, kw: dict, max_examples: int, seed) -> LawResult:
+    """A law on weights, for a callable that returned none on the probe round
+    (:func:`_exposes_weights`): skipped if it returns none on the law's fixed hostile rounds
+    and its drawn ones either, and failed where it returns weights on one of them (a rule
+    exposes its weights on every round or on none: weights given only away from the honest
+    probe round, where they may be wrong, must not have their laws skipped)."""
+    def check(case):
+        out = L._outcome(rule_fn, case.features, case.n_samples, case.f, spec.name)
+        if out.weights is None:
+            return L.NOT_COMPARED
+        raise L.LawViolation(spec.name, "the callable returned no weights on an honest probe "
+                             "round but weights on this one: a rule exposes its weights on "
+                             "every round or on none")
+
+    res = _run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
+                   min(max_examples, INPUTS_DRAWN), seed, examples=S.hostile_examples(**kw))
+    if res.status == "skipped":
+        res = dataclasses.replace(res, message="the callable exposes no per-client weights")
+    return res
+
+
 def _exposes_weights(rule_fn, f_bound, min_n) -> bool:
     """Whether the callable returns weights, probed on a small honest round.
 
@@ -628,12 +649,11 @@ def run_rule_conformance(rule: str, rule_fn: Callable[[np.ndarray, np.ndarray, i
     for spec in specs:
         if laws is not None and spec.name not in laws:
             continue
-        if spec.needs_weights and not has_weights:
-            out.append(LawResult(spec.name, spec.statement, spec.category, "skipped",
-                                 message="the callable exposes no per-client weights"))
-            continue
         kw = dict(min_n=min_n, max_n=max(max_n, min_n), max_f=f_bound, max_D=max_D, dtypes=dtypes)
         kw.update(spec.strategy)
+        if spec.needs_weights and not has_weights:
+            out.append(_no_weights_law(spec, rule_fn, kw, max_examples, seed))
+            continue
         checker = getattr(L, spec.checker or spec.name)
         opts = spec.options
         examples = S.hostile_examples(**kw) + _large(spec, LARGE_RULE_ROUNDS, rule, **kw)

@@ -517,3 +517,30 @@ def test_an_optimiser_law_that_compared_nothing_is_skipped_not_holding(monkeypat
     assert "nothing was compared on any of the" in r.message
     r, = run_optimizer_conformance("adam", _ZerosAdam(), max_examples=20, laws=["update_rule"])
     assert r.status == "fails", r  # where the update is finite, zeros are not the rule
+
+
+def test_weights_withheld_on_the_honest_probe_round_do_not_skip_the_laws_on_weights():
+    """Whether a callable exposes weights was decided on one honest probe round: a Krum that
+    returned none on rounds without a non-finite row, and weights keeping every row on the
+    others, had krum_kept_bound and weights_sum_to_one skipped, and passed."""
+    from rfrs_ref.testing import adapters as A
+    from rfrs_ref.testing.adapters import Outcome
+
+    krum = A.rfrs("krum")
+
+    def dodger(X, ns, f):
+        out = krum(X, ns, f)
+        if np.isfinite(X).all():
+            return Outcome(out.vector, None)
+        return Outcome(out.vector, np.full(X.shape[0], 1.0 / X.shape[0]))
+
+    res = {r.law: r for r in run_rule_conformance(
+        "krum", dodger, max_examples=5, laws=["weights_sum_to_one", "krum_kept_bound"])}
+    for law in ("weights_sum_to_one", "krum_kept_bound"):
+        assert res[law].status == "fails", (law, res[law])
+        assert "no weights on an honest probe round" in res[law].message
+    # a callable that never exposes weights still has them skipped, as before
+    res = run_rule_conformance("krum", lambda X, ns, f: Outcome(krum(X, ns, f).vector, None),
+                               max_examples=5, laws=["krum_kept_bound"])
+    assert [(r.status, r.message) for r in res] == [
+        ("skipped", "the callable exposes no per-client weights")]
