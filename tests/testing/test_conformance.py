@@ -29,6 +29,14 @@ def _status(results) -> dict[str, str]:
 
 # -- rfrs-ref's own code passes ---------------------------------------------------------------
 
+def test_every_registered_rule_has_laws():
+    # a rule added to the registry without laws would be refused by `conformance --rule`,
+    # and the suite's own runs over RULE_LAWS would leave it out without a word
+    from rfrs_ref.aggregate import RULES
+
+    assert sorted(RULE_LAWS) == sorted(RULES.names())
+
+
 @pytest.mark.parametrize("rule", list(RULE_LAWS))
 def test_our_rules_obey_every_law(rule):
     results = run_rule_conformance(rule, adapters.rfrs(rule), max_examples=EXAMPLES)
