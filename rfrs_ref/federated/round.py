@@ -503,6 +503,9 @@ def server_round(fed: Federation, state: Mapping[str, np.ndarray], rd: "_Round |
         ok, excluded = _features_and_verify(fed, state, rd, U, X)  # Alg. 2: features, check
     else:
         ok, excluded = _recover_and_verify(fed, state, rd, U, X)  # Alg. 2: ĝ, update-rule check
+    # without verification nothing else tells an honest upload that overflowed from one
+    # a robust rule ranks as infinitely far (and whose round it may skip)
+    nonfinite_honest = None if fed.verify else _nonfinite_honest(fed, rd, U)
     grad_norms = None
     if fed.trace and fed.needs_recovery:
         grad_norms = [float(np.linalg.norm(X[r].astype(np.float64))) for r in range(X.shape[0])]
@@ -512,6 +515,8 @@ def server_round(fed: Federation, state: Mapping[str, np.ndarray], rd: "_Round |
                      rows, weights, kept_m, rule_diag, f_rule, attack_diag or {}, grad_norms)
     if losses is None:
         record["loss"] = None
+    if nonfinite_honest:
+        record["nonfinite_honest"] = nonfinite_honest
     if fed.resilience and rows.size > 0:
         tick = time.perf_counter()
         gradients_in_x = fed.detect == "gradient" or not getattr(fed.rule, "uses_features", True)
@@ -1295,6 +1300,23 @@ def _features_and_verify(fed, state, rd: _Round, U, X):
     excluded = _exclusions(rd, ok, checks, violation)
     rd.timing["features_verification"] = time.perf_counter() - tick
     return ok, excluded
+
+
+def _nonfinite_honest(fed, rd: _Round, U) -> list[int]:
+    """The honest clients of a round without verification whose upload holds NaN or ±inf
+    (ascending rows). An honest upload is the client rule on the client's own gradient,
+    which only an overflow makes non-finite; verification would exclude it as any
+    non-finite upload (``check`` = ``nonfinite``), and without it the rules receive it as
+    they receive a Byzantine one. The round record names them (``nonfinite_honest``)
+    so that the trainer can tell such a run from one whose hostile uploads are input."""
+    from rfrs_ref.aggregate.combine import finite_clients
+
+    honest = ~np.asarray(rd.byz, dtype=bool)
+    if not honest.any():
+        return []
+    backend = "numpy" if fed.backend == "numpy" else "numba"
+    ok = finite_clients(U["theta"], U, backend)
+    return [int(rd.clients[r]) for r in np.flatnonzero(honest & ~ok)]
 
 
 def _exclusions(rd: _Round, ok, checks, violation) -> list[dict]:

@@ -124,7 +124,8 @@ DIVERGED_STATE = "non-finite server state"
 #: :attr:`Diverged.reason` of a run whose state is finite but whose scores overflow
 DIVERGED_SCORES = "non-finite scores"
 #: :attr:`Diverged.reason` of a run whose state is finite but an honest client's upload
-#: is not (its gradient or the client rule overflowed; verification excluded it)
+#: is not (its gradient or the client rule overflowed; verification excluded it, or
+#: without verification the round record names it)
 DIVERGED_UPLOADS = "non-finite honest uploads"
 #: every reason a run can diverge for
 DIVERGED_REASONS = (DIVERGED_STATE, DIVERGED_SCORES, DIVERGED_UPLOADS)
@@ -143,10 +144,11 @@ class Diverged(NonFiniteState):
       dot product overflows; ``user`` names the first such client), at an
       evaluation round, on the test or the validation items;
     - ``reason == DIVERGED_UPLOADS``: the state is finite, but the upload of an
-      honest client of round t holds NaN or ±inf, so verification excluded it
-      (its gradient or the client rule overflowed: parameters or hyperparameters
-      so large, e.g. λ = 1e308, that no honest client can train; ``user`` names
-      the first such client). Byzantine uploads are input and never end a run.
+      honest client of round t holds NaN or ±inf, so verification excluded it,
+      or, without verification, a rule received it (its gradient or the client
+      rule overflowed: parameters or hyperparameters so large, e.g. λ = 1e308,
+      that no honest client can train; ``user`` names the first such client).
+      Byzantine uploads are input and never end a run.
 
     A ``NonFiniteState`` (hence a ``ValueError``), so every caller that stopped on
     a non-finite state stops on both. A non-finite *initial* state (round 0) is
@@ -593,15 +595,18 @@ class Trainer:
 
     @staticmethod
     def _check_honest_uploads(t, record, last_checkpoint, out, history=()) -> None:
-        """:class:`Diverged` (``DIVERGED_UPLOADS``) when verification excluded an honest
-        client's upload of round ``t`` for holding NaN or ±inf: an honest upload is the
-        client rule on the client's own gradient, which only an overflow makes non-finite,
-        and a run whose honest clients cannot train is no success (every round would
-        carry the state over, and the run end with the initial model's metrics)."""
-        for e in record.get("excluded") or ():
-            if e.get("check") != "nonfinite" or e.get("byzantine"):
-                continue
-            user = e.get("client")
+        """:class:`Diverged` (``DIVERGED_UPLOADS``) when an honest client's upload of round
+        ``t`` holds NaN or ±inf: verification excluded it for that, or, in a round without
+        verification, the round record names it (``nonfinite_honest``). An honest upload is
+        the client rule on the client's own gradient, which only an overflow makes
+        non-finite, and a run whose honest clients cannot train is no success (every round
+        would carry the state over, or, without verification, a robust rule rank every
+        honest upload as infinitely far and skip the round, and the run end with the
+        initial model's metrics)."""
+        users = [e.get("client") for e in record.get("excluded") or ()
+                 if e.get("check") == "nonfinite" and not e.get("byzantine")]
+        users += list(record.get("nonfinite_honest") or ())
+        for user in users[:1]:
             where = (f"; {out.path}/checkpoint.npz (round {last_checkpoint}) is kept"
                      if last_checkpoint else "") if out is not None else ""
             plain = (f"round {t}: the model diverged: its state is finite, but the upload of "

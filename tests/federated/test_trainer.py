@@ -220,6 +220,25 @@ def test_honest_uploads_that_overflow_end_the_run_as_a_divergence(tmp_path):
     assert (tmp_path / "run/rounds.jsonl").read_text() == ""
 
 
+@pytest.mark.parametrize("defense", ["krum", "rfa", "mda"])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_honest_uploads_that_overflow_without_verification_end_the_run(defense, backend):
+    """The same λ = 1e308 with SGD, whose uploads are not verified: a robust rule ranks every
+    honest upload (+inf or NaN) as infinitely far, finds nothing finite to aggregate and
+    keeps the state, round after round, and the run once ended as a success with the
+    initial model's metrics. It diverges at round 1 for the same reason, naming the
+    first honest client."""
+    from rfrs_ref.federated.trainer import DIVERGED_UPLOADS, Diverged
+
+    cfg = small_config(optimizer="sgd", defense=defense, model_params={"lam": 1e308},
+                       rounds=3, eval_every=3, backend=backend)
+    with pytest.raises(Diverged) as info:
+        Trainer(cfg).run()
+    err = info.value
+    assert err.reason == DIVERGED_UPLOADS and err.round == 1 and err.user is not None
+    assert err.what == f"the upload of honest client {err.user}"
+
+
 def test_non_finite_byzantine_uploads_never_end_a_run():
     """The inf attack's uploads are excluded by verification like an overflowing honest
     upload, but they are input: the run trains to its end."""
