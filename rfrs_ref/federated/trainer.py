@@ -609,10 +609,14 @@ class Trainer:
         for user in users[:1]:
             where = (f"; {out.path}/checkpoint.npz (round {last_checkpoint}) is kept"
                      if last_checkpoint else "") if out is not None else ""
+            # after round 1 the state itself may have grown (Byzantine uploads a rule let
+            # through can push it near the dtype's range): the message names both causes
+            grown = ("a state grown too large in the rounds before (e.g. by Byzantine uploads "
+                     "the rule let through), or " if t > 1 else "")
             plain = (f"round {t}: the model diverged: its state is finite, but the upload of "
                      f"honest client {user} holds NaN or ±inf (its gradient or the client "
-                     "rule overflowed: parameters or hyperparameters such as λ or the "
-                     "learning rate so large that no honest client can train); training "
+                     f"rule overflowed: {grown}parameters or hyperparameters such as λ or "
+                     "the learning rate so large that no honest client can train); training "
                      "stopped before recording the round")
             raise Diverged(t, DIVERGED_UPLOADS, f"the upload of honest client {user}",
                            plain + where, checkpoint=last_checkpoint, history=history,

@@ -214,6 +214,8 @@ def test_honest_uploads_that_overflow_end_the_run_as_a_divergence(tmp_path):
     assert err.reason == DIVERGED_UPLOADS and err.round == 1 and err.user is not None
     assert err.what == f"the upload of honest client {err.user}"
     assert "round 1: the model diverged" in str(err) and "honest client" in str(err)
+    # nothing has trained before round 1: only the hyperparameters can be the cause
+    assert "such as λ" in str(err) and "grown too large" not in str(err)
     assert [row["round"] for row in err.history] == [0]
     final = json.loads((tmp_path / "run/final_metrics.json").read_text())
     assert final["status"] == "diverged" and final["reason"] == DIVERGED_UPLOADS
@@ -395,3 +397,19 @@ def test_a_run_that_would_evaluate_nobody_is_a_configuration_error(tmp_path, edi
         # 0.01 of at most a few dozen items per client is no test item for anyone
         train(small_config(**edit), out)
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_honest_uploads_that_overflow_after_round_1_name_a_grown_state_too():
+    """λ = 1e30 with SGD: round 1's step multiplies θ by about 1 − 2ηλ, a finite state of
+    about 1e26, and round 2's gradients 2λθ overflow. The state the rounds before grew (as
+    Byzantine uploads a rule let through can make it grow) is then a cause the message
+    names beside the hyperparameters; at round 1 only the hyperparameters can be."""
+    from rfrs_ref.federated.trainer import DIVERGED_UPLOADS, Diverged
+
+    cfg = small_config(optimizer="sgd", defense="krum", model_params={"lam": 1e30}, rounds=4,
+                       eval_every=2)
+    with pytest.raises(Diverged) as info:
+        Trainer(cfg).run(None)
+    err = info.value
+    assert err.reason == DIVERGED_UPLOADS and err.round == 2
+    assert "a state grown too large in the rounds before" in str(err) and "such as λ" in str(err)
