@@ -325,8 +325,12 @@ SCORE_BLOCK = 1024
 
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out[...] = a @ b, without a temporary when the dtypes agree."""
-    if out.dtype == np.result_type(a, b):
-        np.matmul(a, b, out=out)
-    else:
-        out[...] = a @ b
+    """out[...] = a @ b, without a temporary when the dtypes agree. Scores that overflow
+    to ±inf or NaN are left to the callers, which test every score (evaluation stops the
+    run as a divergence, ``recommend`` refuses the model): NumPy's overflow warning would
+    only repeat that, as noise beside the message."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if out.dtype == np.result_type(a, b):
+            np.matmul(a, b, out=out)
+        else:
+            out[...] = a @ b

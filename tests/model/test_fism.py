@@ -301,3 +301,22 @@ def test_scores_of_unrated_items_equal_training_scores():
     sc = m.scores(theta, train, [0], backend="numpy")[0]
     P, Q = m.unpack(theta)
     np.testing.assert_allclose(sc[[0, 3]], P[[0, 3]] @ Q[[1, 2, 6]].sum(0) / 3, rtol=1e-14)
+
+
+@pytest.mark.parametrize("model", ["fism", "fmf"])
+def test_scores_that_overflow_are_left_to_the_callers_without_a_warning(model):
+    # the callers test every score (evaluation ends the run, recommend refuses the model);
+    # NumPy's "overflow encountered in matmul" was printed beside their message
+    import warnings
+
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.data.synthetic import synthetic
+
+    data = synthetic(n_users=6, n_items=8, n_clusters=2, mean_items=3.0)
+    m = MODELS.get(model)(n_items=8, dim=4)
+    theta = np.full(m.n_params(), 1e30, dtype=np.float32)
+    kw = {"private": np.full((6, 4), 1e30, dtype=np.float32)} if m.has_private else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scores = m.scores(theta, data, np.arange(6), backend="numpy", **kw)
+    assert not np.isfinite(scores).any()
