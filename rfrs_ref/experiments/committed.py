@@ -143,6 +143,7 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
 
     out = pathlib.Path(out)
     doc = read_provenance(out)
+    kept = _keep_unreadable_provenance(out, doc)
     entry = {
         "started": started,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -158,11 +159,42 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
         **git_commit(),
         "machine": machine(),
         "versions": software_versions(),
+        **({"unreadable_provenance_kept_as": kept} if kept else {}),
     }
     doc["calls"].append(entry)
     text = json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n"
     atomic_write(out / PROVENANCE, lambda fh: fh.write(text.encode("utf-8")))
     return entry
+
+
+def _keep_unreadable_provenance(out: pathlib.Path, doc: dict) -> str | None:
+    """Where ``out``'s provenance.json is a regular file that :func:`read_provenance` could
+    not read (``doc`` has no call, but the file is there: damaged, not JSON, another
+    shape), move it aside as ``provenance.json.unreadable`` (``.unreadable.2``, ... when
+    that name is taken) and return that name: the calls it recorded are never overwritten
+    by the new record without a trace. None when there is nothing to keep."""
+    path = out / PROVENANCE
+    if doc["calls"]:
+        return None
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None  # none, or a FIFO or link: replaced by the new record, never read
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+        if isinstance(doc, dict) and isinstance(doc.get("calls"), list):
+            return None  # a record of no call: nothing to keep
+    except OSError:
+        return None
+    except ValueError:
+        pass  # not JSON, or not UTF-8: kept below
+    for i in range(1, 1000):
+        aside = out / (f"{PROVENANCE}.unreadable" + (f".{i}" if i > 1 else ""))
+        if not (aside.exists() or aside.is_symlink()):
+            try:
+                os.rename(path, aside)
+            except OSError:
+                return None
+            return aside.name
+    return None
 
 
 def record_reconstructed(out: str | os.PathLike, outcomes: list[dict]) -> dict | None:

@@ -254,3 +254,26 @@ def test_the_documented_figures_are_the_committed_ones():
     stale = [p.name for p in documented if p.read_bytes() not in committed.get(p.name, set())]
     assert not stale, (f"docs/figures/{', '.join(stale)} differ from every committed "
                        "results/*/figures/ file of that name: copy the committed figure")
+
+
+@pytest.mark.parametrize("damaged", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+def test_an_unreadable_provenance_is_kept_aside_not_overwritten(tmp_path, damaged):
+    # a provenance.json that could not be read was taken as no record and overwritten by
+    # the next call's: whatever calls it held were lost without a trace
+    from rfrs_ref.experiments.committed import PROVENANCE, read_provenance, record_call
+
+    (tmp_path / PROVENANCE).write_bytes(damaged)
+    entry = record_call(tmp_path, started="2026-01-01T00:00:00+00:00", wall_s=1.0, total=1,
+                        skipped=0, finished=1, failed=0, workers=1, command=["rfrs-ref"])
+    assert (tmp_path / f"{PROVENANCE}.unreadable").read_bytes() == damaged
+    assert entry["unreadable_provenance_kept_as"] == f"{PROVENANCE}.unreadable"
+    assert read_provenance(tmp_path)["calls"] == [entry]
+    # a second damaged record goes beside the first, and a readable one is appended to
+    (tmp_path / PROVENANCE).write_bytes(damaged)
+    record_call(tmp_path, started="2026-01-01T00:00:00+00:00", wall_s=1.0, total=1,
+                skipped=0, finished=1, failed=0, workers=1, command=["rfrs-ref"])
+    assert (tmp_path / f"{PROVENANCE}.unreadable.2").read_bytes() == damaged
+    last = record_call(tmp_path, started="2026-01-01T00:00:00+00:00", wall_s=1.0, total=1,
+                       skipped=0, finished=1, failed=0, workers=1, command=["rfrs-ref"])
+    assert "unreadable_provenance_kept_as" not in last
+    assert len(read_provenance(tmp_path)["calls"]) == 2
