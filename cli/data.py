@@ -275,8 +275,8 @@ def info(name, data_dir, cache_dir, download, as_json, **synthetic_params) -> No
 
 def _refuse_generation_beyond_memory(name: str, params: dict) -> None:
     """A generated dataset whose generation needs more than this machine's memory (by
-    :func:`rfrs_ref.data.synthetic.generation_bytes`, a bound within about 10% of the
-    generator's peak at 200,000 users) is refused in one line before it starts:
+    :func:`rfrs_ref.data.synthetic.generation_bytes`, a bound above the generator's peak
+    and within 1.4 times it, tested) is refused in one line before it starts:
     ``--synthetic-users 100000000`` had the process killed by the system for memory,
     without a word."""
     from rfrs_ref.cli.train import memory_limit

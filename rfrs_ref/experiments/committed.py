@@ -110,19 +110,28 @@ def _cpu_model() -> str | None:
 def read_provenance(out: str | os.PathLike) -> dict:
     """The provenance of results directory ``out`` (``{"calls": []}`` when there is none, or
     when it is not a regular file: a FIFO at its name is never waited on)."""
+    return _read_provenance(out)[0]
+
+
+def _read_provenance(out: str | os.PathLike) -> tuple[dict, bool]:
+    """``(doc, unreadable)``: :func:`read_provenance`'s record, and whether a regular file
+    was there that could not be read as one (not UTF-8, not JSON, not an object with a list
+    of calls), which :func:`record_call` keeps aside instead of overwriting."""
     from rfrs_ref.files import open_regular
 
     fh = open_regular(pathlib.Path(out) / PROVENANCE)
     if fh is None:
-        return {"calls": []}
+        return {"calls": []}, False
     try:
         with fh:
             doc = json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return {"calls": []}
+    except OSError:
+        return {"calls": []}, False
+    except ValueError:
+        return {"calls": []}, True
     if not isinstance(doc, dict) or not isinstance(doc.get("calls"), list):
-        return {"calls": []}
-    return doc
+        return {"calls": []}, True
+    return doc, False
 
 
 def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: int,
@@ -142,8 +151,8 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
     from rfrs_ref.federated.trainer import software_versions
 
     out = pathlib.Path(out)
-    doc = read_provenance(out)
-    kept = _keep_unreadable_provenance(out, doc)
+    doc, unreadable = _read_provenance(out)
+    kept = _keep_aside(out) if unreadable else None
     entry = {
         "started": started,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -167,30 +176,16 @@ def record_call(out: str | os.PathLike, *, started: str, wall_s: float, total: i
     return entry
 
 
-def _keep_unreadable_provenance(out: pathlib.Path, doc: dict) -> str | None:
-    """Where ``out``'s provenance.json is a regular file that :func:`read_provenance` could
-    not read (``doc`` has no call, but the file is there: damaged, not JSON, another
-    shape), move it aside as ``provenance.json.unreadable`` (``.unreadable.2``, ... when
-    that name is taken) and return that name: the calls it recorded are never overwritten
-    by the new record without a trace. None when there is nothing to keep."""
-    path = out / PROVENANCE
-    if doc["calls"]:
-        return None
-    try:
-        if not stat.S_ISREG(path.lstat().st_mode):
-            return None  # none, or a FIFO or link: replaced by the new record, never read
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-        if isinstance(doc, dict) and isinstance(doc.get("calls"), list):
-            return None  # a record of no call: nothing to keep
-    except OSError:
-        return None
-    except ValueError:
-        pass  # not JSON, or not UTF-8: kept below
+def _keep_aside(out: pathlib.Path) -> str | None:
+    """Move ``out``'s unreadable provenance.json aside as ``provenance.json.unreadable``
+    (``.unreadable.2``, ... when that name is taken) and return that name: the calls it
+    recorded are never overwritten by the new record without a trace. None where it cannot
+    be moved (the new record then replaces it, as before)."""
     for i in range(1, 1000):
         aside = out / (f"{PROVENANCE}.unreadable" + (f".{i}" if i > 1 else ""))
         if not (aside.exists() or aside.is_symlink()):
             try:
-                os.rename(path, aside)
+                os.rename(out / PROVENANCE, aside)
             except OSError:
                 return None
             return aside.name
