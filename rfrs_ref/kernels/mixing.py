@@ -18,7 +18,9 @@ Backends: ``"numpy"`` (the oracle: one output row at a time, the sum over the
 rows with M[j, i] ≠ 0 in float64), and ``"numba"``/``"cuda"``: a diagonal M
 (clipping) scales each row in one pass; any other M (NNM, bucketing) is summed
 row by row over its non-zero entries in the oracle's order, in one parallel
-Numba pass over column blocks. Both give the oracle's result bit for bit
+Numba pass over column blocks (each input row's float64 difference from S
+computed once per block, and the terms added four at a time: the same
+additions in the same order). Both give the oracle's result bit for bit
 (tested, hostile values included), reading A once and doing n′·nnz(row)·D
 multiply-adds, vectorised along the columns.
 """
@@ -30,8 +32,7 @@ from numba import njit, prange
 
 from rfrs_ref.kernels.distances import as_float_matrix, n_chunks
 
-# columns per block: 100 rows of 1024 float32 values (400 KiB) stay in L2 while every
-# output row is summed, and the 8 KiB float64 accumulator in L1
+# columns per block of the diagonal scaling (one pass, each row once)
 BLOCK = 1024
 
 
@@ -43,13 +44,13 @@ def mix_rows_numpy(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None) ->
     s = None if S is None else np.asarray(S, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         for j in range(M.shape[0]):
-            use = np.flatnonzero(M[j] != 0)
-            rows = np.asarray(A[use], dtype=np.float64)
-            if s is None:
-                acc = (M[j, use, None] * rows).sum(axis=0)
-            else:
-                acc = s + (M[j, use, None] * (rows - s)).sum(axis=0)
-            out[j] = acc
+            # the terms added one row at a time, in index order: ``sum(axis=0)`` would
+            # sum pairwise where the rows form one contiguous run (D = 1)
+            acc = np.zeros(A.shape[1])
+            for i in np.flatnonzero(M[j] != 0):
+                row = np.asarray(A[i], dtype=np.float64)
+                acc += M[j, i] * (row if s is None else row - s)
+            out[j] = acc if s is None else s + acc
     return out
 
 
@@ -76,38 +77,70 @@ def _scale_rows_numba(A, scale, S, has_ref, out, block, nchunks):
 def _mix_numba(A, ptr, cols, vals, S, has_ref, out, block, nchunks):
     """out[j] = S + Σ_{p in row j} vals[p] · (A[cols[p]] − S) in float64, the terms added
     in the oracle's order (the rows of j's non-zero weights by index), so every entry is
-    the oracle's, bit for bit. A block of columns at a time: its rows of A stay in cache
-    while every output row is summed, and the accumulator in L1."""
+    the oracle's, bit for bit.
+
+    A block of columns at a time: first every row's differences dᵢ = A[i] − S of the
+    block in float64 (each computed once, not once per output row that uses it: the
+    same operation on the same operands, so the same value), then every output row
+    summed from them, its terms added four at a time,
+    acc ← (((acc + w₀d₀) + w₁d₁) + w₂d₂) + w₃d₃: the additions of one at a time, in the
+    same order (no fastmath: nothing is reassociated), with one load and store of the
+    accumulator per four terms instead of one per term."""
     m = ptr.size - 1
-    D = A.shape[1]
+    n, D = A.shape
     nblocks = (D + block - 1) // block
     for c in prange(nchunks):
         acc = np.empty(block)
+        d = np.empty((n, block))
         for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
             k0 = b * block
             bw = min(D, k0 + block) - k0
             s = S[k0:k0 + bw]
+            for i in range(n):
+                a = A[i, k0:k0 + bw]
+                di = d[i]
+                if has_ref:
+                    for k in range(bw):
+                        di[k] = np.float64(a[k]) - s[k]
+                else:
+                    for k in range(bw):
+                        di[k] = np.float64(a[k])
             for j in range(m):
                 for k in range(bw):
                     acc[k] = 0.0
+                p = ptr[j]
+                p1 = ptr[j + 1]
+                while p + 4 <= p1:
+                    d0 = d[cols[p]]
+                    d1 = d[cols[p + 1]]
+                    d2 = d[cols[p + 2]]
+                    d3 = d[cols[p + 3]]
+                    w0 = vals[p]
+                    w1 = vals[p + 1]
+                    w2 = vals[p + 2]
+                    w3 = vals[p + 3]
+                    for k in range(bw):
+                        acc[k] = (((acc[k] + w0 * d0[k]) + w1 * d1[k]) + w2 * d2[k]) + w3 * d3[k]
+                    p += 4
+                while p < p1:
+                    dp = d[cols[p]]
+                    w = vals[p]
+                    for k in range(bw):
+                        acc[k] += w * dp[k]
+                    p += 1
+                o = out[j, k0:k0 + bw]
                 if has_ref:
-                    for p in range(ptr[j], ptr[j + 1]):
-                        a = A[cols[p], k0:k0 + bw]
-                        w = vals[p]
-                        for k in range(bw):
-                            acc[k] += w * (np.float64(a[k]) - s[k])
-                    o = out[j, k0:k0 + bw]
                     for k in range(bw):
                         o[k] = s[k] + acc[k]
                 else:
-                    for p in range(ptr[j], ptr[j + 1]):
-                        a = A[cols[p], k0:k0 + bw]
-                        w = vals[p]
-                        for k in range(bw):
-                            acc[k] += w * np.float64(a[k])
-                    o = out[j, k0:k0 + bw]
                     for k in range(bw):
                         o[k] = acc[k]
+
+
+def _mix_block(n: int) -> int:
+    """Columns per block of :func:`_mix_numba`: the n rows of float64 differences
+    (n · block · 8 bytes) stay within about 200 KiB, in L2 beside the float32 rows."""
+    return 512 if n <= 48 else 256
 
 
 def _is_diagonal(M: np.ndarray) -> bool:
@@ -148,12 +181,13 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
         out = np.empty((M.shape[0], D), dtype=Af.dtype)
     if _is_diagonal(M):
         has_ref = S is not None and not zero_reference
-        _scale_rows_numba(Af, np.diagonal(M).copy(), ref, has_ref, out, 1024,
-                          n_chunks(D, 1024))
+        _scale_rows_numba(Af, np.diagonal(M).copy(), ref, has_ref, out, BLOCK,
+                          n_chunks(D, BLOCK))
         return out.astype(A.dtype, copy=False)
     # every row's non-zero weights, in index order (the oracle's order of summation)
     ptr = np.concatenate([[0], np.cumsum(np.count_nonzero(M, axis=1))]).astype(np.int64)
     rows, cols = np.nonzero(M)
+    block = _mix_block(n)
     _mix_numba(Af, ptr, cols.astype(np.int64), M[rows, cols].copy(), ref, S is not None, out,
-               BLOCK, n_chunks(D, BLOCK))
+               block, n_chunks(D, block))
     return out.astype(A.dtype, copy=False)
