@@ -1608,6 +1608,15 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
         return Mismatch(name, None, None, None, None,
                         message=f"expected an array of {e.dtype}, got one of {g.dtype}: a "
                         "boolean output is compared with booleans only")
+    flags = _bool_elements(expected, e) != _bool_elements(got, g)
+    if flags.any():
+        # a JSON list mixing booleans and numbers ([true, 2]) reads as integers, true as 1:
+        # element by element too, a boolean matches a boolean only
+        idx = tuple(int(i) for i in np.argwhere(flags)[0])
+        return Mismatch(name, idx, _element(expected, idx), _element(got, idx), None,
+                        message=f"index {idx}: expected {_element(expected, idx)!r}, got "
+                        f"{_element(got, idx)!r}: a boolean is compared with booleans only (a "
+                        "list that mixes booleans and numbers)")
     tol = None
     ints = np.zeros(e.shape, dtype=bool)  # integers of a list that NumPy read as floats
     if e.dtype.kind in "iub" and g.dtype.kind in "iub":
@@ -1657,6 +1666,23 @@ def _int_elements(value, shape: tuple) -> np.ndarray:
         if isinstance(x, list):
             stack.extend((v, at + (i,)) for i, v in enumerate(x))
         elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and len(at) == len(shape):
+            mask[at] = True
+    return mask
+
+
+def _bool_elements(value, array: np.ndarray) -> np.ndarray:
+    """Which elements of ``value`` (read by NumPy as ``array``) are booleans: all of an array
+    of booleans, none of another array, and those written as booleans in a list (which NumPy
+    reads as integers when the list also holds numbers: ``[true, 2]`` is ``[1, 2]``)."""
+    if not isinstance(value, list):
+        return np.full(array.shape, array.dtype.kind == "b")
+    mask = np.zeros(array.shape, dtype=bool)
+    stack = [(value, ())]
+    while stack:
+        x, at = stack.pop()
+        if isinstance(x, list):
+            stack.extend((v, at + (i,)) for i, v in enumerate(x))
+        elif isinstance(x, (bool, np.bool_)) and len(at) == array.ndim:
             mask[at] = True
     return mask
 

@@ -802,6 +802,31 @@ def test_a_case_stating_a_boolean_output_as_integers_fails(tmp_path, how):
     _case_fails(root, "r1_verified", "booleans only", name=case)
 
 
+def test_a_boolean_inside_a_list_of_numbers_is_compared_with_booleans_only(tmp_path):
+    """Krum's selection [2, 1, 5, ...] stated as [2, true, 5, ...] passed: NumPy reads a JSON
+    list mixing booleans and integers as integers, true as 1."""
+    spec = {"compare": "exact"}
+    for expected, got in (([2, True, 5], np.array([2, 1, 5])), ([1.5, True], np.array([1.5, 1.0])),
+                          ([[0, False]], np.array([[0, 0]]))):
+        m = golden.compare_output("x", spec, expected, got)
+        assert m is not None and "a boolean is compared with booleans only" in str(m), (expected, m)
+    assert golden.compare_output("x", spec, [2, 1, 5], np.array([2, 1, 5])) is None
+    assert golden.compare_output("x", spec, [True, False], np.array([True, False])) is None
+    case = "aggregate/krum-gradient-f64"
+    root = tmp_path / "vectors"
+    golden.export(root, only=[case])
+    path = root / case / "case.json"
+    doc = json.loads(path.read_text())
+    entry = doc["outputs"]["krum_selected"]
+    selected = np.load(root / case / entry["file"]).tolist()
+    assert 1 in selected
+    for k in ("file", "dtype", "shape"):
+        entry.pop(k)
+    entry["value"] = [True if x == 1 else x for x in selected]
+    path.write_text(json.dumps(doc))
+    _case_fails(root, "krum_selected", "booleans only", name=case)
+
+
 # -- export never takes a directory from its owner -------------------------------------------------------
 
 @pytest.mark.parametrize("only", [(), ("--only", "optim/sgd-*")])
