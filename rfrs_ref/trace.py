@@ -533,7 +533,9 @@ def _check_sums_consistent(trace: Trace) -> None:
     state array has one per parameter): N ≤ S ≤ √D·N (Σ|x| ≥ ‖x‖₂, and Cauchy–Schwarz),
     and |sum| ≤ S, |weighted_sum| ≤ 7S, |phase_sum| ≤ 2S (weights in [1, 7] and [1, 2)),
     each within a relative D·2⁻⁵³ + :data:`SUMS_SLACK` (D ≤ :data:`MAX_PARAMS`, so at most
-    2⁻¹³). A reference with sums and without ``n_params`` is refused: its upper bound could
+    2⁻¹³); and where N is finite (and 7√D·N too), every sum is: a null (or NaN, ±inf) sum
+    of such an array is no value of it, and a B writing the same would match it. A
+    reference with sums and without ``n_params`` is refused: its upper bound could
     not be checked. Raises :class:`TraceFormatError` naming the file, line, round and array."""
     D = trace.header.get("n_params")
     lines = _state_lines(trace)
@@ -553,9 +555,24 @@ def _check_sums_consistent(trace: Trace) -> None:
             if not isinstance(x, dict):
                 continue
             S, N = _finite_number(x.get("abs_sum")), _finite_number(norms.get(k))
+            problem = ""
+            if N is not None and SUM_PERIOD * math.sqrt(D) * N * (1.0 + slack) < sys.float_info.max:
+                # a finite norm bounds every sum (|Σ w_k x_k| ≤ 7Σ|x| ≤ 7√D·‖x‖₂): a sum A leaves
+                # null (or NaN, ±inf) there is no value of the state, and B's null matches it
+                gone = [stat for stat in SUM_STATS + OPTIONAL_SUM_STATS
+                        if stat in x and _finite_number(x[stat]) is None]
+                if gone:
+                    line = f":{trace.lines[i]}" if i < len(trace.lines) else ""
+                    where = "the header's initial state" if t == 0 else f"round {t}"
+                    v = x[gone[0]]
+                    raise TraceFormatError(
+                        f"{trace.path or 'trace A'}{line}: {where}: state_sums.{k}.{gone[0]} is "
+                        f"{'null' if v is None else describe_object(v, 60)} where state_norms.{k} = "
+                        f"{float(N)!r} is finite, which bounds every sum of the array (|Σ w_k x_k| ≤ "
+                        "7·√D·‖x‖₂): the reference's sums must be its state's (a B writing the same "
+                        "non-finite value would match it, and no sum be compared; docs/traces.md)")
             if S is None:
                 continue
-            problem = ""
             if S < 0:
                 problem = "Σ|x| ≥ 0"
             elif N is not None and S < N * (1.0 - slack):

@@ -779,6 +779,38 @@ def test_a_reference_whose_sums_contradict_its_own_norms_is_refused(tmp_path, re
         T.compare(a, a)
 
 
+@pytest.mark.parametrize("value", ["null", "NaN", "Infinity"])
+@pytest.mark.parametrize("line", [0, 2])
+def test_a_reference_whose_sums_are_not_finite_where_its_norm_is_is_refused(tmp_path, refused, value, line):
+    """A with every sum of m null (its norms finite) and B with the same nulls and m's sign
+    flipped agreed under --no-checksums: a null matched a null, and no sum of m was
+    compared. A finite norm bounds every sum, so such a reference is refused."""
+    a_lines = _consistent_sums(_lines())
+    b_lines = _flip_m(a_lines)
+    for lines in (a_lines, b_lines):
+        for obj in [lines[0]["initial"]] + lines[1:]:
+            obj["state_sums"]["m"] = {k: 12345.0 for k in obj["state_sums"]["m"]}
+    a_text = "".join(json.dumps(x) + "\n" for x in a_lines)
+    a = tmp_path / "a.jsonl"
+    a.write_text(a_text.replace("12345.0", value))
+    b = tmp_path / "b.jsonl"
+    b.write_text("".join(json.dumps(x) + "\n" for x in b_lines).replace("12345.0", value))
+    refused(_cli(a, b, "--no-checksums"), "a.jsonl:1: the header's initial state: state_sums.m.sum is",
+            "where state_norms.m = 0.0 is finite", never="agree")
+    # one line's sums of θ alone, the others consistent
+    a_lines = _consistent_sums(_lines())
+    target = a_lines[0]["initial"] if line == 0 else a_lines[line]
+    target["state_sums"]["theta"]["weighted_sum"] = 12345.0
+    a.write_text("".join(json.dumps(x) + "\n" for x in a_lines).replace("12345.0", value))
+    where = "a.jsonl:1: the header's initial state" if line == 0 else f"a.jsonl:{line + 1}: round {line}"
+    refused(_cli(a, a, "--no-checksums"), where, "state_sums.theta.weighted_sum is", never="agree")
+    # a norm that is not finite bounds nothing: null sums there are the array's
+    target["state_norms"]["theta"] = None
+    target["state_sums"]["theta"] = {k: None for k in target["state_sums"]["theta"]}
+    a.write_text("".join(json.dumps(x) + "\n" for x in a_lines))
+    assert "is finite" not in _cli(a, a).output
+
+
 # -- a reference that switches its own checks off ------------------------------------------------------
 
 @pytest.mark.parametrize("which", ["a", "b"])
@@ -877,8 +909,9 @@ def test_a_state_non_finite_in_both_traces_is_no_state_compared(tmp_path, refuse
     refused(_cli(a, a, "--no-checksums"), "no value of the state", "in round 2",
             "non-finite (null, NaN or ±inf) in both traces", never="traces agree")
     assert _cli(a, a).exit_code == 0  # bit-identical checksums: the same state, whatever it holds
-    # one finite norm in the round is a state compared
+    # one finite norm in the round is a state compared (with its sums: a finite norm bounds them)
     lines[2]["state_norms"]["m"] = 0.2
+    lines[2]["state_sums"]["m"] = {"sum": 0.1, "weighted_sum": 0.4, "abs_sum": 0.3, "phase_sum": 0.2}
     a = _write(tmp_path / "a.jsonl", lines)
     assert _cli(a, a, "--no-checksums").exit_code == 0
 
