@@ -39,6 +39,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -409,6 +410,10 @@ def _parse_line(raw: bytes, where: str, last: bool):
         raise TraceFormatError(msg) from None
 
 
+#: a state checksum: the sha256 digest of an array's bytes, in hex (docs/traces.md)
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
 def _check_state_summary(obj: dict, where: str) -> None:
     for key in ("state_norms", "state_checksums"):
         v = obj.get(key)
@@ -417,8 +422,16 @@ def _check_state_summary(obj: dict, where: str) -> None:
         if not isinstance(v, dict):
             raise TraceFormatError(f"{where}: {key} must be an object (array name -> value), "
                                    f"got {type(v).__name__}")
-        if key == "state_checksums" and not all(isinstance(x, str) for x in v.values()):
-            raise TraceFormatError(f"{where}: state_checksums must map array names to hex strings")
+        if key == "state_checksums":
+            for name, x in v.items():
+                # a placeholder ("", "n/a") that both traces write would match itself, and
+                # count as a state compared bit for bit (and excuse B's missing sums)
+                if not (isinstance(x, str) and _SHA256.fullmatch(x)):
+                    raise TraceFormatError(
+                        f"{where}: state_checksums must map array names to hex strings, sha256 "
+                        f"digests of 64 hex digits; state_checksums.{describe_object(name, 60)} is "
+                        f"{describe_object(x, 80)} (leave out state_checksums where an "
+                        "implementation computes none)")
         if key == "state_norms":
             for name, x in v.items():
                 # a list or a string would count as a state compared without a norm being

@@ -18,14 +18,14 @@ from rfrs_ref import trace as T
 HEADER = {"format": "rfrs-trace", "version": 1, "producer": {"name": "test"}, "run": {"seed": 1},
           "dataset": {"name": "tiny"}, "n_params": 4, "state_arrays": ["m", "theta"], "dtype": "float64",
           "layout": "flat", "byte_order": "little", "checksum": "sha256",
-          "initial": {"state_norms": {"m": 0.0, "theta": 1.5}, "state_checksums": {"m": "00", "theta": "ab"}}}
+          "initial": {"state_norms": {"m": 0.0, "theta": 1.5}, "state_checksums": {"m": "00" * 32, "theta": "ab" * 32}}}
 
 
 def _round(t: int) -> dict:
     return {"round": t, "clients": [0, 3], "byzantine": [False, True], "n_samples": [3, 4], "f": 1,
             "f_rule": 1, "excluded": [], "grad_norms": [0.5, 2.0 * t], "loss": 0.7 / t,
             "rule": {"scores": [1.0, 2.5], "selected": [0]}, "kept": [1.0, 0.0], "weights": [1.0, 0.0],
-            "attack": {}, "state_norms": {"m": 0.1 * t, "theta": 1.5 + t}, "state_checksums": {"m": "01", "theta": "cd"}}
+            "attack": {}, "state_norms": {"m": 0.1 * t, "theta": 1.5 + t}, "state_checksums": {"m": "01" * 32, "theta": "cd" * 32}}
 
 
 def _lines(rounds: int = 3) -> list[dict]:
@@ -189,6 +189,28 @@ def test_mistyped_fields(ref, tmp_path, edit, fragment, refused):
     lines = _lines(1)
     edit(lines[0], lines[1])
     refused(_cli(ref, _write(tmp_path / "typed.jsonl", lines)), "typed.jsonl:", fragment)
+
+
+@pytest.mark.parametrize("placeholder", ["n/a", "", "0", "ab" * 31, "zz" * 32, "ab" * 33])
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_a_checksum_that_is_no_sha256_digest_is_refused(tmp_path, refused, placeholder, which):
+    """Two traces of an implementation that computes no checksum and writes "n/a" in their
+    place, without state_sums, 'agreed' as "values and checksums": the placeholders matched,
+    excused the missing sums, and a B with m's sign flipped (norms unchanged) agreed."""
+    lines = _lines()
+    for obj in [lines[0]["initial"]] + lines[1:]:
+        obj["state_checksums"] = {"m": placeholder, "theta": placeholder}
+    good = _write(tmp_path / "good.jsonl", _lines())
+    bad = _write(tmp_path / "bad.jsonl", lines)
+    a, b = (bad, good) if which == "a" else (good, bad)
+    refused(_cli(a, b), "bad.jsonl:1", "sha256 digests of 64 hex digits", never="agree")
+    refused(_cli(bad, bad), "bad.jsonl:1", "state_checksums.'m' is", never="agree")
+    # an implementation without checksums leaves them out: its sums then decide
+    for obj in [lines[0]["initial"]] + lines[1:]:
+        del obj["state_checksums"]
+    plain = _write(tmp_path / "plain.jsonl", lines)
+    res = _cli(plain, plain)
+    assert res.exit_code == 0 and "values (checksums not compared)" in res.output, res.output
 
 
 @pytest.mark.parametrize("content", ["[1, 2]\n", "null\n", '"text"\n'])
@@ -680,15 +702,15 @@ def test_a_reference_recording_only_its_initial_state_is_refused(ref, tmp_path, 
     b[0].pop("state_arrays")
     for r in b[1:]:
         r["state_norms"] = {"m": 1e9, "theta": 5e9}
-        r["state_checksums"] = {"m": "zz", "theta": "yy"}
+        r["state_checksums"] = {"m": "e" * 64, "theta": "d" * 64}
     refused(_cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)),
             "no value of the state", "compared in 3 of the 3 rounds (the first: round 1)",
             "trace A records no state there", never="the traces agree")
     # nor does one round's state stand for the others': A records it in round 1 only
     a[1]["state_norms"] = {"m": 0.1, "theta": 2.5}
-    a[1]["state_checksums"] = {"m": "01", "theta": "cd"}
+    a[1]["state_checksums"] = {"m": "01" * 32, "theta": "cd" * 32}
     b[1]["state_norms"] = {"m": 0.1, "theta": 2.5}
-    b[1]["state_checksums"] = {"m": "01", "theta": "cd"}
+    b[1]["state_checksums"] = {"m": "01" * 32, "theta": "cd" * 32}
     refused(_cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)),
             "no value of the state", "compared in 2 of the 3 rounds (the first: round 2)",
             never="the traces agree")
@@ -933,7 +955,7 @@ def test_sums_may_be_left_out_only_where_every_arrays_checksum_is_compared(tmp_p
     a_lines = _consistent_sums(_lines())
     b_lines = _without_sums(_flip_m(a_lines))
     for r in b_lines[1:]:
-        r["state_checksums"]["m"] = "ff"  # m's bytes differ
+        r["state_checksums"]["m"] = "f" * 64  # m's bytes differ
     extra = []
     if how == "ignore-round":
         extra = ["--ignore", "state_checksums"]
