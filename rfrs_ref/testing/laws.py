@@ -1065,7 +1065,8 @@ def recovery_exact(opt, case: PairCase, reference: str | None = None) -> str | N
     array of its own that it hid in its upload, does not recover U.
 
     ``reference`` names the rfrs-ref optimiser whose rule and bound apply
-    (default ``opt.name``), with the object's hyperparameters. The bound is
+    (default ``opt.name``), with the example's hyperparameters (``case.optimizer``: those
+    the object was built with, or read from its attributes, as for update_rule). The bound is
     computed from the reference's own upload (stored in the dtypes the object
     stores its upload in), never from what the object returned: a recovery of
     +inf cannot widen its own bound. Where rfrs-ref's rule gives a finite
@@ -1079,7 +1080,13 @@ def recovery_exact(opt, case: PairCase, reference: str | None = None) -> str | N
     law = "recovery_exact"
     kind = reference or getattr(opt, "name", None)
     cls = OPTIMIZERS.get(kind)
-    ref = cls(**{h.name: getattr(opt, h.name) for h in hyperparameters(cls) if hasattr(opt, h.name)})
+    if isinstance(case.optimizer, cls):
+        # the hyperparameters the object was built with (or read from it), as update_rule's:
+        # read again from its attributes, a recover that ignores η and exposes it under
+        # another name (an SGD dividing by 1e-3 whatever η) was held to its own mistake
+        ref = case.optimizer
+    else:
+        ref = cls(**{h.name: getattr(opt, h.name) for h in hyperparameters(cls) if hasattr(opt, h.name)})
     state = {k: case.state[k] for k in ref.arrays}
     ref_up = ref.client_rule(state, case.g, case.t)
     if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in ref_up.values()):

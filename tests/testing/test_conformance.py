@@ -129,6 +129,33 @@ def test_adams_that_pass_on_their_own_uploads_are_found(broken, name, law):
     assert set(others.values()) == {"holds"} or name == "adam_g_in_upload", format_results(results, name)
 
 
+class _SGDFixedRecoveryRate:
+    """An SGD built with η that keeps it as ``learning_rate`` (not rfrs-ref's ``lr``) and
+    recovers with the default η = 1e-3 whatever it was built with."""
+
+    name = "sgd"
+
+    def __init__(self, lr=1e-3):
+        self.learning_rate = lr
+
+    def client_rule(self, state, g, t):
+        return {"theta": state["theta"] - self.learning_rate * g}
+
+    def recover(self, state, upload, t):
+        return (state["theta"] - upload["theta"]) / 1e-3
+
+
+def test_a_recovery_that_ignores_the_drawn_learning_rate_fails():
+    """recovery_exact compares with the hyperparameters the class was built with, as
+    update_rule does: read back from the object's attributes, an object without an ``lr``
+    attribute was held to rfrs-ref's default η, which its recovery used, and
+    recover(client_rule(g)) = g·η/1e-3 held every law."""
+    results = run_optimizer_conformance("sgd", _SGDFixedRecoveryRate, max_examples=20)
+    st = _status(results)
+    assert st == {"recovery_exact": "fails", "update_rule": "holds", "inputs_unchanged": "holds"}, \
+        format_results(results, "sgd")
+
+
 def test_a_crash_on_hostile_input_fails_the_law():
     def fragile(X, ns, f):
         if not np.isfinite(X).all():
