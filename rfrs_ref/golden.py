@@ -77,6 +77,10 @@ C_REDUCTION = 256
 C_RUN = 1024
 #: how deeply case.json may nest lists and objects (an export writes 5 levels)
 MAX_DEPTH = 32
+#: the most bytes an index.json or a case.json may hold, and the most data an array file's
+#: header may claim: a golden case is small (the largest file an export writes is about
+#: 23 KB, the index), and a sparse file of terabytes read whole would take all memory
+MAX_FILE_BYTES = 1 << 24
 
 
 #: a golden-vector file cannot be used (the one-line message names the file): the same
@@ -1402,7 +1406,7 @@ def _refuse_foreign(root: pathlib.Path, where: str, cases) -> None:
     index = root / "index.json"
     if index.exists() or index.is_symlink():
         try:
-            doc = read_json(index, "index of golden vectors")
+            doc = read_json(index, "index of golden vectors", max_bytes=MAX_FILE_BYTES)
         except UntrustedFileError as exc:
             raise GoldenFormatError(f"{exc}; the export would replace it: move it away or "
                                     "export into another directory") from None
@@ -1713,7 +1717,7 @@ def _array(folder: pathlib.Path, meta: dict, key: str, where: str) -> np.ndarray
     ``strict``) and checked against the dtype and shape the entry states."""
     src = str(folder / "case.json")
     path = confined(folder, meta.get("file"), src, what=f"{where} {key!r}: file")
-    a = read_npy(path, src, strict=True)
+    a = read_npy(path, src, strict=True, max_bytes=MAX_FILE_BYTES)
     dtype, shape = meta.get("dtype"), meta.get("shape")
     if dtype not in ARRAY_DTYPES or a.dtype.str != _DESCR[dtype]:
         raise GoldenFormatError(f"{src}: {where} {key!r}: {path.name} holds {a.dtype}, the case states "
@@ -1741,7 +1745,7 @@ def load_case(folder) -> tuple[dict, dict, dict]:
     """
     folder = pathlib.Path(folder)
     src = folder / "case.json"
-    meta = read_json(src, "case.json")
+    meta = read_json(src, "case.json", max_bytes=MAX_FILE_BYTES)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION \
             or isinstance(meta.get("version"), bool):
         got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (None, None)
@@ -2034,7 +2038,7 @@ def read_index(directory) -> list[dict]:
     # are read relative to them: an index from elsewhere describes other vectors); checked
     # before it is opened, so that nothing outside the vectors is read
     confined(root, "index.json", str(index_path), what="the index")
-    index = read_json(index_path, "index of golden vectors")
+    index = read_json(index_path, "index of golden vectors", max_bytes=MAX_FILE_BYTES)
     if not isinstance(index, dict) or index.get("format") != FORMAT or index.get("version") != VERSION \
             or isinstance(index.get("version"), bool):
         raise GoldenFormatError(f"{index_path}: not a {FORMAT} version {VERSION} index")

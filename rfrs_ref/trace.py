@@ -630,6 +630,8 @@ def read_trace(path) -> Trace:
     :class:`TraceFormatError` with a one-line message naming the file and line.
     ``NaN``/``Infinity`` literals are read as the floats they name (the format
     writes ``null``; :func:`compare` treats them by :mod:`rfrs_ref.agreement`'s rule).
+    A file larger than the memory can hold once read (a sparse file of terabytes) is a
+    :class:`TraceFormatError` too, naming its size.
     """
     path = pathlib.Path(path)
     if not path.exists():
@@ -637,6 +639,19 @@ def read_trace(path) -> Trace:
     if not path.is_dir() and not path.is_file():
         # a device or a pipe (/dev/zero) would be read forever
         raise TraceFormatError(f"{path}: not a regular file, expected a trace")
+    try:
+        return _read_trace(path)
+    except MemoryError:
+        try:
+            size = f"{path.stat().st_size:,} bytes"
+        except OSError:
+            size = "its size unknown"
+        raise TraceFormatError(f"{path}: too large to read in this machine's memory ({size}); "
+                               "is it a trace?") from None
+
+
+def _read_trace(path: pathlib.Path) -> Trace:
+    """:func:`read_trace` of a path tested to be a regular file or a directory."""
     rounds: list[dict] = []
     head = None
     try:

@@ -183,9 +183,11 @@ def _lone_surrogate(obj: Any) -> bool:
     return False
 
 
-def read_json(path, what: str = "file") -> Any:
+def read_json(path, what: str = "file", *, max_bytes: int | None = None) -> Any:
     """Read and parse a JSON file (see :func:`parse_json`); a missing or unreadable file
-    is an :class:`UntrustedFileError` too."""
+    is an :class:`UntrustedFileError` too, and so is one of more than ``max_bytes`` bytes
+    (judged from the size of the file opened, before a byte is read: a sparse file of
+    terabytes takes a few bytes of disk, and reading it whole would take all memory)."""
     from rfrs_ref.files import open_input
 
     path = pathlib.Path(path)
@@ -195,9 +197,15 @@ def read_json(path, what: str = "file") -> Any:
         # opened without waiting, then tested on the descriptor itself: a FIFO or a device
         # (/dev/zero) put at the name after a test of the name would be read for ever
         with open_input(path, what) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise UntrustedFileError(f"{path}: {size:,} bytes, more than the {max_bytes:,} "
+                                         f"bytes this {what} may hold; nothing is read from it")
             data = fh.read()
     except FileNotFoundError:
         raise UntrustedFileError(f"{path}: no such {what}") from None
+    except UntrustedFileError:
+        raise
     except ValueError:
         raise UntrustedFileError(f"{path}: not a regular file, expected a {what}") from None
     except OSError as exc:
@@ -258,7 +266,8 @@ def confined(folder, relative, source: str, *, what: str = "path") -> pathlib.Pa
 NPY_KINDS = "fiub"
 
 
-def read_npy(path, source: str | None = None, *, strict: bool = False) -> np.ndarray:
+def read_npy(path, source: str | None = None, *, strict: bool = False,
+             max_bytes: int | None = None) -> np.ndarray:
     """Read one ``.npy`` array (never pickled), refusing what NumPy would choke on.
 
     The header's dtype must be a plain float, integer or bool, and the file must
@@ -272,7 +281,8 @@ def read_npy(path, source: str | None = None, *, strict: bool = False) -> np.nda
     format's description alone handles, which the golden vectors fix: format
     version 1.0, C order (``'fortran_order': False``) and a little-endian dtype
     (``<``, or ``|`` where byte order does not apply); any other is refused, naming
-    what differs, even where NumPy would read the same values.
+    what differs, even where NumPy would read the same values. ``max_bytes``: the most data
+    the array may hold; a header claiming more is refused before any memory is allocated.
     """
     path = pathlib.Path(path)
     where = f"{path}" + (f" (named in {source})" if source else "")
@@ -315,6 +325,10 @@ def read_npy(path, source: str | None = None, *, strict: bool = False) -> np.nda
         for s in shape:
             count *= int(s)
         need = count * dtype.itemsize
+        if max_bytes is not None and need > max_bytes:
+            raise UntrustedFileError(f"{where}: the header's shape {tuple(shape)} of {dtype} holds "
+                                     f"{need:,} bytes, more than the {max_bytes:,} such an array "
+                                     "may hold; nothing is read from it")
         have = os.fstat(fh.fileno()).st_size - fh.tell()
         if need != have:
             raise UntrustedFileError(f"{where}: the header's shape {tuple(shape)} of {dtype} needs "

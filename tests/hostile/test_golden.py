@@ -359,6 +359,31 @@ def test_an_index_that_is_a_device_is_not_read_forever(vectors):
     _refused(_cli("check", vectors), "index.json", "not a regular file")
 
 
+@pytest.mark.parametrize("what", ["index.json", "case.json", "array"])
+def test_a_file_too_large_for_a_golden_case_is_not_read(vectors, what):
+    """A sparse index.json, case.json or .npy of a terabyte takes a few bytes of disk: it was
+    read whole into memory (a MemoryError traceback, or the system killing the check). A
+    file larger than golden.MAX_FILE_BYTES, or an array whose header claims more, is refused
+    from its size, before it is read."""
+    size = golden.MAX_FILE_BYTES + 1
+    if what == "index.json":
+        os.truncate(vectors / "index.json", size)
+        _refused(_cli("check", vectors), "index.json", f"{size:,} bytes, more than the "
+                 f"{golden.MAX_FILE_BYTES:,} bytes")
+        return
+    if what == "case.json":
+        os.truncate(vectors / CASE / "case.json", size)
+    else:
+        path = vectors / CASE / "in.g.npy"
+        header = np.lib.format.header_data_from_array_1_0(np.zeros(1))
+        header["shape"] = (size // 8 + 1,)
+        with open(path, "wb") as fh:
+            np.lib.format.write_array_header_1_0(fh, header)
+            fh.truncate(fh.tell() + 8 * header["shape"][0])  # the data it claims, sparse
+        _edit_json(vectors / CASE / "case.json", lambda d: d["inputs"]["g"].update(shape=[size // 8 + 1]))
+    _case_fails(vectors, "cannot read the case", f"more than the {golden.MAX_FILE_BYTES:,}")
+
+
 @pytest.mark.parametrize("rounds", [10 ** 9, 0, 2, "3", True])
 def test_a_federated_case_cannot_claim_an_endless_run(tmp_path, rounds):
     """The run's length comes from case.json; 10⁹ rounds would run for days."""

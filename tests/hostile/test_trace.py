@@ -8,7 +8,9 @@ traceback and never "the traces agree".
 from __future__ import annotations
 
 import copy
+import io
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -257,6 +259,24 @@ def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_bytes(b"\xff\xfe binary\n" + (json.dumps(_round(1)) + "\n").encode())
     assert T._prefix(p, 10) == []
+
+
+def test_a_trace_too_large_for_memory_is_one_line(ref, tmp_path, refused, monkeypatch):
+    """A trace larger than the memory (a sparse file of terabytes) ended the comparison with
+    a MemoryError traceback."""
+    big = tmp_path / "big.jsonl"
+    big.write_text("{}")
+    os.truncate(big, 1 << 30)
+
+    class Unreadable(io.BytesIO):
+        def readlines(self, *args):
+            raise MemoryError
+
+    real_open = open
+    monkeypatch.setattr(T, "open", lambda p, *a, **k: Unreadable() if str(p) == str(big)
+                        else real_open(p, *a, **k), raising=False)
+    refused(_cli(ref, big), "big.jsonl", "too large to read in this machine's memory",
+            "1,073,741,824 bytes", never="agree")
 
 
 def test_a_device_is_not_read_forever(ref, refused):
