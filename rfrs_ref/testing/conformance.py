@@ -409,6 +409,9 @@ _NOTHING_COMPARED = {
     **dict.fromkeys(("ipm_direction", "alie_form"), (
         "no example had a coordinate where the vectors' mean (and standard deviation) is "
         "finite")),
+    "bucketing_shuffles": (
+        "the round had a single partition into buckets (s = 1, or s ≥ n), or a mixed row "
+        "that is the mean of more than one bucket (rows too close for the dtype)"),
 }
 
 
@@ -835,6 +838,11 @@ PRE_LAWS: dict[str, tuple[Callable[[int], int], int, list[LawSpec]]] = {
         dataclasses.replace(_REF_PRE, statement="rows = means of a partition into buckets of s, the "
                             "last holding the rest (equal nᵢ)", strategy={"equal_weights": True}),
         _WEIGHTED,
+        # every example calls the candidate until two partitions show (up to ~40 times): its
+        # drawn examples are capped as inputs_unchanged's, after a fixed round
+        LawSpec("bucketing_shuffles", "called again on the same round, it cuts other buckets "
+                "(a random permutation per call)", strategy={"byzantine": False, "distinct": True},
+                example_cap=INPUTS_DRAWN),
     ]),
     "clip": (lambda n: (n - 1) // 2, 1, [
         _REF_PRE,
@@ -920,11 +928,25 @@ def run_pre_conformance(pre: str, pre_fn: Callable, *, max_examples: int = 50,
                 raise L.LawViolation(name, f"{exc.message}; {_variant_of(ref, pre)}",
                                      example=exc.example, **exc.details) from None
 
+        fixed = (_shuffle_examples(int(ref.bucket_size), dtypes) if spec.name == "bucketing_shuffles"
+                 else S.hostile_examples(**kw) + _large(spec, LARGE_PRE_ROUNDS, pre, **kw))
         out.append(_run_law(spec, S.byzantine_rounds(**kw), check, lambda c: c.describe(),
-                            max_examples, seed,
-                            examples=(S.hostile_examples(**kw)
-                                      + _large(spec, LARGE_PRE_ROUNDS, pre, **kw))))
+                            max_examples, seed, examples=fixed))
     return out
+
+
+def _shuffle_examples(s: int, dtypes) -> list:
+    """The fixed round bucketing_shuffles tries first: honest rows in general position, nᵢ =
+    1, …, n, with more than one partition into buckets of s (n = 9, or s + 1 for s > 4), D
+    = 3, in float64 (or the first dtype drawn); none for s = 1 (a single partition)."""
+    if s == 1:
+        return []
+    n = 9 if s <= 4 else s + 1
+    rng = np.random.default_rng(20204)
+    dtype = np.float64 if any(np.dtype(d) == np.float64 for d in dtypes) else np.dtype(dtypes[0])
+    X = (rng.normal(size=(n, 3)) + np.arange(n)[:, None]).astype(dtype)
+    return [S.RoundCase(X, np.ones(n, dtype=bool), 1, np.arange(1, n + 1, dtype=np.int64),
+                        rng.permutation(n), rng.normal(size=3), ())]
 
 
 # -- attacks ------------------------------------------------------------------------------------

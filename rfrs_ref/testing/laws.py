@@ -1728,6 +1728,32 @@ def _bucket_partition(law: str, C: np.ndarray, case: RoundCase, s: int) -> None:
     """The rows of C are nᵢ-weighted means of a partition of the clients into buckets of
     s (the last of n mod s when s does not divide n), in some order but with the smaller
     bucket last. Exact cover by backtracking over the subsets that match each row."""
+    n = case.n
+    sizes = [s] * (n // s) + ([n % s] if n % s else [])
+    options = _bucket_options(law, C, case, s)
+    used = np.zeros(n, dtype=bool)
+
+    def cover(b: int) -> bool:
+        if b == len(sizes):
+            return True
+        for S in options[b]:
+            if not used[list(S)].any():
+                used[list(S)] = True
+                if cover(b + 1):
+                    return True
+                used[list(S)] = False
+        return False
+
+    if not cover(0):
+        raise LawViolation(law, f"every mixed row is the mean of some bucket, but no choice of "
+                           f"buckets of sizes {sizes} uses each of the n = {n} rows exactly once",
+                           bucket_size=s, sizes=sizes)
+
+
+def _bucket_options(law: str, C: np.ndarray, case: RoundCase, s: int) -> list[list[tuple]]:
+    """Per mixed row b of C, the buckets (tuples of client indices, of the size the b-th
+    bucket has) whose nᵢ-weighted mean it is, to 64u of their magnitude; a violation where
+    a row is the mean of none."""
     from itertools import combinations
 
     X = case.features.astype(np.float64)
@@ -1756,23 +1782,53 @@ def _bucket_partition(law: str, C: np.ndarray, case: RoundCase, s: int) -> None:
                                f"mean of no bucket of {size} rows (buckets of s = {s}, the last "
                                f"holding the n mod s = {n % s} left over; n = {n})",
                                row=b, bucket_size=s, sizes=sizes)
-    used = np.zeros(n, dtype=bool)
+    return options
 
-    def cover(b: int) -> bool:
-        if b == len(sizes):
-            return True
-        for S in options[b]:
-            if not used[list(S)].any():
-                used[list(S)] = True
-                if cover(b + 1):
-                    return True
-                used[list(S)] = False
-        return False
 
-    if not cover(0):
-        raise LawViolation(law, f"every mixed row is the mean of some bucket, but no choice of "
-                           f"buckets of sizes {sizes} uses each of the n = {n} rows exactly once",
-                           bucket_size=s, sizes=sizes)
+def bucketing_partitions(n: int, s: int) -> int:
+    """How many partitions of n clients into buckets of s (the last holding n mod s) there
+    are: n!/((s!)^q·q!·r!), q = ⌊n/s⌋, r = n mod s."""
+    q, r = divmod(n, s)
+    return math.factorial(n) // (math.factorial(s) ** q * math.factorial(q) * math.factorial(r))
+
+
+#: a uniformly random partition repeats on every call of bucketing_shuffles with
+#: probability below 2^-SHUFFLE_BITS
+SHUFFLE_BITS = 40
+
+
+def bucketing_shuffles(pre, case: RoundCase, reference) -> str | None:
+    """Bucketing shuffles: called again and again on the same round, it does not always cut
+    the clients into the same buckets (Karimireddy et al.'s guarantee needs a random
+    permutation per round: buckets fixed by position let f Byzantine clients at chosen
+    positions spoil f buckets every round, and such a bucketing held every other law).
+
+    The round's rows are told apart by the buckets whose means they are
+    (:func:`_bucket_options`); an example where some mixed row is the mean of more than one
+    bucket (rows too close for the dtype) compares nothing, as does one with a single
+    partition (s = 1, or s ≥ n). Otherwise the candidate is called R times, R the fewest
+    with P^(1−R) ≤ 2^-SHUFFLE_BITS for the P partitions, and must give two partitions."""
+    law = "bucketing_shuffles"
+    s = int(reference.bucket_size)
+    parts = bucketing_partitions(case.n, s)
+    if parts <= 1:
+        return NOT_COMPARED
+    calls = 1 + math.ceil(SHUFFLE_BITS / math.log2(parts))
+    rows = int(reference.rows_out(case.n))
+    seen = set()
+    for _ in range(calls):
+        C = _pre_rows(law, pre, case.features, case, rows)
+        options = _bucket_options(law, C, case, s)
+        if any(len(o) != 1 for o in options):
+            return NOT_COMPARED
+        seen.add(frozenset(o[0] for o in options))
+        if len(seen) > 1:
+            return None
+    buckets = sorted(sorted(int(i) for i in S) for S in next(iter(seen)))
+    raise LawViolation(law, f"{calls} calls on the same round (n = {case.n}, buckets of s = {s}: "
+                       f"{parts} partitions) all gave the buckets {buckets}: the clients are not "
+                       "shuffled (a random partition repeats that often with probability below "
+                       f"2^-{SHUFFLE_BITS})", buckets=buckets, calls=calls, partitions=parts)
 
 
 def nnm_honest_bound(pre, case: RoundCase, reference=None) -> None:
@@ -2142,7 +2198,8 @@ __all__ = [
     "recovery_exact", "reference_rule", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
     "translation_equivariance", "unanimity", "update_rule", "weighted_mean", "weights_sum_to_one",
     # pre-aggregators and attacks
-    "alie_form", "arc_clipping", "attack_permutation_invariance", "clip_norm_bound", "inf_nonfinite",
+    "alie_form", "arc_clipping", "attack_permutation_invariance", "bucketing_shuffles", "clip_norm_bound",
+    "inf_nonfinite",
     "ipm_direction", "mimic_copy", "nnm_honest_bound", "pre_permutation_equivariance", "reference_attack",
     "reference_pre",
     # every family

@@ -67,6 +67,9 @@ def test_clipping_with_another_threshold_is_held_to_that_threshold(options):
 def test_bucketing_of_any_size_is_a_partition(s):
     st = _pre("bucketing", adapters.rfrs_pre("bucketing", bucket_size=s),
               reference_options={"bucket_size": s})
+    # buckets of one row are one partition, in any order: nothing to shuffle
+    shuffles = st.pop("bucketing_shuffles")
+    assert shuffles == ("skipped" if s == 1 else "holds")
     assert all(v == "holds" for v in st.values()), st
 
 
@@ -145,6 +148,32 @@ def bucketing_sliding(X, ns, f, s=2):
         return np.array([X64[[b, (b + 1) % n]].mean(axis=0) for b in range(rows)])
 
 
+def bucketing_in_order(X, ns, f, s=2):
+    """Buckets of consecutive rows, never shuffled: right on every single call (a partition,
+    weighted means), but f Byzantine clients at chosen positions spoil f buckets every
+    round."""
+    X64 = X.astype(np.float64)
+    w = ns.astype(np.float64)
+    with np.errstate(all="ignore"):
+        rows = [w[b:b + s] @ X64[b:b + s] / w[b:b + s].sum() for b in range(0, X.shape[0], s)]
+    return np.array(rows).astype(X.dtype)
+
+
+def test_a_bucketing_that_never_shuffles_fails():
+    """Consecutive buckets are a partition with the right means on every call, and held
+    every law of bucketing; called again on the same round they never change."""
+    st = _pre("bucketing", adapters.vector_pre(bucketing_in_order))
+    assert st == {"reference_pre": "holds", "weighted_mixing": "holds",
+                  "bucketing_shuffles": "fails", "inputs_unchanged": "holds"}, st
+    # a fresh generator seeded alike on every call is no shuffle either
+    def same_seed(X, ns, f):
+        p = np.random.default_rng(0).permutation(X.shape[0])
+        return bucketing_in_order(X[p], ns[p], f)
+
+    assert _pre("bucketing", adapters.vector_pre(same_seed), law="bucketing_shuffles") == {
+        "bucketing_shuffles": "fails"}
+
+
 def bucketing_unweighted(X, ns, f, s=2):
     n = X.shape[0]
     perm = np.random.default_rng(1).permutation(n)
@@ -200,6 +229,7 @@ def _example(name: str):
     ("nnm", nnm_by_position, "permutation_equivariance"),
     ("bucketing", bucketing_sliding, "reference_pre"),
     ("bucketing", bucketing_unweighted, "weighted_mixing"),
+    ("bucketing", bucketing_in_order, "bucketing_shuffles"),
     ("clip", clip_coordinatewise, "reference_pre"),
     ("clip", clip_coordinatewise, "clip_norm_bound"),
     ("clip", clip_skipping_row_zero, "permutation_equivariance"),
