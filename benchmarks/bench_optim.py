@@ -11,6 +11,10 @@ One round of citeulike-a by default: D = 2 · 16,980 · 64 = 2,173,440 parameter
   and screened, and the screen with its float32 test against the float64 screen
   alone (``screen32=False``; the same sure rows), given the recovered rows and
   recovering ĝ in registers;
+- the float32 test alone (``kernels.optim.adam_unsure32`` / ``root_unsure32``)
+  reducing each block by OR, as the screen kernels do, against counting its
+  coordinates in int64 (the kernels' reduction before: the int64 lanes held the
+  loop to four float32 lanes a vector);
 
 and reports effective bandwidth: the bytes each operation must move at least
 (every input row read once, every output row written once, the state read
@@ -150,6 +154,22 @@ def main() -> None:
             "scr64_reg": lambda: opt.verify_batch(state, U, t, screen=True, screen32=False),
             "scr32_reg": lambda: opt.verify_batch(state, U, t, screen=True),
         }, args.repeat)
+        t32 = {}
+        if name in ("adam", "adagrad", "rmsprop"):
+            from rfrs_ref.kernels import optim as K
+            from rfrs_ref.optim import VERIFY_SAFETY
+            from rfrs_ref.optim import screen32 as S32
+            if name == "adam":
+                arrays, sc = opt._verify_args(state, U, t, X)
+                k32, _ = S32.adam_constants(arrays[:6], *sc, S32.U32, S32.TINY32, VERIFY_SAFETY)
+                test32 = K.adam_unsure32
+            else:
+                arrays, sc = opt._verify_args(state, U, X)
+                k32, _ = S32.root_constants(arrays[:4], *sc, S32.U32, S32.TINY32, VERIFY_SAFETY)
+                test32 = K.root_unsure32
+            t32 = best_times({"count": lambda: test32(*arrays, k32, True),
+                              "or": lambda: test32(*arrays, k32, False)}, args.repeat)
+            assert not test32(*arrays, k32, True).any(), "honest uploads pass the float32 test"
         ok = opt.verify_batch(state, U, t, recovered=X)[0]
         assert ok.all(), "honest uploads must pass verification"
         copy_bw = max(copy_bw, 2 * row_bytes / best["copy"] / 1e9)
@@ -158,7 +178,7 @@ def main() -> None:
         rows_out.append((name, rule_bytes, rec_bytes, ver_bytes, t_rule, t_rule_np, t_rec,
                          t_rec_np, t_ver))
         screened.append((name, t_ver, best["ver_screen"], best["scr64_rec"], best["scr64_reg"],
-                         best["scr32_reg"]))
+                         best["scr32_reg"], t32))
         del U, X
 
     print(f"copy bandwidth (np.copyto, read + write, best over the run): {copy_bw:.2f} GB/s\n")
@@ -191,9 +211,15 @@ def main() -> None:
     print(f"  {'':<9} {'recovered rows given':>32}   {'ĝ recovered in registers':>32}")
     print(f"  {'':<9} {'float64':>10} {'float32':>10} {'×':>10}   {'float64':>10} {'float32':>10} "
           f"{'×':>10}")
-    for name, _, t32r, t64r, t64g, t32g in screened:
+    for name, _, t32r, t64r, t64g, t32g, _ in screened:
         print(f"  {name:<9} {t64r * 1e3:10.1f} {t32r * 1e3:10.1f} {t64r / t32r:10.2f}   "
               f"{t64g * 1e3:10.1f} {t32g * 1e3:10.1f} {t64g / t32g:10.2f}")
+    print("\nthe float32 test alone, recovered rows given: its coordinates counted in int64 "
+          "(before) vs OR per block (the kernels'); ms")
+    for name, *_, t32 in screened:
+        if t32:
+            print(f"  {name:<9} count {t32['count'] * 1e3:8.1f}  OR {t32['or'] * 1e3:8.1f}  "
+                  f"{t32['count'] / t32['or']:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -622,7 +622,7 @@ def _root_unsure(rb, tb, rr, tr, gs, decay, coef, lr, eps, u, tiny, safety):
 
 @njit(inline="always")
 def _adam_coord32(mk, vk, th, mbk, vbk, tbk, g, k):
-    """0 when the float32 test passes Adam's coordinate (both rule checks), else 1."""
+    """True when the float32 test cannot pass Adam's coordinate (both rule checks)."""
     zero = np.float32(0.0)
     ag = abs(g)
     amb = abs(mbk)
@@ -650,30 +650,51 @@ def _adam_coord32(mk, vk, th, mbk, vbk, tbk, g, k):
     st_ = k[A32_SU3] * abs(tbk) + k[A32_SU14] * astp
     ok = ((lv <= sv) & (sv <= k[A32_FMAX]) & (lt <= st_) & (st_ <= k[A32_FMAX])
           & np.isfinite(mk) & np.isfinite(vk) & np.isfinite(th) & (vk >= zero))
-    return 1 - np.int64(ok)
+    return not ok
 
 
 @njit(inline="always")
-def _adam_unsure32(mb, vb, tb, mr, vr, tr, recovered, r, lo, has_recovered, k):
-    """How many coordinates of one row's block the float32 Adam screen cannot pass."""
+def _adam_unsure32(mb, vb, tb, mr, vr, tr, recovered, r, lo, has_recovered, k, count=False):
+    """1 if the float32 Adam screen cannot pass some coordinate of one row's block, else 0
+    (with ``count``: how many it cannot pass).
+
+    The screen kernels only ask whether a block is sure, so they reduce by OR: a bool
+    reduction keeps the loop at float32's eight lanes a 256-bit vector, where an int64
+    count (four 64-bit lanes a vector) held LLVM's vectoriser to four, half the width
+    (``bench_optim.py`` times both). The count is for tests and benchmarks
+    (:func:`adam_unsure32`)."""
     L = tr.shape[0]
-    bad = 0
+    if count:
+        n_bad = 0
+        if has_recovered:
+            rec = recovered[r, lo:lo + L]
+            for j in range(L):
+                n_bad += np.int64(_adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j],
+                                                np.float32(rec[j]), k))
+        else:
+            b1 = k[A32_B1]
+            ic1 = k[A32_IC1]
+            for j in range(L):
+                g = (mr[j] - b1 * mb[j]) * ic1
+                n_bad += np.int64(_adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], g, k))
+        return n_bad
+    bad = False
     if has_recovered:
         rec = recovered[r, lo:lo + L]
         for j in range(L):
-            bad += _adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], np.float32(rec[j]), k)
+            bad |= _adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], np.float32(rec[j]), k)
     else:
         b1 = k[A32_B1]
         ic1 = k[A32_IC1]
         for j in range(L):
             g = (mr[j] - b1 * mb[j]) * ic1
-            bad += _adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], g, k)
-    return bad
+            bad |= _adam_coord32(mr[j], vr[j], tr[j], mb[j], vb[j], tb[j], g, k)
+    return np.int64(bad)
 
 
 @njit(inline="always")
 def _root_coord32(rk, th, rbk, tbk, g, s, k):
-    """0 when the float32 test passes the r-rule at one coordinate (s = √r + ε), else 1."""
+    """True when the float32 test cannot pass the r-rule at one coordinate (s = √r + ε)."""
     zero = np.float32(0.0)
     ag = abs(g)
     dg = k[R32_U8] * ag
@@ -688,33 +709,52 @@ def _root_coord32(rk, th, rbk, tbk, g, s, k):
     rhs = (k[R32_SU10] * rk + k[R32_SU3] * pr + k[R32_SU3C] * (glo * glo)
            + k[R32_SKC] * bl * ((glo + glo) + bl))
     ok = (lhs <= rhs) & (rhs <= k[R32_FMAX]) & np.isfinite(rk) & np.isfinite(th) & (rk >= zero)
-    return 1 - np.int64(ok)
+    return not ok
 
 
 @njit(inline="always")
-def _root_unsure32(rb, tb, rr, tr, recovered, r, lo, has_recovered, k):
-    """How many coordinates of one row's block the float32 AdaGrad/RMSProp screen cannot pass."""
+def _root_unsure32(rb, tb, rr, tr, recovered, r, lo, has_recovered, k, count=False):
+    """1 if the float32 AdaGrad/RMSProp screen cannot pass some coordinate of one row's
+    block, else 0 (with ``count``: how many; an OR for the kernels, as in
+    :func:`_adam_unsure32`)."""
     L = tr.shape[0]
-    bad = 0
     eps = k[R32_EPS]
+    if count:
+        n_bad = 0
+        if has_recovered:
+            rec = recovered[r, lo:lo + L]
+            for j in range(L):
+                s = np.sqrt(rr[j]) + eps
+                n_bad += np.int64(_root_coord32(rr[j], tr[j], rb[j], tb[j], np.float32(rec[j]),
+                                                s, k))
+        else:
+            ilr = k[R32_ILR]
+            for j in range(L):
+                s = np.sqrt(rr[j]) + eps
+                g = ((tb[j] - tr[j]) * s) * ilr
+                n_bad += np.int64(_root_coord32(rr[j], tr[j], rb[j], tb[j], g, s, k))
+        return n_bad
+    bad = False
     if has_recovered:
         rec = recovered[r, lo:lo + L]
         for j in range(L):
             s = np.sqrt(rr[j]) + eps
-            bad += _root_coord32(rr[j], tr[j], rb[j], tb[j], np.float32(rec[j]), s, k)
+            bad |= _root_coord32(rr[j], tr[j], rb[j], tb[j], np.float32(rec[j]), s, k)
     else:
         ilr = k[R32_ILR]
         for j in range(L):
             s = np.sqrt(rr[j]) + eps
             g = ((tb[j] - tr[j]) * s) * ilr
-            bad += _root_coord32(rr[j], tr[j], rb[j], tb[j], g, s, k)
-    return bad
+            bad |= _root_coord32(rr[j], tr[j], rb[j], tb[j], g, s, k)
+    return np.int64(bad)
 
 
 @njit(cache=True, parallel=True)
-def adam_unsure32(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered, k32):
+def adam_unsure32(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered, k32,
+                  count=True):
     """int64 (n,): per row, the coordinates the float32 Adam test cannot pass (the float32
-    half of adam_screen alone, for tests and benchmarks)."""
+    half of adam_screen alone, for tests and benchmarks); ``count=False``: the blocks of
+    CHUNK coordinates with one it cannot pass (the kernels' OR)."""
     n, D = theta.shape
     nch = _n_chunks(D)
     counts = np.zeros((n, nch), dtype=np.int64)
@@ -725,13 +765,14 @@ def adam_unsure32(m_bar, v_bar, theta_bar, m, v, theta, recovered, has_recovered
         hi = min(D, lo + CHUNK)
         counts[r, c] = _adam_unsure32(m_bar[lo:hi], v_bar[lo:hi], theta_bar[lo:hi], m[r, lo:hi],
                                       v[r, lo:hi], theta[r, lo:hi], recovered, r, lo,
-                                      has_recovered, k32)
+                                      has_recovered, k32, count)
     return counts.sum(axis=1)
 
 
 @njit(cache=True, parallel=True)
-def root_unsure32(r_bar, theta_bar, r_up, theta, recovered, has_recovered, k32):
-    """int64 (n,): per row, the coordinates the float32 AdaGrad/RMSProp test cannot pass."""
+def root_unsure32(r_bar, theta_bar, r_up, theta, recovered, has_recovered, k32, count=True):
+    """int64 (n,): per row, the coordinates the float32 AdaGrad/RMSProp test cannot pass
+    (``count=False``: the blocks with one, as :func:`adam_unsure32`)."""
     n, D = theta.shape
     nch = _n_chunks(D)
     counts = np.zeros((n, nch), dtype=np.int64)
@@ -741,7 +782,8 @@ def root_unsure32(r_bar, theta_bar, r_up, theta, recovered, has_recovered, k32):
         lo = c * CHUNK
         hi = min(D, lo + CHUNK)
         counts[r, c] = _root_unsure32(r_bar[lo:hi], theta_bar[lo:hi], r_up[r, lo:hi],
-                                      theta[r, lo:hi], recovered, r, lo, has_recovered, k32)
+                                      theta[r, lo:hi], recovered, r, lo, has_recovered, k32,
+                                      count)
     return counts.sum(axis=1)
 
 

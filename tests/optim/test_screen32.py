@@ -350,7 +350,8 @@ def _kernel_args(opt, state, up, t, rec):
 @pytest.mark.parametrize("name", NAMES)
 def test_kernel_float32_test_is_the_reference(name, rng, ot):
     """The kernels' float32 test counts, row by row, the coordinates the NumPy reference
-    does not pass (several chunks, a ragged last one; honest, nudged and hostile rows)."""
+    does not pass (several chunks, a ragged last one; honest, nudged and hostile rows),
+    and its OR finds the blocks that hold one."""
     opt = OPTIMIZERS.get(name)()
     D, n = 2 * K.CHUNK + 123, 5
     state = ot.realistic_state(opt, rng, D, np.float32)
@@ -371,6 +372,12 @@ def test_kernel_float32_test_is_the_reference(name, rng, ot):
             counts = K.root_unsure32(*arrays, k32)
         np.testing.assert_array_equal(counts, (~s32).sum(axis=1))
         assert counts[0] == 0 and counts[2] > 0 and counts[3] > 0
+        # the screen kernels' OR: the blocks of CHUNK coordinates holding one not passed
+        blocks = (K.adam_unsure32 if opt.name == "adam" else K.root_unsure32)(
+            *arrays, k32, False)
+        edges = np.arange(0, D, K.CHUNK)
+        np.testing.assert_array_equal(
+            blocks, (np.add.reduceat((~s32).astype(int), edges, axis=1) > 0).sum(axis=1))
 
 
 @pytest.mark.parametrize("name", NAMES)
