@@ -454,6 +454,42 @@ def _check_state_summary(obj: dict, where: str) -> None:
                                    f"numbers {', '.join(SUM_STATS)} (and {', '.join(OPTIONAL_SUM_STATS)})")
 
 
+#: how far two norms of one array's bytes may differ (relative) before they count as two
+#: arrays: an implementation whose reductions are not deterministic (atomic adds on a GPU)
+#: may round a norm of the same bytes differently in two rounds
+_SAME_BYTES_NORM_RTOL = 1e-6
+
+
+def _check_digests_against_norms(obj: dict, where: str, seen: dict) -> None:
+    """Refuse a checksum that stands for two arrays: one digest of one array's name at
+    norms that differ (beyond :data:`_SAME_BYTES_NORM_RTOL`) anywhere in the trace.
+
+    The same bytes have one norm, so such a digest is a placeholder written in the form
+    of a sha256 digest ("0" * 64): two traces that both write it would match their
+    checksums, which excuse the state sums, and a candidate with m's sign flipped would
+    agree. ``seen`` maps (array, digest) to the first (norm, where)."""
+    sums = obj.get("state_checksums")
+    norms = obj.get("state_norms")
+    if not isinstance(sums, dict) or not isinstance(norms, dict):
+        return
+    for name, digest in sums.items():
+        x = norms.get(name)
+        if not isinstance(digest, str) or isinstance(x, bool) or not isinstance(x, (int, float)):
+            continue
+        x = float(x)
+        if not math.isfinite(x):
+            continue
+        key = (name, digest.lower())
+        first = seen.setdefault(key, (x, where))
+        y, at = first
+        if abs(x - y) > _SAME_BYTES_NORM_RTOL * max(abs(x), abs(y)):
+            raise TraceFormatError(
+                f"{where}: state_checksums.{describe_object(name, 60)} is the digest it was at "
+                f"{at}, but the norm of {describe_object(name, 60)} was {y!r} there and is {x!r} "
+                "here: the same bytes have one norm, so the digest is no checksum of the array "
+                "(leave out state_checksums where an implementation computes none)")
+
+
 def _check_header(obj: dict, where: str) -> None:
     if obj.get("format") != FORMAT:
         # a run directory's rounds.jsonl starts with a round record: not a trace
@@ -661,6 +697,7 @@ def _read_trace(path: pathlib.Path) -> Trace:
         raise TraceFormatError(f"{path}: is a directory, not a trace file") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    digests: dict = {}
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -675,6 +712,7 @@ def _read_trace(path: pathlib.Path) -> Trace:
             _check_header(obj, where)
             head = obj
             numbers = [lineno]
+            _check_digests_against_norms(obj.get("initial") or {}, where + " (initial)", digests)
             continue
         missing = [k for k in REQUIRED_FIELDS if k not in obj]
         if missing:
@@ -689,6 +727,7 @@ def _read_trace(path: pathlib.Path) -> Trace:
         _check_state_summary(obj, where)
         if obj["state_norms"] is None:
             raise TraceFormatError(f"{where}: state_norms must be an object (array name -> norm)")
+        _check_digests_against_norms(obj, where, digests)
         rounds.append(obj)
         numbers.append(lineno)
     if head is None:

@@ -8,6 +8,7 @@ traceback and never "the traces agree".
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 import os
@@ -23,11 +24,17 @@ HEADER = {"format": "rfrs-trace", "version": 1, "producer": {"name": "test"}, "r
           "initial": {"state_norms": {"m": 0.0, "theta": 1.5}, "state_checksums": {"m": "00" * 32, "theta": "ab" * 32}}}
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _round(t: int) -> dict:
     return {"round": t, "clients": [0, 3], "byzantine": [False, True], "n_samples": [3, 4], "f": 1,
             "f_rule": 1, "excluded": [], "grad_norms": [0.5, 2.0 * t], "loss": 0.7 / t,
             "rule": {"scores": [1.0, 2.5], "selected": [0]}, "kept": [1.0, 0.0], "weights": [1.0, 0.0],
-            "attack": {}, "state_norms": {"m": 0.1 * t, "theta": 1.5 + t}, "state_checksums": {"m": "01" * 32, "theta": "cd" * 32}}
+            "attack": {}, "state_norms": {"m": 0.1 * t, "theta": 1.5 + t},
+            # each state its own digest: one digest at two norms is refused
+            "state_checksums": {"m": _digest(f"m{t}"), "theta": _digest(f"theta{t}")}}
 
 
 def _lines(rounds: int = 3) -> list[dict]:
@@ -213,6 +220,32 @@ def test_a_checksum_that_is_no_sha256_digest_is_refused(tmp_path, refused, place
     plain = _write(tmp_path / "plain.jsonl", lines)
     res = _cli(plain, plain)
     assert res.exit_code == 0 and "values (checksums not compared)" in res.output, res.output
+
+
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+def test_one_digest_at_two_norms_is_refused(tmp_path, refused, which):
+    """A placeholder in the form of a digest ("0" * 64 in every round) passed the format
+    check: two traces writing it, without state_sums, agreed as "values and checksums",
+    and a B with m's sign flipped (norms unchanged) agreed. The same bytes have one norm,
+    so one digest of an array at two norms is no checksum: refused, naming the lines."""
+    fake = _flip_m(_lines())
+    for obj in [fake[0]["initial"]] + fake[1:]:
+        obj["state_checksums"] = {"m": "0" * 64, "theta": "0" * 64}
+    fake = _without_sums(fake)
+    bad = _write(tmp_path / "bad.jsonl", fake)
+    good = _write(tmp_path / "good.jsonl", _lines())
+    a, b = {"a": (bad, good), "b": (good, bad), "both": (bad, bad)}[which]
+    refused(_cli(a, b), "bad.jsonl:2", "is the digest it was at", "bad.jsonl:1 (initial)",
+            "the same bytes have one norm", never="agree")
+    # a state left as it was (a round skipped) keeps its digest and its norm: accepted,
+    # and so is a norm of the same bytes rounded differently in its last digits
+    lines = _lines()
+    lines[2]["state_norms"] = dict(lines[1]["state_norms"])
+    lines[2]["state_norms"]["theta"] *= 1 + 1e-12
+    lines[2]["state_checksums"] = dict(lines[1]["state_checksums"])
+    same = _write(tmp_path / "same.jsonl", lines)
+    res = _cli(same, same)
+    assert res.exit_code == 0 and "agree" in res.output, res.output
 
 
 @pytest.mark.parametrize("content", ["[1, 2]\n", "null\n", '"text"\n'])
@@ -975,7 +1008,7 @@ def test_sums_may_be_left_out_only_where_every_arrays_checksum_is_compared(tmp_p
     a_lines = _consistent_sums(_lines())
     b_lines = _without_sums(_flip_m(a_lines))
     for r in b_lines[1:]:
-        r["state_checksums"]["m"] = "f" * 64  # m's bytes differ
+        r["state_checksums"]["m"] = _digest(f"flipped m{r['round']}")  # m's bytes differ
     extra = []
     if how == "ignore-round":
         extra = ["--ignore", "state_checksums"]

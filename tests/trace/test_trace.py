@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -153,7 +154,9 @@ def test_checksums_are_not_compared_across_dtypes(traces, tmp_path):
     lines = _lines(traces["a"])
     lines[0]["dtype"] = "float64"
     for r in lines[1:]:
-        r["state_checksums"] = {k: "f" * 64 for k in r["state_checksums"]}
+        # float64 bytes: other digests (one per array and round, as real ones are)
+        r["state_checksums"] = {k: hashlib.sha256(f"{k}{r['round']}".encode()).hexdigest()
+                                for k in r["state_checksums"]}
     b = tmp_path / "f64.jsonl"
     _rewrite(b, lines)
     res = T.compare(traces["a"], b)
