@@ -1750,14 +1750,15 @@ def _bucket_partition(law: str, C: np.ndarray, case: RoundCase, s: int) -> None:
                            bucket_size=s, sizes=sizes)
 
 
-def _bucket_options(law: str, C: np.ndarray, case: RoundCase, s: int) -> list[list[tuple]]:
+def _bucket_options(law: str, C: np.ndarray, case: RoundCase, s: int,
+                    weighted: bool = True) -> list[list[tuple]]:
     """Per mixed row b of C, the buckets (tuples of client indices, of the size the b-th
-    bucket has) whose nᵢ-weighted mean it is, to 64u of their magnitude; a violation where
-    a row is the mean of none."""
+    bucket has) whose nᵢ-weighted mean it is (plain mean with ``weighted=False``), to 64u
+    of their magnitude; a violation where a row is the mean of none."""
     from itertools import combinations
 
     X = case.features.astype(np.float64)
-    ns = case.n_samples.astype(np.float64)
+    ns = case.n_samples.astype(np.float64) if weighted else np.ones(case.n)
     n = case.n
     sizes = [s] * (n // s) + ([n % s] if n % s else [])
     u = _u(case.features.dtype)
@@ -1816,9 +1817,23 @@ def bucketing_shuffles(pre, case: RoundCase, reference) -> str | None:
     calls = 1 + math.ceil(SHUFFLE_BITS / math.log2(parts))
     rows = int(reference.rows_out(case.n))
     seen = set()
+    weighted = None
     for _ in range(calls):
         C = _pre_rows(law, pre, case.features, case, rows)
-        options = _bucket_options(law, C, case, s)
+        if weighted is None:
+            # the buckets are told apart by their means, nᵢ-weighted or plain (ByzFL's,
+            # which weighted_mixing reports): this law asks only whether they move
+            try:
+                options = _bucket_options(law, C, case, s)
+                weighted = True
+            except LawViolation as first:
+                try:
+                    options = _bucket_options(law, C, case, s, weighted=False)
+                except LawViolation:
+                    raise first from None
+                weighted = False
+        else:
+            options = _bucket_options(law, C, case, s, weighted=weighted)
         if any(len(o) != 1 for o in options):
             return NOT_COMPARED
         seen.add(frozenset(o[0] for o in options))

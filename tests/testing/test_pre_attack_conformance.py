@@ -172,6 +172,19 @@ def test_a_bucketing_that_never_shuffles_fails():
 
     assert _pre("bucketing", adapters.vector_pre(same_seed), law="bucketing_shuffles") == {
         "bucketing_shuffles": "fails"}
+    # plain means (ByzFL's convention, which weighted_mixing reports) are told apart too:
+    # in order, they fail; shuffled by a generator that moves, they hold
+    assert _pre("bucketing", adapters.vector_pre(
+        lambda X, ns, f: bucketing_in_order(X, np.ones_like(ns), f)),
+        law="bucketing_shuffles") == {"bucketing_shuffles": "fails"}
+    moving = np.random.default_rng(7)
+
+    def plain_shuffled(X, ns, f):
+        p = moving.permutation(X.shape[0])
+        return bucketing_in_order(X[p], np.ones_like(ns), f)
+
+    assert _pre("bucketing", adapters.vector_pre(plain_shuffled),
+                law="bucketing_shuffles") == {"bucketing_shuffles": "holds"}
 
 
 def bucketing_unweighted(X, ns, f, s=2):
