@@ -38,13 +38,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from numba import njit, prange  # noqa: E402
 
-from machine import describe  # noqa: E402
+from machine import describe, timed  # noqa: E402
 
 from rfrs_ref.aggregate.pre import NNM  # noqa: E402
 from rfrs_ref.kernels.distances import n_chunks  # noqa: E402
@@ -90,15 +88,6 @@ def numpy_blocks(M, A, S, out, block=4096):
         s = S64[k0:k0 + block]
         out[:, k0:k0 + block] = s + M @ (A[:, k0:k0 + block].astype(np.float64) - s)
     return out
-
-
-def timed(fn, repeat):
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts), statistics.median(ts)
 
 
 def main(argv=None) -> None:

@@ -45,21 +45,12 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from machine import describe  # noqa: E402
+from machine import describe, timed  # noqa: E402
 
 from rfrs_ref.aggregate import RFA  # noqa: E402
 from rfrs_ref.aggregate.base import combine  # noqa: E402
 from rfrs_ref.kernels.weiszfeld import (geometric_median_weights, rows_finite,  # noqa: E402
                                         weighted_median)
-
-
-def timed(fn, repeat):
-    ts, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts), statistics.median(ts), out
 
 
 def features(n, D, seed=0):

@@ -1,4 +1,5 @@
-"""The machine a benchmark ran on, in one line: CPU, instruction set, threads, versions.
+"""The machine a benchmark ran on, in one line: CPU, instruction set, threads, versions;
+and :func:`timed`, the benchmarks' clock.
 
 Every benchmark prints :func:`describe` first, so that a table can be matched
 with the vector width its kernels were compiled for (AVX2: 8 float32 lanes,
@@ -11,6 +12,18 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
+import time
+
+def timed(fn, repeat: int) -> tuple[float, float, object]:
+    """(min, median, last result) of fn()'s wall time over ``repeat`` calls, in seconds."""
+    ts, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts), statistics.median(ts), out
+
 
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl")
 
