@@ -763,7 +763,8 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
 
         def under_test(case):
             return _Isolated(inst)
-    if camouflage is None:
+    own_camouflage = camouflage is None
+    if own_camouflage:
         from rfrs_ref.attack.camouflage import camouflage_gradient
 
         def camouflage(state, g, t, opt):
@@ -801,7 +802,13 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
                     # the object itself, not the copies _Isolated hands it
                     return L.inputs_unchanged(target._obj, case)
                 if name == "camouflage_same_theta":
-                    return L.camouflage_same_theta(lambda s, g, t, o: camouflage(s, g, t, target), case)
+                    # the law runs the attack against the example's Adam (rfrs-ref's, with
+                    # the hyperparameters the candidate claims): rfrs-ref's attack reads them
+                    # there (an Adam under test need not name them beta1, ...), an attack
+                    # under test is handed the candidate
+                    attacked = case.optimizer if own_camouflage else target
+                    return L.camouflage_same_theta(
+                        lambda s, g, t, o: camouflage(s, g, t, attacked), case)
                 return getattr(L, name)(target, case)
 
             def describe(case):

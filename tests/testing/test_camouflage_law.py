@@ -45,3 +45,30 @@ def test_camouflage_that_applies_nowhere_is_skipped_not_holding():
     r, = run_optimizer_conformance("adam", Adam(beta1=0.0), max_examples=30, laws=["camouflage_same_theta"],
                                    camouflage=lambda state, g, t, opt: np.array(g, dtype=np.float64))
     assert r.status == "skipped", r
+
+
+class _AdamWithOtherNames:
+    """rfrs-ref's Adam built from the hyperparameters, keeping them under other names."""
+
+    name = "adam"
+
+    def __init__(self, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
+        self._inner = Adam(lr=lr, beta1=beta1, beta2=beta2, eps=eps)
+        self.arrays = self._inner.arrays
+        self.hyper = (lr, beta1, beta2, eps)
+
+    def client_rule(self, state, g, t):
+        return self._inner.client_rule(state, g, t)
+
+    def recover(self, state, upload, t):
+        return self._inner.recover(state, upload, t)
+
+
+def test_rfrs_refs_attack_reads_the_claimed_hyperparameters_not_the_candidates_attributes():
+    """The default attack read beta1, beta2, eps and lr from the Adam under test, so an Adam
+    that keeps them under other names failed camouflage_same_theta ("has no attribute
+    'beta1'") although every other law held; it reads the example's (those drawn for the
+    candidate) instead."""
+    st = {r.law: (r.status, r.message) for r in
+          run_optimizer_conformance("adam", _AdamWithOtherNames, max_examples=20)}
+    assert {k: v[0] for k, v in st.items()} == {k: "holds" for k in st}, st
