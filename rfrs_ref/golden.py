@@ -1795,6 +1795,23 @@ def _loop_counts(x, path: str = "params"):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(obj))
 
 
+#: the most rows an input matrix of a case may have (an export's have at most a dozen):
+#: the pairwise rules' work and memory grow with n² (Krum's distance matrix), so a case of
+#: 16 MiB holding two million rows of one value would need terabytes
+MAX_ROWS = 4096
+
+
+def _implausible_inputs(inputs: dict) -> str:
+    """Why the input arrays of a case are larger than a golden case can be ('' if not)."""
+    for key, a in inputs.items():
+        shape = np.shape(a)
+        if len(shape) >= 2 and shape[0] > MAX_ROWS:
+            return (f"input {key!r} has {shape[0]:,} rows: a golden case holds at most "
+                    f"{MAX_ROWS:,} (the pairwise rules' work and memory grow with the square of "
+                    "the rows)")
+    return ""
+
+
 def _implausible(meta: dict) -> str:
     """Why the parameters of a case cannot be what it states, before recomputing it
     ('' when they can). The models and rules check their own preconditions; what remains
@@ -1936,7 +1953,7 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
     try:
-        bad = _implausible(meta)
+        bad = _implausible(meta) or _implausible_inputs(inputs)
     except Exception as exc:  # a case.json no check foresaw: this case fails, the others run
         bad = f"{type(exc).__name__}: {exc}"
     if bad:

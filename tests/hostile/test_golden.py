@@ -553,6 +553,30 @@ def test_a_case_cannot_make_the_recomputation_loop_for_ever(tmp_path, case, key,
     _case_fails(root, f"params.hyperparameters.{key} is {value!r}", "must be an integer from 0", name=case)
 
 
+def test_a_case_of_too_many_rows_is_refused_before_it_is_recomputed(tmp_path, monkeypatch):
+    """Krum's features grown to 5,000 rows of one column (80 kB, well within the file
+    limit): the recomputation would build the 5,000² distance matrix (two million rows
+    would need terabytes); a case holds at most golden.MAX_ROWS rows, refused in one line
+    before anything is computed."""
+    case = "aggregate/krum-gradient-f64"
+    root = tmp_path / "v"
+    golden.export(root, only=[case])
+    folder = root / case
+    doc = json.loads((folder / "case.json").read_text())
+    n = golden.MAX_ROWS + 1
+    for key, meta in doc["inputs"].items():
+        a = np.load(folder / meta["file"])
+        if a.ndim >= 1 and a.shape[0] == np.load(folder / doc["inputs"]["features"]["file"]).shape[0]:
+            a = np.resize(a, (n,) + a.shape[1:2] if a.ndim >= 2 else (n,))
+            np.save(folder / meta["file"], a)
+            meta["shape"] = list(a.shape)
+    (folder / "case.json").write_text(json.dumps(doc))
+    called = []
+    monkeypatch.setitem(golden.KINDS, "aggregate", lambda *a: called.append(1) or {})
+    _case_fails(root, f"input 'features' has {n:,} rows", "at most", name=case)
+    assert not called
+
+
 def test_a_case_cut_to_zero_coordinates_fails(vectors):
     """Every array of optim/sgd-f64 cut to no element, outputs recomputed to match: the
     uploads and the recovery compared nothing, and the case was 'ok'."""
