@@ -690,11 +690,17 @@ def _read_trace(path: pathlib.Path) -> Trace:
     """:func:`read_trace` of a path tested to be a regular file or a directory."""
     rounds: list[dict] = []
     head = None
+    from rfrs_ref.files import open_input
+
+    if path.is_dir():
+        raise TraceFormatError(f"{path}: is a directory, not a trace file")
     try:
-        with open(path, "rb") as fh:
+        # opened without waiting and tested on the descriptor: a FIFO put at the name after
+        # read_trace's test of it would otherwise block the read for ever
+        with open_input(path, "trace") as fh:
             lines = fh.readlines()
-    except IsADirectoryError:
-        raise TraceFormatError(f"{path}: is a directory, not a trace file") from None
+    except ValueError:
+        raise TraceFormatError(f"{path}: not a regular file, expected a trace") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
     digests: dict = {}

@@ -305,15 +305,33 @@ def test_a_trace_too_large_for_memory_is_one_line(ref, tmp_path, refused, monkey
         def readlines(self, *args):
             raise MemoryError
 
-    real_open = open
-    monkeypatch.setattr(T, "open", lambda p, *a, **k: Unreadable() if str(p) == str(big)
-                        else real_open(p, *a, **k), raising=False)
+    from rfrs_ref import files
+
+    real_open = files.open_input
+    monkeypatch.setattr(files, "open_input", lambda p, *a, **k: Unreadable() if str(p) == str(big)
+                        else real_open(p, *a, **k))
     refused(_cli(ref, big), "big.jsonl", "too large to read in this machine's memory",
             "1,073,741,824 bytes", never="agree")
 
 
 def test_a_device_is_not_read_forever(ref, refused):
     refused(_cli(ref, "/dev/zero"), "/dev/zero", "not a regular file")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_put_at_the_name_after_its_test_does_not_block(tmp_path):
+    """read_trace tests the name, then reads: a FIFO put there in between was opened with a
+    plain open(), which waits for a writer for ever. The read itself now refuses it."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    code = ("import pathlib\nfrom rfrs_ref import trace as T\n"
+            f"try:\n    T._read_trace(pathlib.Path({str(fifo)!r}))\n"
+            "except T.TraceFormatError as exc:\n    print(exc)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "not a regular file" in res.stdout, res.stdout + res.stderr
 
 
 # -- comparisons that compare nothing, or less than they claim ----------------------------------------
