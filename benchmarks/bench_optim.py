@@ -37,7 +37,9 @@ import time
 import numpy as np
 
 import rfrs_ref.kernels  # noqa: F401  (picks Numba's threading layer, as training does)
-from rfrs_ref.optim import OPTIMIZERS
+from rfrs_ref.kernels import optim as K
+from rfrs_ref.optim import OPTIMIZERS, VERIFY_SAFETY
+from rfrs_ref.optim import screen32 as S32
 
 
 def best_times(fns: dict, repeat: int) -> dict:
@@ -156,9 +158,6 @@ def main() -> None:
         }, args.repeat)
         t32 = {}
         if name in ("adam", "adagrad", "rmsprop"):
-            from rfrs_ref.kernels import optim as K
-            from rfrs_ref.optim import VERIFY_SAFETY
-            from rfrs_ref.optim import screen32 as S32
             if name == "adam":
                 arrays, sc = opt._verify_args(state, U, t, X)
                 k32, _ = S32.adam_constants(arrays[:6], *sc, S32.U32, S32.TINY32, VERIFY_SAFETY)

@@ -1786,6 +1786,20 @@ def _bucket_options(law: str, C: np.ndarray, case: RoundCase, s: int,
     return options
 
 
+def _bucket_options_by_either_mean(law: str, C: np.ndarray, case: RoundCase,
+                                   s: int) -> tuple[list[list[tuple]], bool]:
+    """(:func:`_bucket_options`, weighted): the buckets told apart by their nᵢ-weighted
+    means or, where those fit none, by their plain means (ByzFL's, which weighted_mixing
+    reports); the weighted means' violation where neither fits."""
+    try:
+        return _bucket_options(law, C, case, s), True
+    except LawViolation as first:
+        try:
+            return _bucket_options(law, C, case, s, weighted=False), False
+        except LawViolation:
+            raise first from None
+
+
 def bucketing_partitions(n: int, s: int) -> int:
     """How many partitions of n clients into buckets of s (the last holding n mod s) there
     are: n!/((s!)^q·q!·r!), q = ⌊n/s⌋, r = n mod s."""
@@ -1821,17 +1835,7 @@ def bucketing_shuffles(pre, case: RoundCase, reference) -> str | None:
     for _ in range(calls):
         C = _pre_rows(law, pre, case.features, case, rows)
         if weighted is None:
-            # the buckets are told apart by their means, nᵢ-weighted or plain (ByzFL's,
-            # which weighted_mixing reports): this law asks only whether they move
-            try:
-                options = _bucket_options(law, C, case, s)
-                weighted = True
-            except LawViolation as first:
-                try:
-                    options = _bucket_options(law, C, case, s, weighted=False)
-                except LawViolation:
-                    raise first from None
-                weighted = False
+            options, weighted = _bucket_options_by_either_mean(law, C, case, s)
         else:
             options = _bucket_options(law, C, case, s, weighted=weighted)
         if any(len(o) != 1 for o in options):
