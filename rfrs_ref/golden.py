@@ -1516,8 +1516,11 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
 
     ``close``: ``|got − expected| ≤ atol + rtol·|expected|`` elementwise, the
     tolerance from the expected value alone; ``exact`` (and every integer,
-    boolean, string or null): equality. Either way a NaN or infinite ``got``
-    where ``expected`` is finite is a mismatch, and a non-finite ``expected``
+    boolean, string or null): equality, bit for bit once read as float64 except that any
+    NaN matches any NaN (whatever its sign or payload): a float zero of the other sign than
+    the expected one (−0.0 for 0.0) is a mismatch, which ``==`` would not see. An integer
+    has no sign of zero (the int 0 matches −0.0, compared by value). Either way a NaN or
+    infinite ``got`` where ``expected`` is finite is a mismatch, and a non-finite ``expected``
     is matched only by the same value (NaN by NaN, +inf by +inf): the rule of
     :mod:`rfrs_ref.agreement`. A ``spec`` that states no usable rule (unknown
     ``compare``, a tolerance that is negative, NaN or infinite) is a mismatch
@@ -1561,6 +1564,9 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
                 # Python compares an int and a float by value, exactly: 2**53 + 1 is not the
                 # float 2**53, which it rounds to in float64
                 ok = expected == got
+        if ok and how == "exact" and _zero_signs_differ(expected, got):
+            return Mismatch(name, None, expected, got, None, message=_ZERO_SIGN.format(
+                got=got, expected=_py(expected), where=""))
         if ok:
             return None
         tol = None if exact else float(agreement.tolerance(agreement.as_float(expected), rtol, atol))
@@ -1568,6 +1574,24 @@ def compare_output(name: str, spec: dict, expected, got) -> Mismatch | None:
     if expected != got or type(expected) is not type(got):
         return Mismatch(name, None, expected, got, None)
     return None
+
+
+#: why an exact comparison fails a zero of the other sign (a Mismatch message)
+_ZERO_SIGN = ("{where}got {got!r}, expected {expected!r}: the sign of zero differs under exact "
+              "comparison (−0.0 is not 0.0; only a NaN matches any NaN, whatever its sign or payload)")
+
+
+def _zero_signs_differ(expected, got):
+    """Elementwise: True where ``expected`` and ``got`` are both float zeros of opposite
+    signs (−0.0 against 0.0), which ``==`` calls equal and an exact comparison does not.
+    An integer has no sign of zero: where either side is an integer (a Python ``int``, an
+    integer or boolean array) this is False, the values being compared by value."""
+    if isinstance(expected, float) and isinstance(got, float):
+        return expected == 0.0 == got and math.copysign(1.0, expected) != math.copysign(1.0, got)
+    e, g = np.asarray(expected), np.asarray(got)
+    if e.dtype.kind != "f" or g.dtype.kind != "f":
+        return np.zeros(np.broadcast_shapes(e.shape, g.shape), dtype=bool)
+    return (e == 0) & (g == 0) & (np.signbit(e) != np.signbit(g))
 
 
 def _vacuous(expected, rtol: float, atol: float) -> str:
@@ -1627,6 +1651,10 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
         bad = e != g  # integers beyond 2**53 would collide in float64
     elif how == "exact" or e.dtype.kind in "iub" or g.dtype.kind in "iub":
         bad = agreement.disagree(e, g)  # an integer on either side is compared exactly
+        if how == "exact":
+            # bit for bit: −0.0 is not 0.0 (NumPy's == says it is); any NaN still matches any
+            # NaN. Integers written in a list of floats are compared by value below.
+            bad = bad | _zero_signs_differ(e, g)
         if (e.dtype.kind in "iu") != (g.dtype.kind in "iu"):
             # in float64 an int64 beyond 2**53 rounds to a float it is not: compare the
             # finite pairs as Python numbers, an int and a float by value, exactly
@@ -1654,6 +1682,11 @@ def _compare_arrays(name, how, rtol, atol, expected, got) -> Mismatch | None:
     tv = None if tol is None or ints[idx] else float(np.asarray(tol)[idx] if np.ndim(tol) else tol)
     exact_e = _element(expected, idx) if ints[idx] else _py(e[idx])
     exact_g = _element(got, idx) if ints[idx] else _py(g[idx])
+    if how == "exact" and not ints[idx] and _zero_signs_differ(exact_e, exact_g):
+        many = f"; {int(bad.sum())} of {int(bad.size)} elements differ" if bad.size > 1 else ""
+        return Mismatch(name, idx, exact_e, exact_g, None, int(bad.sum()), int(bad.size),
+                        message=_ZERO_SIGN.format(got=exact_g, expected=exact_e,
+                                                  where=f"index {idx}: " if idx else "") + many)
     return Mismatch(name, idx, exact_e, exact_g, tv, int(bad.sum()), int(bad.size))
 
 

@@ -1133,3 +1133,62 @@ def test_an_integer_in_a_list_of_floats_is_compared_exactly(expected, got):
                                  np.array([[1.5001, 2.0], [3.0, 4.5]])) is None
     assert golden.compare_output("x", {"compare": "exact"}, [2 ** 53 + 1, 0.5],
                                  np.array([float(2 ** 53), 0.5])) is not None
+
+
+# -- an exact comparison tells −0.0 from 0.0 ------------------------------------------------------------
+
+@pytest.mark.parametrize("expected, got", [
+    (0.0, -0.0), (-0.0, 0.0), (np.float64(0.0), np.float64(-0.0)),
+    (np.array([1.0, 0.0, 2.0]), np.array([1.0, -0.0, 2.0])),
+    (np.array([[-0.0, 3.0]]), np.array([[0.0, 3.0]])),
+    (np.array(0.0), np.array(-0.0)),
+    (np.array([0.0], dtype=np.float32), np.array([-0.0])),
+    ([1.5, 0.0], np.array([1.5, -0.0])),
+])
+def test_an_exact_comparison_tells_the_sign_of_zero(expected, got):
+    """`exact` is documented as bit for bit, but NumPy's == calls −0.0 and 0.0 equal: a
+    recomputed −0.0 passed where the case states 0.0. Under `close` they stay equal."""
+    m = golden.compare_output("x", {"compare": "exact"}, expected, got)
+    assert m is not None and "the sign of zero differs under exact comparison" in str(m), (expected, got, m)
+    assert "got -0.0, expected 0.0" in str(m) or "got 0.0, expected -0.0" in str(m), str(m)
+    assert golden.compare_output("x", {"compare": "close", "rtol": 1e-3, "atol": 0.0}, expected, got) is None
+
+
+def test_an_exact_comparison_still_matches_any_nan_and_integer_zeros():
+    """The exceptions, as documented: any NaN matches any NaN (sign bit, payload), and an
+    integer has no sign of zero (the JSON integer 0, alone or in a list of floats)."""
+    spec = {"compare": "exact"}
+    payload = np.array([0x7FF8000000000001, 0xFFF8000000000000], dtype="<u8").view("<f8")
+    assert golden.compare_output("x", spec, np.array([np.nan, np.nan]), payload) is None
+    assert golden.compare_output("x", spec, float(payload[1]), np.nan) is None
+    for expected, got in ((0, -0.0), (-0.0, 0), ([0, 1.5], np.array([-0.0, 1.5])),
+                          (np.array([0]), np.array([-0.0])), (-0.0, -0.0),
+                          (np.array([-0.0, 0.0]), np.array([-0.0, 0.0]))):
+        assert golden.compare_output("x", spec, expected, got) is None, (expected, got)
+    # the first differing element is named by what differs there
+    m = golden.compare_output("x", spec, np.array([1.0, 0.0]), np.array([1.5, -0.0]))
+    assert m is not None and "sign of zero" not in str(m) and "2 of 2" in str(m), str(m)
+
+
+def test_a_case_stating_an_exact_zero_of_the_other_sign_fails(krum_case, tmp_path):
+    """Krum's weights stated exact (tighter than the export: allowed) with −0.0 for a client
+    Krum leaves out, whose recomputed weight is 0.0: the check passed."""
+    root = tmp_path / "vectors"
+    shutil.copytree(krum_case, root)
+    folder = root / "aggregate" / "krum-gradient-f64"
+
+    def exact(d):
+        for k in ("rtol", "atol"):
+            d["outputs"]["weights"].pop(k)
+        d["outputs"]["weights"]["compare"] = "exact"
+
+    _edit_json(folder / "case.json", exact)
+    res = _cli("check", root)
+    assert res.exit_code == 0, res.output  # the exact weights themselves match
+    w = np.load(folder / "out.weights.npy")
+    zero = int(np.flatnonzero(w == 0)[0])
+    assert not np.signbit(w[zero])
+    w[zero] = -0.0
+    np.save(folder / "out.weights.npy", w)
+    _case_fails(root, "'weights'", f"index ({zero},)", "got 0.0, expected -0.0", "sign of zero",
+                name="aggregate/krum-gradient-f64")
