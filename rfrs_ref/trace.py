@@ -393,6 +393,26 @@ MAX_PARAMS = 2**40
 #: the largest round number a trace may hold (the largest integer a float64 writer keeps
 #: exact; a report names the round, and a 4,000-digit one would be the whole line)
 MAX_ROUND = 2**53
+#: the most bytes one line of a trace may hold, its line end included (16 MiB). A round line
+#: takes about 80 bytes per sampled client (id, flag, nᵢ, gradient norm, kept, weight, a
+#: rule's score or distance) and 2 kB more (state, metrics): a round of every client of
+#: the largest dataset rfrs-ref reads (citeulike-t, 7,947 users) is under a megabyte, so
+#: this leaves room for some 200,000 clients a round. A line is read at most this far: a
+#: longer one (a file of one multi-gigabyte line) is refused without being read whole
+MAX_LINE_BYTES = 1 << 24
+#: the most bytes a trace file may hold (2 GiB). The longest default run (citeulike-t,
+#: 1,500 rounds) with every client sampled each round writes about 1 GB; read, a trace
+#: takes 2–3 times its size in memory, and ``compare`` reads two. Judged from the size of
+#: the file opened before a byte is read (a sparse file of terabytes takes a few bytes of
+#: disk), and again on the bytes read (a file that grows while it is read)
+MAX_TRACE_BYTES = 1 << 31
+
+
+def _what_a_trace_is() -> str:
+    """What a trace is, for the messages that refuse a file as too large to be one."""
+    return ("a trace is a JSON Lines file of a header line and one line per round, each line at "
+            f"most {MAX_LINE_BYTES:,} bytes and the file at most {MAX_TRACE_BYTES:,} bytes "
+            "(docs/traces.md)")
 
 
 def _is_int(x) -> bool:
@@ -666,8 +686,11 @@ def read_trace(path) -> Trace:
     :class:`TraceFormatError` with a one-line message naming the file and line.
     ``NaN``/``Infinity`` literals are read as the floats they name (the format
     writes ``null``; :func:`compare` treats them by :mod:`rfrs_ref.agreement`'s rule).
-    A file larger than the memory can hold once read (a sparse file of terabytes) is a
-    :class:`TraceFormatError` too, naming its size.
+    The file is read line by line: a line of more than :data:`MAX_LINE_BYTES` bytes
+    (read no further than that) and a file of more than :data:`MAX_TRACE_BYTES` bytes
+    (judged from its size before a byte is read, and on the bytes read) are a
+    :class:`TraceFormatError` naming the file, the size and the limit, and so is a
+    trace larger than the memory can hold once read, naming its size.
     """
     path = pathlib.Path(path)
     if not path.exists():
@@ -686,6 +709,47 @@ def read_trace(path) -> Trace:
                                "is it a trace?") from None
 
 
+def _trace_lines(fh, path: pathlib.Path):
+    """(line number from 1, raw bytes with their line end, whether it is the file's last
+    line) of each line of the trace open in ``fh`` (binary, buffered), read one at a time.
+
+    Refuses (:class:`TraceFormatError`) a file whose size is above :data:`MAX_TRACE_BYTES`
+    before reading it, a line longer than :data:`MAX_LINE_BYTES` after reading no more than
+    one byte past the limit, and a file that has grown past the limit by the time it is
+    read. Whether a line is the last is known by looking ahead (``peek``) without reading.
+    A read that fails (an I/O error) is a :class:`TraceFormatError` too."""
+    try:
+        yield from _trace_lines_unchecked(fh, path)
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+
+
+def _trace_lines_unchecked(fh, path: pathlib.Path):
+    """:func:`_trace_lines`, an I/O error raised as it is."""
+    size = os.fstat(fh.fileno()).st_size
+    if size > MAX_TRACE_BYTES:
+        raise TraceFormatError(f"{path}: {size:,} bytes, more than the {MAX_TRACE_BYTES:,} bytes a "
+                               f"trace may hold; nothing is read from it: {_what_a_trace_is()}")
+    total = 0
+    lineno = 0
+    while True:
+        raw = fh.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise TraceFormatError(f"{path}:{lineno}: a line of more than {MAX_LINE_BYTES:,} bytes "
+                                   f"(read no further), longer than a trace line may be: "
+                                   f"{_what_a_trace_is()}")
+        total += len(raw)
+        if total > MAX_TRACE_BYTES:
+            raise TraceFormatError(f"{path}:{lineno}: {total:,} bytes read by this line, more than "
+                                   f"the {MAX_TRACE_BYTES:,} bytes a trace may hold (the file grew "
+                                   f"while it was read; it held {size:,} bytes when opened): "
+                                   f"{_what_a_trace_is()}")
+        yield lineno, raw, not fh.peek(1)
+
+
 def _read_trace(path: pathlib.Path) -> Trace:
     """:func:`read_trace` of a path tested to be a regular file or a directory."""
     rounds: list[dict] = []
@@ -697,45 +761,45 @@ def _read_trace(path: pathlib.Path) -> Trace:
     try:
         # opened without waiting and tested on the descriptor: a FIFO put at the name after
         # read_trace's test of it would otherwise block the read for ever
-        with open_input(path, "trace") as fh:
-            lines = fh.readlines()
+        fh = open_input(path, "trace")
     except ValueError:
         raise TraceFormatError(f"{path}: not a regular file, expected a trace") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
     digests: dict = {}
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        where = f"{path}:{lineno}"
-        obj = _parse_line(raw, where, lineno == len(lines))
-        if not isinstance(obj, dict):
-            raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        if depth_exceeds(obj, MAX_DEPTH):
-            raise TraceFormatError(f"{where}: nested more than {MAX_DEPTH} levels deep; a trace "
-                                   "line is a flat record (docs/traces.md)")
-        if head is None:
-            _check_header(obj, where)
-            head = obj
-            numbers = [lineno]
-            _check_digests_against_norms(obj.get("initial") or {}, where + " (initial)", digests)
-            continue
-        missing = [k for k in REQUIRED_FIELDS if k not in obj]
-        if missing:
-            raise TraceFormatError(f"{where}: round line lacks {', '.join(missing)}")
-        t = obj["round"]
-        if isinstance(t, float) and t.is_integer() and 1.0 <= t <= 2.0**53:
-            t = obj["round"] = int(t)  # a writer's 1.0 is round 1 (the numbers compare exactly)
-        if not _is_int(t) or (rounds and t <= rounds[-1]["round"]) or not 1 <= t <= MAX_ROUND:
-            prev = rounds[-1]["round"] if rounds else 0
-            raise TraceFormatError(f"{where}: round {describe_object(t, 60)} after round {prev}: "
-                                   "rounds are integers from 1 to 2**53, in increasing order")
-        _check_state_summary(obj, where)
-        if obj["state_norms"] is None:
-            raise TraceFormatError(f"{where}: state_norms must be an object (array name -> norm)")
-        _check_digests_against_norms(obj, where, digests)
-        rounds.append(obj)
-        numbers.append(lineno)
+    with fh:
+        for lineno, raw, last in _trace_lines(fh, path):
+            if not raw.strip():
+                continue
+            where = f"{path}:{lineno}"
+            obj = _parse_line(raw, where, last)
+            if not isinstance(obj, dict):
+                raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            if depth_exceeds(obj, MAX_DEPTH):
+                raise TraceFormatError(f"{where}: nested more than {MAX_DEPTH} levels deep; a trace "
+                                       "line is a flat record (docs/traces.md)")
+            if head is None:
+                _check_header(obj, where)
+                head = obj
+                numbers = [lineno]
+                _check_digests_against_norms(obj.get("initial") or {}, where + " (initial)", digests)
+                continue
+            missing = [k for k in REQUIRED_FIELDS if k not in obj]
+            if missing:
+                raise TraceFormatError(f"{where}: round line lacks {', '.join(missing)}")
+            t = obj["round"]
+            if isinstance(t, float) and t.is_integer() and 1.0 <= t <= 2.0**53:
+                t = obj["round"] = int(t)  # a writer's 1.0 is round 1 (the numbers compare exactly)
+            if not _is_int(t) or (rounds and t <= rounds[-1]["round"]) or not 1 <= t <= MAX_ROUND:
+                prev = rounds[-1]["round"] if rounds else 0
+                raise TraceFormatError(f"{where}: round {describe_object(t, 60)} after round {prev}: "
+                                       "rounds are integers from 1 to 2**53, in increasing order")
+            _check_state_summary(obj, where)
+            if obj["state_norms"] is None:
+                raise TraceFormatError(f"{where}: state_norms must be an object (array name -> norm)")
+            _check_digests_against_norms(obj, where, digests)
+            rounds.append(obj)
+            numbers.append(lineno)
     if head is None:
         raise TraceFormatError(f"{path}: empty trace (no header line)")
     return Trace(head, rounds, str(path), numbers)

@@ -295,23 +295,123 @@ def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
 
 
 def test_a_trace_too_large_for_memory_is_one_line(ref, tmp_path, refused, monkeypatch):
-    """A trace larger than the memory (a sparse file of terabytes) ended the comparison with
-    a MemoryError traceback."""
+    """A trace whose parsed lines exhaust the memory (below the size limits, on a small
+    machine) ended the comparison with a MemoryError traceback."""
     big = tmp_path / "big.jsonl"
-    big.write_text("{}")
-    os.truncate(big, 1 << 30)
+    big.write_text("".join(json.dumps(x) + "\n" for x in _lines()))
+    size = big.stat().st_size
+    real_parse = T.parse_json
 
-    class Unreadable(io.BytesIO):
-        def readlines(self, *args):
+    def parse(raw, where):
+        if "big.jsonl:3" in where:
             raise MemoryError
+        return real_parse(raw, where)
 
+    monkeypatch.setattr(T, "parse_json", parse)
+    refused(_cli(ref, big), "big.jsonl", "too large to read in this machine's memory",
+            f"{size:,} bytes", never="agree")
+
+
+def _reads(monkeypatch) -> dict[str, list[int]]:
+    """The sizes asked of every ``readline`` of each trace file (by name) from now on."""
     from rfrs_ref import files
 
+    asked: dict[str, list[int]] = {}
     real_open = files.open_input
-    monkeypatch.setattr(files, "open_input", lambda p, *a, **k: Unreadable() if str(p) == str(big)
-                        else real_open(p, *a, **k))
-    refused(_cli(ref, big), "big.jsonl", "too large to read in this machine's memory",
-            "1,073,741,824 bytes", never="agree")
+
+    class Recorded(io.BufferedReader):
+        def readline(self, size=-1):
+            asked.setdefault(os.path.basename(self.raw.name), []).append(size)
+            return super().readline(size)
+
+    def opened(path, *args, **kw):
+        with real_open(path, *args, **kw) as fh:  # its checks, then the same file recorded
+            raw = io.FileIO(os.dup(fh.fileno()), "rb")
+            raw.name = str(path)
+            return Recorded(raw)
+
+    monkeypatch.setattr(files, "open_input", opened)
+    return asked
+
+
+def test_a_line_longer_than_a_trace_line_is_refused_unread(ref, tmp_path, refused, monkeypatch):
+    """A trace of one line of gigabytes without a line end was read whole (readlines) and
+    took all the memory: a line is read at most MAX_LINE_BYTES + 1 bytes far."""
+    monkeypatch.setattr(T, "MAX_LINE_BYTES", 4096)
+    asked = _reads(monkeypatch)
+    long_ = tmp_path / "long.jsonl"
+    with open(long_, "wb") as fh:  # a header, then a line of 1 MiB (sparse: NULs) and no end
+        fh.write((json.dumps(HEADER) + "\n").encode())
+        fh.truncate(fh.tell() + (1 << 20))
+    refused(_cli(ref, long_), "long.jsonl:2", "a line of more than 4,096 bytes",
+            "a trace is a JSON Lines file", never="agree")
+    assert asked["long.jsonl"] == [4097, 4097], asked
+    # a line of exactly the limit, its line end included, is read
+    lines = _lines()
+    pad = 4096 - len(json.dumps(lines[2]) + "\n")
+    lines[2]["rule"]["pad"] = "x" * (pad - len(', "pad": ""'))
+    exact = _write(tmp_path / "exact.jsonl", lines)
+    with open(exact, "rb") as fh:
+        assert max(len(x) for x in fh) == 4096
+    assert len(T.read_trace(exact).rounds) == 3
+    lines[2]["rule"]["pad"] += "x"
+    with pytest.raises(T.TraceFormatError, match=r"exact2.jsonl:3: a line of more than 4,096 bytes"):
+        T.read_trace(_write(tmp_path / "exact2.jsonl", lines))
+
+
+def test_a_trace_larger_than_a_trace_may_be_is_refused_unread(ref, tmp_path, refused, monkeypatch):
+    """A sparse file of terabytes (or a real one of gigabytes) was read whole before any
+    check: refused from its size, before a byte is read."""
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as fh:
+        fh.write((json.dumps(HEADER) + "\n").encode())
+        fh.truncate(T.MAX_TRACE_BYTES + 1)  # sparse: a few bytes of disk
+    asked = _reads(monkeypatch)
+    refused(_cli(ref, big), "big.jsonl", f"{T.MAX_TRACE_BYTES + 1:,} bytes",
+            f"more than the {T.MAX_TRACE_BYTES:,} bytes a trace may hold", "nothing is read",
+            never="agree")
+    assert "big.jsonl" not in asked and asked["ref.jsonl"], asked
+    # the limit is on the file: a trace of legitimate lines beyond it is refused too
+    monkeypatch.setattr(T, "MAX_TRACE_BYTES", 1000)
+    refused(_cli(ref, ref), "ref.jsonl", "more than the 1,000 bytes a trace may hold", never="agree")
+
+
+def test_a_trace_that_grows_past_the_limit_while_read_is_refused(ref, tmp_path, monkeypatch):
+    """The size is judged when the file is opened and again on the bytes read: a file
+    that grows while it is read stops at the limit."""
+    size = os.path.getsize(ref)
+    monkeypatch.setattr(T, "MAX_TRACE_BYTES", size)
+    assert len(T.read_trace(ref).rounds) == 3  # at the limit: read
+    real_fstat = os.fstat
+    monkeypatch.setattr(T.os, "fstat", lambda fd: os.stat_result(
+        tuple(real_fstat(fd))[:6] + (size // 2,) + tuple(real_fstat(fd))[7:]))
+    monkeypatch.setattr(T, "MAX_TRACE_BYTES", size - 1)
+    with pytest.raises(T.TraceFormatError, match=r"ref.jsonl:4: [0-9,]+ bytes read by this line, "
+                                                 r"more than the [0-9,]+ bytes a trace may hold"):
+        T.read_trace(ref)
+
+
+def test_a_legitimate_trace_reads_as_it_did(ref, tmp_path):
+    """Line by line, a trace reads as it did whole: every line and its number, blank
+    lines, CRLF line ends, a last line without its line end, and a last line cut short."""
+    lines = _lines()
+    t = T.read_trace(ref)
+    assert [t.header] + t.rounds == lines and t.lines == [1, 2, 3, 4]
+    texts = [json.dumps(x) for x in lines]
+    odd = tmp_path / "odd.jsonl"
+    odd.write_bytes(("\n".join(texts[:2]) + "\n\n  \n" + "\r\n".join(texts[2:])).encode())
+    t = T.read_trace(odd)
+    assert [t.header] + t.rounds == lines and t.lines == [1, 2, 5, 6]
+    assert T.compare(ref, odd).agree
+    # "cut short" is said of the last line, not of a damaged line before it
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(("\n".join(texts[:3]) + "\n" + texts[3][:-9]).encode())
+    with pytest.raises(T.TraceFormatError, match=r"cut.jsonl:4: .*not valid JSON.*cut short"):
+        T.read_trace(cut)
+    cut.write_bytes(("\n".join(texts[:2]) + "\n" + texts[2][:-9] + "\n" + texts[3]).encode())
+    with pytest.raises(T.TraceFormatError, match=r"cut.jsonl:3: .*not valid JSON") as exc:
+        T.read_trace(cut)
+    assert "cut short" not in str(exc.value)
 
 
 def test_a_device_is_not_read_forever(ref, refused):
