@@ -1845,13 +1845,43 @@ def _implausible_inputs(inputs: dict) -> str:
     return ""
 
 
+#: the scalars of ``params`` that the recomputation converts itself (``int(params["f"])``,
+#: ``bool(params["verify"])``, ...), and the JSON type each must have: a conversion would
+#: otherwise compute something else than the case states and still pass it (f = 2.9 run as
+#: f = 2, ``"verify": "false"`` run with verification, since ``bool("false")`` is True). The
+#: hyperparameters are checked by the rules, optimisers and attacks they are given to.
+PARAM_TYPES = {"f": "integer", "t": "integer", "seed": "integer", "verify": "boolean",
+               "client_fraction": "number", "assumed_fraction": "number"}
+
+
+def _mistyped(params: dict) -> str:
+    """Why a scalar of ``params`` that the recomputation converts (:data:`PARAM_TYPES`) has
+    another JSON type than it must ('' when none has)."""
+    for key, what in PARAM_TYPES.items():
+        if key not in params:
+            continue  # the recomputation reports what it needs and lacks
+        v = params[key]
+        ok = (isinstance(v, bool) if what == "boolean" else
+              isinstance(v, int) and not isinstance(v, bool) if what == "integer" else
+              isinstance(v, (int, float)) and not isinstance(v, bool))
+        if not ok:
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "…"
+            return (f"params.{key} is {shown} ({type(v).__name__}): it must be a JSON {what}, or "
+                    "the recomputation would convert it into another value than the case states")
+    return ""
+
+
 def _implausible(meta: dict) -> str:
     """Why the parameters of a case cannot be what it states, before recomputing it
     ('' when they can). The models and rules check their own preconditions; what remains
     is how long the recomputation loops and how much it allocates, which nothing else
     bounds: the length of a federated run (a case.json claiming 10⁹ rounds would run for days)
     and the loop counts and sizes of :data:`LOOP_LIMITS`, each refused above its limit in
-    one line naming the parameter, its value and the limit."""
+    one line naming the parameter, its value and the limit. A scalar the recomputation
+    converts (:data:`PARAM_TYPES`) must have its JSON type (:func:`_mistyped`)."""
+    mistyped = _mistyped(meta["params"])
+    if mistyped:
+        return mistyped
     for where, key, v in _loop_counts(meta["params"]):
         if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= LOOP_LIMITS[key]):
             shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "…"

@@ -1192,3 +1192,40 @@ def test_a_case_stating_an_exact_zero_of_the_other_sign_fails(krum_case, tmp_pat
     np.save(folder / "out.weights.npy", w)
     _case_fails(root, "'weights'", f"index ({zero},)", "got 0.0, expected -0.0", "sign of zero",
                 name="aggregate/krum-gradient-f64")
+
+
+# -- a parameter the recomputation converts must have the type it states ----------------------------------
+
+def _every_output_exact(d):
+    """Every output compared exactly (tighter than the export's tolerances: allowed), so
+    that a case whose params differ from the export's is compared, not failed for them."""
+    for out in d["outputs"].values():
+        out.pop("rtol", None)
+        out.pop("atol", None)
+        out["compare"] = "exact"
+
+
+@pytest.mark.parametrize("case, key, value, shown", [
+    ("aggregate/krum-gradient-f64", "f", lambda f: f + 0.5, "(float)"),
+    ("aggregate/krum-gradient-f64", "f", str, "(str)"),
+    (CASE, "t", lambda t: t + 0.25, "(float)"),
+    (CASE, "t", str, "(str)"),
+    (FEDERATED, "verify", lambda v: "false", "'false' (str)"),
+    (FEDERATED, "seed", float, "(float)"),
+    (FEDERATED, "client_fraction", str, "(str)"),
+])
+def test_a_parameter_is_not_converted_into_another_value(krum_case, vectors, federated_case, tmp_path,
+                                                         case, key, value, shown):
+    """f = 2.5 ran as int(2.5) = 2, "verify": "false" as bool("false") = True: the case passed,
+    stating a parameter the recomputation did not use."""
+    src = {"aggregate/krum-gradient-f64": krum_case, CASE: vectors, FEDERATED: federated_case}[case]
+    root = tmp_path / "v"
+    shutil.copytree(src, root)
+    _edit_json(root / case / "case.json", _every_output_exact)
+    assert _cli("check", root, "--only", case).exit_code == 0  # compared exactly, the case passes
+    _edit_json(root / case / "case.json", lambda d: d["params"].update({key: value(d["params"][key])}))
+    res = _cli("check", root, "--only", case)
+    assert res.exit_code == 1, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
+    assert f"cannot read the case: params.{key} is " in line and shown in line, line
+    assert "it must be a JSON" in line, line
