@@ -3,6 +3,7 @@ directories owned by one process at a time."""
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 import re
@@ -116,7 +117,8 @@ class DirectoryLock:
     on the same directory in the same process also fails. Child processes that
     inherit the descriptor (``fork`` without ``exec``) keep the lock held until
     they exit too. Raises ``OSError`` when the directory cannot be created or
-    written (read-only, a file in the way, a link planted at ``DIR/.lock``).
+    written (read-only, a file in the way, a link, a FIFO or a device planted at
+    ``DIR/.lock``, which is never followed, read or changed).
 
     An existing ``DIR/.lock`` that holds anything but a holder's line (a file of
     the user's or of another tool) is never truncated or removed:
@@ -149,6 +151,12 @@ class DirectoryLock:
             # O_NOFOLLOW: a link planted at DIR/.lock must not make us truncate its target
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
+                if not _stat.S_ISREG(os.fstat(fd).st_mode):
+                    # a FIFO planted there opens (read-write never waits) but is no lock
+                    # file: said as such, not as the "Illegal seek" of reading it
+                    raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device), so "
+                                  "not a lock file; it is left as it is: move it away or use "
+                                  "another directory", str(self.path))
                 fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
@@ -207,6 +215,21 @@ class DirectoryLock:
         finally:
             os.close(self._fd)
             self._fd = None
+
+    def holds(self, dir_fd: int) -> bool:
+        """Whether the directory open at ``dir_fd`` is the one this lock owns: its
+        ``.lock`` (not followed if a link) is the very file this object holds locked. A
+        directory put at the name after :meth:`acquire` (the owned one moved away, a link
+        or another directory in its place) is not, and must not be cleared or written as
+        the owned one. False when the lock is not held."""
+        if self._fd is None:
+            return False
+        try:
+            st = os.stat(LOCK_NAME, dir_fd=dir_fd, follow_symlinks=False)
+            fst = os.fstat(self._fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
     def _holder(self) -> str:
         try:

@@ -223,3 +223,16 @@ def test_a_lock_file_that_is_not_ours_is_left_alone(tmp_path, shared):
     with pytest.raises(ForeignLockFile, match="not a lock file of rfrs-ref"):
         DirectoryLock(tmp_path, shared=shared).acquire()
     assert (tmp_path / LOCK_NAME).read_text() == "pid=12 owner=make\n"
+
+
+def test_a_fifo_planted_as_the_lock_file_is_refused_naming_it(tmp_path):
+    # opened read-write it did not block, but the holder's line was then read from it:
+    # "Illegal seek", naming neither the file nor what was wrong with it
+    (tmp_path / "run").mkdir()
+    os.mkfifo(tmp_path / "run" / LOCK_NAME)
+    with pytest.raises(OSError, match="not a regular file") as info:
+        DirectoryLock(tmp_path / "run").acquire()
+    assert info.value.filename == str(tmp_path / "run" / LOCK_NAME)
+    import stat
+
+    assert stat.S_ISFIFO((tmp_path / "run" / LOCK_NAME).lstat().st_mode)  # left as it is

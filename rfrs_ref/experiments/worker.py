@@ -176,18 +176,41 @@ def foreign_run_outcome(run_dir: pathlib.Path, spec) -> dict | None:
     return None
 
 
-def _clear(run_dir: pathlib.Path) -> None:
+def _clear(run_dir: pathlib.Path, lock) -> None:
     """Remove everything in ``run_dir`` but its lock file (which its holder, this
-    process, keeps open: removing it would let another process lock a new one)."""
+    process, keeps open: removing it would let another process lock a new one).
+
+    Only the directory ``lock`` (a held :class:`~rfrs_ref.files.DirectoryLock`) owns is
+    cleared: ``run_dir`` is opened without following a link at its name, its entries
+    are removed relative to that open directory (never through a link inside it), and
+    its ``.lock`` must be the file ``lock`` holds. A link or another directory put at
+    the name after the caller checked it (the run directory moved away meanwhile) is
+    refused with ``ValueError`` and nothing is removed: clearing by the name removed
+    whatever directory the name had come to reach."""
+    import stat
+
     from rfrs_ref.files import LOCK_NAME
 
-    for p in run_dir.iterdir():
-        if p.name == LOCK_NAME:
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    refuse = (f"{run_dir} is no longer the run directory this run locked (a link or another "
+              "directory was put at its name after the lock was taken); nothing was removed: "
+              "put the run directory back, or remove what is there, and run the sweep again")
+    try:
+        fd = os.open(run_dir, flags)
+    except OSError:
+        raise ValueError(refuse) from None
+    try:
+        if not lock.holds(fd):
+            raise ValueError(refuse)
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries if e.name != LOCK_NAME]
+        for name in names:
+            if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                shutil.rmtree(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _train(spec, run_dir: pathlib.Path, keep_state: bool, low_memory: bool = False) -> dict:
@@ -203,12 +226,12 @@ def _train(spec, run_dir: pathlib.Path, keep_state: bool, low_memory: bool = Fal
     # The run directory is this process's before anything in it is read or removed: a
     # `train --resume` (or any holder) working there meanwhile is refused, not wiped
     # out from under it (the run is then recorded as failed, naming the holder).
-    with DirectoryLock(run_dir):
-        return _train_locked(spec, trainer, run_dir, keep_state, low_memory)
+    with DirectoryLock(run_dir) as lock:
+        return _train_locked(spec, trainer, run_dir, keep_state, low_memory, lock)
 
 
 def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
-                  low_memory: bool = False) -> dict:
+                  low_memory: bool, lock) -> dict:
     from rfrs_ref.federated.trainer import Diverged, NonFiniteResilience, Trainer
 
     resume = (run_dir / "checkpoint.npz").exists() and _same_config(run_dir, spec)
@@ -232,7 +255,7 @@ def _train_locked(spec, trainer, run_dir: pathlib.Path, keep_state: bool,
                 trainer = Trainer(spec.config, low_memory=low_memory)
         if result is None:
             refuse_foreign_run(run_dir, spec)
-            _clear(run_dir)
+            _clear(run_dir, lock)
             result = trainer.run(run_dir, locked=True)
     except Diverged as exc:
         # an outcome, not a failure: the run is finished, its checkpoint no longer needed
@@ -405,11 +428,11 @@ def _capture(spec, run_dir: pathlib.Path) -> dict:
                          "directory of this sweep; remove the link and run the sweep again")
     # the run directory is this process's before anything in it is read or written, as for
     # a training run (_train): a directory another process holds is refused, untouched
-    with DirectoryLock(run_dir):
-        return _capture_locked(spec, run_dir)
+    with DirectoryLock(run_dir) as lock:
+        return _capture_locked(spec, run_dir, lock)
 
 
-def _capture_locked(spec, run_dir: pathlib.Path) -> dict:
+def _capture_locked(spec, run_dir: pathlib.Path, lock) -> dict:
     from rfrs_ref.federated.round import run_round
     from rfrs_ref.federated.trainer import Trainer
     from rfrs_ref.files import atomic_write
@@ -418,7 +441,7 @@ def _capture_locked(spec, run_dir: pathlib.Path) -> dict:
     trainer = Trainer(spec.config)
     # an earlier attempt's files (one stopped half-way: a capture.npz without the
     # final_metrics.json that ends a capture) never stand beside this attempt's
-    _clear(run_dir)
+    _clear(run_dir, lock)
     c = trainer.config
     started = time.perf_counter()
     state, private = trainer.initial_state()

@@ -1326,3 +1326,59 @@ def test_ranking_out_never_replaces_a_fifo(tmp_path, refused):
     with _FilledFifo(out, b"Rules ranked by Precision@5\n"):
         refused(invoke("ranking", read, "--out", out), out, "is not a ranking rfrs-ref wrote")
     assert stat.S_ISFIFO(os.lstat(out).st_mode)
+
+
+# -- a run directory swapped for another between the check and the clearing ----------------------
+@pytest.mark.parametrize("kind", ["train", "capture"])
+@pytest.mark.parametrize("when, swap", [("before_lock", "link"), ("after_lock", "link"),
+                                        ("after_lock", "directory")])
+def test_a_worker_never_clears_a_directory_put_at_its_run_directory_after_the_check(
+        tmp_path, tiny_sweep, monkeypatch, kind, when, swap):
+    """The worker refused a linked run directory, then loaded the data, took the lock and
+    cleared the directory by its name: a link put at that name in between (or, once the
+    lock was taken, another directory) had the directory it reached emptied. Only the
+    directory whose lock the worker holds is cleared, opened without following a link.
+    (A plain directory at the name before the lock is taken is the run's directory: what
+    it holds but a run of another configuration is the run's to clear.)"""
+    import dataclasses
+
+    import rfrs_ref.files
+    from rfrs_ref.experiments.spec import load_sweep
+    from rfrs_ref.experiments.worker import execute_run
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep)
+    run = load_sweep(spec).runs[0]
+    if kind == "capture":
+        run = dataclasses.replace(run, kind="capture")
+    run_dir = tmp_path / "out" / "runs" / run.key
+    run_dir.mkdir(parents=True)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work\n")
+    (precious / "figures").mkdir()
+    (precious / "figures" / "f.png").write_bytes(b"png")
+    before = files(precious)
+
+    def plant():
+        run_dir.rename(tmp_path / "moved")
+        if swap == "link":
+            run_dir.symlink_to(precious, target_is_directory=True)
+        else:
+            precious.rename(run_dir)  # the user's directory itself, now at the run's name
+
+    class Racing(rfrs_ref.files.DirectoryLock):
+        def acquire(self):
+            if when == "before_lock":
+                plant()
+            out = super().acquire()
+            if when == "after_lock":
+                plant()
+            return out
+
+    monkeypatch.setattr(rfrs_ref.files, "DirectoryLock", Racing)
+    outcome = execute_run({"spec": run.to_json(), "key": run.key, "run_dir": str(run_dir)})
+    assert outcome["status"] == "failed", outcome
+    assert "nothing was removed" in outcome["error"]
+    users = precious if swap == "link" else run_dir
+    assert files(users) == before
