@@ -1333,3 +1333,17 @@ def test_a_round_number_beyond_two_to_the_53_is_refused_in_a_short_line(ref, tmp
     line = refused(_cli(ref, _write(tmp_path / "b.jsonl", lines)), "b.jsonl:4: round",
                    "rounds are integers from 1 to 2**53")
     assert len(line) < 400, line
+
+
+def test_a_digest_written_in_capitals_is_the_same_digest(ref, tmp_path):
+    """A sha256 digest is a number in hex: an implementation writing it in capitals (the
+    format accepts both cases) computed the same checksum, and was reported as a state
+    that differs in at least one bit. A digest that differs still diverges."""
+    lines = _lines()
+    for obj in [lines[0]["initial"]] + lines[1:]:
+        obj["state_checksums"] = {k: v.upper() for k, v in obj["state_checksums"].items()}
+    res = _cli(ref, _write(tmp_path / "upper.jsonl", lines))
+    assert res.exit_code == 0 and "values and checksums" in res.output, res.output
+    lines[2]["state_checksums"]["theta"] = _digest("other").upper()
+    d = T.compare(ref, _write(tmp_path / "other.jsonl", lines)).divergence
+    assert (d.round, d.field) == (2, "state_checksums.theta") and "checksums differ" in d.reason
