@@ -77,8 +77,19 @@ def disagree(reference, candidate, rtol: float = 0.0, atol=0.0) -> np.ndarray:
 
 
 def agrees(reference, candidate, rtol: float = 0.0, atol: float = 0.0) -> bool:
-    """Scalar form of :func:`disagree` for Python numbers (a huge int counts as ±inf)."""
-    return not bool(disagree(as_float(reference), as_float(candidate), rtol, atol))
+    """Scalar form of :func:`disagree` for Python numbers (a huge int counts as ±inf).
+
+    The same rule in plain Python float arithmetic (IEEE float64, as NumPy's: the same
+    operations in the same order, so the same verdict on every input), since a trace
+    or a golden case compares numbers one at a time and a NumPy call per number took
+    most of a comparison's time."""
+    r, c = as_float(reference), as_float(candidate)
+    if not math.isfinite(r):
+        return math.isnan(c) if math.isnan(r) else c == r
+    if not math.isfinite(c):
+        return False
+    # as tolerance(): atol + rtol·|r|; a difference or tolerance that overflows is +inf
+    return abs(c - r) <= as_float(atol) + as_float(rtol) * abs(r)
 
 
 def first_disagreement(reference, candidate, rtol: float = 0.0, atol=0.0) -> dict[str, Any] | None:

@@ -67,3 +67,14 @@ def test_first_disagreement_names_the_element():
     assert agreement.first_disagreement(r, r.copy()) is None
     with pytest.raises(ValueError, match="shapes differ"):
         agreement.first_disagreement(r, r[0])
+
+
+@given(r=st.one_of(st.floats(), st.integers(-2**1100, 2**1100)),
+       c=st.one_of(st.floats(), st.integers(-2**1100, 2**1100)),
+       rtol=st.one_of(st.floats(0.0, 1e308), st.sampled_from([0.0, 1.0, 1e308])),
+       atol=st.one_of(st.floats(0.0, 1e308), st.sampled_from([0.0, 5e-324, 1e308])))
+def test_the_scalar_rule_is_the_array_rule(r, c, rtol, atol):
+    # agrees() evaluates the rule in plain Python floats; disagree() in NumPy: the same
+    # verdict everywhere, overflowing differences and tolerances, huge integers and NaN included
+    expected = not bool(agreement.disagree(agreement.as_float(r), agreement.as_float(c), rtol, atol))
+    assert agreement.agrees(r, c, rtol, atol) == expected
