@@ -768,8 +768,10 @@ def run_optimizer_conformance(kind: str, obj, *, max_examples: int = 50, seed: i
         from rfrs_ref.attack.camouflage import camouflage_gradient
 
         def camouflage(state, g, t, opt):
+            # as the attack runs in a round: g̃ in g's dtype, θ to the rounding of the uploads
             return camouflage_gradient(state["m"], state["v"], state["theta"], g, beta1=opt.beta1,
-                                       beta2=opt.beta2, lr_t=L.adam_lr_t(opt, t), eps=opt.eps)[0]
+                                       beta2=opt.beta2, lr_t=L.adam_lr_t(opt, t), eps=opt.eps,
+                                       upload_dtype=L.camouflage_upload_dtype(opt, state, g, t))[0]
 
     results = []
     for spec in OPTIMIZER_LAWS[kind]:

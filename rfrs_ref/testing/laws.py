@@ -1523,6 +1523,19 @@ def theorem4(opt, case: PairCase) -> str | None:
     return _root_chain("theorem4", opt, case, b4, 1.0 - b4)
 
 
+def camouflage_upload_dtype(opt, state, g, t) -> np.dtype:
+    """The dtype whose rounding a camouflaged θ is judged with: the narrowest of the
+    arrays ``opt.client_rule(state, g, t)`` uploads (float64 for rfrs-ref's Adam, whatever
+    the dtype of the state and g; float32 for an Adam that stores its uploads in float32).
+    An attack that rounds g̃ to float32 against an Adam storing float64 must still give θ
+    to float64's rounding, as rfrs-ref's attack does (``upload_dtype`` of
+    :func:`rfrs_ref.attack.camouflage.camouflage_gradient`, the dtype of the round's
+    uploads): where the float32 g̃ cannot, it keeps g."""
+    up = _upload("camouflage_same_theta", "client_rule", opt.client_rule(state, g, t),
+                 opt.arrays, int(np.shape(g)[0]))
+    return max((np.dtype(a.dtype) for a in up.values()), key=_u)
+
+
 def camouflage_same_theta(camouflage: Callable, case: PairCase):
     """Where camouflage applies, the camouflaged θ equals the honest θ to rounding
     while the recovered gradient differs (docs/conformance.md); where rfrs-ref's attack
@@ -1533,8 +1546,13 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase):
     anywhere, and the law held "on every example" without checking one).
 
     ``camouflage(state, g, t, optimizer) -> g̃`` (float64, g̃ = g where it does not
-    apply). θ is compared with the tolerance the attack promises:
-    (THETA_TOLERANCE + 2)·u·(|θ̄| + |ηₜu(g)|), u of the example's dtype.
+    apply). θ is compared with the tolerance the attack promises (module docstring of
+    :mod:`rfrs_ref.attack.camouflage`): (THETA_TOLERANCE + 2)·u·(|θ̄| + |ηₜu(g)|), u the
+    unit roundoff of the uploads θ(g) and θ(g̃) are stored in (:func:`camouflage_upload_dtype`:
+    float64's for rfrs-ref's Adam, on a float32 example too). THETA_TOLERANCE·u bounds
+    the step's difference the attack accepts, 2u the rounding of storing θ̄ − step twice.
+    Judged with the example's dtype instead, a float32 example allowed 6·2⁻²⁴ relative
+    and an attack whose θ was off by 1e-8 relative held the law.
     """
     from rfrs_ref.attack.camouflage import THETA_TOLERANCE, camouflage_gradient
 
@@ -1545,9 +1563,11 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase):
     # where rfrs-ref's attack camouflages (Eq. 6 has a solution that keeps θ), an attack
     # that changes no coordinate there is no camouflage: without this a no-op held the law.
     # "There" is where both documented forms of the equation (with ε, and the paper's
-    # without it) have a solution, so that an attack of either form can meet the law
+    # without it) have a solution, so that an attack of either form can meet the law; both
+    # with g̃ in g's dtype and θ to the rounding of the uploads, as rfrs-ref's attack runs
+    up_dtype = camouflage_upload_dtype(opt, st, g, t)
     hyper = dict(beta1=_h(opt, "beta1"), beta2=_h(opt, "beta2"), lr_t=adam_lr_t(opt, t),
-                 eps=_h(opt, "eps"))
+                 eps=_h(opt, "eps"), upload_dtype=up_dtype)
     ref_gt, with_eps = camouflage_gradient(st["m"], st["v"], st["theta"], g, **hyper)
     _, without_eps = camouflage_gradient(st["m"], st["v"], st["theta"], g, include_eps=False, **hyper)
     ref_where = with_eps & without_eps
@@ -1560,14 +1580,16 @@ def camouflage_same_theta(camouflage: Callable, case: PairCase):
         return NOT_COMPARED
     A, B = _up(opt, st, g, t, law), _up(opt, st, gt, t, law)
     step = np.abs(A["theta"] - st["theta"])
-    u = _input_u(case)  # a float32 example: the attack may compute g̃ in float32
+    # both uploads' rounding: an Adam storing in g's dtype stores θ(g) of a float32 g in float32
+    u = max(_u(up_dtype), _u(camouflage_upload_dtype(opt, st, gt, t)))
     tol = (THETA_TOLERANCE + 2) * u * (np.abs(st["theta"]) + step) + _tiny(u)
     bad = np.flatnonzero(where & agreement.disagree(A["theta"], B["theta"], 0.0, tol))
     if bad.size:
         k = int(bad[0])
         raise LawViolation(law, f"coordinate {k}: g̃ = {_r(gt[k])} ≠ g = {_r(g[k])} but θ(g̃) = "
                            f"{_r(B['theta'][k])} differs from θ(g) = {_r(A['theta'][k])} by more than "
-                           f"{_r(tol[k])}", coordinate=k)
+                           f"{_r(tol[k])} ((THETA_TOLERANCE + 2)·u·(|θ̄| + |step|), u = {_r(u)} of the "
+                           f"uploads' {np.dtype(up_dtype).name})", coordinate=k)
     g_rec = _real(law, opt.recover(st, B, t), g.shape, "recover", "the gradient")
     same = np.flatnonzero(where & (g_rec == g))
     if same.size:
@@ -2211,7 +2233,8 @@ def round_record_invariants(record: dict) -> None:
 
 
 __all__ = [
-    "LawViolation", "bulyan_range", "camouflage_same_theta", "cc_byzantine_pull", "coordinate_range", "finite_output",
+    "LawViolation", "bulyan_range", "camouflage_same_theta", "camouflage_upload_dtype",
+    "cc_byzantine_pull", "coordinate_range", "finite_output",
     "hull_distance", "krum_kept_bound", "krum_output_bound", "lemma2", "mda_kept_diameter",
     "mda_output_bound", "meamed_range", "monna_pivot_bound", "nrm", "permutation_invariance",
     "recovery_exact", "reference_rule", "round_record_invariants", "smea_eigen_bound", "theorem1", "theorem2", "theorem3", "theorem4",
