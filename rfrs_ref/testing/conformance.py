@@ -992,11 +992,21 @@ def _attack_gain(attack) -> float:
 
 def attack_examples(max_D: int = 8, dtypes=(np.float32, np.float64)) -> list:
     """The rounds every attack law tries first: one vector that is NaN, ±inf or 1e38 among
-    five (:func:`strategies.hostile_examples`; the vectors are every row), a single
-    vector in each dtype (one vector has no spread: ALIE's σ = 0). The laws of
-    :data:`LARGE_LAWS` then try the large rounds of :data:`strategies.LARGE_ROUNDS` as
-    plain vectors (:func:`attack_large_examples`)."""
-    out = S.hostile_examples(min_n=5, max_n=9, max_D=max_D, dtypes=dtypes)
+    five (:func:`strategies.hostile_examples`; the vectors are every row), that vector
+    last and again first, a single vector in each dtype (one vector has no spread: ALIE's
+    σ = 0). The laws of :data:`LARGE_LAWS` then try the large rounds of
+    :data:`strategies.LARGE_ROUNDS` as plain vectors (:func:`attack_large_examples`).
+
+    The hostile vector sits at both ends because mimic copies the vector at an index
+    (rfrs-ref's default 0, the last one when the index reaches past it): with it last
+    only, the copied vector of the default was always finite, and a mimic that copied the
+    first finite vector, or zeroed the non-finite values of the one it copied, held every
+    law."""
+    last = S.hostile_examples(min_n=5, max_n=9, max_D=max_D, dtypes=dtypes)
+    first = [dataclasses.replace(c, features=np.roll(c.features, 1, axis=0),
+                                 honest=np.roll(c.honest, 1), n_samples=np.roll(c.n_samples, 1))
+             for c in last]
+    out = last + first
     rng = np.random.default_rng(20203)
     for dtype in dtypes:
         X = rng.normal(size=(1, 3)).astype(dtype)

@@ -17,6 +17,7 @@ from rfrs_ref.testing import adapters, laws, strategies
 from rfrs_ref.testing.conformance import (
     ATTACK_LAWS,
     PRE_LAWS,
+    attack_examples,
     format_results,
     run_attack_conformance,
     run_pre_conformance,
@@ -361,6 +362,19 @@ def mimic_the_last(V):
     return np.asarray(V)[-1]
 
 
+def mimic_the_first_finite(V):
+    """Vector 0, unless it is non-finite: then the first finite vector (wrong only when the
+    copied vector, index 0, is hostile)."""
+    V = np.asarray(V)
+    rows = np.flatnonzero(np.isfinite(V).all(axis=1))
+    return V[rows[0] if rows.size else 0].copy()
+
+
+def mimic_repairing_vector_0(V):
+    """Vector 0 with its non-finite values zeroed."""
+    return np.nan_to_num(np.asarray(V)[0], nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def inf_as_a_huge_number(V):
     return np.full(np.shape(V)[1], 1e308)
 
@@ -373,11 +387,25 @@ def inf_as_a_huge_number(V):
     ("alie", alie_signed, "alie_form", {"z": 1.5}),
     ("mimic", mimic_the_last, "reference_attack", None),
     ("mimic", mimic_the_mean, "mimic_copy", None),
+    ("mimic", mimic_the_first_finite, "reference_attack", None),
+    ("mimic", mimic_repairing_vector_0, "reference_attack", None),
+    ("mimic", mimic_repairing_vector_0, "mimic_copy", None),
     ("inf", inf_as_a_huge_number, "reference_attack", None),
     ("inf", inf_as_a_huge_number, "inf_nonfinite", None),
 ])
 def test_each_attack_law_catches_a_wrong_implementation(name, fn, law, options):
     assert _attack(name, adapters.vector_attack(fn), law=law, reference_options=options) == {law: "fails"}
+
+
+def test_the_hostile_vector_is_at_both_ends_of_the_attack_rounds():
+    """Mimic copies the vector at an index (0 by default, the last one past it): the fixed
+    rounds put the hostile vector at index 0 and at the last index."""
+    def hostile_row(X):
+        X = X.astype(np.float64)
+        return int(np.flatnonzero(~(np.abs(X) < 1e37).all(axis=1))[0])
+
+    at = {hostile_row(c.features) for c in attack_examples() if c.n > 1}
+    assert at == {0, 4}, at
 
 
 def test_a_failure_names_the_variant_and_reproduces():
