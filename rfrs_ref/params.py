@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 
 def hyper(default: Any, help: str, *, cli: str | None = None, choices: tuple | None = None,
           absent_is_default: bool = False):
@@ -50,6 +52,27 @@ def hyperparameters(entry) -> list[HyperSpec]:
                              f.metadata.get("choices"),
                              bool(f.metadata.get("absent_is_default", False))))
     return out
+
+
+def check_kinds(entry) -> None:
+    """ValueError unless no hyperparameter declared a number holds a boolean.
+
+    A hyperparameter whose default is an ``int`` or a ``float`` is a number; Python's
+    ``True`` and ``False`` are integers too (1 and 0), so ``Krum(k=False)`` would run as
+    ``k = 0`` and ``Adam(lr=True)`` as ``lr = 1`` unless refused here. A boolean (Python's
+    or NumPy's) is refused where a number is expected, with a message naming the entry,
+    the hyperparameter, the value and what it takes. Hyperparameters declared booleans
+    (flags: a ``bool`` default) and the other kinds are left to the entry's own checks.
+    The base classes of every family call this first in ``__post_init__``."""
+    for h in hyperparameters(entry):
+        if h.type not in (int, float):
+            continue
+        v = getattr(entry, h.name)
+        if isinstance(v, (bool, np.bool_)):
+            want = "an integer" if h.type is int else "a number"
+            owner = getattr(entry, "name", "") or type(entry).__name__
+            raise ValueError(f"{owner} {h.name} must be {want}, not a boolean: got "
+                             f"{h.name}={v!r} (true/false are not numbers)")
 
 
 def values(entry) -> dict[str, Any]:

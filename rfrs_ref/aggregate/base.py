@@ -32,7 +32,7 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from rfrs_ref.jsonsafe import jsonable  # noqa: F401  (re-exported for the rules)
-from rfrs_ref.params import hyper, values
+from rfrs_ref.params import check_kinds, hyper, values
 
 BACKENDS = ("numpy", "numba", "cuda")
 
@@ -147,6 +147,7 @@ class Rule(abc.ABC):
         raise TypeError(f"{self.name}'s weights depend on the uploads: it has no fixed weights")
 
     def __post_init__(self) -> None:
+        check_kinds(self)
         fb = getattr(self, "fallback", "error")
         if fb not in FALLBACKS:
             raise ValueError(f"{self.name} fallback must be one of {', '.join(FALLBACKS)}, got {fb!r}")

@@ -44,7 +44,7 @@ from rfrs_ref.aggregate.base import (
 from rfrs_ref.aggregate.combine import finite_clients
 from rfrs_ref.kernels.distances import as_float_matrix, pairwise_sq_dists
 from rfrs_ref.kernels.mixing import mix_rows
-from rfrs_ref.params import hyper, values
+from rfrs_ref.params import check_kinds, hyper, values
 from rfrs_ref.registry import Registry
 
 
@@ -155,6 +155,9 @@ class PreAggregator(abc.ABC):
     def condition(self, n: int, f: int) -> str | None:
         """The violated precondition as text, or None."""
         return None
+
+    def __post_init__(self) -> None:
+        check_kinds(self)
 
     @abc.abstractmethod
     def mixing(self, X: np.ndarray, n_samples: np.ndarray, f: int, ok: np.ndarray,
@@ -267,6 +270,7 @@ class Bucketing(PreAggregator):
     random: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         s = self.bucket_size
         if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 1:
             raise ValueError(f"bucketing bucket_size must be an integer ≥ 1, got {s!r}")
@@ -335,6 +339,7 @@ class Clip(PreAggregator):
     name: ClassVar[str] = "clip"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         c = self.clip_norm
         if (isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, float, np.floating, np.integer))
                 or not math.isfinite(c) or c <= 0):

@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from rfrs_ref.params import check_kinds
+
 
 @dataclasses.dataclass
 class AttackContext:
@@ -147,6 +149,9 @@ class Attack(abc.ABC):
     #: state and the round's attack stream alone, with no other client's data: it can run
     #: on a node of a real federation (``rfrs_ref.flower.PER_CLIENT_ATTACKS``)
     per_client: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        check_kinds(self)
 
     def check_optimizer(self, optimizer: Any) -> None:
         """Raise ValueError if the attack cannot run with ``optimizer`` (an

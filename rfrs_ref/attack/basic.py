@@ -91,6 +91,7 @@ class Noise(Attack):
     obeys_rule: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not (isinstance(self.sigma, (int, float)) and math.isfinite(self.sigma)
                 and self.sigma >= 0):
             raise ValueError(f"noise sigma must be a finite number ≥ 0, got sigma={self.sigma!r}")

@@ -120,6 +120,7 @@ class ALIE(Attack):
     name: ClassVar[str] = "alie"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_finite("ALIE z", self.z)
         if not (isinstance(self.ddof, int) and self.ddof in (0, 1)):
             raise ValueError(f"ALIE ddof must be 0 or 1, got ddof={self.ddof!r}")
@@ -173,6 +174,7 @@ class IPM(Attack):
     name: ClassVar[str] = "ipm"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_finite("IPM epsilon", self.epsilon)
 
     def apply_inplace(self, ctx: AttackContext) -> dict:

@@ -49,6 +49,7 @@ class NonFinite(Attack):
     obeys_rule: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.value not in NONFINITE_VALUES:
             raise ValueError(f"inf attack value must be one of {', '.join(NONFINITE_VALUES)}, "
                              f"got value={self.value!r}")
@@ -101,6 +102,7 @@ class Mimic(Attack):
     name: ClassVar[str] = "mimic"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
             raise ValueError(f"mimic index must be an integer ≥ 0, got index={self.index!r}")
 

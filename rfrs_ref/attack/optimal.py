@@ -118,6 +118,7 @@ class _Optimal(Attack):
     ratio: float = hyper(0.8, "line search: the contraction of the step, in (0.5, 1)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_search(self.evals, self.start, self.delta, self.ratio)
 
     @abc.abstractmethod

@@ -133,6 +133,7 @@ class ARA(Attack):
     shares_rows: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("n_targets", "samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -35,7 +35,7 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from rfrs_ref.params import hyper
+from rfrs_ref.params import check_kinds, hyper
 
 #: ``cuda`` is accepted for runs whose other families use CUDA kernels: the model
 #: family has no GPU kernel and runs its Numba CPU kernels there
@@ -71,6 +71,7 @@ class Model(abc.ABC):
     has_private: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        check_kinds(self)
         if isinstance(self.n_items, bool) or not isinstance(self.n_items, (int, np.integer)) \
                 or self.n_items < 1:
             raise ValueError(f"{type(self).__name__}: n_items must be a positive integer, "

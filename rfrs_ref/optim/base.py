@@ -36,7 +36,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from rfrs_ref.optim.tolerance import VERIFY_SAFETY, roundoff
-from rfrs_ref.params import hyper
+from rfrs_ref.params import check_kinds, hyper
 
 State = Mapping[str, np.ndarray]
 
@@ -155,6 +155,7 @@ class Optimizer(abc.ABC):
     nonnegative: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
+        check_kinds(self)
         check_positive("lr", self.lr)
 
     # -- the oracle ------------------------------------------------------------------
