@@ -21,6 +21,7 @@ do, and cut what they print to one short line.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
@@ -283,6 +284,12 @@ def read_npy(path, source: str | None = None, *, strict: bool = False,
     (``<``, or ``|`` where byte order does not apply); any other is refused, naming
     what differs, even where NumPy would read the same values. ``max_bytes``: the most data
     the array may hold; a header claiming more is refused before any memory is allocated.
+
+    Refused whatever ``strict`` says, because readers disagree on what such a file holds:
+    a header (a Python dict literal) that repeats a key (NumPy keeps the last value, a
+    reader of the text may take the first), and a bool array holding a byte other than 0
+    or 1 (NumPy reads byte 2 as True, a reader comparing bytes or a C ``bool`` may not);
+    the message names the key, or the byte and the index of the first such element.
     """
     path = pathlib.Path(path)
     where = f"{path}" + (f" (named in {source})" if source else "")
@@ -299,6 +306,7 @@ def read_npy(path, source: str | None = None, *, strict: bool = False,
     with fh:
         try:
             version = np.lib.format.read_magic(fh)
+            start = fh.tell()
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
             elif version in ((2, 0), (3, 0)):
@@ -308,6 +316,7 @@ def read_npy(path, source: str | None = None, *, strict: bool = False,
         except (ValueError, SyntaxError, TypeError, OverflowError, EOFError) as exc:
             msg = str(exc).split("\n")[0]
             raise UntrustedFileError(f"{where}: not a readable .npy file ({msg})") from None
+        _check_header_keys(fh, start, version, where)
         if dtype.kind not in NPY_KINDS or dtype.hasobject or dtype.fields is not None:
             raise UntrustedFileError(f"{where}: dtype {dtype} is not a plain float, integer or bool")
         if strict:
@@ -333,9 +342,60 @@ def read_npy(path, source: str | None = None, *, strict: bool = False,
         if need != have:
             raise UntrustedFileError(f"{where}: the header's shape {tuple(shape)} of {dtype} needs "
                                      f"{need} bytes of data, the file holds {have}")
-        data = np.frombuffer(fh.read(need), dtype=dtype, count=count)
-    order = "F" if fortran else "C"
+        raw = fh.read(need)
+        order = "F" if fortran else "C"
+        if dtype.kind == "b":
+            _check_bool_bytes(raw, tuple(shape), order, where)
+        data = np.frombuffer(raw, dtype=dtype, count=count)
     return data.reshape(shape, order=order).copy()
+
+
+def _check_header_keys(fh, start: int, version: tuple, where: str) -> None:
+    """Refuse an .npy header that NumPy read but whose dict literal repeats a key.
+
+    NumPy evaluates the header (``{'descr': ..., 'fortran_order': ..., 'shape': ...}``)
+    as a Python literal, whose last value of a repeated key wins: ``'shape': (2,),
+    'shape': (4,)`` is read as (4,), a reader of the text may take (2,). The header's
+    text (``fh`` from ``start``, just after the magic string, to where NumPy stopped) is
+    parsed again, and its keys compared; ``fh`` is left where NumPy left it.
+    """
+    end = fh.tell()
+    fh.seek(start)
+    size = 2 if version == (1, 0) else 4
+    text = fh.read(end - start)[size:].decode("utf-8" if version == (3, 0) else "latin1")
+    fh.seek(end)
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        # NumPy read it after dropping Python 2's long suffixes (3L): so does this check
+        try:
+            node = ast.parse(re.sub(r"(?<=\d)[lL]\b", "", text.strip()), mode="eval").body
+        except SyntaxError:
+            raise UntrustedFileError(f"{where}: the .npy header is not a dict literal whose "
+                                     "keys can be checked") from None
+    if not isinstance(node, ast.Dict):
+        raise UntrustedFileError(f"{where}: the .npy header is not a dict literal")
+    seen: set = set()
+    for key in node.keys:
+        value = key.value if isinstance(key, ast.Constant) else None
+        if value in seen:
+            raise UntrustedFileError(f"{where}: the .npy header repeats key {value!r} (NumPy keeps "
+                                     "the last value, other readers may take the first); write "
+                                     "each key once")
+        seen.add(value)
+
+
+def _check_bool_bytes(raw: bytes, shape: tuple, order: str, where: str) -> None:
+    """Refuse bool data holding a byte other than 0 or 1, naming the first such element's
+    index in ``shape`` (``order``: the file's order of elements) and its byte."""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    bad = np.flatnonzero(b > 1)
+    if bad.size:
+        i = int(bad[0])
+        index = tuple(int(x) for x in np.unravel_index(i, shape, order=order)) if shape else ()
+        raise UntrustedFileError(f"{where}: bool array holds byte {int(b[i])} at index {index}, a "
+                                 f"bool is 0 or 1 ({bad.size} such byte{'s' if bad.size > 1 else ''}; "
+                                 "readers disagree on what it means)")
 
 
 __all__ = ["NPY_KINDS", "UntrustedFileError", "confined", "depth_exceeds", "one_line", "parse_json",

@@ -4,12 +4,14 @@ a result is about to be written."""
 
 from __future__ import annotations
 
+import io
 import os
 
+import numpy as np
 import pytest
 
 from rfrs_ref.files import atomic_write
-from rfrs_ref.untrusted import UntrustedFileError, parse_json, read_json
+from rfrs_ref.untrusted import UntrustedFileError, parse_json, read_json, read_npy
 
 
 @pytest.mark.parametrize("text, key", [
@@ -50,6 +52,83 @@ def test_a_byte_order_mark_is_refused_in_words(tmp_path):
         read_json(p)
     p.write_bytes(b"{\r\n}\r\n")  # CRLF line ends are JSON whitespace
     assert read_json(p) == {}
+
+
+
+# -- .npy files that two readers would read differently ---------------------------------------
+
+@pytest.mark.parametrize("order, byte, at, index, strict", [
+    ("C", 2, 4, "(1, 1)", False), ("C", 2, 4, "(1, 1)", True), ("F", 2, 4, "(0, 2)", False),
+    ("C", 255, 0, "(0, 0)", True), ("C", 0x80, 5, "(1, 2)", False)])
+def test_a_bool_array_holding_a_byte_other_than_0_or_1_is_refused(tmp_path, order, byte, at, index,
+                                                                   strict):
+    """NumPy read byte 2 of a bool array as True; a reader comparing bytes, or a C bool, may
+    not: the file meant two things. The index is the element's, in the file's order (strict
+    reads C order only)."""
+    a = np.array([[True, False, True], [False, True, False]], order=order)
+    p = tmp_path / "flags.npy"
+    np.save(p, a)
+    raw = bytearray(p.read_bytes())
+    offset = len(raw) - a.size
+    raw[offset + at] = byte
+    p.write_bytes(bytes(raw))
+    assert np.load(p).sum() == a.sum() + (not a.ravel(order="K")[at])  # NumPy reads it True
+    with pytest.raises(UntrustedFileError) as exc:
+        read_npy(p, "case.json", strict=strict)
+    msg = str(exc.value)
+    assert msg.startswith(f"{p} (named in case.json): bool array holds byte {byte} at index {index}, "
+                          "a bool is 0 or 1"), msg
+    raw[offset + at] = 1
+    p.write_bytes(bytes(raw))
+    read_npy(p, strict=strict)
+
+
+def test_a_bool_scalar_holding_another_byte_is_refused(tmp_path):
+    p = tmp_path / "flag.npy"
+    np.save(p, np.True_)
+    p.write_bytes(p.read_bytes()[:-1] + b"\x02")
+    with pytest.raises(UntrustedFileError, match=r"flag\.npy: bool array holds byte 2 at index \(\)"):
+        read_npy(p)
+
+
+def _npy_with_header(header: str, data: bytes, version=(1, 0)) -> bytes:
+    size = 2 if version == (1, 0) else 4
+    pad = -(6 + 2 + size + len(header) + 1) % 64
+    text = (header + " " * pad + "\n").encode("latin1")
+    return (b"\x93NUMPY" + bytes(version) + len(text).to_bytes(size, "little") + text + data)
+
+
+@pytest.mark.parametrize("header, key", [
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'shape': (4,), }", "shape"),
+    ("{'shape': (4,), 'descr': '<f8', 'fortran_order': False, \"shape\": (4,)}", "shape"),
+    ("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 2), 'fortran_order': False}",
+     "fortran_order"),
+    ("{'descr': '<i8', 'fortran_order': False, 'shape': (4,), u'descr': '<f8'}", "descr"),
+])
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+def test_an_npy_header_that_repeats_a_key_is_refused_naming_it(tmp_path, header, key, version):
+    """NumPy evaluates the header as a Python dict, whose last value of a key wins; a reader
+    of the text may take the first (another shape, order or dtype)."""
+    p = tmp_path / "a.npy"
+    p.write_bytes(_npy_with_header(header, np.zeros(4).tobytes(), version))
+    assert np.load(p).size == 4  # NumPy reads it, last value winning
+    with pytest.raises(UntrustedFileError) as exc:
+        read_npy(p, "case.json")
+    assert str(exc.value).startswith(f"{p} (named in case.json): the .npy header repeats key "
+                                     f"{key!r}"), str(exc.value)
+
+
+def test_an_npy_header_written_by_numpy_reads_in_every_version(tmp_path):
+    p = tmp_path / "a.npy"
+    for version in ((1, 0), (2, 0), (3, 0)):
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.arange(3.0), version=version)
+        p.write_bytes(buf.getvalue())
+        assert np.array_equal(read_npy(p), np.arange(3.0))
+    p.write_bytes(_npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (3L,), }",
+                                   np.arange(3.0).tobytes()))
+    with pytest.warns(UserWarning, match="Python 2"):  # a Python 2 long, which NumPy still reads
+        assert np.array_equal(read_npy(p), np.arange(3.0))
 
 
 def test_atomic_write_does_not_write_through_a_planted_link(tmp_path, monkeypatch):
