@@ -139,7 +139,9 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
     """One record per (dataset, α, attack, space, pre, rule) with its rank in its cell.
 
     Each record: ``dataset, alpha, attack, space, pre, rule, rank, n`` (finished
-    seeds), ``diverged`` (diverged seeds), ``mean`` (over the finished seeds,
+    seeds), ``diverged`` (diverged seeds), ``failed`` (seeds whose run failed without an
+    outcome: a crash, not the rule's result; shown beside ``n``, not ranked on), ``mean``
+    (over the finished seeds,
     None if none), and ``vs_none``, ``vs_arfrs``: the
     :class:`~rfrs_ref.experiments.claims.Paired` difference rule − reference
     (None for the reference itself).
@@ -173,11 +175,15 @@ def ranking_rows(table, metric: str = METRIC, k: int = K,
                             # or an infinite value is refused, not averaged or dropped)
                             finite = list(_values(sub, key, dataset=dataset, alpha=alpha,
                                                   metric=metric, k=k, series_col="_cell").values())
-                            div = len(set(sub.loc[(sub["_cell"] == key)
-                                                  & (sub["status"] == "diverged"), "seed"]))
+                            mine = sub[sub["_cell"] == key]
+                            div = len(set(mine.loc[mine["status"] == "diverged", "seed"]))
+                            # seeds whose run crashed and has no outcome: not the rule's result,
+                            # but a mean over fewer seeds than the grid's must say so
+                            done = set(mine.loc[mine["status"].isin(("ok", "diverged")), "seed"])
+                            failed = len(set(mine.loc[mine["status"] == "failed", "seed"]) - done)
                             rec = {"dataset": dataset, "alpha": alpha, "attack": attack,
                                    "space": space, "pre": pre, "rule": rule, "n": len(finite),
-                                   "diverged": div,
+                                   "diverged": div, "failed": failed,
                                    "mean": float(np.mean(finite)) if finite else None}
                             for col, ref in (("vs_none", NO_DEFENSE), ("vs_arfrs", A_RFRS)):
                                 rec[col] = None if key == _key(*ref) else paired_difference(
@@ -263,7 +269,8 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
              f"difference rule − reference over the seeds both finished, with its {level} "
              "Student-t interval; no defence = the mean without pre-aggregator, A-RFRS = Krum "
              "on recovered gradients without pre-aggregator. A rule that diverged on more "
-             "seeds ranks lower.", ""]
+             "seeds ranks lower; a seed whose run failed (a crash, no outcome) is counted "
+             "beside the finished ones, and its rule's mean is over the seeds that finished.", ""]
     held: dict[tuple, set] = {}
     for r in rows:
         held.setdefault((r["dataset"], r["alpha"]), set()).add(r["rule"])
@@ -288,7 +295,8 @@ def ranking_markdown(table, metric: str = METRIC, k: int = K,
                   "|---|---|---|---|---|---|"]
         for r in cell:
             value = "—" if r["mean"] is None else f"{r['mean']:.4f}"
-            seeds = f"{r['n']}" + (f" (+{r['diverged']} diverged)" if r["diverged"] else "")
+            seeds = (f"{r['n']}" + (f" (+{r['diverged']} diverged)" if r["diverged"] else "")
+                     + (f" (+{r['failed']} failed)" if r.get("failed") else ""))
             lines.append(f"| {r['rank']} | {r['rule']} | {value} | {seeds} | "
                          f"{_cell_text(r['vs_none'])} | {_cell_text(r['vs_arfrs'])} |")
         lines.append("")

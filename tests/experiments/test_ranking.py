@@ -97,6 +97,25 @@ def test_a_rule_that_diverged_on_more_seeds_ranks_last():
     assert "(+1 diverged)" in ranking.ranking_markdown(_table(v, diverged=[("cc", "gradient", "none", 2)]))
 
 
+def test_a_seed_whose_run_failed_is_shown_beside_the_finished_ones():
+    # one finished seed of cc, two that crashed: its mean is one seed's, and the table says so
+    v = {("mean", "parameter", "none", s): 0.1 for s in range(3)}
+    v.update({("krum", "gradient", "none", s): 0.05 for s in range(3)})
+    v[("cc", "gradient", "none", 0)] = 0.9
+    t = _table(v, diverged=[("cc", "gradient", "none", 1)])
+    failed = {"status": "failed", "label_series": "cc", "label_space": "gradient",
+              "label_pre": "none", "attack": "ascent", "dataset": "ml100k", "alpha": 0.4,
+              "metric": None, "k": None, "value": None}
+    # seed 2 failed; seed 1 has a failed row and its diverged outcome: the outcome counts
+    t = pd.concat([t, pd.DataFrame([{**failed, "seed": 2}, {**failed, "seed": 1}])],
+                  ignore_index=True)
+    rows = ranking.ranking_rows(t)
+    cc = next(r for r in rows if r["rule"] == "cc")
+    assert (cc["n"], cc["diverged"], cc["failed"]) == (1, 1, 1)
+    assert all(r["failed"] == 0 for r in rows if r["rule"] != "cc")
+    assert "| cc | 0.9000 | 1 (+1 diverged) (+1 failed) |" in ranking.ranking_markdown(t)
+
+
 def test_the_mean_without_pre_aggregator_is_the_reference_in_whichever_space_it_ran():
     v = {("mean", "gradient", "none", s): 0.1 + s / 10 for s in range(3)}
     v.update({("krum", "gradient", "none", s): 0.3 + s / 10 for s in range(3)})
