@@ -1871,6 +1871,41 @@ def _mistyped(params: dict) -> str:
     return ""
 
 
+#: the suffix of a case's name and the dtype of its floating-point inputs
+SUFFIX_DTYPES = {"-f32": np.dtype(np.float32), "-f64": np.dtype(np.float64)}
+#: inputs held in float64 whatever the case's dtype: state rfrs-ref keeps in float64
+#: (centered clipping's previous centre) and draws made in float64 (the noise attack's
+#: standard normals)
+FLOAT64_INPUTS = ("cc_center", "noise")
+
+
+def dtype_disagrees(name: str, inputs: dict) -> str:
+    """Why the floating-point inputs of case ``name`` disagree with its name's suffix ('' if
+    they agree, or the name has no ``-f32``/``-f64`` suffix).
+
+    The suffix is the dtype of the case's floating-point inputs, and the tolerance the
+    export gives a case of that name (which bounds what the case may state) is that
+    dtype's: a case named ``-f32`` holding float64 inputs would check a float64
+    computation within float32's tolerance. Every floating-point input has the suffix's
+    dtype, except :data:`FLOAT64_INPUTS`, float64 in every case."""
+    want = next((d for suffix, d in SUFFIX_DTYPES.items() if name.endswith(suffix)), None)
+    if want is None:
+        return ""
+    for key in sorted(inputs):
+        a = np.asarray(inputs[key])
+        if a.dtype.kind not in "fc":
+            continue
+        if key in FLOAT64_INPUTS:
+            if a.dtype != np.float64:
+                return f"input {key!r} is {a.dtype}: it is float64 in every case"
+        elif a.dtype != want:
+            suffix = name[name.rfind("-"):]
+            return (f"input {key!r} is {a.dtype}, but the case is named {suffix!r}: its "
+                    f"floating-point inputs are {want} (the suffix is their dtype, and the "
+                    f"tolerances a case of that name may state are {want}'s)")
+    return ""
+
+
 def _implausible(meta: dict) -> str:
     """Why the parameters of a case cannot be what it states, before recomputing it
     ('' when they can). The models and rules check their own preconditions; what remains
@@ -2016,7 +2051,8 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
     try:
-        bad = _implausible(meta) or _implausible_inputs(inputs)
+        bad = (_implausible(meta) or _implausible_inputs(inputs)
+               or dtype_disagrees(meta["name"], inputs))
     except Exception as exc:  # a case.json no check foresaw: this case fails, the others run
         bad = f"{type(exc).__name__}: {exc}"
     if bad:
@@ -2196,9 +2232,11 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
 
 __all__ = [
     "ARRAY_DTYPES",
+    "FLOAT64_INPUTS",
     "FORMAT",
     "GoldenFormatError",
     "KINDS",
+    "SUFFIX_DTYPES",
     "VERSION",
     "Case",
     "CaseResult",
@@ -2208,6 +2246,7 @@ __all__ = [
     "check",
     "check_case",
     "compare_output",
+    "dtype_disagrees",
     "export",
     "exported_tolerance",
     "inputs_differ",

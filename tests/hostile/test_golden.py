@@ -1229,3 +1229,84 @@ def test_a_parameter_is_not_converted_into_another_value(krum_case, vectors, fed
     line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
     assert f"cannot read the case: params.{key} is " in line and shown in line, line
     assert "it must be a JSON" in line, line
+
+
+# -- the suffix of a case's name is the dtype of its inputs ----------------------------------------------
+
+def _recast_inputs(folder, dtype, keys=None) -> None:
+    """Store the floating-point inputs of the case in ``folder`` (those in ``keys``, default
+    all) in ``dtype``, recompute every output from them and state it, compared exactly
+    except ``close`` outputs, which keep their rtol and get atol 0 (a tighter atol than the
+    export's: allowed, and judged whatever the inputs)."""
+    doc = json.loads((folder / "case.json").read_text())
+    for k, meta in doc["inputs"].items():
+        if meta["dtype"].startswith("float") and (keys is None or k in keys):
+            path = folder / meta["file"]
+            np.save(path, np.load(path).astype(dtype))
+            meta["dtype"] = np.dtype(dtype).name
+    inputs = {k: np.load(folder / m["file"]) for k, m in doc["inputs"].items()}
+    got = golden.KINDS[doc["kind"]](inputs, doc["params"], "numpy")
+    for k, meta in doc["outputs"].items():
+        if "file" in meta:
+            np.save(folder / meta["file"], np.asarray(got[k]))
+        else:
+            meta["value"] = golden._py(got[k])
+        if meta.get("compare") == "close":
+            meta["atol"] = 0.0
+    (folder / "case.json").write_text(json.dumps(doc))
+
+
+def test_a_case_named_f32_cannot_hold_float64_inputs(vectors):
+    """optim/sgd-f32 with its inputs in float64 and every output recomputed from them, then
+    its θ moved by a relative 1e-7 (about 10⁹ float64 roundings, within float32's rtol):
+    with atol 0 nothing bounded it but the rtol the export gives the name's float32 case,
+    so the case passed a float64 computation checked to float32's tolerance."""
+    name = "optim/sgd-f32"
+    folder = vectors / name
+    _recast_inputs(folder, np.float64)
+    path = folder / "out.upload_theta.npy"
+    np.save(path, np.load(path) * (1.0 + 1e-7))
+    line = _case_fails(vectors, "cannot read the case", "input 'g' is float64",
+                       "named '-f32'", "floating-point inputs are float32", name=name)
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+
+
+def test_a_case_named_f64_cannot_hold_float32_inputs(vectors):
+    folder = vectors / CASE
+    _recast_inputs(folder, np.float32, keys={"state_theta"})
+    _case_fails(vectors, "cannot read the case", "input 'state_theta' is float32", "named '-f64'",
+                "floating-point inputs are float64")
+
+
+def test_inputs_of_the_suffix_dtype_with_other_values_are_compared_not_refused(vectors):
+    """The rule is on the dtype alone: inputs of the name's dtype that differ from the
+    export's are recomputed and compared (here exactly, atol 0), as before."""
+    folder = vectors / "optim/sgd-f32"
+    g = np.load(folder / "in.g.npy")
+    np.save(folder / "in.g.npy", (g * 1.5).astype(np.float32))
+    _recast_inputs(folder, np.float32)
+    res = _cli("check", vectors)
+    assert res.exit_code == 0, res.output
+
+
+def test_an_input_kept_in_float64_in_every_case_must_be_float64(tmp_path):
+    """The noise attack's normals are drawn in float64, and stay float64 in its f32 case."""
+    root = tmp_path / "v"
+    name = "attack/noise-adam-f32"
+    golden.export(root, only=[name])
+    assert _cli("check", root).exit_code == 0
+    folder = root / name
+    assert np.load(folder / "in.noise.npy").dtype == np.float64
+    _recast_inputs(folder, np.float32, keys={"noise"})
+    _case_fails(root, "cannot read the case", "input 'noise' is float32", "float64 in every case",
+                name=name)
+
+
+def test_every_exported_case_holds_inputs_of_its_suffix_dtype():
+    names = []
+    for family, cases in golden.FAMILIES.items():
+        for c in cases():
+            assert golden.dtype_disagrees(c.name, c.inputs) == "", c.name
+            names.append(c.name)
+    assert all(n.endswith(tuple(golden.SUFFIX_DTYPES)) for n in names)
+    assert golden.dtype_disagrees("optim/mine", {"g": np.zeros(3, np.float16)}) == ""  # no suffix
