@@ -55,22 +55,29 @@ def hyperparameters(entry) -> list[HyperSpec]:
 
 
 def check_kinds(entry) -> None:
-    """ValueError unless no hyperparameter declared a number holds a boolean.
+    """ValueError unless no hyperparameter declared a number holds a boolean, and every
+    flag holds a boolean.
 
     A hyperparameter whose default is an ``int`` or a ``float`` is a number; Python's
     ``True`` and ``False`` are integers too (1 and 0), so ``Krum(k=False)`` would run as
     ``k = 0`` and ``Adam(lr=True)`` as ``lr = 1`` unless refused here. A boolean (Python's
     or NumPy's) is refused where a number is expected, with a message naming the entry,
-    the hyperparameter, the value and what it takes. Hyperparameters declared booleans
-    (flags: a ``bool`` default) and the other kinds are left to the entry's own checks.
+    the hyperparameter, the value and what it takes. The other way round, a flag (a
+    ``bool`` default) takes ``True`` or ``False`` only: ``ALIE(omniscient=1)`` or
+    ``Camouflage(include_eps="false")`` (a truthy string) would otherwise run as a flag
+    the caller may not have meant. Other kinds are left to the entry's own checks.
     The base classes of every family call this first in ``__post_init__``."""
     for h in hyperparameters(entry):
+        v = getattr(entry, h.name)
+        owner = getattr(entry, "name", "") or type(entry).__name__
+        if h.type is bool:
+            if not isinstance(v, (bool, np.bool_)):
+                raise ValueError(f"{owner} {h.name} must be true or false, got {h.name}={v!r}")
+            continue
         if h.type not in (int, float):
             continue
-        v = getattr(entry, h.name)
         if isinstance(v, (bool, np.bool_)):
             want = "an integer" if h.type is int else "a number"
-            owner = getattr(entry, "name", "") or type(entry).__name__
             raise ValueError(f"{owner} {h.name} must be {want}, not a boolean: got "
                              f"{h.name}={v!r} (true/false are not numbers)")
 

@@ -56,6 +56,15 @@ def test_a_flag_still_takes_true_and_false(cls, extra, h):
         assert getattr(cls(**extra, **{h.name: value}), h.name) is value
 
 
+@pytest.mark.parametrize("value", [1, 0, "false", None, 1.0], ids=repr)
+@pytest.mark.parametrize("cls, extra, h", _entries((bool,)))
+def test_a_flag_takes_nothing_but_true_and_false(cls, extra, h, value):
+    # ALIE(omniscient=1), Camouflage(include_eps="false"): a truthy value that is no flag
+    with pytest.raises(ValueError) as err:
+        cls(**extra, **{h.name: value})
+    assert f"{h.name} must be true or false, got {h.name}={value!r}" in str(err.value)
+
+
 def test_krum_k_false_and_adam_lr_true_are_refused():
     with pytest.raises(ValueError, match=r"krum k must be an integer, not a boolean: got k=False"):
         RULES.get("krum")(k=False)
