@@ -593,7 +593,14 @@ def _reference(rule: str, options: dict | None):
     try:
         return rfrs(rule, **dict(options or {}))
     except (TypeError, ValueError) as exc:
-        raise AdapterError(f"rfrs-ref's {rule} does not take {sorted(options or {})}: {exc}") from None
+        raise AdapterError(f"rfrs-ref's {rule} {_refusal(exc)} {sorted(options or {})}: "
+                           f"{exc}") from None
+
+
+def _refusal(exc: Exception) -> str:
+    """How a constructor refused options: an unknown keyword (TypeError) is one the entry
+    does not take; a ValueError is a value it refuses (a boolean for a number, k < 0)."""
+    return "does not take" if isinstance(exc, TypeError) else "refuses the value of"
 
 
 def _variant(rule: str, options: dict | None) -> str:
@@ -874,7 +881,7 @@ def _rfrs_instance(registry, name: str, options: dict | None, what: str):
     try:
         return cls(**dict(options or {}))
     except (TypeError, ValueError) as exc:
-        raise AdapterError(f"rfrs-ref's {what} {name} does not take {dict(options or {})}: "
+        raise AdapterError(f"rfrs-ref's {what} {name} {_refusal(exc)} {dict(options or {})}: "
                            f"{exc}") from None
 
 

@@ -88,6 +88,8 @@ def test_the_conformance_command_refuses_a_boolean_rule_option(option, fragment)
     errors = [x for x in res.output.splitlines() if x.startswith("Error")]
     assert len(errors) == 1 and "k must be an integer, not a boolean" in errors[0], res.output
     assert fragment in errors[0], errors[0]
+    # a value refused, not an option unknown to the rule
+    assert "krum refuses the value of ['k']" in errors[0] and "does not take" not in errors[0]
 
 
 def test_the_conformance_command_still_takes_a_boolean_flag():
