@@ -20,7 +20,8 @@ rows with M[j, i] ≠ 0 in float64), and ``"numba"``/``"cuda"``: a diagonal M
 row by row over its non-zero entries in the oracle's order, in one parallel
 Numba pass over column blocks (each input row's float64 difference from S
 computed once per block, and the terms added four at a time: the same
-additions in the same order). Both give the oracle's result bit for bit
+additions in the same order), each distinct row of M once (rows of M equal bit
+for bit give equal rows: the others are copied). Both give the oracle's result bit for bit
 (tested, hostile values included), reading A once and doing n′·nnz(row)·D
 multiply-adds, vectorised along the columns.
 """
@@ -74,8 +75,8 @@ def _scale_rows_numba(A, scale, S, has_ref, out, block, nchunks):
 
 
 @njit(cache=True, parallel=True)
-def _mix_numba(A, ptr, cols, vals, S, has_ref, out, block, nchunks):
-    """out[j] = S + Σ_{p in row j} vals[p] · (A[cols[p]] − S) in float64, the terms added
+def _mix_numba(A, ptr, cols, vals, S, has_ref, out, dest, block, nchunks):
+    """out[dest[j]] = S + Σ_{p in row j} vals[p] · (A[cols[p]] − S) in float64, the terms added
     in the oracle's order (the rows of j's non-zero weights by index), so every entry is
     the oracle's, bit for bit.
 
@@ -128,13 +129,41 @@ def _mix_numba(A, ptr, cols, vals, S, has_ref, out, block, nchunks):
                     for k in range(bw):
                         acc[k] += w * dp[k]
                     p += 1
-                o = out[j, k0:k0 + bw]
+                o = out[dest[j], k0:k0 + bw]
                 if has_ref:
                     for k in range(bw):
                         o[k] = s[k] + acc[k]
                 else:
                     for k in range(bw):
                         o[k] = acc[k]
+
+
+@njit(cache=True, parallel=True)
+def _copy_rows_numba(out, src, dst, block, nchunks):
+    """out[dst[r]] = out[src[r]] for every r, one parallel pass over column blocks."""
+    D = out.shape[1]
+    nblocks = (D + block - 1) // block
+    for c in prange(nchunks):
+        for b in range(c * nblocks // nchunks, (c + 1) * nblocks // nchunks):
+            k0 = b * block
+            k1 = min(D, k0 + block)
+            for r in range(src.size):
+                a = out[src[r]]
+                o = out[dst[r]]
+                for k in range(k0, k1):
+                    o[k] = a[k]
+
+
+def _distinct_rows(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, group): ``first`` the index of each distinct row of M (bit for bit: the
+    rows' bytes, so −0.0 and 0.0 differ and equal rows are the same computation), in
+    increasing order; ``group[j]`` the position in ``first`` of row j's first copy."""
+    keys = np.ascontiguousarray(M).view(np.uint64)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order].astype(np.int64), rank[np.asarray(inverse).reshape(-1)].astype(np.int64)
 
 
 def _mix_block(n: int) -> int:
@@ -184,10 +213,20 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
         _scale_rows_numba(Af, np.diagonal(M).copy(), ref, has_ref, out, BLOCK,
                           n_chunks(D, BLOCK))
         return out.astype(A.dtype, copy=False)
+    # rows of M that are equal bit for bit give equal rows (the same operations on the
+    # same values): each distinct row is summed once, into its first row, and copied to
+    # the others. NNM's honest rows often share one neighbour set (the n − f honest
+    # clients when the Byzantine ones lie apart): 18 rows, 3 to 5 distinct, on Last.fm
+    first, group = _distinct_rows(M)
+    U = M[first]
     # every row's non-zero weights, in index order (the oracle's order of summation)
-    ptr = np.concatenate([[0], np.cumsum(np.count_nonzero(M, axis=1))]).astype(np.int64)
-    rows, cols = np.nonzero(M)
+    ptr = np.concatenate([[0], np.cumsum(np.count_nonzero(U, axis=1))]).astype(np.int64)
+    rows, cols = np.nonzero(U)
     block = _mix_block(n)
-    _mix_numba(Af, ptr, cols.astype(np.int64), M[rows, cols].copy(), ref, S is not None, out,
-               block, n_chunks(D, block))
+    _mix_numba(Af, ptr, cols.astype(np.int64), U[rows, cols].copy(), ref, S is not None, out,
+               first, block, n_chunks(D, block))
+    copies = np.flatnonzero(first[group] != np.arange(M.shape[0]))
+    if copies.size:
+        _copy_rows_numba(out, first[group[copies]], copies.astype(np.int64), BLOCK,
+                         n_chunks(D, BLOCK))
     return out.astype(A.dtype, copy=False)

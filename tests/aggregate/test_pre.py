@@ -206,6 +206,10 @@ def test_backends_agree(seed, n, D, data):
     if data.draw(st.booleans()):
         M[rng.integers(M.shape[0])] = 0.0  # an empty row: S, or 0
         S = rng.normal(size=D)
+    if data.draw(st.booleans()):
+        # rows repeated in any order (NNM's honest rows sharing one neighbour set): each
+        # distinct row is summed once and copied; a copy's first occurrence may come later
+        M = M[rng.integers(M.shape[0], size=data.draw(st.integers(2, 14)))]
     a = mix_rows_numpy(M, A, S)
     b = mix_rows(M, A, S, backend="numba")
     assert a.dtype == b.dtype == A.dtype
@@ -216,6 +220,30 @@ def test_backends_agree(seed, n, D, data):
     np.testing.assert_allclose(row_norms(A), row_norms_numpy(A), rtol=1e-12)
     d = np.diag(rng.random(n))
     np.testing.assert_array_equal(mix_rows(d, A, np.zeros(D)), mix_rows_numpy(d, A, np.zeros(D)))
+
+
+def test_equal_rows_of_the_matrix_are_summed_once_and_copied():
+    from rfrs_ref.kernels import mixing
+
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(7, 5000)).astype(np.float32)
+    A[6, 17] = np.nan  # a row no other row mixes in
+    M = rng.random((3, 7))
+    M[:, 6] = 0.0
+    M /= M.sum(axis=1, keepdims=True)
+    M = np.vstack([M, np.eye(7)[6]])[[2, 0, 2, 1, 0, 3, 2]]
+    M[4, 3] = -0.0 if M[4, 3] == 0 else M[4, 3]
+    first, group = mixing._distinct_rows(M)
+    assert first.tolist() == [0, 1, 3, 5] and group.tolist() == [0, 1, 0, 2, 1, 3, 0]
+    S = rng.normal(size=5000)
+    out = mix_rows(M, A, S, out=np.full((7, 5000), np.inf, dtype=np.float32))
+    np.testing.assert_array_equal(out.view(np.uint32), mix_rows_numpy(M, A, S).view(np.uint32))
+    assert np.isnan(out[5, 17]) and np.isfinite(np.delete(out, 5, axis=0)).all()
+    # a row differing from another only by the sign of a zero weight is summed on its own
+    M2 = np.vstack([M[0], M[0]])
+    M2[1, 6] = -0.0
+    assert mixing._distinct_rows(M2)[0].tolist() == [0, 1]
+    np.testing.assert_array_equal(mix_rows(M2, A, S), mix_rows_numpy(M2, A, S))
 
 
 def test_mix_rows_writes_into_out_only_when_it_fits():
