@@ -64,7 +64,8 @@ import numpy as np
 from rfrs_ref import agreement
 from rfrs_ref.files import DirectoryLock, atomic_write
 from rfrs_ref.seeding import generator
-from rfrs_ref.untrusted import UntrustedFileError, confined, depth_exceeds, read_json, read_npy
+from rfrs_ref.untrusted import (UntrustedFileError, confined, depth_exceeds, describe_object,
+                                read_json, read_npy)
 
 FORMAT = "rfrs-golden"
 VERSION = 1
@@ -1865,7 +1866,7 @@ def _mistyped(params: dict) -> str:
               isinstance(v, int) and not isinstance(v, bool) if what == "integer" else
               isinstance(v, (int, float)) and not isinstance(v, bool))
         if not ok:
-            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "…"
+            shown = describe_object(v, 40)
             return (f"params.{key} is {shown} ({type(v).__name__}): it must be a JSON {what}, or "
                     "the recomputation would convert it into another value than the case states")
     return ""
@@ -1919,7 +1920,7 @@ def _implausible(meta: dict) -> str:
         return mistyped
     for where, key, v in _loop_counts(meta["params"]):
         if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= LOOP_LIMITS[key]):
-            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:40] + "…"
+            shown = describe_object(v, 40)
             return (f"{where} is {shown}: it must be an integer from 0 to {LOOP_LIMITS[key]:,} (a golden "
                     "case is small; more would loop for hours or exhaust memory)")
     if meta.get("kind") != "federated":

@@ -67,9 +67,9 @@ def check_kinds(entry) -> None:
     ``Camouflage(include_eps="false")`` (a truthy string) would otherwise run as a flag
     the caller may not have meant. Other kinds are left to the entry's own checks.
     The base classes of every family call this first in ``__post_init__``."""
+    owner = getattr(entry, "name", "") or type(entry).__name__
     for h in hyperparameters(entry):
         v = getattr(entry, h.name)
-        owner = getattr(entry, "name", "") or type(entry).__name__
         if h.type is bool:
             if not isinstance(v, (bool, np.bool_)):
                 raise ValueError(f"{owner} {h.name} must be true or false, got {h.name}={v!r}")

@@ -87,8 +87,6 @@ class RFA(Rule):
             raise ValueError(f"rfa tol must be ≥ 0, got {self.tol!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
             raise ValueError(f"rfa max_iter must be an integer ≥ 0, got {self.max_iter!r}")
-        if not isinstance(self.restart, (bool, np.bool_)):
-            raise ValueError(f"rfa restart must be true or false, got {self.restart!r}")
 
     def _condition(self, n: int, f: int) -> str | None:
         return None if n > 2 * f else "n > 2f"

@@ -160,10 +160,9 @@ def _distinct_rows(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     increasing order; ``group[j]`` the position in ``first`` of row j's first copy."""
     keys = np.ascontiguousarray(M).view(np.uint64)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return first[order].astype(np.int64), rank[np.asarray(inverse).reshape(-1)].astype(np.int64)
+    rep = first[np.asarray(inverse).reshape(-1)]  # each row's first copy
+    first = np.sort(first).astype(np.int64)
+    return first, np.searchsorted(first, rep).astype(np.int64)
 
 
 def _mix_block(n: int) -> int:
