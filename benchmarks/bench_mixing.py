@@ -55,7 +55,7 @@ from machine import describe, timed  # noqa: E402
 
 from rfrs_ref.aggregate.pre import NNM  # noqa: E402
 from rfrs_ref.kernels.distances import n_chunks  # noqa: E402
-from rfrs_ref.kernels.mixing import (_distinct_rows, _mix_block, _mix_numba,  # noqa: E402
+from rfrs_ref.kernels.mixing import (distinct_rows, _mix_block, _mix_numba,  # noqa: E402
                                      mix_rows, mix_rows_numpy)
 
 
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
                 f = int(0.2 * n)
                 M = NNM().mixing(A, rng.integers(1, 60, size=n).astype(float), f,
                                  np.ones(n, bool), None, "numba").matrix
-                distinct = len(_distinct_rows(M)[0])
+                distinct = len(distinct_rows(M)[0])
                 out, every, before, plain, copy = (np.empty_like(A) for _ in range(5))
                 small = np.ascontiguousarray(A[:, :2048])
                 mix_rows(M, small, S[:2048])

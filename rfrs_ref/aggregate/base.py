@@ -342,6 +342,34 @@ class Rule(abc.ABC):
                                    {**diag, **self._window_diagnostics(t, bad)})
         return self._described(result, n, f, f_used, record, backend)
 
+    def aggregate_copies(self, features, arrays: Mapping[str, np.ndarray], copies: np.ndarray,
+                         n_samples: np.ndarray, f: int, *, backend: str = "numba") -> AggregationResult:
+        """:meth:`aggregate` of a rule with ``trims_by_column`` on rows given once for
+        several clients: ``features`` and every array hold u distinct rows, and client i's
+        rows are their row ``copies[i]`` (rows a pre-aggregator made equal bit for bit,
+        NNM's honest rows when the Byzantine ones lie apart). The result is that of
+        :meth:`aggregate` on the n rows written out, bit for bit, without writing them
+        (``coordinatewise_combine``'s ``copies``). Raises :class:`NeedsRows` where the
+        rule's fallback is the mean of the whole rows.
+        """
+        if not self.trims_by_column:
+            raise TypeError(f"{self.name} does not combine each column by a window of ranks")
+        X, mats, _ = validate_inputs(features, arrays, np.ones(np.shape(features)[0]), 0, backend)
+        from rfrs_ref.kernels.coordinatewise import coordinatewise_combine
+
+        copies = np.asarray(copies, dtype=np.int64)
+        n = copies.shape[0] if copies.ndim == 1 else -1
+        _check_counts(n, f)
+        w = sample_sizes(n_samples, n)
+        f_used, record = self._resolve_f(n, f)
+        if f_used is None:
+            raise NeedsRows(f"{self.name}: its fallback is the mean of the whole rows")
+        t = self._trim(n, f_used)
+        out, kept, bad = coordinatewise_combine(X, mats, w, mode=self.window, t=t, backend=backend,
+                                                copies=copies)
+        result = AggregationResult(out, None, kept / X.shape[1], self._window_diagnostics(t, bad))
+        return self._described(result, n, f, f_used, record, backend)
+
     def _trim(self, n: int, f: int) -> int:
         """The window's t for n clients and f assumed Byzantine (``trims_by_column``)."""
         raise TypeError(f"{self.name} does not combine each column by a window of ranks")

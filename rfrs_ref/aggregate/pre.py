@@ -35,6 +35,7 @@ from numba import njit, prange
 from rfrs_ref.aggregate.base import (
     AggregationResult,
     FiniteUploads,
+    NeedsRows,
     PreconditionError,
     Rule,
     jsonable,
@@ -43,7 +44,7 @@ from rfrs_ref.aggregate.base import (
 )
 from rfrs_ref.aggregate.combine import finite_clients
 from rfrs_ref.kernels.distances import as_float_matrix, pairwise_sq_dists
-from rfrs_ref.kernels.mixing import mix_rows
+from rfrs_ref.kernels.mixing import distinct_rows, mix_rows
 from rfrs_ref.params import check_kinds, hyper, values
 from rfrs_ref.registry import Registry
 
@@ -433,11 +434,19 @@ class PreAggregated:
     row is finite: it reads the mixed features only, and its weights w′ on the
     mixed rows give the sums. The other rules (the coordinate-wise ones), and
     these where a mixed row holds a non-finite client, read mixed rows written
-    into arrays kept between calls.
+    into arrays kept between calls. A rule that ranks each column (median,
+    trimmed mean, Meamed) reads the mixed rows that are equal bit for bit once
+    each (NNM's honest rows share one neighbour set whenever the Byzantine rows
+    lie apart): :meth:`Rule.aggregate_copies`, the same result bit for bit
+    (``write_copies=True`` writes every row out instead, for comparison).
     """
 
     pre: tuple
     rule: Rule
+    #: write every mixed row out, copies of equal rows included, for the rule's
+    #: :meth:`~Rule.aggregate` (the fast paths otherwise give a rule that ranks each
+    #: column the distinct rows once each; the same result, bit for bit)
+    write_copies: bool = dataclasses.field(default=False, compare=False, repr=False)
     #: the mixed rows' arrays, kept from one call to the next (name -> (n′, D) array):
     #: a round's mixed features and uploads are n′ × D each, and writing them into
     #: fresh memory every round (page faults) cost more than the mixing. Not part of
@@ -477,9 +486,11 @@ class PreAggregated:
             f = min(f, n)
         return n, f
 
-    def _buffer(self, key: str, shape: tuple, dtype, backend: str) -> np.ndarray | None:
+    def _buffer(self, key: str, shape: tuple, dtype, backend: str,
+                rows: int | None = None) -> np.ndarray | None:
         """The kept array for ``key`` if it has this shape and dtype, else a new one kept
-        in its place (None for a dtype the fast paths do not write: they allocate)."""
+        in its place (None for a dtype the fast paths do not write: they allocate); with
+        ``rows``, its first ``rows`` rows (a contiguous view)."""
         dtype = np.dtype(dtype)
         if backend == "numpy" or dtype not in (np.float32, np.float64):
             return None  # the oracle allocates its own
@@ -487,7 +498,7 @@ class PreAggregated:
         if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype:
             buf = np.empty(shape, dtype=dtype)
             self._buffers[key] = buf
-        return buf
+        return buf if rows is None else buf[:rows]
 
     def check(self, n: int, f: int) -> None:
         """The pre-aggregators' preconditions on (n, f), then the rule's on what they output."""
@@ -520,13 +531,32 @@ class PreAggregated:
         # rows, i.e. a weighted sum of the rows themselves: the fast path sums them directly
         # (no mixed n′ × D array is written; see _sums_by_weights)
         direct = backend != "numpy" and getattr(self.rule, "has_fixed_weights", False)
+        # a rule that ranks each column (median, trimmed mean, Meamed) takes the mixed rows
+        # that are equal bit for bit once each, with the map of their copies, when there
+        # are any: no copy is written, and each distinct row is ranked once
+        by_copies = (backend == "numba" and not self.write_copies
+                     and getattr(self.rule, "trims_by_column", False)
+                     and not direct and not by_weights and not self.state_arrays
+                     and not getattr(self.rule, "takes_round_inputs", False))
+        first = copies = None
         for idx, p in enumerate(self.pre):
             mx = p.mixing(Xc, ns, fc, okc, rng, backend)
             M = mx.matrix
-            if not (direct and idx == len(self.pre) - 1):  # the last features: not read
-                Xc = mix_rows(M, Xc, _zero_if_needed(M, D), backend=backend, zero_reference=True,
+            last = idx == len(self.pre) - 1
+            if by_copies and last:
+                # equal rows of M and of the cumulative matrix: equal mixed features and
+                # uploads (each distinct row of a mix is one computation)
+                first, group = distinct_rows(np.hstack([M, M @ Mcum]))
+                if first.size < M.shape[0]:
+                    copies = group
+                    M_out = M[first]
+                else:
+                    first = None
+            if not (direct and last):  # the last features: not read
+                Mx = M if copies is None or not last else M_out
+                Xc = mix_rows(Mx, Xc, _zero_if_needed(Mx, D), backend=backend, zero_reference=True,
                               out=self._buffer(f"features{len(records)}", (M.shape[0], D),
-                                               Xc.dtype, backend))
+                                               Xc.dtype, backend, rows=Mx.shape[0]))
             okc = ((M != 0).astype(np.int64) @ (~okc).astype(np.int64)) == 0
             Mcum = M @ Mcum
             ns = mx.n_samples
@@ -556,10 +586,20 @@ class PreAggregated:
                     raise ValueError(f"reference {name!r} has shape {S.shape}, expected ({D},)")
             refs[name] = S
             if not (direct or by_weights):
-                mixed[name] = mix_rows(Mcum, A, S, backend=backend,
+                Mx = Mcum if copies is None else Mcum[first]
+                mixed[name] = mix_rows(Mx, A, S, backend=backend,
                                        out=self._buffer(f"upload:{name}", (Mcum.shape[0], D),
-                                                        A.dtype, backend))
-        if direct:
+                                                        A.dtype, backend, rows=Mx.shape[0]))
+        res = None
+        if copies is not None:
+            try:
+                res = self.rule.aggregate_copies(Xc, mixed, copies, ns, fc, backend=backend)
+            except NeedsRows:  # the fallback is the mean of the rows written out
+                Xc = Xc[copies]
+                mixed = {name: A[copies] for name, A in mixed.items()}
+        if res is not None:
+            pass
+        elif direct:
             wfix = self.rule.fixed_weights(sample_sizes(ns, Mcum.shape[0]))
             res = self.rule.from_sums(_sums_by_weights(wfix, Mcum, mats, refs, backend),
                                       ns, fc, backend=backend)

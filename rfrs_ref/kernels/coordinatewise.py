@@ -224,9 +224,50 @@ def _add_kept_row(arrays, r, k0, bw, w, keep, num):
             nm[k] += w * np.float64(a[k]) if keep[k] else 0.0
 
 
+@njit(inline="always")
+def _ranked_by_counting(keys, mult, le, srt, bw, mode, t, s, inf, nz):
+    """srt[p, k] = the value at rank p of column k's s candidate keys, given as nk key
+    rows of ``mult`` candidates each: the least key whose count of candidates with a key
+    at or below it exceeds p. That is the p-th value of the sorted column (equal keys
+    are one value, whatever their order), so the window is the sorted column's. Only
+    the ranks the window reads are filled: t and s − 1 − t for "trim", all for the
+    others (their median and the window's search read every rank)."""
+    nk = keys.shape[0]
+    for g in range(nk):
+        kg = keys[g]
+        lg = le[g]
+        for k in range(bw):
+            lg[k] = 0
+        for h in range(nk):
+            kh = keys[h]
+            mh = mult[h]
+            for k in range(bw):
+                lg[k] += mh * np.int32(kh[k] <= kg[k])
+    if mode == 0:
+        _value_at_rank(keys, le, srt[t], t, bw, inf, nz)
+        _value_at_rank(keys, le, srt[s - 1 - t], s - 1 - t, bw, inf, nz)
+    else:
+        for p in range(s):
+            _value_at_rank(keys, le, srt[p], p, bw, inf, nz)
+
+
+@njit(inline="always")
+def _value_at_rank(keys, le, sp, p, bw, inf, nz):
+    """sp[k] = the least key at column k whose count ``le`` exceeds p."""
+    for k in range(bw):
+        sp[k] = inf
+    for g in range(keys.shape[0]):
+        kg = keys[g]
+        lg = le[g]
+        for k in range(bw):
+            v = kg[k]
+            # + nz: a plain select, not a masked store (see the network's comment)
+            sp[k] = (v if (lg[k] > p) & (v < sp[k]) else sp[k]) + nz
+
+
 @njit(cache=True, parallel=True, fastmath={"contract"})
 def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, weights, rows, comps, mode,
-                          t, block, nchunks, nz):
+                          t, block, nchunks, nz, drows, kmap, arows, mult, counting):
     """The fused kernel. ``arrays``/``outs``: tuples of (n, D) inputs and (D,) outputs.
     ``derived``: the features are derived from ``F`` (``base`` (D,), ``coef`` the
     derivation), each the float64 value rounded once to F's dtype where it is read
@@ -237,22 +278,35 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
     ``check[q]`` says whether array q must be checked for non-finite values (not
     when it is the features themselves).
 
+    Rows given once for several candidates (:func:`coordinatewise_combine`'s
+    ``copies``): ``drows`` (nk,) the data rows whose keys are computed, ``kmap`` (s,)
+    the key row of each candidate, ``arows`` (s,) its data row, ``mult`` (nk,) how
+    many candidates share each key row. With ``counting``, the nk < s key rows are not
+    sorted: the value at rank p is the least key whose count of candidates at or
+    below it exceeds p (the sorted column's value there, whatever the ties), found
+    only at the ranks the window reads. Without copies, ``drows = arows = rows``,
+    ``kmap`` is 0..s − 1 and every ``mult`` is 1.
+
     Per column block: keys (non-finite features and uploads -> +inf), a copy sorted by
     the comparator network across the block's lanes, the per-lane window of
     ranks, then one pass over the candidate rows that decides, by stable rank,
     which are kept and accumulates every array. Returns the per-chunk kept
     counts and the per-chunk count of coordinates where a non-finite key is kept.
     """
-    n, D = F.shape
+    # n the candidates' rows (the weights'); F may hold fewer (copies)
+    n, D = weights.shape[0], F.shape[1]
     s = rows.shape[0]
     nq = len(arrays)
     nblocks = (D + block - 1) // block
     kept = np.zeros((nchunks, n), dtype=np.int64)
     bad = np.zeros(nchunks, dtype=np.int64)
     inf = F.dtype.type(np.inf)
+    nk = drows.shape[0]
     for c in prange(nchunks):
-        keys = np.empty((s, block), dtype=F.dtype)
+        keys = np.empty((nk, block), dtype=F.dtype)
         srt = np.empty((s, block), dtype=F.dtype)
+        # counting: at each key row, the candidates whose key is ≤ its own
+        le = np.empty((nk, block), dtype=np.int32)
         # int32 counters: as wide as float32 lanes, so the passes vectorise
         lo_pos = np.empty(block, dtype=np.int32)
         hi_pos = np.empty(block, dtype=np.int32)
@@ -272,9 +326,9 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
             k0 = b * block
             bw = min(D, k0 + block) - k0
             if derived:
-                _derived_tile(F, base, coef, rows, k0, k0 + bw, keys)
-            for r in range(s):
-                i = rows[r]
+                _derived_tile(F, base, coef, drows, k0, k0 + bw, keys)
+            for r in range(nk):
+                i = drows[r]
                 kr = keys[r]
                 # the derived features are already in the keys, in F's dtype (the tile)
                 x = kr if derived else F[i, k0:k0 + bw]
@@ -291,9 +345,12 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                         v = kr[k]
                         # a finite feature with a non-finite upload value ranks as +inf
                         kr[k] = (inf if (v - v == 0) & (a[k] - a[k] != 0) else v) + nz
-                sr = srt[r]
-                for k in range(bw):
-                    sr[k] = kr[k]
+                if not counting:
+                    sr = srt[r]
+                    for k in range(bw):
+                        sr[k] = kr[k]
+            if counting:
+                _ranked_by_counting(keys, mult, le, srt, bw, mode, t, s, inf, nz)
             for e in range(comps.shape[0]):
                 ra = srt[comps[e, 0]]
                 rb = srt[comps[e, 1]]
@@ -350,12 +407,13 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                 if not fin_win[k]:
                     bad[c] += 1
             num[:, :bw] = 0.0
-            for r in range(s):
+            for r in range(nk):
                 kr = keys[r]
+                mr = mult[r]
                 for k in range(bw):
-                    cl_lo[k] += np.int32(kr[k] < lo_v[k])
-                    cl_hi[k] += np.int32(kr[k] < hi_v[k])
-                    le_hi[k] += np.int32(kr[k] <= hi_v[k])
+                    cl_lo[k] += mr * np.int32(kr[k] < lo_v[k])
+                    cl_hi[k] += mr * np.int32(kr[k] < hi_v[k])
+                    le_hi[k] += mr * np.int32(kr[k] <= hi_v[k])
             # Without ties at the window's ends (exactly lo_pos values below lo,
             # and exactly hi_pos + 1 values up to hi), the kept rows are those with
             # lo ≤ value ≤ hi; otherwise the stable ranks of the tied values decide.
@@ -364,7 +422,7 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                 ties |= (cl_lo[k] != lo_pos[k]) | (le_hi[k] != hi_pos[k] + 1)
             for r in range(s):
                 i = rows[r]
-                kr = keys[r]
+                kr = keys[kmap[r]]
                 w = weights[i]
                 cnt = np.int32(0)
                 if not ties:
@@ -392,7 +450,7 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                 kept[c, i] += cnt
                 if cnt == 0:
                     continue
-                _add_kept_row(arrays, i, k0, bw, w, keep, num)
+                _add_kept_row(arrays, arows[r], k0, bw, w, keep, num)
             for q in range(nq):
                 o = outs[q]
                 nm = num[q]
@@ -402,6 +460,24 @@ def _coordinatewise_numba(F, base, coef, derived, arrays, check, outs, over, wei
                     if not (v - v == 0) and fin_win[k]:
                         over[k0 + k] = True
     return kept.sum(axis=0), bad.sum()
+
+
+#: the most distinct rows whose ranks are counted (``_ranked_by_counting``, nk² compares
+#: a column) rather than sorted by the network over every candidate
+COUNTED_ROWS = 6
+
+
+def _key_rows(data_rows: np.ndarray) -> tuple:
+    """The kernel's ``(drows, kmap, arows, mult, counting)`` for candidates whose data
+    rows are ``data_rows``: each distinct data row keyed once and its ranks counted
+    where they repeat and are few (at most :data:`COUNTED_ROWS`), else one key row per
+    candidate, sorted by the network."""
+    s = data_rows.size
+    distinct, kmap, mult = np.unique(data_rows, return_inverse=True, return_counts=True)
+    if distinct.size < s and distinct.size <= COUNTED_ROWS:
+        return (distinct.astype(np.int64), kmap.reshape(-1).astype(np.int64), data_rows,
+                mult.astype(np.int32), True)
+    return data_rows, np.arange(s, dtype=np.int64), data_rows, np.ones(s, dtype=np.int32), False
 
 
 def _by_dtype(arrays: Mapping[str, np.ndarray], shape) -> tuple[dict, dict]:
@@ -428,6 +504,7 @@ def coordinatewise_combine(
     backend: str = "numba",
     base: np.ndarray | None = None,
     coef=None,
+    copies: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
     """Rank the candidate rows per coordinate on ``features``, keep a window of
     ranks, and combine every array over the kept rows (module docstring).
@@ -451,6 +528,13 @@ def coordinatewise_combine(
             more than one dtype, build it.
         coef: with ``base``, the derivation ``(a, c, flip)``
             (:func:`rfrs_ref.kernels.distances.derivation`; None: θᵢ − θ̄).
+        copies: (n,) or None. Given, ``features`` and every array hold u distinct
+            rows and row i is their row ``copies[i]`` (rows a pre-aggregator made
+            equal, bit for bit): the result is the one on the n rows written out,
+            bit for bit, with each distinct row read and ranked once where the
+            candidates repeat few rows (the value at each rank counted, not sorted,
+            ``_ranked_by_counting``) and the weighted sums still added row by row in
+            index order. The numba backend; the others write the rows out.
 
     Returns:
         ``(out, kept, nonfinite_kept)``: aggregated arrays (D,) in each array's
@@ -458,6 +542,16 @@ def coordinatewise_combine(
         number of coordinates at which a non-finite value was kept (0 unless more
         than t values at a coordinate are non-finite).
     """
+    if copies is not None:
+        copies = np.asarray(copies, dtype=np.int64)
+        u = np.shape(features)[0]
+        if copies.ndim != 1 or copies.size == 0 or copies.min() < 0 or copies.max() >= u:
+            raise ValueError(f"copies must map each row to one of the {u} rows given, got "
+                             f"{copies.tolist()[:20]}")
+        if backend != "numba":
+            features = np.asarray(features)[copies]
+            arrays = {nm: np.asarray(A)[copies] for nm, A in arrays.items()}
+            copies = None
     if base is not None and (backend != "numba"
                              or len({np.asarray(A).dtype for A in arrays.values()}) > 1):
         features, base = derived_features(features, base, coef), None
@@ -465,6 +559,9 @@ def coordinatewise_combine(
         return coordinatewise_numpy(features, arrays, weights, mode=mode, t=t, rows=rows)
     F = as_float_matrix(features, "features")
     n, D = F.shape
+    src = np.arange(n, dtype=np.int64)
+    if copies is not None:
+        n, src = copies.size, copies
     derived = base is not None
     base = _checked_base(base, D) if derived else np.zeros(0, dtype=F.dtype)
     coef = derivation(coef if derived else None)
@@ -478,8 +575,11 @@ def coordinatewise_combine(
         return _cuda.coordinatewise_cuda(F, arrays, w, MODES[mode], t, rows_)
     if backend != "numba":
         raise ValueError(f"unknown backend {backend!r}; choose one of: numpy, numba, cuda")
-    needed = (t, s - 1 - t) if mode == "trim" else None
-    comps = sorting_network(s, needed)
+    plan = _key_rows(src[rows_])
+    if plan[4]:
+        comps = np.zeros((0, 2), dtype=np.int64)
+    else:
+        comps = sorting_network(s, (t, s - 1 - t) if mode == "trim" else None)
     # one kernel call per dtype of uploads: the tuple of arrays must be homogeneous
     mats, groups = _by_dtype(arrays, F.shape)
     out: dict[str, np.ndarray] = {}
@@ -502,7 +602,7 @@ def coordinatewise_combine(
         outs = tuple(np.empty(D, dtype=dt) for _ in ins)
         k, bcount = _coordinatewise_numba(Fg, base, coef, derived, ins, check, outs, over, w, rows_,
                                           comps, MODES[mode], t, BLOCK, n_chunks(D, BLOCK),
-                                          F.dtype.type(-0.0))
+                                          F.dtype.type(-0.0), *plan)
         for nm, o in zip(names, outs):
             out[nm] = o
         if g == 0:
@@ -511,8 +611,8 @@ def coordinatewise_combine(
         # sums of finite values that overflowed (rows near ±1.8e308): those coordinates
         # are computed again by the oracle, whose ranking is the kernel's
         cols = np.flatnonzero(over)
-        Fc = derived_features(F[:, cols], base[cols], coef) if derived else F[:, cols]
-        redo, _, _ = coordinatewise_numpy(Fc, {nm: mats[nm][:, cols] for nm in mats},
+        Fc = derived_features(F[src][:, cols], base[cols], coef) if derived else F[src][:, cols]
+        redo, _, _ = coordinatewise_numpy(Fc, {nm: mats[nm][src][:, cols] for nm in mats},
                                           w, mode=mode, t=t, rows=rows_)
         for nm in mats:
             o = out[nm]

@@ -154,7 +154,7 @@ def _copy_rows_numba(out, src, dst, block, nchunks):
                     o[k] = a[k]
 
 
-def _distinct_rows(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_rows(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first, group): ``first`` the index of each distinct row of M (bit for bit: the
     rows' bytes, so −0.0 and 0.0 differ and equal rows are the same computation), in
     increasing order; ``group[j]`` the position in ``first`` of row j's first copy."""
@@ -216,7 +216,7 @@ def mix_rows(M: np.ndarray, A: np.ndarray, S: np.ndarray | None = None, *,
     # same values): each distinct row is summed once, into its first row, and copied to
     # the others. NNM's honest rows often share one neighbour set (the n − f honest
     # clients when the Byzantine ones lie apart): 18 rows, 3 to 5 distinct, on Last.fm
-    first, group = _distinct_rows(M)
+    first, group = distinct_rows(M)
     U = M[first]
     # every row's non-zero weights, in index order (the oracle's order of summation)
     ptr = np.concatenate([[0], np.cumsum(np.count_nonzero(U, axis=1))]).astype(np.int64)

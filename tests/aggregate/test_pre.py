@@ -233,7 +233,7 @@ def test_equal_rows_of_the_matrix_are_summed_once_and_copied():
     M /= M.sum(axis=1, keepdims=True)
     M = np.vstack([M, np.eye(7)[6]])[[2, 0, 2, 1, 0, 3, 2]]
     M[4, 3] = -0.0 if M[4, 3] == 0 else M[4, 3]
-    first, group = mixing._distinct_rows(M)
+    first, group = mixing.distinct_rows(M)
     assert first.tolist() == [0, 1, 3, 5] and group.tolist() == [0, 1, 0, 2, 1, 3, 0]
     S = rng.normal(size=5000)
     out = mix_rows(M, A, S, out=np.full((7, 5000), np.inf, dtype=np.float32))
@@ -242,7 +242,7 @@ def test_equal_rows_of_the_matrix_are_summed_once_and_copied():
     # a row differing from another only by the sign of a zero weight is summed on its own
     M2 = np.vstack([M[0], M[0]])
     M2[1, 6] = -0.0
-    assert mixing._distinct_rows(M2)[0].tolist() == [0, 1]
+    assert mixing.distinct_rows(M2)[0].tolist() == [0, 1]
     np.testing.assert_array_equal(mix_rows(M2, A, S), mix_rows_numpy(M2, A, S))
 
 
@@ -410,7 +410,9 @@ def test_mixed_uploads_of_checked_rows_go_to_the_rule_as_checked(names, monkeypa
     X = rng.normal(size=(n, D)).astype(np.float32)
     U = {"theta": rng.normal(size=(n, D)).astype(np.float32)}
     ref = {"theta": rng.normal(size=D)}
-    p = build(names, {"clip_norm": 2.0}, RULES.get("median")())
+    # every mixed row written out (equal rows are otherwise read once, by aggregate_copies)
+    p = dataclasses.replace(build(names, {"clip_norm": 2.0}, RULES.get("median")()),
+                            write_copies=True)
     out = [p.aggregate(X, uploads, np.ones(n), 2, reference=r, rng=np.random.default_rng(3))
            for uploads, r in ((FiniteUploads(U), ref), (dict(U), ref))]
     bad_ref = {"theta": np.where(np.arange(D) == 5, np.inf, ref["theta"])}
@@ -521,3 +523,76 @@ def test_byzfl_bucketing_agrees_on_the_same_permutation(byzfl_pre):
     for b in range(3):
         M[b, perm[b * 3:(b + 1) * 3]] = 1 / len(perm[b * 3:(b + 1) * 3])
     np.testing.assert_allclose(mix_rows(M, X), theirs, rtol=1e-14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["median", "trmean", "meamed"]),
+       st.sampled_from([("nnm",), ("clip", "nnm"), ("nnm", "nnm"), ("bucketing", "nnm"),
+                        ("bucketing",)]),
+       st.sampled_from([np.float32, np.float64]), st.sampled_from(["error", "reduce-f", "mean"]),
+       st.booleans())
+def test_rows_given_once_with_their_copies_give_the_rows_written_out(seed, rule, names, dtype,
+                                                                     fallback, hostile):
+    """A rule that ranks each column behind pre-aggregators reads each distinct mixed row
+    once (Rule.aggregate_copies): the arrays, weights, kept fractions and diagnostics
+    are those of the rows written out (write_copies=True), bit for bit, Byzantine rows
+    lying apart (NNM's honest rows then share one neighbour set) or among the honest
+    ones, NaN and ±inf in them, a fallback to the mean included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 20))
+    f = int(rng.integers(0, n // 2))
+    D = int(rng.integers(1, 300))
+    X = (rng.normal(size=(1, D)) + 0.01 * rng.normal(size=(n, D))).astype(dtype)
+    if rng.random() < 0.7:  # the Byzantine rows far away
+        X[:f] += dtype(50)
+    if hostile and f:
+        X[0, rng.integers(D)] = rng.choice([np.nan, np.inf, -np.inf])
+    arrays = {"theta": (X + dtype(1)).astype(dtype), "v": np.abs(rng.normal(size=(n, D))).astype(np.float32),
+              "x": X}
+    ref = {"theta": rng.normal(size=D).astype(dtype), "v": np.ones(D, dtype=np.float32)}
+    ns = rng.integers(1, 9, n).astype(float)
+    results = []
+    for write in (False, True):
+        stages = tuple(PRE.get(p)(**({"clip_norm": 1.0} if p == "clip" else {})) for p in names)
+        pa = PreAggregated(stages, RULES.get(rule)(fallback=fallback), write_copies=write)
+        try:
+            results.append(pa.aggregate(X, arrays, ns, f, reference=ref,
+                                        rng=np.random.default_rng(seed)))
+        except PreconditionError as e:
+            results.append(str(e))
+    a, b = results
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+        return
+    for k in arrays:
+        assert a.arrays[k].dtype == b.arrays[k].dtype
+        np.testing.assert_array_equal(a.arrays[k].view(np.uint8), b.arrays[k].view(np.uint8))
+    assert (a.weights is None) == (b.weights is None)  # weights: the mean's fallback
+    if a.weights is not None:
+        np.testing.assert_array_equal(a.weights, b.weights)
+    np.testing.assert_array_equal(a.kept, b.kept)
+    assert a.diagnostics == b.diagnostics
+
+
+def test_rows_given_once_when_the_byzantine_rows_lie_apart(monkeypatch):
+    """NNM's honest rows are equal when the f Byzantine rows lie apart (each mixes the
+    n − f honest rows): the median reads the two distinct mixed rows once each (the
+    honest rows' and the Byzantine rows', which share their neighbours too), not the
+    twelve rows."""
+    from rfrs_ref.aggregate import base
+
+    seen = []
+    real = base.Rule.aggregate_copies
+    monkeypatch.setattr(base.Rule, "aggregate_copies",
+                        lambda self, X, arrays, copies, *a, **k:
+                        seen.append((np.shape(X)[0], np.asarray(copies).tolist()))
+                        or real(self, X, arrays, copies, *a, **k))
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(12, 30))
+    X[:2] += 100.0
+    res = PreAggregated((PRE.get("nnm")(),), RULES.get("median")()).aggregate(
+        X, {"x": X}, np.ones(12), 2)
+    assert seen == [(2, [0, 0] + [1] * 10)]
+    want = PreAggregated((PRE.get("nnm")(),), RULES.get("median")(), write_copies=True).aggregate(
+        X, {"x": X}, np.ones(12), 2)
+    np.testing.assert_array_equal(res.arrays["x"], want.arrays["x"])

@@ -379,3 +379,65 @@ def test_derived_features_refuse_a_base_of_the_wrong_length():
     with pytest.raises(ValueError, match=r"base must have shape \(3,\)"):
         coordinatewise_combine(np.zeros((3, 3)), {}, np.ones(3), mode="trim", t=1,
                                base=np.zeros(2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 24), st.integers(1, 24), st.integers(1, 2 * BLOCK + 3),
+       st.sampled_from([np.float32, np.float64]), st.sampled_from(["trim", "closest", "nearest"]),
+       st.booleans(), st.booleans(), st.booleans())
+def test_copies_give_the_kernel_on_the_rows_written_out(seed, n, u, D, dtype, mode, hostile, subset,
+                                                        derive):
+    """Rows given once with the map of their copies (``copies``) give the outputs, kept
+    counts and non-finite count of the rows written out, bit for bit: the ranks counted
+    where few distinct rows repeat (at most COUNTED_ROWS), sorted by the network
+    otherwise; ties of value, ±0, NaN, ±inf and values near the float32 range
+    included, candidate subsets and features derived in the kernel too."""
+    rng = np.random.default_rng(seed)
+    u = min(u, n)
+    copies = np.concatenate([rng.permutation(u), rng.integers(0, u, size=n - u)])
+    rng.shuffle(copies)
+    F = rng.integers(-2, 3, size=(u, D)).astype(dtype) if rng.random() < 0.5 else \
+        rng.normal(size=(u, D)).astype(dtype)
+    F[F == 0] = rng.choice(np.array([0.0, -0.0], dtype=dtype), size=int((F == 0).sum()))
+    ups = {"m": rng.normal(size=(u, D)).astype(dtype), "theta": (F + dtype(1)).astype(np.float32)}
+    if hostile:
+        for _ in range(int(rng.integers(1, 8))):
+            F[rng.integers(u), rng.integers(D)] = rng.choice(HOSTILE)
+            ups["m"][rng.integers(u), rng.integers(D)] = rng.choice(HOSTILE)
+    w = rng.integers(1, 60, size=n).astype(float)
+    rows = np.sort(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False)) if subset else None
+    s = n if rows is None else rows.size
+    t = int(rng.integers(0, (s - 1 if mode == "nearest" else (s - 1) // 2) + 1))
+    kw = dict(base=rng.normal(size=D).astype(dtype), coef=(0.9, 0.1, False)) if derive else {}
+    got = coordinatewise_combine(F, ups, w, mode=mode, t=t, rows=rows, copies=copies, **kw)
+    want = coordinatewise_combine(F[copies], {k: v[copies] for k, v in ups.items()}, w, mode=mode,
+                                  t=t, rows=rows, **kw)
+    for k in ups:
+        assert got[0][k].dtype == want[0][k].dtype
+        np.testing.assert_array_equal(got[0][k].view(np.uint8), want[0][k].view(np.uint8))
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2] == want[2]
+    # the oracle takes copies by writing the rows out
+    oracle = coordinatewise_combine(F, ups, w, mode=mode, t=t, rows=rows, copies=copies,
+                                    backend="numpy", **kw)
+    np.testing.assert_array_equal(oracle[1], want[1])
+
+
+def test_copies_take_the_counting_path_and_refuse_a_bad_map(monkeypatch):
+    """Few distinct rows repeated take the counted ranks (the network is not run); a map
+    pointing outside the rows given is refused with the number of rows."""
+    from rfrs_ref.kernels import coordinatewise as cw
+
+    plans = []
+    real = cw._key_rows
+    monkeypatch.setattr(cw, "_key_rows", lambda rows: plans.append(real(rows)) or plans[-1])
+    F = np.array([[1.0, 5.0], [3.0, -1.0]])
+    out, kept, _ = coordinatewise_combine(F, {"x": F}, np.ones(5), mode="trim", t=2,
+                                          copies=np.array([0, 1, 1, 0, 1]))
+    assert plans[-1][4] and plans[-1][0].tolist() == [0, 1] and plans[-1][3].tolist() == [2, 3]
+    # the median of 1, 3, 3, 1, 3 and of 5, −1, −1, 5, −1
+    assert out["x"].tolist() == [3.0, -1.0]
+    # the middle rank (ties by index): row 1 in the first column, row 4 in the second
+    assert kept.tolist() == [0, 1, 0, 0, 1]
+    with pytest.raises(ValueError, match="copies must map each row to one of the 2 rows given"):
+        coordinatewise_combine(F, {"x": F}, np.ones(3), mode="trim", t=0, copies=np.array([0, 2, 1]))
