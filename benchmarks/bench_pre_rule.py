@@ -27,8 +27,16 @@ features and three uploads (m, v, θ, as Adam's round aggregates), one run times
 Times: minimum (median) over ``--repeat`` runs, one Numba thread by default
 (``--threads``), as a sweep worker runs.
 
+With ``--rounds R`` (and ``RFRS_DATA_DIR``), a second table times whole rounds of the
+defences ranking on Last.fm (Adam, α = 0.2, FISM d = 64, verification on): for each
+rule, detection space and attack asked for, two runs of the same configuration, one
+reading equal mixed rows once and one writing them out, a round of each in turn;
+seconds a round and of its aggregation phase, medians of the rounds after the first
+two, and whether the two server states after R rounds are equal bit for bit.
+
     python benchmarks/bench_pre_rule.py
     python benchmarks/bench_pre_rule.py --n 18 55 --rules median meamed --repeat 3
+    RFRS_DATA_DIR=../shared/data python benchmarks/bench_pre_rule.py --n 18 --rounds 10
 """
 
 from __future__ import annotations
@@ -77,6 +85,47 @@ def numpy_median(M, X, uploads, w, block=65536):
     return out
 
 
+def round_table(configs, rounds: int) -> None:
+    """Rounds of Last.fm behind NNM, equal mixed rows read once against written out."""
+    import statistics
+    import time
+
+    from rfrs_ref.data import load_dataset
+    from rfrs_ref.federated.config import TrainConfig
+    from rfrs_ref.federated.round import run_round
+    from rfrs_ref.federated.trainer import Trainer
+
+    data = load_dataset("lastfm", os.environ.get("RFRS_DATA_DIR"))
+    print()
+    print(f"# Last.fm rounds behind NNM (Adam, α = 0.2), seconds: median of rounds 3..{rounds}")
+    header = (f"{'rule':>7} {'space':>9} {'attack':>6} | {'round once':>10} {'written':>8} {'x':>5} | "
+              f"{'agg. once':>9} {'written':>8} {'x':>5} | same state")
+    print(header)
+    print("-" * len(header))
+    for rule, detect, attack in configs:
+        cfg = TrainConfig(dataset="lastfm", optimizer="adam", pre=("nnm",), defense=rule,
+                          detect=detect, attack=attack, byzantine_fraction=0.2, seed=0)
+        runs = []
+        for write in (False, True):
+            tr = Trainer(cfg, data=data)
+            tr.federation.rule = dataclasses.replace(tr.federation.rule, write_copies=write)
+            state, private = tr.initial_state()
+            runs.append([tr, tr.buffers(), state, private, [], []])
+        for t in range(1, rounds + 1):
+            for run in runs:
+                tr, buf, state, private, total, agg = run
+                t0 = time.perf_counter()
+                run[2], rec = run_round(tr.federation, state, t, buf, private)
+                total.append(time.perf_counter() - t0)
+                agg.append(rec["timing"].get("aggregation", 0.0))
+        med = [(statistics.median(r[4][2:]), statistics.median(r[5][2:])) for r in runs]
+        same = all(np.array_equal(runs[0][2][k].view(np.uint8), runs[1][2][k].view(np.uint8))
+                   for k in runs[0][2])
+        print(f"{rule:>7} {detect:>9} {attack:>6} | {med[0][0]:10.3f} {med[1][0]:8.3f} "
+              f"{med[1][0] / med[0][0]:5.2f} | {med[0][1]:9.3f} {med[1][1]:8.3f} "
+              f"{med[1][1] / med[0][1]:5.2f} | {same}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, nargs="+", default=[18, 55, 100])
@@ -85,6 +134,12 @@ def main(argv=None) -> None:
                     choices=["median", "trmean", "meamed"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="also time this many Last.fm rounds of each --configs (needs RFRS_DATA_DIR)")
+    ap.add_argument("--configs", nargs="+",
+                    default=["median/gradient/a-ra", "meamed/gradient/ascent",
+                             "trmean/parameter/a-ra"],
+                    help="rule/space/attack of the rounds timed")
     args = ap.parse_args(argv)
     import numba
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
@@ -125,6 +180,8 @@ def main(argv=None) -> None:
             print(f"{name:>7} {n:4d} {D:9d} {f:3d} {rows:5d} | {a[0]:7.3f} ({a[1]:5.3f}) | "
                   f"{b[0]:7.3f} ({b[1]:5.3f}) {b[0] / a[0]:5.2f} | {np_cell} | {same}", flush=True)
         del X, uploads, arrays
+    if args.rounds:
+        round_table([c.split("/") for c in args.configs], args.rounds)
 
 
 if __name__ == "__main__":
