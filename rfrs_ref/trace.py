@@ -262,7 +262,13 @@ class TraceWriter:
                                "another run); give each run its own trace file") from None
         self._fh = os.fdopen(fd, "r+b")
         try:
-            kept = self._kept(trainer, resume_after)
+            try:
+                kept = self._kept(trainer, resume_after)
+            except TraceFormatError as exc:
+                # a line or file past the limits of a trace, or a read that failed: the file
+                # is left as it is
+                raise TraceRefused(f"{exc}; rfrs-ref does not overwrite a file it cannot read "
+                                   "as a trace: give another --trace file") from None
             self._fh.seek(0)
             self._fh.truncate()
             if kept:
@@ -279,7 +285,9 @@ class TraceWriter:
         of this run's own trace on resume, else none. An existing file that is not a trace
         is refused (never overwritten), and so, on resume, is the trace of another run."""
         self._fh.seek(0)
-        first = self._fh.readline(1 << 20)
+        # read as compare reads a trace: a first line past MAX_LINE_BYTES (or a file past
+        # MAX_TRACE_BYTES) is refused, naming the file, line and limit, and left as it is
+        first = next((raw for _, raw, _ in _trace_lines(self._fh, self.path)), b"")
         if not first:
             return []  # an empty file (or one just created)
         try:
@@ -306,7 +314,7 @@ class TraceWriter:
             raise TraceRefused(f"{self.path} is the trace of another run ({what}), not of the run "
                                "being resumed; give the run's own trace, or a new file")
         self._fh.seek(0)
-        return _prefix_lines(self._fh, resume_after)
+        return _prefix_lines(self._fh, resume_after, self.path)
 
     def _write(self, obj) -> None:
         self._fh.write((_dumps(obj) + "\n").encode("utf-8"))
@@ -333,13 +341,18 @@ class TraceWriter:
 def _prefix(path: pathlib.Path, t0: int) -> list[str]:
     """The header and the round lines ≤ t0 of the trace at ``path``."""
     with open(path, "rb") as fh:
-        return _prefix_lines(fh, t0)
+        return _prefix_lines(fh, t0, path)
 
 
-def _prefix_lines(fh, t0: int) -> list[str]:
-    """The header and the round lines ≤ t0 of an existing trace open in ``fh`` (binary)."""
+def _prefix_lines(fh, t0: int, path) -> list[str]:
+    """The header and the round lines ≤ t0 of an existing trace open in ``fh`` (binary,
+    buffered) at ``path``, read as :func:`read_trace` reads one (:func:`_trace_lines`): a
+    line longer than :data:`MAX_LINE_BYTES`, read no further, or a file larger than
+    :data:`MAX_TRACE_BYTES` raises :class:`TraceFormatError` naming the file, line and
+    limit. Reading stops at the first line that is not a JSON object."""
     out = []
-    for i, raw in enumerate(fh):
+    for lineno, raw, _ in _trace_lines(fh, pathlib.Path(path)):
+        i = lineno - 1
         if not raw.strip():
             continue
         try:
@@ -941,9 +954,10 @@ class _Comparer:
                 # A JSON integer in the reference is an integer quantity (a selection, a
                 # count): it compares exactly, also against a float of B (2,000,000.5 is
                 # not within rtol of client 2,000,000). Python compares an int and a float
-                # by value, exactly (no rounding of 2**60).
-                if a != b:
-                    self.fail(t, path, a, b, "different integers")
+                # by value, exactly (no rounding of 2**60); two floats bit for bit but for
+                # NaN's sign and payload (−0.0 is not 0.0, which == calls equal)
+                if not _exact_same(a, b):
+                    self.fail(t, path, a, b, _ZERO_SIGN if a == b else "different integers")
                 return
             # A is the reference: its magnitude sets the tolerance, and a non-finite B
             # (a NaN or Infinity literal, or 1e999) never matches a finite A
@@ -1117,6 +1131,24 @@ class _Comparer:
             self.checksums_seen += 1
 
 
+#: why an exact comparison fails a zero of the other sign (a Divergence's reason)
+_ZERO_SIGN = ("the sign of zero differs under exact comparison: −0.0 is not 0.0; an integer 0 "
+              "matches a zero of either sign, and any NaN any NaN")
+
+
+def _exact_same(a, b) -> bool:
+    """Whether JSON numbers ``a`` and ``b`` are the same under exact comparison: equal by
+    value (Python compares an int and a float exactly), and when both are floats, bit for
+    bit except that any NaN matches any NaN (whatever its sign or payload): a float zero of
+    the other sign (−0.0 for 0.0) differs, which ``==`` would not see. An integer has no
+    sign of zero: the int 0 matches 0.0 and −0.0."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a == b
+
+
 def _same_digest(x, y) -> bool:
     """Whether two checksums are the same digest: hex digits compare in either case (a
     writer may print a sha256 in capitals); anything else compares as it is."""
@@ -1186,7 +1218,9 @@ def compare(a: Trace | str | os.PathLike, b: Trace | str | os.PathLike, *, rtol:
     trace ``a`` (the reference).
 
     Rules: integers, booleans and strings (clients, Byzantine flags, nᵢ, f,
-    exclusions and their checks, selections) compare exactly; floats (norms,
+    exclusions and their checks, selections) compare exactly (and so do the numbers of
+    :data:`EXACT_FIELDS`: two floats bit for bit, −0.0 not 0.0, but any NaN matches any
+    NaN; an integer 0 matches a zero of either sign); floats (norms,
     weights, kept fractions, losses, diagnostics, metrics) by the rule of
     :mod:`rfrs_ref.agreement`: ``|B − A| ≤ atol + rtol·|A|`` with the tolerance
     from the reference A alone, a non-finite B (a ``NaN``/``Infinity`` literal or

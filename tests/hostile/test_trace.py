@@ -11,6 +11,7 @@ import copy
 import hashlib
 import io
 import json
+import math
 import os
 
 import pytest
@@ -292,6 +293,62 @@ def test_resume_onto_a_trace_without_a_readable_header_keeps_nothing(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_bytes(b"\xff\xfe binary\n" + (json.dumps(_round(1)) + "\n").encode())
     assert T._prefix(p, 10) == []
+
+
+class _Recorded(io.BufferedReader):
+    """A binary file that records the size of each ``readline`` (-1: no limit)."""
+
+    def __init__(self, path):
+        super().__init__(io.FileIO(path, "rb"))
+        self.asked: list[int] = []
+
+    def readline(self, size=-1):
+        self.asked.append(size)
+        return super().readline(size)
+
+
+def test_resume_reads_no_line_past_the_limit(tmp_path, monkeypatch):
+    """A resume read the kept prefix of its trace with no limit on a line: a line of
+    gigabytes without a line end was read whole into memory (and, damaged, dropped with
+    the rounds after it). It is refused as compare refuses it, naming the file, the line
+    and the limit, after reading no more than MAX_LINE_BYTES + 1 bytes of it."""
+    monkeypatch.setattr(T, "MAX_LINE_BYTES", 4096)
+    for where, head in ((1, b""), (3, "".join(json.dumps(x) + "\n" for x in _lines(1)).encode())):
+        p = tmp_path / f"long{where}.jsonl"
+        with open(p, "wb") as fh:  # a line of 1 MiB (sparse: NULs) without an end
+            fh.write(head + b'{"round": 2, ')
+            fh.truncate(fh.tell() + (1 << 20))
+        with pytest.raises(T.TraceFormatError, match=rf"long{where}.jsonl:{where}: a line of more "
+                                                     r"than 4,096 bytes \(read no further\)"):
+            T._prefix(p, 10)
+        fh = _Recorded(p)
+        with fh, pytest.raises(T.TraceFormatError, match="a trace is a JSON Lines file"):
+            T._prefix_lines(fh, 10, p)
+        assert fh.asked == [4097] * where, fh.asked
+    # a line of exactly the limit, its line end included, is kept
+    lines = _lines(2)
+    lines[2]["rule"]["pad"] = ""
+    lines[2]["rule"]["pad"] = "x" * (4096 - len(json.dumps(lines[2]) + "\n"))
+    p = _write(tmp_path / "exact.jsonl", lines)
+    assert [len(x.encode()) for x in T._prefix(p, 10)][2] == 4096
+
+
+def test_resume_onto_a_trace_whose_first_line_is_too_long_leaves_it_alone(tmp_path, monkeypatch):
+    """The writer read the first line of an existing file 1 MiB far and took a longer one
+    that starts as its headers do for its own header cut short, writing the trace afresh
+    over it on resume. The first line is read as compare reads it: one longer than
+    MAX_LINE_BYTES is refused, naming the file, the line and the limit, and the file left."""
+    monkeypatch.setattr(T, "MAX_LINE_BYTES", 4096)
+    p = tmp_path / "t.jsonl"
+    with open(p, "wb") as fh:
+        fh.write(T._HEADER_START)
+        fh.truncate(2 << 20)  # a first line of 2 MiB, no line end
+    before = p.read_bytes()
+    for resume in (None, 2):
+        with pytest.raises(T.TraceRefused, match=r"t.jsonl:1: a line of more than 4,096 bytes.*"
+                                                 r"does not overwrite"):
+            _tracer(tmp_path, p, resume_after=resume)
+        assert p.read_bytes() == before
 
 
 def test_a_trace_too_large_for_memory_is_one_line(ref, tmp_path, refused, monkeypatch):
@@ -588,6 +645,40 @@ def test_an_integer_of_the_reference_compares_exactly_anywhere(ref, tmp_path):
     assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
     # a float of A still compares within the tolerance, whatever B writes
     a[1]["loss"], b[1]["loss"] = 2.0, 2
+    assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
+
+
+def test_an_exact_field_tells_the_sign_of_zero(tmp_path, refused):
+    """The fields compared exactly (round, clients, flags, nᵢ, f, f_rule, excluded) compared
+    floats with ==, which calls −0.0 equal to 0.0: a candidate writing f = −0.0 where the
+    reference states 0.0 agreed. An integer 0 has no sign and matches either zero; any NaN
+    matches any NaN (a NaN of A used to match nothing there)."""
+    def cmp(field, va, vb):
+        a, b = _lines(1), _lines(1)
+        a[1][field], b[1][field] = va, vb
+        return T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b))
+
+    for field, va, vb, where in (("f", 0.0, -0.0, "f"), ("f_rule", -0.0, 0.0, "f_rule"),
+                                 ("clients", [0.0, 3.0], [-0.0, 3.0], "clients[0]"),
+                                 ("n_samples", [3, -0.0], [3, 0.0], "n_samples[1]")):
+        d = cmp(field, va, vb).divergence
+        assert d is not None and d.field == where and "sign of zero" in d.reason, (field, d)
+    # the same zero, an integer zero against either, and NaN against NaN agree
+    for field, va, vb in (("f", -0.0, -0.0), ("f", 0, -0.0), ("f", -0.0, 0), ("f", 0.0, 0),
+                          ("clients", [0, 3], [-0.0, 3.0]), ("f_rule", math.nan, math.nan)):
+        assert cmp(field, va, vb).agree, (field, va, vb)
+    # a NaN still differs from every number, on either side
+    for va, vb in ((math.nan, 1), (1, math.nan), (math.nan, 1.0), (0.0, math.nan)):
+        d = cmp("f", va, vb).divergence
+        assert d is not None and d.field == "f" and d.reason == "different integers", (va, vb, d)
+    # the report says why on one line
+    a, b = _lines(1), _lines(1)
+    a[1]["f"], b[1]["f"] = 0.0, -0.0
+    res = _cli(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b))
+    assert res.exit_code == 1 and "field f: A 0.0, B -0.0" in res.output, res.output
+    assert "sign of zero differs" in res.output and "traces agree" not in res.output, res.output
+    # a float compared under the tolerance is not affected: −0.0 is within it of 0.0
+    a[1]["f"], b[1]["f"], a[1]["loss"], b[1]["loss"] = 0, 0, 0.0, -0.0
     assert T.compare(_write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)).agree
 
 
