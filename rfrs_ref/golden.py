@@ -1872,6 +1872,140 @@ def _mistyped(params: dict) -> str:
     return ""
 
 
+#: the parameters a case of each kind takes, as the export writes them: every one takes
+#: part in the recomputation but ``negatives_drawn_with`` (a ``bpr`` case's account of how
+#: its input ``negatives`` were drawn) and an ``aggregate`` case's ``detect`` (the space
+#: its input ``features`` are in). Any other key would be stated without taking part (a
+#: typo ``"trimm": 3``, a parameter of another kind), and a case passing with it would
+#: vouch for a parameter nothing used: :func:`unused_params` refuses it. Every key of
+#: :data:`PARAM_TYPES` is among them.
+CASE_PARAMS = {
+    "fism_scores": ("model", "n_items", "hyperparameters"),
+    "bpr": ("model", "n_items", "hyperparameters", "negatives_drawn_with"),
+    "optimizer": ("optimizer", "hyperparameters", "t", "tampered"),
+    "aggregate": ("rule", "hyperparameters", "f", "detect", "pre", "pre_hyperparameters"),
+    "attack": ("optimizer", "hyperparameters", "attack", "attack_hyperparameters", "t", "f", "seed"),
+    "federated": ("n_items", "model", "model_hyperparameters", "optimizer", "optimizer_hyperparameters",
+                  "rule", "rule_hyperparameters", "detect", "attack", "attack_hyperparameters",
+                  "client_fraction", "assumed_fraction", "seed", "rounds", "verify"),
+}
+#: the attacks that simulate the server's aggregation (they read the attack context's
+#: rule and detection space), and the parameters that name that server in an ``attack``
+#: case: given for another attack, they would take no part
+SERVER_ATTACKS = ("opt-ipm", "opt-alie")
+SERVER_PARAMS = ("rule", "rule_hyperparameters", "detect")
+#: kind -> {params key holding hyperparameters: (registry, the params key naming the entry)}
+_HYPER_OWNERS = {
+    "fism_scores": {"hyperparameters": ("MODELS", "model")},
+    "bpr": {"hyperparameters": ("MODELS", "model")},
+    "optimizer": {"hyperparameters": ("OPTIMIZERS", "optimizer")},
+    "aggregate": {"hyperparameters": ("RULES", "rule")},
+    "attack": {"hyperparameters": ("OPTIMIZERS", "optimizer"),
+               "attack_hyperparameters": ("ATTACKS", "attack"),
+               "rule_hyperparameters": ("RULES", "rule")},
+    "federated": {"model_hyperparameters": ("MODELS", "model"),
+                  "optimizer_hyperparameters": ("OPTIMIZERS", "optimizer"),
+                  "rule_hyperparameters": ("RULES", "rule"),
+                  "attack_hyperparameters": ("ATTACKS", "attack")},
+}
+
+
+def _registry(name: str):
+    from rfrs_ref.aggregate import PRE, RULES
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.model import MODELS
+    from rfrs_ref.optim import OPTIMIZERS
+
+    return {"MODELS": MODELS, "OPTIMIZERS": OPTIMIZERS, "RULES": RULES, "ATTACKS": ATTACKS,
+            "PRE": PRE}[name]
+
+
+def _key(key) -> str:
+    """A key of case.json as a message shows it: itself when it is printable and short, else
+    described (a lone surrogate, a key of a thousand characters)."""
+    return key if isinstance(key, str) and key.isprintable() and 0 < len(key) <= 40 \
+        else describe_object(key, 40)
+
+
+def _unknown_hyperparameters(where: str, registry, entry, hyper) -> str:
+    """Why the hyperparameters ``hyper`` (at ``where``) hold a key that entry ``entry`` of
+    ``registry`` does not declare ('' when none; also when ``entry`` or ``hyper`` is not
+    usable, which the recomputation reports)."""
+    from rfrs_ref.params import hyperparameters
+
+    if not isinstance(hyper, dict) or not isinstance(entry, str) or entry not in registry:
+        return ""
+    takes = [h.name for h in hyperparameters(registry.get(entry))]
+    for key in hyper:
+        if key not in takes:
+            return (f"{where}.{_key(key)} is not a hyperparameter of "
+                    f"{registry.family} {entry!r} (it takes: {', '.join(takes) or 'none'})")
+    return ""
+
+
+def unused_params(src: str, meta: dict) -> str:
+    """Why the ``params`` of a case (``case.json`` at ``src``) hold a key the recomputation
+    of its kind does not take ('' when none): a key outside :data:`CASE_PARAMS` (and, in an
+    ``attack`` case, a server's parameters, :data:`SERVER_PARAMS`, for an attack outside
+    :data:`SERVER_ATTACKS`), a hyperparameter the entry it is given to does not declare, or
+    hyperparameters of a pre-aggregator that ``params.pre`` does not list. Each message
+    names the file, the key and the keys that are taken."""
+    params, kind = meta["params"], meta.get("kind")
+    if kind not in CASE_PARAMS:
+        return ""
+    takes = list(CASE_PARAMS[kind])
+    whose = f"an {kind} case" if kind[0] in "aeiou" else f"a {kind} case"
+    if kind == "attack" and params.get("attack") in SERVER_ATTACKS:
+        takes += SERVER_PARAMS
+    elif kind == "attack":
+        whose += f" whose attack is {describe_object(params.get('attack'), 40)} (only " \
+                 f"{' and '.join(SERVER_ATTACKS)} simulate the server, named by {', '.join(SERVER_PARAMS)})"
+    for key in params:
+        if key not in takes:
+            return (f"{src}: params.{_key(key)} is not a parameter of {whose}: it would "
+                    f"take no part in the recomputation (the parameters it takes: {', '.join(sorted(takes))})")
+    for key, (registry, owner) in _HYPER_OWNERS[kind].items():
+        if key in params:
+            why = _unknown_hyperparameters(f"params.{key}", _registry(registry), params.get(owner),
+                                           params[key])
+            if why:
+                return f"{src}: {why}"
+    pre_hyper = params.get("pre_hyperparameters")
+    if kind == "aggregate" and isinstance(pre_hyper, dict):
+        pre = params.get("pre") or []
+        chain = [p for p in pre if isinstance(p, str)] if isinstance(pre, list) else []
+        for name, hyper in pre_hyper.items():
+            where = f"params.pre_hyperparameters.{_key(name)}"
+            if name not in chain:
+                listed = (f"params.pre lists {', '.join(chain)}" if chain
+                          else "params.pre lists no pre-aggregator")
+                return (f"{src}: {where}: {describe_object(name, 40)} is not a pre-aggregator of the "
+                        f"case ({listed}): its hyperparameters would take no part in the "
+                        "recomputation (list it in params.pre, or remove them)")
+            why = _unknown_hyperparameters(where, _registry("PRE"), name, hyper)
+            if why:
+                return f"{src}: {why}"
+    return ""
+
+
+def dtype_field_disagrees(src: str, meta: dict, inputs: dict) -> str:
+    """Why the ``dtype`` field of a case (``case.json`` at ``src``) is not the dtype of its
+    floating-point inputs ('' when it is): ``float32`` or ``float64``, the dtype of every
+    floating-point input but :data:`FLOAT64_INPUTS` (float64 in every case). Another
+    implementation computes in the dtype the case states; a case stating ``float32`` over
+    float64 inputs would have it check a float32 computation against a float64 one."""
+    dtype = meta.get("dtype")
+    if dtype not in ("float32", "float64"):
+        return (f"{src}: dtype is {describe_object(dtype, 40)}: it must be 'float32' or 'float64', "
+                "the dtype of the case's floating-point inputs")
+    for key in sorted(inputs):
+        a = np.asarray(inputs[key])
+        if a.dtype.kind in "fc" and key not in FLOAT64_INPUTS and a.dtype != np.dtype(dtype):
+            return (f"{src}: dtype is {dtype!r}, but the case's floating-point inputs are {a.dtype} "
+                    f"(input {key!r}): the dtype a case states is that of its inputs")
+    return ""
+
+
 #: the suffix of a case's name and the dtype of its floating-point inputs
 SUFFIX_DTYPES = {"-f32": np.dtype(np.float32), "-f64": np.dtype(np.float64)}
 #: inputs held in float64 whatever the case's dtype: state rfrs-ref keeps in float64
@@ -2052,8 +2186,10 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
     except Exception as exc:
         return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
     try:
+        src = str(folder / "case.json")
         bad = (_implausible(meta) or _implausible_inputs(inputs)
-               or dtype_disagrees(meta["name"], inputs))
+               or dtype_disagrees(meta["name"], inputs) or dtype_field_disagrees(src, meta, inputs)
+               or unused_params(src, meta))
     except Exception as exc:  # a case.json no check foresaw: this case fails, the others run
         bad = f"{type(exc).__name__}: {exc}"
     if bad:
@@ -2233,10 +2369,13 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
 
 __all__ = [
     "ARRAY_DTYPES",
+    "CASE_PARAMS",
     "FLOAT64_INPUTS",
     "FORMAT",
     "GoldenFormatError",
     "KINDS",
+    "SERVER_ATTACKS",
+    "SERVER_PARAMS",
     "SUFFIX_DTYPES",
     "VERSION",
     "Case",
@@ -2248,11 +2387,13 @@ __all__ = [
     "check_case",
     "compare_output",
     "dtype_disagrees",
+    "dtype_field_disagrees",
     "export",
     "exported_tolerance",
     "inputs_differ",
     "load_case",
     "read_index",
     "unlisted_cases",
+    "unused_params",
     "write_case",
 ]

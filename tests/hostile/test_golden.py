@@ -1308,3 +1308,113 @@ def test_every_exported_case_holds_inputs_of_its_suffix_dtype():
             names.append(c.name)
     assert all(n.endswith(tuple(golden.SUFFIX_DTYPES)) for n in names)
     assert golden.dtype_disagrees("optim/mine", {"g": np.zeros(3, np.float16)}) == ""  # no suffix
+
+
+# -- every parameter a case states takes part in its recomputation ----------------------------------------
+
+PRE_CASE = "aggregate/pre-nnm-mean-gradient-f64"
+KRUM = "aggregate/krum-gradient-f64"
+IPM = "attack/ipm-adam-f64"
+
+
+@pytest.fixture(scope="module")
+def param_cases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden-params") / "vectors"
+    golden.export(root, only=[KRUM, PRE_CASE, IPM, CASE, FEDERATED])
+    return root
+
+
+def _set(*path, value):
+    def edit(d):
+        at = d["params"]
+        for key in path[:-1]:
+            at = at[key]
+        at[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("case, edit, fragments", [
+    (KRUM, _set("trimm", value=3), ["params.trimm is not a parameter of an aggregate case",
+                                    "take no part", "detect, f, hyperparameters, pre, pre_hyperparameters, rule"]),
+    (KRUM, _set("attack_hyperparameters", value={"sigma": 1.0}), ["params.attack_hyperparameters is not"]),
+    (CASE, _set("f", value=2), ["params.f is not a parameter of an optimizer case",
+                                "hyperparameters, optimizer, t, tampered"]),
+    (FEDERATED, _set("pre", value=["nnm"]), ["params.pre is not a parameter of a federated case"]),
+    (IPM, _set("rule", value="krum"), ["params.rule is not a parameter of an attack case whose attack is "
+                                       "'ipm'", "only opt-ipm and opt-alie simulate the server"]),
+    (IPM, _set("detect", value="parameter"), ["params.detect is not a parameter of an attack case"]),
+    # hyperparameters an entry does not declare (the constructor refused them with a TypeError)
+    (KRUM, _set("hyperparameters", "kk", value=3), ["params.hyperparameters.kk is not a hyperparameter of "
+                                                    "aggregation rule 'krum'", "it takes: k, fallback"]),
+    (FEDERATED, _set("attack_hyperparameters", "sigma", value=0.5),
+     ["params.attack_hyperparameters.sigma is not a hyperparameter of attack 'ascent'"]),
+    # hyperparameters of a pre-aggregator the case does not run
+    (KRUM, _set("pre_hyperparameters", value={"nnm": {}}),
+     ["params.pre_hyperparameters.nnm: 'nnm' is not a pre-aggregator of the case",
+      "params.pre lists no pre-aggregator", "take no part"]),
+    (PRE_CASE, _set("pre_hyperparameters", "clip", value={"clip_norm": 5.0}),
+     ["params.pre_hyperparameters.clip: 'clip' is not a pre-aggregator of the case (params.pre lists nnm)"]),
+    (PRE_CASE, _set("pre_hyperparameters", "nnm", value={"k": 3}),
+     ["params.pre_hyperparameters.nnm.k is not a hyperparameter of pre-aggregator 'nnm'"]),
+])
+def test_a_parameter_no_recomputation_takes_fails_the_case(param_cases, tmp_path, case, edit, fragments):
+    """A case stating a parameter its recomputation never reads ("trimm": 3, the rule of an
+    attack that simulates none, hyperparameters of a pre-aggregator it does not run) passed
+    with its outputs compared exactly: it vouched for a parameter nothing used."""
+    root = tmp_path / "v"
+    shutil.copytree(param_cases, root)
+    _edit_json(root / case / "case.json", _every_output_exact)
+    assert _cli("check", root, "--only", case).exit_code == 0  # compared exactly, the case passes
+    _edit_json(root / case / "case.json", edit)
+    res = _cli("check", root, "--only", case)
+    assert res.exit_code == 1, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
+    assert f"cannot read the case: {root / case / 'case.json'}: params." in line, line
+    for frag in fragments:
+        assert frag in line, line
+
+
+def test_every_parameter_the_export_writes_is_one_a_case_takes():
+    every = set().union(*golden.CASE_PARAMS.values())
+    assert set(golden.PARAM_TYPES) <= every
+    assert set(golden.CASE_PARAMS) == set(golden.KINDS)
+    for cases in golden.FAMILIES.values():
+        for c in cases():
+            meta = json.loads(json.dumps({"kind": c.kind, "params": golden._json_value(c.params)}))
+            assert golden.unused_params("case.json", meta) == "", c.name
+
+
+def test_the_server_attacks_are_those_that_simulate_the_rule():
+    """An attack that reads the context's rule takes params.rule in an attack case."""
+    from rfrs_ref.attack import ATTACKS
+    from rfrs_ref.attack.optimal import _Optimal
+
+    assert {n for n, cls in ATTACKS.items() if issubclass(cls, _Optimal)} == set(golden.SERVER_ATTACKS)
+
+
+# -- the dtype a case states is that of its inputs ---------------------------------------------------------
+
+@pytest.mark.parametrize("name, dtype, fragments", [
+    ("optim/sgd-f32", "float64", ["dtype is 'float64'", "floating-point inputs are float32 (input 'g')"]),
+    (CASE, "float32", ["dtype is 'float32'", "floating-point inputs are float64 (input 'g')"]),
+    (CASE, "float16", ["dtype is 'float16': it must be 'float32' or 'float64'"]),
+    (CASE, None, ["dtype is None: it must be 'float32' or 'float64'"]),
+])
+def test_a_case_stating_another_dtype_than_its_inputs_fails(vectors, name, dtype, fragments):
+    """optim/sgd-f32 stating "dtype": "float64" passed: an implementation computing in the
+    dtype the case states would check a float64 computation against float32 inputs."""
+    def edit(d):
+        if dtype is None:
+            del d["dtype"]
+        else:
+            d["dtype"] = dtype
+    _edit_json(vectors / name / "case.json", edit)
+    line = _case_fails(vectors, f"cannot read the case: {vectors / name / 'case.json'}: dtype is",
+                       *fragments, name=name)
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+
+
+def test_every_exported_case_states_the_dtype_of_its_inputs():
+    for cases in golden.FAMILIES.values():
+        for c in cases():
+            assert golden.dtype_field_disagrees("case.json", {"dtype": c.dtype}, c.inputs) == "", c.name
