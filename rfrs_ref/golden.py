@@ -1875,10 +1875,10 @@ def _mistyped(params: dict) -> str:
 #: the parameters a case of each kind takes, as the export writes them: every one takes
 #: part in the recomputation but ``negatives_drawn_with`` (a ``bpr`` case's account of how
 #: its input ``negatives`` were drawn) and an ``aggregate`` case's ``detect`` (the space
-#: its input ``features`` are in). Any other key would be stated without taking part (a
-#: typo ``"trimm": 3``, a parameter of another kind), and a case passing with it would
-#: vouch for a parameter nothing used: :func:`unused_params` refuses it. Every key of
-#: :data:`PARAM_TYPES` is among them.
+#: its input ``features`` are in, checked against them by :func:`detect_disagrees`). Any
+#: other key would be stated without taking part (a typo ``"trimm": 3``, a parameter of
+#: another kind), and a case passing with it would vouch for a parameter nothing used:
+#: :func:`unused_params` refuses it. Every key of :data:`PARAM_TYPES` is among them.
 CASE_PARAMS = {
     "fism_scores": ("model", "n_items", "hyperparameters"),
     "bpr": ("model", "n_items", "hyperparameters", "negatives_drawn_with"),
@@ -2003,6 +2003,100 @@ def dtype_field_disagrees(src: str, meta: dict, inputs: dict) -> str:
         if a.dtype.kind in "fc" and key not in FLOAT64_INPUTS and a.dtype != np.dtype(dtype):
             return (f"{src}: dtype is {dtype!r}, but the case's floating-point inputs are {a.dtype} "
                     f"(input {key!r}): the dtype a case states is that of its inputs")
+    return ""
+
+
+#: the fields of a case.json, as :func:`write_case` writes them: what a recomputation reads
+#: (``format``, ``version``, ``name``, ``kind``, ``dtype``, ``params``, ``inputs``,
+#: ``outputs``) and the text that tells a reader the case (``description``, ``formula``,
+#: ``convention``, ``reference``, ``tolerance``). Any other key (a misspelt ``"outptus"``,
+#: a ``"tolerances"`` object) would state something no check reads: :func:`unknown_fields`
+#: refuses it.
+CASE_FIELDS = ("convention", "description", "dtype", "format", "formula", "inputs", "kind", "name",
+               "outputs", "params", "reference", "tolerance", "version")
+
+
+def unknown_fields(src: str, meta: dict) -> str:
+    """Why case.json (at ``src``) holds a key outside :data:`CASE_FIELDS` ('' when it holds
+    none): such a key takes no part in the check, and a case passing with it would vouch
+    for something nothing read (a misspelt ``"outptus"`` beside the real outputs)."""
+    for key in meta:
+        if key not in CASE_FIELDS:
+            return (f"{src}: {describe_object(key, 40)} is not a field of a case: it would take no "
+                    f"part in the check (the fields of case.json: {', '.join(CASE_FIELDS)})")
+    return ""
+
+
+#: the fields of an index.json entry that repeat what its case's case.json states
+INDEX_FIELDS = ("kind", "dtype")
+
+
+def index_disagrees(where: str, entry: dict, src: str, meta: dict) -> str:
+    """Why the index.json entry ``entry`` (named by ``where``: the index, the entry's number
+    and name) states another ``kind`` or ``dtype`` (:data:`INDEX_FIELDS`) than the case's
+    own case.json at ``src`` ('' when both agree). A reader choosing cases from the index
+    (an implementation's float32 cases, its aggregate cases) would otherwise run a case as
+    something it is not, or leave it out, while the check passed it."""
+    for field in INDEX_FIELDS:
+        listed, own = entry.get(field), meta.get(field)
+        if field not in entry or listed != own or type(listed) is not type(own):
+            stated = (f"states {field} {describe_object(listed, 40)}" if field in entry
+                      else f"states no {field}")
+            return (f"{where} {stated}, but {src} states {field} {describe_object(own, 40)}: an entry "
+                    "states its case's own kind and dtype")
+    return ""
+
+
+#: the spaces an aggregate case's input ``features`` may be in (its ``params.detect``)
+DETECT_SPACES = ("gradient", "parameter")
+
+
+def detect_disagrees(src: str, meta: dict, inputs: dict) -> str:
+    """Why an ``aggregate`` case's ``params.detect`` (case.json at ``src``) is not the space
+    of its input ``features`` ('' when it is, and for other kinds, whose recomputation reads
+    ``detect``). The rule sees the features only; ``detect`` says how they were made:
+
+    - ``parameter``: features = θᵢ − θ̄ (:func:`rfrs_ref.aggregate.parameter_features` of
+      the inputs ``upload_theta`` and ``theta_bar``), one subtraction in the case's dtype,
+      which IEEE arithmetic rounds the same way everywhere: compared bit for bit (a zero
+      of the other sign differs, any NaN matches a NaN);
+    - ``gradient``: the case holds no ``theta_bar``, which would take no part. Features
+      recovered from the uploads are not checked: recovering them needs the optimiser,
+      its state and the round, which an aggregate case does not hold (and the ties case's
+      features are integer gradients, not recovered ones)."""
+    params = meta["params"]
+    if meta.get("kind") != "aggregate":
+        return ""
+    detect = params.get("detect")
+    if detect not in DETECT_SPACES:
+        return (f"{src}: params.detect is {describe_object(detect, 40)}: it must be "
+                f"{' or '.join(map(repr, DETECT_SPACES))}, the space of the input 'features'")
+    if detect == "gradient":
+        if "theta_bar" in inputs:
+            return (f"{src}: params.detect is 'gradient', but the case holds the input 'theta_bar', "
+                    "from which only parameter-space features are made: it would take no part in the "
+                    "check (state detect 'parameter', or remove it)")
+        return ""
+    missing = [k for k in ("features", "upload_theta", "theta_bar") if k not in inputs]
+    if missing:
+        return (f"{src}: params.detect is 'parameter', but the case has no input {missing[0]!r}: "
+                "parameter-space features are upload_theta − theta_bar, row by row")
+    X, T, tb = (np.asarray(inputs[k]) for k in ("features", "upload_theta", "theta_bar"))
+    if (T.dtype.kind != "f" or X.dtype != T.dtype or tb.dtype != T.dtype or T.ndim != 2
+            or X.shape != T.shape or tb.shape != (T.shape[1],)):
+        return (f"{src}: params.detect is 'parameter', but input 'features' ({X.dtype}, shape "
+                f"{list(X.shape)}) cannot be upload_theta − theta_bar (upload_theta {T.dtype}, shape "
+                f"{list(T.shape)}; theta_bar {tb.dtype}, shape {list(tb.shape)})")
+    from rfrs_ref.aggregate import parameter_features
+
+    want = parameter_features(T, tb)
+    with np.errstate(invalid="ignore"):
+        same = ((X == want) & (np.signbit(X) == np.signbit(want))) | (np.isnan(X) & np.isnan(want))
+    if not same.all():
+        idx = tuple(int(i) for i in np.argwhere(~same)[0])
+        return (f"{src}: params.detect is 'parameter', but input 'features' at index {idx} is "
+                f"{X[idx].item()!r} where upload_theta − theta_bar is {want[idx].item()!r}: "
+                "parameter-space features are θᵢ − θ̄, bit for bit")
     return ""
 
 
@@ -2164,9 +2258,12 @@ def _looser_than_export(case: str, output: str, spec, got, differs: str = "") ->
                     + (" (the output is exported exact)" if exact else "")), unjudged
 
 
-def check_case(folder, backend: str = "numpy", listed: str | None = None) -> CaseResult:
+def check_case(folder, backend: str = "numpy", listed: str | None = None, entry: dict | None = None,
+               where: str = "index.json") -> CaseResult:
     """Recompute one case with ``backend`` and compare every output (``listed``: the name
-    the index gives it, which must be the case's own). A ``close`` tolerance looser than
+    the index gives it, which must be the case's own; ``entry``: the index.json entry that
+    lists it, named ``where`` in messages, whose kind and dtype must be the case's own,
+    :func:`index_disagrees`). A ``close`` tolerance looser than
     the one rfrs-ref's export gives the output (:func:`exported_tolerance`) fails it, next
     to any value mismatch; a case whose inputs differ from the export's
     (:func:`inputs_differ`) and that states an atol above 0 fails for its inputs, its atol
@@ -2187,9 +2284,11 @@ def check_case(folder, backend: str = "numpy", listed: str | None = None) -> Cas
         return CaseResult(name, backend, False, [], f"cannot read the case: {type(exc).__name__}: {exc}")
     try:
         src = str(folder / "case.json")
-        bad = (_implausible(meta) or _implausible_inputs(inputs)
+        bad = (unknown_fields(src, meta) or _implausible(meta) or _implausible_inputs(inputs)
                or dtype_disagrees(meta["name"], inputs) or dtype_field_disagrees(src, meta, inputs)
-               or unused_params(src, meta))
+               or unused_params(src, meta) or detect_disagrees(src, meta, inputs)
+               # the case's own defects first: an index entry repeats what case.json states
+               or ("" if entry is None else index_disagrees(where, entry, src, meta)))
     except Exception as exc:  # a case.json no check foresaw: this case fails, the others run
         bad = f"{type(exc).__name__}: {exc}"
     if bad:
@@ -2347,11 +2446,13 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
     entries = read_index(directory)
     pats = list(only) if only else None
     out = []
-    for entry in entries:
+    index_path = pathlib.Path(directory) / "index.json"
+    for i, entry in enumerate(entries):
         if pats and not _matches(entry["name"], pats):
             continue
+        where = f"{index_path}: case entry {i} ({entry['name']!r})"
         for b in backends:
-            out.append(check_case(entry["folder"], b, entry["name"]))
+            out.append(check_case(entry["folder"], b, entry["name"], entry, where))
     for name in unlisted_cases(directory, entries):
         if pats and not _matches(name, pats):
             continue
@@ -2369,10 +2470,13 @@ def check(directory, backends=("numpy",), only: Iterable[str] | None = None) -> 
 
 __all__ = [
     "ARRAY_DTYPES",
+    "CASE_FIELDS",
     "CASE_PARAMS",
+    "DETECT_SPACES",
     "FLOAT64_INPUTS",
     "FORMAT",
     "GoldenFormatError",
+    "INDEX_FIELDS",
     "KINDS",
     "SERVER_ATTACKS",
     "SERVER_PARAMS",
@@ -2386,13 +2490,16 @@ __all__ = [
     "check",
     "check_case",
     "compare_output",
+    "detect_disagrees",
     "dtype_disagrees",
     "dtype_field_disagrees",
     "export",
     "exported_tolerance",
+    "index_disagrees",
     "inputs_differ",
     "load_case",
     "read_index",
+    "unknown_fields",
     "unlisted_cases",
     "unused_params",
     "write_case",

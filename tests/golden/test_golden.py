@@ -101,6 +101,18 @@ def test_case_files_are_self_describing_strict_json_and_plain_npy(exported):
                 assert 0 <= spec["rtol"] and 0 <= spec["atol"]
 
 
+def test_every_case_states_the_fields_of_the_format_and_its_index_entry_agrees(exported):
+    """What `golden check` refuses in a case.json or index.json is never written by the
+    export: a field outside golden.CASE_FIELDS, an index entry's kind or dtype other than
+    its case's own."""
+    for i, entry in enumerate(_index(exported)):
+        path = exported / entry["path"]
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        assert set(meta) == set(golden.CASE_FIELDS), (path, sorted(meta))
+        assert golden.unknown_fields(str(path), meta) == ""
+        assert golden.index_disagrees(f"entry {i}", entry, str(path), meta) == "", entry
+
+
 def test_float_tolerances_are_tight(exported):
     """Tolerances are a few hundred roundings of the case's dtype, never a loose guess."""
     for entry in _index(exported):

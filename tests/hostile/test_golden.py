@@ -1418,3 +1418,128 @@ def test_every_exported_case_states_the_dtype_of_its_inputs():
     for cases in golden.FAMILIES.values():
         for c in cases():
             assert golden.dtype_field_disagrees("case.json", {"dtype": c.dtype}, c.inputs) == "", c.name
+
+
+# -- every field of case.json is one of the format ---------------------------------------------------------
+
+@pytest.mark.parametrize("key, value", [
+    ("outptus", lambda d: dict(d["outputs"])),  # a misspelt copy beside the real outputs
+    ("tolerances", lambda d: {"upload_theta": {"rtol": 0.5}}),
+    ("comment", lambda d: "checked by hand"),
+])
+def test_a_field_outside_the_format_fails_the_case(vectors, key, value):
+    """A case.json holding "outptus" or "tolerances" beside its real fields passed: it
+    stated something no check read."""
+    _edit_json(vectors / CASE / "case.json", lambda d: d.update({key: value(d)}))
+    line = _case_fails(vectors, f"cannot read the case: {vectors / CASE / 'case.json'}: {key!r} is not a "
+                       "field of a case", "take no part",
+                       "(the fields of case.json: convention, description, dtype, format, formula, inputs, "
+                       "kind, name, outputs, params, reference, tolerance, version)")
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+
+
+# -- an index entry states its case's own kind and dtype ---------------------------------------------------
+
+@pytest.mark.parametrize("edit, fragments", [
+    (lambda e: e.update(kind="aggregate"), ["states kind 'aggregate', but", "states kind 'optimizer'"]),
+    (lambda e: e.update(dtype="float32"), ["states dtype 'float32', but", "states dtype 'float64'"]),
+    (lambda e: e.pop("dtype"), ["states no dtype, but", "states dtype 'float64'"]),
+])
+def test_an_index_entry_stating_another_kind_or_dtype_fails_its_case(vectors, edit, fragments):
+    """An index listing optim/sgd-f64 as an aggregate case, or as a float32 one, passed: a
+    reader choosing cases by the index would run it as something it is not, or skip it."""
+    def at(d):
+        (i,) = [i for i, e in enumerate(d["cases"]) if e["name"] == CASE]
+        edit(d["cases"][i])
+        return i
+    doc = json.loads((vectors / "index.json").read_text())
+    i = at(doc)
+    (vectors / "index.json").write_text(json.dumps(doc))
+    line = _case_fails(vectors, f"cannot read the case: {vectors / 'index.json'}: case entry {i} ({CASE!r}) ",
+                       f"{vectors / CASE / 'case.json'}", *fragments, "its case's own kind and dtype")
+    assert "1 ok, 1 FAIL" in _cli("check", vectors).output, line
+    (result,) = [r for r in golden.check(vectors) if r.name == CASE]
+    assert not result.ok
+
+
+# -- an aggregate case's detect is the space of its features -----------------------------------------------
+
+PARAMETER_CASE = "aggregate/krum-parameter-f64"
+
+
+@pytest.fixture(scope="module")
+def detect_cases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden-detect") / "vectors"
+    golden.export(root, only=[KRUM, PARAMETER_CASE])
+    return root
+
+
+def _add_input(folder, key, a):
+    np.save(folder / f"in.{key}.npy", a)
+    _edit_json(folder / "case.json", lambda d: d["inputs"].update(
+        {key: {"file": f"in.{key}.npy", "dtype": a.dtype.name, "shape": list(a.shape)}}))
+
+
+def _nudge_theta_bar(folder):
+    path = folder / "in.theta_bar.npy"
+    tb = np.load(path)
+    tb[3] = np.nextafter(tb[3], np.inf)
+    np.save(path, tb)
+
+
+def _negate_a_zero(folder):
+    """Store θ̄ = θ₀ at coordinate 0, so that feature (0, 0) is θ₀ − θ̄ = +0.0, and state −0.0."""
+    tb, T = np.load(folder / "in.theta_bar.npy"), np.load(folder / "in.upload_theta.npy")
+    tb[0] = T[0, 0]
+    np.save(folder / "in.theta_bar.npy", tb)
+    X = np.load(folder / "in.features.npy")
+    X[:, 0] = T[:, 0] - tb[0]
+    X[0, 0] = -0.0
+    np.save(folder / "in.features.npy", X)
+
+
+@pytest.mark.parametrize("case, edit, fragments", [
+    (PARAMETER_CASE, lambda f: _edit_json(f / "case.json", _set("detect", value="gradient")),
+     ["params.detect is 'gradient', but the case holds the input 'theta_bar'", "take no part"]),
+    (KRUM, lambda f: _edit_json(f / "case.json", _set("detect", value="parameter")),
+     ["params.detect is 'parameter', but the case has no input 'theta_bar'"]),
+    (KRUM, lambda f: _add_input(f, "theta_bar", np.zeros(6)),
+     ["params.detect is 'gradient', but the case holds the input 'theta_bar'"]),
+    (KRUM, lambda f: _edit_json(f / "case.json", _set("detect", value="gradients")),
+     ["params.detect is 'gradients': it must be 'gradient' or 'parameter'"]),
+    (KRUM, lambda f: _edit_json(f / "case.json", lambda d: d["params"].pop("detect")),
+     ["params.detect is None: it must be"]),
+    (PARAMETER_CASE, _nudge_theta_bar,
+     ["params.detect is 'parameter', but input 'features' at index (0, 3) is", "bit for bit"]),
+    (PARAMETER_CASE, _negate_a_zero, ["input 'features' at index (0, 0) is -0.0 where upload_theta − "
+                                      "theta_bar is 0.0"]),
+])
+def test_an_aggregate_case_whose_features_are_not_in_its_detect_space_fails(detect_cases, tmp_path, case,
+                                                                             edit, fragments):
+    """The rule sees the features only: a parameter-space case stating detect "gradient", a
+    gradient-space one stating "parameter", or a θ̄ its features were not made from passed,
+    with every output compared exactly; a reader would build the features from another
+    space than the case's."""
+    root = tmp_path / "v"
+    shutil.copytree(detect_cases, root)
+    _edit_json(root / case / "case.json", _every_output_exact)
+    assert _cli("check", root, "--only", case).exit_code == 0  # compared exactly, the case passes
+    edit(root / case)
+    if case == PARAMETER_CASE and edit is _negate_a_zero:  # restate the outputs of the new features
+        _restate_outputs(root / case, json.loads((root / case / "case.json").read_text()), lambda atol: 0.0)
+        _edit_json(root / case / "case.json", _every_output_exact)
+    res = _cli("check", root, "--only", case)
+    assert res.exit_code == 1, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
+    assert f"cannot read the case: {root / case / 'case.json'}: params.detect is " in line, line
+    for frag in fragments:
+        assert frag in line, line
+
+
+def test_every_exported_aggregate_case_has_features_of_its_detect_space():
+    spaces = set()
+    for c in golden.FAMILIES["aggregate"]():
+        meta = {"kind": c.kind, "params": golden._json_value(c.params)}
+        assert golden.detect_disagrees("case.json", meta, c.inputs) == "", c.name
+        spaces.add(c.params["detect"])
+    assert spaces == set(golden.DETECT_SPACES)
