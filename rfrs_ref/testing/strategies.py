@@ -201,12 +201,19 @@ def hostile_examples(*, min_n: int = 1, max_n: int = 13,
                      ties: bool = False) -> list[RoundCase]:
     """Rounds that every law over :func:`byzantine_rounds` (with the same arguments) tries
     first, whatever the number of examples asked for: one Byzantine row that is NaN,
-    +inf, −inf or 1e38 in every coordinate, or in one coordinate only, in each dtype.
+    +inf, −inf or 1e38 in every coordinate, or in one coordinate only, in each dtype; that
+    row last, then the same rounds with it first (every row moved down one, its nᵢ with
+    it). Where ``trusted`` is the last row the hostile one is first only, where it is row 0
+    last only.
 
     A handful of random examples may draw none of these (``--max-examples 5``), and a rule
-    that mishandles NaN (``numpy.argmin`` of NaN scores) would then pass. Empty when the
-    arguments allow no hostile Byzantine row (``hostile`` or ``byzantine`` False, or no
-    n in range admits f ≥ 1)."""
+    that mishandles NaN (``numpy.argmin`` of NaN scores) would then pass. The row sits at
+    both ends because an implementation may be wrong at one end only: with it last only, a
+    median of every row but the last held ``finite_output`` on them, and so did a Krum
+    that picks with Python's ``min``, and an NNM that orders neighbours with ``sorted``
+    held ``nnm_honest_bound`` (nothing compares below NaN: a NaN key first stays first).
+    Empty when the arguments allow no hostile Byzantine row (``hostile`` or ``byzantine``
+    False, or no n in range admits f ≥ 1)."""
     if not (hostile and byzantine):
         return []
     bound = _f_bound(max_f)
@@ -232,6 +239,10 @@ def hostile_examples(*, min_n: int = 1, max_n: int = 13,
                     X[bad, D // 2] = value
                 out.append(RoundCase(X, honest.copy(), min(bound(n), 2), ns.copy(),
                                      rng.permutation(n), rng.normal(size=D), (kind,)))
+    if bad == n - 1 and trusted != 0:
+        out += [dataclasses.replace(c, features=np.roll(c.features, 1, axis=0),
+                                    honest=np.roll(c.honest, 1), n_samples=np.roll(c.n_samples, 1))
+                for c in out]
     return out
 
 

@@ -51,6 +51,15 @@ def test_our_numba_kernels_obey_the_laws_too(rule):
     assert all(r.status == "holds" for r in results), format_results(results, rule)
 
 
+@pytest.mark.parametrize("rule", ["mean", "median", "rfa"])
+def test_the_other_numba_rules_hold_every_law_on_the_fixed_rounds(rule):
+    """The fixed rounds (the hostile row last and first, ties, large rounds) and one drawn
+    example, on the numba kernels of the rules no other test runs there (the catalogue's
+    are in test_catalogue_laws.py)."""
+    results = run_rule_conformance(rule, adapters.rfrs(rule, backend="numba"), max_examples=1)
+    assert all(r.status == "holds" for r in results), format_results(results, rule)
+
+
 @pytest.mark.parametrize("kind", list(OPTIMIZER_LAWS))
 def test_our_optimizers_obey_every_law(kind):
     results = run_optimizer_conformance(kind, OPTIMIZERS.get(kind), max_examples=EXAMPLES)
@@ -73,11 +82,25 @@ def test_krum_with_n_minus_f_neighbours_breaks_the_kept_set_bound(broken):
     assert st["krum_kept_bound"] == "fails"
     assert st["weights_sum_to_one"] == "holds"
     r = next(r for r in results if r.law == "krum_kept_bound")
+    # a fixed round finds it: with n = 5 and f = 1 the score sums the n − f = 4 distances to
+    # every other row, the NaN row's among them, so every score ties and the NaN row, first,
+    # is kept
     ce = r.counterexample
-    # shrunk: a handful of clients in one dimension
+    assert ce["fixed_example"] and ce["violation"] == {"client": 0} and not ce["honest"][0]
+    assert "client" in r.message and "counterexample for krum_kept_bound" in format_results(results, "x")
+    # wrong only where no fixed round is (D < 3: theirs have 3 features or hundreds), it
+    # fails on a drawn round, shrunk: a handful of clients in one dimension
+    right = adapters.rfrs("krum")
+
+    def wrong_below_three_features(X, ns, f):
+        return (broken["krum_n_minus_f"] if X.shape[1] < 3 else right)(X, ns, f).weights
+
+    r, = run_rule_conformance("krum", adapters.weights(wrong_below_three_features),
+                              max_examples=300, laws=["krum_kept_bound"])
+    ce = r.counterexample
+    assert r.status == "fails" and not ce.get("fixed_example")
     assert ce["n"] <= 7 and ce["D"] == 1
     assert ce["n"] > 2 * ce["f"] + 2  # within the rule's precondition
-    assert "client" in r.message and "counterexample for krum_kept_bound" in format_results(results, "x")
 
 
 def test_trimmed_mean_by_norm_breaks_the_coordinate_range_law(broken):
@@ -178,10 +201,10 @@ def test_laws_selection_and_skipping():
 def test_derandomised_runs_repeat_and_seeds_vary():
     a = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
     b = run_rule_conformance("median", adapters.rfrs("median"), max_examples=5, laws=["coordinate_range"])
-    # the 16 hostile rounds every law tries first, the 2 large rounds of its main laws,
-    # then 5 drawn ones
+    # the 32 hostile rounds every law tries first (16, the hostile row last, then first),
+    # the 2 large rounds of its main laws, then 5 drawn ones
     assert a[0].examples == b[0].examples == (5 + len(strategies.hostile_examples())
-                                              + len(strategies.LARGE_ROUNDS)) == 23
+                                              + len(strategies.LARGE_ROUNDS)) == 39
     with pytest.raises(ValueError, match="no laws are defined"):
         run_rule_conformance("nope", adapters.rfrs("median"))
 
@@ -203,6 +226,64 @@ def test_few_examples_still_try_every_hostile_value():
     assert {str(c.features[~c.honest].ravel()[-1]) for c in cases} >= {"nan", "inf", "-inf"}
     assert all(c.f >= 1 and (~c.honest).sum() == 1 for c in cases)
     assert strategies.hostile_examples(hostile=False) == []
+
+
+def median_without_the_last_row(X, ns, f):
+    """The median of every row but the last: right only where the last row is the outlier."""
+    return np.median(np.asarray(X)[:-1], axis=0)
+
+
+def krum_by_python_min(X, ns, f):
+    """Krum (the sum of the n − f − 2 smallest squared distances) choosing its row with
+    Python's ``min``: nothing compares smaller than NaN, so a NaN score first is never
+    beaten and one after it never wins."""
+    X64 = np.asarray(X, dtype=np.float64)
+    n = X64.shape[0]
+    with np.errstate(all="ignore"):
+        d = ((X64[:, None, :] - X64[None, :, :]) ** 2).sum(axis=-1)
+    m = max(n - f - 2, 1)
+    scores = [np.sort(np.delete(d[i], i))[:m].sum() for i in range(n)]
+    return np.asarray(X)[min(range(n), key=scores.__getitem__)].copy()
+
+
+def _violates(law, fn, case) -> bool:
+    try:
+        getattr(laws, law)(fn, case)
+    except laws.LawViolation:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("rule, fn", [("median", median_without_the_last_row),
+                                      ("krum", krum_by_python_min)])
+def test_the_hostile_rounds_put_the_byzantine_row_first_too(rule, fn):
+    """With the hostile row last only, a rule wrong at one end held finite_output on every
+    fixed hostile round; the same rounds with the row first (rows moved down one) catch it."""
+    f_bound, min_n, _ = RULE_LAWS[rule]
+    cases = strategies.hostile_examples(min_n=min_n, max_f=f_bound)
+    last = [c for c in cases if not c.honest[-1]]
+    first = [c for c in cases if not c.honest[0]]
+    assert len(last) == len(first) == 16 and len(cases) == 32
+    candidate = adapters.vector(fn)
+    assert not any(_violates("finite_output", candidate, c) for c in last)
+    assert any(_violates("finite_output", candidate, c) for c in first)
+
+
+def test_a_krum_wrong_only_with_the_hostile_row_first_fails_with_one_example():
+    res = run_rule_conformance("krum", adapters.vector(krum_by_python_min), max_examples=1,
+                               laws=["finite_output", "krum_output_bound"])
+    assert _status(res) == {"finite_output": "fails", "krum_output_bound": "fails"}
+    for r in res:
+        ce = r.counterexample
+        assert ce["fixed_example"] and ce["honest"][0] is False and all(ce["honest"][1:])
+
+
+@pytest.mark.parametrize("trusted, ends", [(None, {0, 4}), (2, {0, 4}), (0, {4}), (4, {0})])
+def test_the_hostile_row_is_never_at_the_trusted_position(trusted, ends):
+    cases = strategies.hostile_examples(trusted=trusted)
+    assert {int(np.flatnonzero(~c.honest)[0]) for c in cases} == ends
+    assert len(cases) == 16 * len(ends)
+    assert trusted is None or all(c.honest[trusted] for c in cases)
 
 
 @pytest.mark.parametrize("kind", ["sgd", "momentum", "adam", "adagrad", "rmsprop"])

@@ -55,6 +55,15 @@ def test_our_pre_aggregators_obey_every_law(name):
     assert all(v == "holds" for v in st.values()), st
 
 
+@pytest.mark.parametrize("name", list(PRE_LAWS))
+def test_our_pre_aggregators_obey_every_law_on_numba(name):
+    """The fixed rounds (the hostile row last and first, large rounds) and one drawn example,
+    mixed by the numba kernels."""
+    st = _status(run_pre_conformance(name, adapters.rfrs_pre(name, backend="numba"),
+                                     max_examples=1))
+    assert all(v == "holds" for v in st.values()), st
+
+
 @pytest.mark.parametrize("options", [{"clip_norm": 0.01}, {"clip_norm": 100.0}])
 def test_clipping_with_another_threshold_is_held_to_that_threshold(options):
     assert all(v == "holds" for v in _pre("clip", adapters.rfrs_pre("clip", **options),
@@ -319,6 +328,45 @@ def test_a_hostile_row_may_stay_non_finite_in_another_way():
         return out
 
     assert _pre("clip", adapters.vector_pre(clip_by_zero), law="reference_pre") == {"reference_pre": "holds"}
+
+
+def nnm_by_python_sort(X, ns, f):
+    """NNM whose neighbours are ordered by Python's ``sorted``: nothing compares smaller
+    than NaN, so a NaN distance to row 0 stays first (row 0 is everyone's neighbour) and
+    one to the last row stays last."""
+    X64 = np.asarray(X, dtype=np.float64)
+    n = X64.shape[0]
+    with np.errstate(all="ignore"):
+        d = ((X64[:, None, :] - X64[None, :, :]) ** 2).sum(axis=-1)
+    out = np.empty_like(X64)
+    for i in range(n):
+        nb = np.array(sorted(range(n), key=lambda j: -1.0 if j == i else d[i, j])[: n - f])
+        w = np.asarray(ns, dtype=np.float64)[nb]
+        with np.errstate(all="ignore"):
+            out[i] = w @ X64[nb] / w.sum()
+    return out
+
+
+def test_the_hostile_rounds_put_the_byzantine_row_first_too():
+    """With the hostile row last only, an NNM that sorts its neighbours with ``sorted`` held
+    nnm_honest_bound on every fixed hostile round; with the row first (rows moved down one)
+    a NaN row is every honest row's neighbour."""
+    f_bound, min_n, _ = PRE_LAWS["nnm"]
+    cases = strategies.hostile_examples(min_n=min_n, max_f=f_bound)
+    last = [c for c in cases if not c.honest[-1]]
+    first = [c for c in cases if not c.honest[0]]
+    assert len(last) == len(first) == 16 and len(cases) == 32
+    fn = adapters.vector_pre(nnm_by_python_sort)
+
+    def violates(case):
+        try:
+            laws.nnm_honest_bound(fn, case)
+        except laws.LawViolation:
+            return True
+        return False
+
+    assert not any(violates(c) for c in last)
+    assert any(violates(c) for c in first)
 
 
 def test_the_unweighted_nnm_is_right_with_equal_weights():
