@@ -58,9 +58,10 @@ def _refused(res, *fragments) -> str:
     return errors[0]
 
 
-def _case_fails(root, *fragments, name=CASE) -> str:
-    """`golden check` runs, reports FAIL for case ``name`` with ``fragments``, exits 1."""
-    res = _cli("check", root)
+def _case_fails(root, *fragments, name=CASE, only=False) -> str:
+    """`golden check` runs (``only``: on case ``name`` alone), reports FAIL for case ``name``
+    with ``fragments``, exits 1."""
+    res = _cli("check", root, *(("--only", name) if only else ()))
     assert res.exit_code == 1, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and name in x)
@@ -1231,11 +1232,8 @@ def test_a_parameter_is_not_converted_into_another_value(krum_case, vectors, fed
     _edit_json(root / case / "case.json", _every_output_exact)
     assert _cli("check", root, "--only", case).exit_code == 0  # compared exactly, the case passes
     _edit_json(root / case / "case.json", lambda d: d["params"].update({key: value(d["params"][key])}))
-    res = _cli("check", root, "--only", case)
-    assert res.exit_code == 1, res.output
-    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
-    assert f"cannot read the case: params.{key} is " in line and shown in line, line
-    assert "it must be a JSON" in line, line
+    _case_fails(root, f"cannot read the case: params.{key} is ", shown, "it must be a JSON",
+                name=case, only=True)
 
 
 # -- the suffix of a case's name is the dtype of its inputs ----------------------------------------------
@@ -1366,12 +1364,8 @@ def test_a_parameter_no_recomputation_takes_fails_the_case(param_cases, tmp_path
     _edit_json(root / case / "case.json", _every_output_exact)
     assert _cli("check", root, "--only", case).exit_code == 0  # compared exactly, the case passes
     _edit_json(root / case / "case.json", edit)
-    res = _cli("check", root, "--only", case)
-    assert res.exit_code == 1, res.output
-    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
-    assert f"cannot read the case: {root / case / 'case.json'}: params." in line, line
-    for frag in fragments:
-        assert frag in line, line
+    _case_fails(root, f"cannot read the case: {root / case / 'case.json'}: params.", *fragments,
+                name=case, only=True)
 
 
 def test_every_parameter_the_export_writes_is_one_a_case_takes():
@@ -1528,12 +1522,8 @@ def test_an_aggregate_case_whose_features_are_not_in_its_detect_space_fails(dete
     if case == PARAMETER_CASE and edit is _negate_a_zero:  # restate the outputs of the new features
         _restate_outputs(root / case, json.loads((root / case / "case.json").read_text()), lambda atol: 0.0)
         _edit_json(root / case / "case.json", _every_output_exact)
-    res = _cli("check", root, "--only", case)
-    assert res.exit_code == 1, res.output
-    line = next(x for x in res.output.splitlines() if x.startswith("FAIL") and case in x)
-    assert f"cannot read the case: {root / case / 'case.json'}: params.detect is " in line, line
-    for frag in fragments:
-        assert frag in line, line
+    _case_fails(root, f"cannot read the case: {root / case / 'case.json'}: params.detect is ",
+                *fragments, name=case, only=True)
 
 
 def test_every_exported_aggregate_case_has_features_of_its_detect_space():
