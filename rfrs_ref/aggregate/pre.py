@@ -543,22 +543,22 @@ class PreAggregated:
             mx = p.mixing(Xc, ns, fc, okc, rng, backend)
             M = mx.matrix
             last = idx == len(self.pre) - 1
+            Mnext = M @ Mcum
             if by_copies and last:
                 # equal rows of M and of the cumulative matrix: equal mixed features and
                 # uploads (each distinct row of a mix is one computation)
-                first, group = distinct_rows(np.hstack([M, M @ Mcum]))
+                first, group = distinct_rows(np.hstack([M, Mnext]))
                 if first.size < M.shape[0]:
                     copies = group
-                    M_out = M[first]
                 else:
                     first = None
             if not (direct and last):  # the last features: not read
-                Mx = M if copies is None or not last else M_out
+                Mx = M if copies is None else M[first]  # copies: the last stage only
                 Xc = mix_rows(Mx, Xc, _zero_if_needed(Mx, D), backend=backend, zero_reference=True,
                               out=self._buffer(f"features{len(records)}", (M.shape[0], D),
                                                Xc.dtype, backend, rows=Mx.shape[0]))
             okc = ((M != 0).astype(np.int64) @ (~okc).astype(np.int64)) == 0
-            Mcum = M @ Mcum
+            Mcum = Mnext
             ns = mx.n_samples
             n_in = M.shape[1]
             fc = min(fc, M.shape[0])
